@@ -1,0 +1,1 @@
+"""engine-advisor calibration package."""

@@ -1,0 +1,45 @@
+"""Helpers shared by CLI commands: loading the model, turning validation errors into messages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from cli.main import CliError
+from model.artifact import ArtifactError, load
+from model.costmodel import CostModel
+from model.default import default_model
+
+
+def load_model(path: str | None) -> CostModel:
+    """The artifact at ``path``, or the embedded default model."""
+    if not path:
+        return default_model()
+    try:
+        return load(path)[0]
+    except ArtifactError as exc:
+        raise CliError(str(exc)) from None
+
+
+def validation_message(exc: ValidationError, flags: dict[str, str] | None = None) -> str:
+    """'--flag: reason' for each error, using CLI flag names where the field has one."""
+    out = []
+    for err in exc.errors():
+        loc = [str(p) for p in err["loc"]]
+        field = ".".join(loc)
+        name = (flags or {}).get(loc[0], field) if loc else ""
+        msg = err["msg"].removeprefix("Value error, ")
+        out.append(f"{name}: {msg}" if name else msg)
+    return "; ".join(out)
+
+
+def read_json_file(path: str, what: str) -> Any:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CliError(f"{what} {path}: cannot read ({exc.strerror})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CliError(f"{what} {path}: not valid JSON ({exc})") from None

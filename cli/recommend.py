@@ -1,0 +1,107 @@
+"""``engine-advisor recommend``: one workload -> the recommendation (table or --json)."""
+
+from __future__ import annotations
+
+import argparse
+
+from pydantic import ValidationError
+
+FLAGS = {
+    "context_tokens": "--context-tokens", "output_tokens": "--output-tokens",
+    "batch_size": "--batch-size", "kv_bytes_per_token": "--kv-bytes-per-token",
+    "hf_config": "--hf-config", "preset": "--preset", "kv_cache_dtype": "--kv-cache-dtype",
+    "gpu": "--gpu", "num_gpus": "--num-gpus", "engines": "--engines", "dcp_sizes": "--dcp-sizes",
+    "model_weight_bytes": "--model-weight-bytes", "model": "--model-name",
+}
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("recommend", help="recommend engine, DCP size and memory fraction",
+                       description="Recommend vLLM or SGLang, the DCP size and the memory "
+                                   "fraction for one workload.")
+    p.add_argument("--context-tokens", type=int, required=True, help="prompt tokens per sequence")
+    p.add_argument("--output-tokens", type=int, required=True, help="output tokens per sequence")
+    p.add_argument("--batch-size", type=int, default=1, help="concurrent sequences (default 1)")
+    kv = p.add_mutually_exclusive_group(required=True)
+    kv.add_argument("--kv-bytes-per-token", type=int, help="KV bytes per token, all layers")
+    kv.add_argument("--hf-config", metavar="PATH", help="the model's config.json")
+    kv.add_argument("--preset", help="a built-in model preset (e.g. kimi-k2, llama-3.1-70b)")
+    p.add_argument("--kv-cache-dtype", default="bf16", help="bf16 (default), fp16 or fp8")
+    p.add_argument("--gpu", default="B300", help="B300 (default), B200, H200 or H100")
+    p.add_argument("--num-gpus", type=int, default=8, help="GPUs = tensor-parallel size (default 8)")
+    p.add_argument("--engines", type=lambda s: [x for x in s.split(",") if x],
+                   help="restrict to these engines, e.g. vllm,sglang")
+    p.add_argument("--dcp-sizes", type=_int_list, help="restrict DCP sizes, e.g. 1,2,4,8")
+    p.add_argument("--model-weight-bytes", type=float, help="weight bytes (for KV capacity)")
+    p.add_argument("--model-name", help="model name or path to put in the launch command")
+    p.add_argument("--allow-extrapolation", action="store_true",
+                   help="allow configurations without calibration data")
+    p.add_argument("--model", metavar="ARTIFACT", help="fitted model artifact (default: embedded)")
+    p.add_argument("--json", action="store_true", help="print the recommendation object as JSON")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from cli.common import load_model, read_json_file, validation_message
+    from cli.main import CliError
+    from model.recommend import NoEligibleConfiguration, recommend
+    from model.workload import Workload
+
+    data = {k: getattr(args, k) for k in FLAGS if k not in ("hf_config", "model")
+            and getattr(args, k, None) is not None}
+    if args.hf_config:
+        data["hf_config"] = read_json_file(args.hf_config, "--hf-config")
+    if args.model_name:
+        data["model"] = args.model_name
+    data["allow_extrapolation"] = args.allow_extrapolation
+    try:
+        workload = Workload.model_validate(data)
+    except ValidationError as exc:
+        raise CliError(validation_message(exc, FLAGS)) from None
+    model = load_model(args.model)
+    try:
+        rec = recommend(model, workload, model.version)
+    except NoEligibleConfiguration as exc:
+        raise CliError(f"{exc} (--allow-extrapolation)") from None
+    if args.json:
+        print(rec.model_dump_json(indent=2))
+    else:
+        print(format_table(rec))
+    return 0
+
+
+def format_table(rec) -> str:
+    head = (f"{'engine':<8}{'dcp':>4}{'total s':>10}{'90% interval':>20}{'prefill s':>11}"
+            f"{'TPOT ms':>9}{'mem':>6}{'KV cap tok':>13}  status")
+    lines = [head, "-" * len(head)]
+    for p in rec.predictions:
+        mark = "*" if (p.engine, p.dcp_size) == (rec.engine, rec.dcp_size) else " "
+        status = ("calibrated" if p.calibrated and not p.extrapolated else
+                  "extrapolated" if p.calibrated else "uncalibrated")
+        if not p.fits_in_memory:
+            status += ", KV over capacity"
+        lo, hi = p.interval_s
+        lines.append(f"{mark}{p.engine:<7}{p.dcp_size:>4}{p.total_s:>10.1f}"
+                     f"{f'[{lo:.1f}, {hi:.1f}]':>20}{p.prefill_s:>11.1f}{p.tpot_s * 1e3:>9.1f}"
+                     f"{p.mem_fraction:>6.2f}{p.kv_capacity_tokens:>13,}  {status}")
+    speed = f", {rec.speedup:.2f}x" if rec.speedup else ""
+    lines += ["", f"Recommendation: {rec.engine} dcp {rec.dcp_size}, {rec.mem_fraction_flag} "
+              f"{rec.mem_fraction:.2f}{speed} (confidence {rec.confidence})"]
+    if rec.crossover_context_tokens:
+        lines.append(f"Crossover: the best engine changes near {rec.crossover_context_tokens:,} "
+                     "context tokens")
+    lines += ["", "Why:"] + [f"  - {r}" for r in rec.reasons]
+    if rec.excluded:
+        lines += ["", "Excluded:"] + [
+            f"  - {e.engine}" + (f" dcp {e.dcp_size}" if e.dcp_size else "") + f": {e.reason}"
+            for e in rec.excluded]
+    lines += ["", "Launch:", "  " + " ".join(rec.launch_command), "",
+              f"model {rec.model_version}"]
+    return "\n".join(lines)

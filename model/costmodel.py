@@ -1,0 +1,243 @@
+"""The fitted cost model of all engines: per-engine estimators plus what the data covered.
+
+``CostModel.fit(rows)`` turns dataset rows into estimator rows (one per measured quantity),
+fits one ``EngineCostModel`` per engine, and records the calibrated ranges per
+(engine, gpu, num_gpus, dcp) and which memory fractions were safe.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from model.dataset import Measurement, dataset_sha256
+from model.estimator import (N_PREFILL, QTY_PREFILL, QTY_TOTAL, QTY_TPOT, EngineCostModel,
+                             feature_blocks)
+from model.hardware import GpuSpec, KvReadModel, builtin_gpu, kv_read_model
+
+RANGE_DIMS = ("context_tokens", "batch_size", "kv_bytes_per_token", "output_tokens")
+UNCALIBRATED_REL_SIGMA = 0.25   # added relative sd for a configuration with no data at all
+EXTRAPOLATION_REL_SIGMA = 0.05  # added relative sd per doubling outside the calibrated range
+MIN_CV_POINTS = 5
+
+
+def config_key(engine: str, gpu: str, num_gpus: int, dcp: int) -> str:
+    return f"{engine}/{gpu.upper()}/{num_gpus}/{dcp}"
+
+
+@dataclass
+class Query:
+    """Arrays of equal length describing (workload, config) pairs, possibly of several engines
+    and GPUs. ``kv_read_s`` is the seconds one decode step at the mean context spends reading KV,
+    from the GPU's KV-read model (``kv_read_seconds``)."""
+
+    engine: np.ndarray         # index into CostModel.engine_names
+    context: np.ndarray
+    output: np.ndarray
+    batch: np.ndarray
+    kv_per_gpu: np.ndarray     # kv bytes per token held per GPU before DCP (kv / kv_shards)
+    dcp: np.ndarray
+    kv_read_s: np.ndarray
+
+    def rows(self, quantity: int) -> np.ndarray:
+        """Estimator rows (estimator.COLUMNS) for one quantity."""
+        X = np.empty((len(self.context), 7))
+        X[:, 0] = self.context
+        X[:, 1] = self.output
+        X[:, 2] = self.batch
+        X[:, 3] = self.kv_per_gpu
+        X[:, 4] = self.dcp
+        X[:, 5] = self.kv_read_s
+        X[:, 6] = quantity
+        return X
+
+
+def kv_read_seconds(read: KvReadModel, context, output, batch, kv_per_gpu, dcp) -> np.ndarray:
+    """KV-read seconds of one decode step at the mean decode context (ctx + output / 2)."""
+    return read.seconds(batch * (context + output / 2.0) * kv_per_gpu / dcp)
+
+
+@dataclass
+class Prediction:
+    total: np.ndarray
+    total_lo: np.ndarray
+    total_hi: np.ndarray
+    prefill: np.ndarray
+    tpot: np.ndarray
+    step_parts: np.ndarray     # (n, 3): fixed, kv_read, dcp seconds of one decode step
+
+
+@dataclass
+class CostModel:
+    engines: dict[str, EngineCostModel] = field(default_factory=dict)
+    ranges: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    points: dict[str, int] = field(default_factory=dict)
+    memory: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    metrics: dict[str, dict[str, float | int | None]] = field(default_factory=dict)
+    data_sha256: str = ""
+    sources: list[str] = field(default_factory=list)
+    hardware: dict[str, str] = field(default_factory=dict)
+    version: str = ""
+
+    # ------------------------------------------------------------------ fitting
+    @classmethod
+    def fit(cls, rows: Sequence[Measurement], *, sources: Sequence[str] = (),
+            estimator_params: dict | None = None) -> CostModel:
+        if not rows:
+            raise ValueError("no calibration rows to fit")
+        self = cls(data_sha256=dataset_sha256(rows), sources=list(sources))
+        by_engine: dict[str, list[Measurement]] = defaultdict(list)
+        for r in rows:
+            mem = self.memory.setdefault(f"{r.engine}/{r.gpu}", {"safe": [], "unsafe": []})
+            bucket = "unsafe" if r.unsafe else "safe"
+            if r.mem_fraction not in mem[bucket]:
+                mem[bucket].append(r.mem_fraction)
+            if r.unsafe or (r.total_s is None and r.tpot_s is None and r.ttft_s is None):
+                continue
+            by_engine[r.engine].append(r)
+            key = config_key(r.engine, r.gpu, r.num_gpus, r.dcp_size)
+            rng = self.ranges.setdefault(key, {d: [math.inf, -math.inf] for d in RANGE_DIMS})
+            for d in RANGE_DIMS:
+                v = float(getattr(r, d))
+                rng[d] = [min(rng[d][0], v), max(rng[d][1], v)]
+            self.points[key] = self.points.get(key, 0) + 1
+        for mem in self.memory.values():
+            mem["safe"].sort()
+            mem["unsafe"].sort()
+        if not by_engine:
+            raise ValueError("no row has a measured time (ttft_s, tpot_s or total_s)")
+        # Engines with DCP data first: an engine without any lends their DCP coefficients as its
+        # prior, so its uncalibrated DCP sizes are not predicted as free.
+        order = sorted(by_engine, key=lambda e: (not any(r.dcp_size > 1 for r in by_engine[e]), e))
+        for engine in order:
+            erows = by_engine[engine]
+            params = dict(estimator_params or {})
+            if not any(r.dcp_size > 1 for r in erows):
+                params["prior"] = {**(params.get("prior") or {}), **self._dcp_prior()}
+            X, y = training_matrix(erows)
+            est = EngineCostModel(**params).fit(X, y)
+            self.engines[engine] = est
+            self.metrics[engine] = {"n_points": len(erows), "n_observations": len(y),
+                                    "residual_rel_std": est.residual_rel_std_,
+                                    "cv_mape": cv_mape(erows, estimator_params)}
+        self.version = f"fit-{self.data_sha256[:12]}"
+        self.hardware = {r.gpu: kv_read_model(_gpu_or_none(r.gpu)).source
+                         for r in rows if _gpu_or_none(r.gpu) is not None}
+        return self
+
+    def _dcp_prior(self) -> dict[str, float]:
+        fitted = [est.coefficients_ for est in self.engines.values()]
+        names = ("dcp_sync_s_per_log2", "dcp_combine_s_per_seq")
+        return {n: float(np.mean([c[n] for c in fitted])) for n in names
+                if fitted and np.mean([c[n] for c in fitted]) > 0}
+
+    # ---------------------------------------------------------------- predicting
+    @property
+    def engine_names(self) -> list[str]:
+        return sorted(self.engines)
+
+    def _stacked(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Coefficients (E, k), covariances (E, k, k), relative noise (E,) in engine_names order."""
+        cache = self.__dict__.get("_stack")
+        if cache is None:
+            ests = [self.engines[e] for e in self.engine_names]
+            cache = (np.array([e.coef_ for e in ests]), np.array([e.coef_cov_ for e in ests]),
+                     np.array([max(e.residual_rel_std_, e.noise_floor) for e in ests]))
+            self.__dict__["_stack"] = cache
+        return cache
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_stack", None)
+        return state
+
+    def predict(self, q: Query, rel_extra: np.ndarray | None = None, z: float = 1.645) -> Prediction:
+        """All quantities with a 90 % interval on the total, vectorised over rows and engines.
+
+        Same arithmetic as ``EngineCostModel.predict_interval`` (checked by the tests), batched
+        across engines for the recommender's hot path.
+        """
+        coef, cov, rel = self._stacked()
+        C = coef[q.engine]
+        pre, step = feature_blocks(q.context, q.output, q.batch, q.kv_per_gpu, q.dcp, q.kv_read_s)
+        prefill = np.einsum("ij,ij->i", pre, C[:, :N_PREFILL])
+        parts = step * C[:, N_PREFILL:]
+        tpot = parts.sum(axis=1)
+        steps = np.maximum(q.output - 1.0, 0.0)
+        total = prefill + steps * tpot
+        D = np.hstack([pre, step * steps[:, None]])
+        param_var = np.einsum("ij,ijk,ik->i", D, cov[q.engine], D)
+        r = rel[q.engine] if rel_extra is None else rel[q.engine] + rel_extra
+        sd = np.sqrt(np.maximum(param_var, 0.0) + (r * total) ** 2)
+        fixed = parts[:, 0] + parts[:, 1]
+        step_parts = np.column_stack([fixed, parts[:, 2], parts[:, 3] + parts[:, 4]])
+        return Prediction(total, np.maximum(total - z * sd, 0.0), total + z * sd, prefill, tpot,
+                          step_parts)
+
+    def predict_total(self, q: Query) -> np.ndarray:
+        coef, _, _ = self._stacked()
+        C = coef[q.engine]
+        pre, step = feature_blocks(q.context, q.output, q.batch, q.kv_per_gpu, q.dcp, q.kv_read_s)
+        steps = np.maximum(q.output - 1.0, 0.0)
+        return (np.einsum("ij,ij->i", pre, C[:, :N_PREFILL])
+                + steps * np.einsum("ij,ij->i", step, C[:, N_PREFILL:]))
+
+    def coverage(self, engine: str, gpu: str, num_gpus: int, dcp: int,
+                 values: dict[str, float]) -> tuple[bool, float]:
+        """(calibrated, doublings outside the calibrated range) of one query."""
+        rng = self.ranges.get(config_key(engine, gpu, num_gpus, dcp))
+        if rng is None:
+            return False, math.inf
+        out = 0.0
+        for d, v in values.items():
+            lo, hi = rng[d]
+            if v > hi:
+                out += math.log2(v / hi)
+            elif v < lo:
+                out += math.log2(lo / v)
+        return True, out
+
+    def safe_fractions(self, engine: str, gpu: str) -> dict[str, list[float]]:
+        return self.memory.get(f"{engine}/{gpu.upper()}", {"safe": [], "unsafe": []})
+
+
+def _gpu_or_none(name: str) -> GpuSpec | None:
+    try:
+        return builtin_gpu(name)
+    except KeyError:
+        return None
+
+
+def training_matrix(rows: Sequence[Measurement]) -> tuple[np.ndarray, np.ndarray]:
+    """Estimator rows: one per measured quantity (total, TTFT, TPOT) of each dataset row."""
+    Xs, ys = [], []
+    for r in rows:
+        gpu = _gpu_or_none(r.gpu)
+        if gpu is None:
+            raise ValueError(f"row for GPU {r.gpu!r}: unknown GPU type (no bandwidth known)")
+        cols = [np.array([float(v)]) for v in (r.context_tokens, r.output_tokens, r.batch_size,
+                                                r.kv_bytes_per_token / r.kv_shards, r.dcp_size)]
+        q = Query(np.zeros(1, dtype=int), *cols, kv_read_seconds(kv_read_model(gpu), *cols))
+        for qty, val in ((QTY_TOTAL, r.total_s), (QTY_PREFILL, r.ttft_s), (QTY_TPOT, r.tpot_s)):
+            if val is not None:
+                Xs.append(q.rows(qty))
+                ys.append(val)
+    return np.vstack(Xs), np.array(ys)
+
+
+def cv_mape(rows: Sequence[Measurement], estimator_params: dict | None) -> float | None:
+    """Leave-one-point-out mean absolute percentage error of total (or TPOT) time."""
+    if len(rows) < MIN_CV_POINTS:
+        return None
+    errs = []
+    for i, held in enumerate(rows):
+        rest = [r for j, r in enumerate(rows) if j != i]
+        X, y = training_matrix(rest)
+        est = EngineCostModel(**{**(estimator_params or {}), "n_bootstrap": 0}).fit(X, y)
+        Xh, yh = training_matrix([held])
+        errs.extend(np.abs(est.predict_rows(Xh) - yh) / yh)
+    return float(np.mean(errs))

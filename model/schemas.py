@@ -1,0 +1,44 @@
+"""Response models of the recommendation contract (design.md), shared by CLI --json and REST."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+
+class ConfigPrediction(BaseModel):
+    engine: str
+    dcp_size: int
+    total_s: float
+    prefill_s: float
+    decode_s: float
+    tpot_s: float
+    interval_s: tuple[float, float]
+    calibrated: bool
+    extrapolated: bool
+    mem_fraction: float
+    kv_capacity_tokens: int
+    fits_in_memory: bool
+    kv_read_source: str
+
+
+class Exclusion(BaseModel):
+    engine: str
+    dcp_size: int | None = None
+    reason: str
+
+
+class Recommendation(BaseModel):
+    engine: str
+    dcp_size: int
+    mem_fraction: float
+    mem_fraction_flag: str
+    predictions: list[ConfigPrediction]
+    speedup: float | None
+    confidence: str
+    crossover_context_tokens: int | None
+    kv_capacity_tokens: int
+    fits_in_memory: bool
+    launch_command: list[str]
+    reasons: list[str]
+    excluded: list[Exclusion]
+    model_version: str

@@ -1,0 +1,109 @@
+"""The workload of the recommendation contract (design.md), shared by the CLI and the REST API."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from model.hardware import BUILTIN_GPUS, GpuSpec
+from model.kv import KvConfigError, KvDtype, KvLayout, from_hf_config, from_preset
+
+Engine = Literal["vllm", "sglang"]
+ENGINES: tuple[str, ...] = ("vllm", "sglang")
+
+MAX_CONTEXT = 16_777_216  # 16M tokens: beyond any model served today
+MAX_OUTPUT = 1_048_576
+MAX_BATCH = 65_536
+MAX_GPUS = 1024
+
+PosInt = Annotated[int, Field(strict=False, gt=0)]
+
+
+class Requirements(BaseModel):
+    """Capabilities the workload needs; engines lacking one are excluded (see capabilities)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    hardware_vendor: Literal["nvidia", "amd", "intel", "tpu", "cpu", "ascend"] | None = None
+    quantization: Annotated[str, Field(min_length=1, max_length=32)] | None = None
+    speculative_method: Annotated[str, Field(min_length=1, max_length=32)] | None = None
+    pipeline_parallel: bool = False
+    lora: bool = False
+    prefix_reuse_share: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)] = 0.0
+
+
+class Workload(BaseModel):
+    """A batch of ``batch_size`` concurrent sequences of ``context_tokens`` prompt and
+    ``output_tokens`` output each, on ``num_gpus`` GPUs of one type (tensor parallel = num_gpus)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    context_tokens: Annotated[int, Field(gt=0, le=MAX_CONTEXT, description="prompt tokens per sequence")]
+    output_tokens: Annotated[int, Field(gt=0, le=MAX_OUTPUT, description="output tokens per sequence")]
+    batch_size: Annotated[int, Field(gt=0, le=MAX_BATCH, description="concurrent sequences")] = 1
+    kv_bytes_per_token: Annotated[int, Field(gt=0, le=1 << 26, description="KV bytes per token (all layers) at kv_cache_dtype")] | None = None
+    hf_config: dict[str, Any] | None = Field(default=None, description="contents of the model's config.json")
+    preset: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+    kv_cache_dtype: KvDtype = "bf16"
+    model_weight_bytes: Annotated[float, Field(gt=0, lt=1e14, allow_inf_nan=False, description="total weight bytes (for KV capacity); presets supply it")] | None = None
+    model: Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[\w./:@+-]+$")] | None = Field(default=None, description="model name or path for the launch command")
+    gpu: str | GpuSpec = "B300"
+    num_gpus: Annotated[int, Field(gt=0, le=MAX_GPUS)] = 8
+    engines: Annotated[list[Engine], Field(min_length=1, max_length=2)] | None = None
+    dcp_sizes: Annotated[list[Annotated[int, Field(gt=0, le=MAX_GPUS)]], Field(min_length=1, max_length=16)] | None = None
+    requirements: Requirements | None = None
+    allow_extrapolation: bool = False
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, v: str | GpuSpec) -> str | GpuSpec:
+        if isinstance(v, str) and v.upper() not in BUILTIN_GPUS:
+            raise ValueError(f"unknown GPU {v!r}; built in: {', '.join(BUILTIN_GPUS)}; "
+                             "or give a custom spec {name, memory_bytes, hbm_bandwidth}")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> Workload:
+        given = [k for k in ("kv_bytes_per_token", "hf_config", "preset") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of kv_bytes_per_token, hf_config or preset"
+                             + (f" (got {', '.join(given)})" if given else ""))
+        if self.dcp_sizes:
+            bad = [d for d in self.dcp_sizes if self.num_gpus % d]
+            if bad:
+                raise ValueError(f"dcp_sizes: {bad} do not divide num_gpus {self.num_gpus} "
+                                 "(DCP stripes the KV over ranks of the TP group)")
+        try:
+            self.kv_layout()
+        except KvConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    def gpu_spec(self) -> GpuSpec:
+        return BUILTIN_GPUS[self.gpu.upper()] if isinstance(self.gpu, str) else self.gpu
+
+    def kv_layout(self) -> KvLayout:
+        if self.preset is not None:
+            layout = from_preset(self.preset, self.kv_cache_dtype)
+        elif self.hf_config is not None:
+            layout = from_hf_config(self.hf_config, self.kv_cache_dtype)
+        else:
+            layout = KvLayout(int(self.kv_bytes_per_token or 0))
+        if self.model_weight_bytes is not None:
+            layout = KvLayout(layout.bytes_per_token, layout.attention, layout.kv_heads,
+                              self.model_weight_bytes)
+        return layout
+
+
+@dataclass(frozen=True)
+class Config:
+    """One candidate serving configuration."""
+
+    engine: str
+    dcp_size: int
+
+
+def parse_workload(data: Any) -> Workload:
+    return Workload.model_validate(data)
