@@ -18,7 +18,7 @@ linear in c, so the sum over steps is exact):
     step = step_fixed + step_per_seq * B + kv_efficiency_inv * kv_read_s(B * c * kv / dcp)
            + dcp_sync * log2(dcp) + dcp_combine * B * (dcp - 1) / dcp
 
-Prefill: ``prefill_fixed + prefill_per_mtoken * B*ctx/1e6 + prefill_attn * B*ctx^2*kv/1e18``.
+Prefill: ``prefill_fixed + prefill_per_mtoken * B*ctx/1e6 + prefill_attn * B*ctx^2*kv/1e15``.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def feature_blocks(ctx, out, batch, kv, dcp, kv_read_s) -> tuple[np.ndarray, np.
     pre[:, 0] = 1.0
     tokens = batch * ctx
     pre[:, 1] = tokens * 1e-6
-    pre[:, 2] = tokens * ctx * kv * 1e-18
+    pre[:, 2] = tokens * ctx * kv * 1e-15
     step = np.empty((len(ctx), len(COEF_NAMES) - N_PREFILL))
     step[:, 0] = 1.0
     step[:, 1] = batch
@@ -96,7 +96,7 @@ class EngineCostModel(RegressorMixin, BaseEstimator):
         Seed of the bootstrap (fits are deterministic).
     """
 
-    def __init__(self, prior=None, prior_strength=1e-4, noise_floor=0.03, n_bootstrap=100,
+    def __init__(self, prior=None, prior_strength=1e-6, noise_floor=0.03, n_bootstrap=100,
                  random_state=0):
         self.prior = prior
         self.prior_strength = prior_strength
