@@ -1,8 +1,53 @@
-"""Calibration commands: ``engine-advisor fit`` (and ``calibrate ...`` subcommands)."""
+"""Calibration commands: ``engine-advisor fit`` and the ``engine-advisor calibrate ...`` group.
+
+``calibrate run`` sweeps a live (or launched) engine, ``calibrate import`` turns benchmark files
+into dataset rows, ``calibrate plan`` suggests what to measure next. The GPU engineer's
+``calibrate gpu`` / ``calibrate dcp`` register themselves through ``calibration.gpu_cli``.
+"""
 
 from __future__ import annotations
 
 import argparse
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not vals or any(v <= 0 for v in vals):
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return vals
+
+
+def _float_list(text: str) -> list[float]:
+    try:
+        vals = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not vals or any(not 0 < v <= 1 for v in vals):
+        raise argparse.ArgumentTypeError(f"expected fractions in (0, 1], got {text!r}")
+    return vals
+
+
+def _pos_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def _pos_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return v
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -11,7 +56,123 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "run folders holding dataset.csv) and write an artifact.")
     p.add_argument("data", nargs="+", metavar="DATA", help="dataset CSV files or run folders")
     p.add_argument("--out", required=True, metavar="ARTIFACT", help="artifact path to write")
+    p.add_argument("--report", metavar="DIR",
+                   help="also write a fit report (report.md, report.json, PNG plots) to DIR")
     p.set_defaults(handler=run_fit)
+
+    cal = sub.add_parser("calibrate", help="measure engines: sweep, import, plan",
+                         description="Calibration: sweep live engines (run), import their "
+                                     "benchmark files (import), suggest the next points (plan).")
+    csub = cal.add_subparsers(dest="calibrate_command", required=True, metavar="SUBCOMMAND")
+    _register_run(csub)
+    _register_import(csub)
+    _register_plan(csub)
+    try:
+        from calibration.gpu_cli import register_calibrate
+    except ImportError:
+        pass
+    else:
+        register_calibrate(csub)
+
+
+def _register_run(csub: argparse._SubParsersAction) -> None:
+    p = csub.add_parser(
+        "run", help="sweep an engine endpoint over a grid of points",
+        description="Drive a vLLM or SGLang endpoint (--url) or engines started per "
+                    "(DCP size, memory fraction) combination (--launch) over contexts x batch "
+                    "sizes x repeats; append one dataset row per finished point to OUT/dataset.csv. "
+                    "Re-running the same command resumes.")
+    p.add_argument("--engine", required=True, choices=("vllm", "sglang"))
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--url", help="base URL of a running engine, e.g. http://127.0.0.1:8000")
+    where.add_argument("--launch", metavar="TEMPLATE",
+                       help="command starting the engine, with {model} {num_gpus} {dcp_size} "
+                            "{mem_fraction} {port} placeholders (split like a shell, run "
+                            "without one)")
+    p.add_argument("--model", help="model name sent in requests (default: the engine's first "
+                                   "/v1/models entry)")
+    p.add_argument("--contexts", type=_int_list, required=True,
+                   help="prompt lengths in tokens, e.g. 8192,65536,131072,204800")
+    p.add_argument("--output-tokens", type=_pos_int, default=256,
+                   help="output tokens per request (default 256)")
+    p.add_argument("--batch-sizes", type=_int_list, default=[1],
+                   help="requests in flight at once per point (default 1)")
+    p.add_argument("--repeats", type=_pos_int, default=1, help="repeats per point (default 1)")
+    p.add_argument("--dcp-size", "--dcp-sizes", dest="dcp_sizes", type=_int_list, default=[1],
+                   help="DCP size of the engine (--url: one value; --launch: a list)")
+    p.add_argument("--mem-fraction", "--mem-fractions", dest="mem_fractions", type=_float_list,
+                   default=[0.9], help="memory fraction (--url: one value; --launch: a list)")
+    p.add_argument("--gpu", default="B300", help="GPU type (default B300)")
+    p.add_argument("--num-gpus", type=_pos_int, default=8, help="GPUs = TP size (default 8)")
+    p.add_argument("--kv-bytes-per-token", type=_pos_int, required=True,
+                   help="KV bytes per token of the model, all layers")
+    p.add_argument("--kv-shards", type=_pos_int, default=1,
+                   help="TP ranks one token's KV is split over (1 for MLA; default 1)")
+    p.add_argument("--prompt", choices=("token-ids", "text"), default="token-ids",
+                   help="send token-id prompts (default) or text checked against /tokenize")
+    p.add_argument("--out", required=True, metavar="DIR", help="run folder (e.g. runs/NAME)")
+    p.add_argument("--request-timeout", type=_pos_float, default=600.0,
+                   help="seconds one request may take, first byte to last (default 600)")
+    p.add_argument("--retries", type=int, default=2,
+                   help="re-tries of a point whose requests failed (default 2)")
+    p.add_argument("--max-failed-points", type=_pos_int, default=3,
+                   help="consecutive failed points after which a sweep (or a launched "
+                        "combination) is abandoned (default 3)")
+    p.add_argument("--port", type=int, default=0, help="--launch: port (default: a free one)")
+    p.add_argument("--startup-timeout", type=_pos_float, default=1800.0,
+                   help="--launch: seconds to wait for /health (default 1800)")
+    p.add_argument("--stop-grace", type=_pos_float, default=30.0,
+                   help="--launch: seconds between SIGTERM and SIGKILL (default 30)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random prompts (default 0)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(handler=run_calibrate_run)
+
+
+def _register_import(csub: argparse._SubParsersAction) -> None:
+    p = csub.add_parser(
+        "import", help="turn vllm bench serve / SGLang bench_serving files into dataset rows",
+        description="Read benchmark result files and write dataset rows. Per-request arrays "
+                    "(--output-details) are used when present. Flags supply what the files lack.")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--format", required=True, choices=("vllm-bench", "sglang-bench"))
+    p.add_argument("--out", required=True, metavar="CSV", help="dataset CSV to write")
+    p.add_argument("--engine", choices=("vllm", "sglang"),
+                   help="engine (default: vllm for vllm-bench, else from the file's backend)")
+    p.add_argument("--engine-version", default="", help="engine version to record")
+    p.add_argument("--gpu", default="B300", help="GPU type (default B300)")
+    p.add_argument("--num-gpus", type=_pos_int, default=8, help="GPUs = TP size (default 8)")
+    p.add_argument("--dcp-size", type=_pos_int, default=1, help="DCP size (default 1)")
+    p.add_argument("--mem-fraction", type=_pos_float, default=0.9,
+                   help="memory fraction (default 0.9)")
+    p.add_argument("--kv-bytes-per-token", type=_pos_int, required=True)
+    p.add_argument("--kv-shards", type=_pos_int, default=1)
+    p.add_argument("--append", action="store_true", help="append to an existing CSV")
+    p.set_defaults(handler=run_calibrate_import)
+
+
+def _register_plan(csub: argparse._SubParsersAction) -> None:
+    p = csub.add_parser(
+        "plan", help="suggest the next points to measure",
+        description="Rank (engine, DCP, context) points by how much measuring them would settle "
+                    "the recommendation: near the predicted crossover, where intervals overlap, "
+                    "outside the calibrated range.")
+    p.add_argument("--model", metavar="ARTIFACT", help="fitted model (default: embedded)")
+    p.add_argument("--workload", metavar="JSON", help="workload file (the recommend contract)")
+    p.add_argument("--context-tokens", type=_pos_int, help="workload context (centre of the scan)")
+    p.add_argument("--output-tokens", type=_pos_int, help="output tokens per sequence")
+    p.add_argument("--batch-size", type=_pos_int, help="concurrent sequences")
+    p.add_argument("--kv-bytes-per-token", type=_pos_int, help="KV bytes per token")
+    p.add_argument("--preset", help="a built-in model preset")
+    p.add_argument("--gpu", help="GPU type (default B300)")
+    p.add_argument("--num-gpus", type=_pos_int, help="GPUs (default 8)")
+    p.add_argument("--engines", type=lambda s: [x for x in s.split(",") if x],
+                   help="restrict to these engines")
+    p.add_argument("--dcp-sizes", type=_int_list, help="restrict DCP sizes")
+    p.add_argument("--contexts", type=_int_list,
+                   help="candidate contexts to scan (default: 1K..4M, geometric)")
+    p.add_argument("--points", type=_pos_int, default=8, help="how many points (default 8)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.set_defaults(handler=run_calibrate_plan)
 
 
 def run_fit(args: argparse.Namespace) -> int:
@@ -24,4 +185,29 @@ def run_fit(args: argparse.Namespace) -> int:
     except (DatasetError, ValueError) as exc:
         raise CliError(str(exc)) from None
     print(format_fit_summary(model, meta, args.out))
+    if args.report:
+        from calibration.fit import read_all
+        from calibration.report import write_report
+
+        rows, _ = read_all(args.data)
+        paths = write_report(model, rows, args.report)
+        print(f"wrote report {paths['markdown']} ({len(paths['plots'])} plots)")
     return 0
+
+
+def run_calibrate_run(args: argparse.Namespace) -> int:
+    from calibration.sweep import run_from_args
+
+    return run_from_args(args)
+
+
+def run_calibrate_import(args: argparse.Namespace) -> int:
+    from calibration.importers import import_from_args
+
+    return import_from_args(args)
+
+
+def run_calibrate_plan(args: argparse.Namespace) -> int:
+    from calibration.plan import plan_from_args
+
+    return plan_from_args(args)
