@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from model.capabilities import exclusions as capability_exclusions
+from model.capabilities import prefill_factors
 from model.costmodel import (EXTRAPOLATION_REL_SIGMA, UNCALIBRATED_REL_SIGMA, CostModel, Query,
                              kv_read_seconds)
 from model.hardware import kv_read_model
@@ -38,10 +40,14 @@ def candidates(model: CostModel, w: Workload, layout: KvLayout) -> tuple[list[Co
     tp = w.num_gpus
     dcps = w.dcp_sizes or [d for d in range(1, tp + 1) if tp % d == 0]
     ok, excluded = [], []
+    blocked = capability_exclusions(w.requirements, layout)
     for engine in engines:
         if engine not in model.engines:
             excluded.append(Exclusion(engine=engine, reason=f"the loaded model has no calibration "
                                       f"data for {engine}"))
+            continue
+        if engine in blocked:
+            excluded.append(Exclusion(engine=engine, reason=blocked[engine]))
             continue
         for dcp in sorted(set(dcps)):
             reason = dcp_constraint(engine, dcp, tp, layout)
@@ -100,6 +106,11 @@ def evaluate(model: CostModel, w: Workload, layout: KvLayout,
     extra = np.array([UNCALIBRATED_REL_SIGMA if not cal else EXTRAPOLATION_REL_SIGMA * d
                       for cal, d in cover])
     p = model.predict(build_query(model, w, layout, configs), extra)
+    share = w.requirements.prefix_reuse_share if w.requirements else 0.0
+    if share > 0:  # cached prefix tokens skip prefill (model/capabilities.py, per engine)
+        saved = p.prefill * (1.0 - prefill_factors([c.engine for c in configs], share))
+        p.prefill, p.total = p.prefill - saved, p.total - saved
+        p.total_lo, p.total_hi = np.maximum(p.total_lo - saved, 0.0), p.total_hi - saved
     mems = {e: choose_fraction(e, gpu.name, **model.safe_fractions(e, gpu.name))
             for e in {c.engine for c in configs}}
     totals, prefills, tpots = p.total.tolist(), p.prefill.tolist(), p.tpot.tolist()
@@ -184,6 +195,12 @@ def recommend(model: CostModel, w: Workload, version: str) -> Recommendation:
     configs, excluded = candidates(model, w, layout)
     evals = evaluate(model, w, layout, configs)
     eligible = sorted((e for e in evals if e.eligible), key=lambda e: e.pred.total_s)
+    if not configs:
+        exc = NoEligibleConfiguration("every configuration is excluded: " + "; ".join(
+            f"{x.engine}" + (f" dcp {x.dcp_size}" if x.dcp_size else "") + f": {x.reason}"
+            for x in excluded))
+        exc.field = "requirements" if w.requirements else "engines"
+        raise exc
     if not eligible:
         names = ", ".join(f"{e.config.engine} dcp {e.config.dcp_size}" for e in evals) or "none"
         raise NoEligibleConfiguration(

@@ -31,6 +31,7 @@ class Requirements(BaseModel):
     speculative_method: Annotated[str, Field(min_length=1, max_length=32)] | None = None
     pipeline_parallel: bool = False
     lora: bool = False
+    dp_attention: bool = False  # SGLang's data-parallel attention for MLA models
     prefix_reuse_share: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)] = 0.0
 
 

@@ -1,0 +1,124 @@
+"""What each engine supports (model/data/capabilities.json, from reference.md section 7).
+
+``exclusions`` turns a workload's ``Requirements`` into a reason per engine that cannot serve it;
+``prefill_factors`` gives the prefill multiplier of a prefix-reuse share per engine.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from model.kv import KvLayout
+from model.workload import Requirements
+
+CAPABILITIES_JSON = Path(__file__).parent / "data" / "capabilities.json"
+
+
+class PrefixReuse(BaseModel):
+    kind: str
+    effectiveness: float = Field(ge=0.0, le=1.0)
+
+
+class Incompatibility(BaseModel):
+    when: list[str] = Field(min_length=2)
+    reason: str
+
+
+class EngineCapabilities(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    hardware_vendors: list[str]
+    quantization: list[str]
+    speculative_methods: list[str]
+    lora: bool
+    pipeline_parallel: bool
+    dp_attention: bool
+    prefix_reuse: PrefixReuse
+    incompatible: list[Incompatibility] = []
+
+
+class Capabilities(BaseModel):
+    schema_version: int
+    source: str
+    notes: list[str] = []
+    aliases: dict[str, dict[str, str]] = {}
+    engines: dict[str, EngineCapabilities]
+
+    def canonical(self, kind: str, name: str) -> str:
+        key = name.strip().lower()
+        return self.aliases.get(kind, {}).get(key, key.replace("-", "_"))
+
+
+@lru_cache(maxsize=1)
+def load_capabilities(path: Path = CAPABILITIES_JSON) -> Capabilities:
+    return Capabilities.model_validate(json.loads(path.read_text(encoding="utf-8")))
+
+
+def _active(req: Requirements) -> set[str]:
+    """Requirement names that are switched on (for incompatibility rules)."""
+    on = {name for name in ("hardware_vendor", "quantization", "speculative_method")
+          if getattr(req, name) is not None}
+    on |= {name for name in ("pipeline_parallel", "lora", "dp_attention") if getattr(req, name)}
+    return on
+
+
+def engine_exclusion(engine: str, req: Requirements, layout: KvLayout,
+                     caps: Capabilities | None = None) -> str | None:
+    """Why ``engine`` cannot meet ``req``, or None when it can."""
+    caps = caps or load_capabilities()
+    c = caps.engines.get(engine)
+    if c is None:
+        return f"no capability data for engine {engine!r} in {CAPABILITIES_JSON.name}"
+    if req.hardware_vendor and req.hardware_vendor not in c.hardware_vendors:
+        return (f"{engine} does not run on {req.hardware_vendor} hardware "
+                f"(supported: {', '.join(c.hardware_vendors)})")
+    if req.quantization:
+        q = caps.canonical("quantization", req.quantization)
+        if q not in c.quantization:
+            return f"{engine} does not support quantization {req.quantization!r}"
+    if req.speculative_method:
+        s = caps.canonical("speculative_method", req.speculative_method)
+        if s not in c.speculative_methods:
+            return (f"{engine} does not support speculative decoding method "
+                    f"{req.speculative_method!r} (supported: {', '.join(c.speculative_methods)})")
+    if req.pipeline_parallel and not c.pipeline_parallel:
+        return f"{engine} does not support pipeline parallelism"
+    if req.lora and not c.lora:
+        return f"{engine} does not serve LoRA adapters"
+    if req.dp_attention:
+        if not c.dp_attention:
+            return f"{engine} has no DP-attention (data-parallel attention for MLA models)"
+        if layout.attention == "gqa":
+            return "DP-attention applies to MLA models; this model uses GQA attention"
+    on = _active(req)
+    for rule in c.incompatible:
+        if set(rule.when) <= on:
+            return rule.reason
+    return None
+
+
+def exclusions(req: Requirements | None, layout: KvLayout) -> dict[str, str]:
+    """engine -> reason for every engine in the capability data that cannot meet ``req``."""
+    if req is None:
+        return {}
+    caps = load_capabilities()
+    out = {}
+    for engine in caps.engines:
+        reason = engine_exclusion(engine, req, layout, caps)
+        if reason:
+            out[engine] = reason
+    return out
+
+
+def prefill_factors(engines: list[str], share: float) -> np.ndarray:
+    """Multiplier of predicted prefill per engine when ``share`` of the prompt tokens are a
+    prefix already in the cache: 1 - share x effectiveness (effectiveness per engine)."""
+    caps = load_capabilities()
+    eff = np.array([caps.engines[e].prefix_reuse.effectiveness if e in caps.engines else 0.0
+                    for e in engines])
+    return 1.0 - share * eff
