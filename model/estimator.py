@@ -132,6 +132,8 @@ class EngineCostModel(RegressorMixin, BaseEstimator):
             raise ValueError(f"X must have {len(COLUMNS)} columns {COLUMNS}, got {X.shape[1]}")
         if np.any(y <= 0):
             raise ValueError("y: every observed time must be positive")
+        if np.any(X < 0):
+            raise ValueError("X: sizes, contexts and times must be non-negative")
         if self.noise_floor < 0 or self.prior_strength < 0:
             raise ValueError("noise_floor and prior_strength must be >= 0")
         prior = self._prior_vector()
@@ -193,4 +195,5 @@ class EngineCostModel(RegressorMixin, BaseEstimator):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.target_tags.positive_only = True
+        tags.input_tags.positive_only = True
         return tags

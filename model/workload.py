@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from model.hardware import BUILTIN_GPUS, GpuSpec
-from model.kv import KvConfigError, KvDtype, KvLayout, from_hf_config, from_preset
+from model.kv import PRESETS, KvConfigError, KvDtype, KvLayout, from_hf_config, from_preset
 
 Engine = Literal["vllm", "sglang"]
 ENGINES: tuple[str, ...] = ("vllm", "sglang")
@@ -65,21 +65,40 @@ class Workload(BaseModel):
                              "or give a custom spec {name, memory_bytes, hbm_bandwidth}")
         return v
 
+    @field_validator("preset")
+    @classmethod
+    def _known_preset(cls, v: str | None) -> str | None:
+        if v is not None and v not in PRESETS:
+            raise ValueError(f"unknown preset {v!r}; known: {', '.join(sorted(PRESETS))}")
+        return v
+
+    @field_validator("hf_config")
+    @classmethod
+    def _usable_config(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None:
+            try:
+                from_hf_config(v, "bf16")
+            except KvConfigError as exc:
+                raise ValueError(str(exc)) from None
+        return v
+
+    @field_validator("dcp_sizes")
+    @classmethod
+    def _dcp_divides(cls, v: list[int] | None, info: ValidationInfo) -> list[int] | None:
+        num_gpus = info.data.get("num_gpus")
+        if v and num_gpus:
+            bad = [d for d in v if num_gpus % d]
+            if bad:
+                raise ValueError(f"{bad} do not divide num_gpus {num_gpus} (DCP stripes the KV "
+                                 "over ranks of the tensor-parallel group)")
+        return v
+
     @model_validator(mode="after")
-    def _check(self) -> Workload:
+    def _one_kv_source(self) -> Workload:
         given = [k for k in ("kv_bytes_per_token", "hf_config", "preset") if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError("give exactly one of kv_bytes_per_token, hf_config or preset"
                              + (f" (got {', '.join(given)})" if given else ""))
-        if self.dcp_sizes:
-            bad = [d for d in self.dcp_sizes if self.num_gpus % d]
-            if bad:
-                raise ValueError(f"dcp_sizes: {bad} do not divide num_gpus {self.num_gpus} "
-                                 "(DCP stripes the KV over ranks of the TP group)")
-        try:
-            self.kv_layout()
-        except KvConfigError as exc:
-            raise ValueError(str(exc)) from None
         return self
 
     def gpu_spec(self) -> GpuSpec:

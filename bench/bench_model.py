@@ -1,0 +1,71 @@
+"""In-process speed of the cost model: one recommendation, and batched predictions.
+
+Usage: .venv/bin/python bench/bench_model.py [--workloads 10000] [--repeats 7]
+Targets (core issue): >= 1,000,000 (engine, dcp, workload) evaluations/s batched;
+<= 200 us for one recommendation in-process (validation included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+from model.batch import predict_grid
+from model.default import default_model
+from model.recommend import recommend
+from model.workload import Config, Workload
+
+SEED = {"output_tokens": 2048, "batch_size": 64, "kv_bytes_per_token": 70272, "gpu": "B300",
+        "num_gpus": 8}
+
+
+def bench_single(n: int, repeats: int) -> list[float]:
+    m = default_model()
+    payload = {**SEED, "context_tokens": 204_800}
+    recommend(m, Workload.model_validate(payload), m.version)  # warm-up
+    per_call = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            recommend(m, Workload.model_validate(payload), m.version)
+        per_call.append((time.perf_counter() - t0) / n)
+    return per_call
+
+
+def bench_batched(n_workloads: int, repeats: int) -> tuple[list[float], int]:
+    m = default_model()
+    rng = np.random.default_rng(0)
+    workloads = [Workload.model_validate({**SEED, "context_tokens": int(c)})
+                 for c in rng.integers(1024, 1_000_000, n_workloads)]
+    configs = [Config(e, d) for e in ("vllm", "sglang") for d in (1, 2, 4, 8)]
+    rates = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        pred = predict_grid(m, workloads, configs)
+        rates.append(len(pred.total) / (time.perf_counter() - t0))
+    return rates, len(workloads) * len(configs)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workloads", type=int, default=10_000)
+    ap.add_argument("--single", type=int, default=2_000, help="recommendations per repeat")
+    ap.add_argument("--repeats", type=int, default=7)
+    args = ap.parse_args()
+    single = bench_single(args.single, args.repeats)
+    rates, evals = bench_batched(args.workloads, args.repeats)
+    print(f"single recommendation (validate + recommend), {args.repeats} x {args.single} calls:")
+    print(f"  median {statistics.median(single) * 1e6:.0f} us, best {min(single) * 1e6:.0f} us"
+          f"  (target <= 200 us)")
+    print(f"batched predict_grid, {args.workloads:,} workloads x 8 configs = {evals:,} evaluations,"
+          f" {args.repeats} repeats:")
+    print(f"  median {statistics.median(rates):,.0f} evaluations/s, best {max(rates):,.0f}"
+          f"  (target >= 1,000,000)")
+    print("  (the batched time includes building the query from validated Workload objects)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cli.main import main
+from model.default import default_model
+from model.recommend import recommend
+from model.workload import Workload
+
+SEED = ["recommend", "--gpu", "B300", "--num-gpus", "8", "--kv-bytes-per-token", "70272",
+        "--batch-size", "64", "--output-tokens", "2048"]
+
+
+def run(capsys, *args):
+    code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize("ctx,engine,dcp", [(65536, "vllm", 1), (204800, "sglang", 8)])
+def test_json_is_exactly_the_contract_object(capsys, ctx, engine, dcp):
+    code, out, _ = run(capsys, *SEED, "--context-tokens", str(ctx), "--json")
+    assert code == 0
+    got = json.loads(out)
+    assert (got["engine"], got["dcp_size"], got["mem_fraction"]) == (engine, dcp, 0.92)
+    m = default_model()
+    w = Workload(context_tokens=ctx, output_tokens=2048, batch_size=64, kv_bytes_per_token=70272)
+    assert got == json.loads(recommend(m, w, m.version).model_dump_json())
+
+
+def test_table_output(capsys):
+    code, out, _ = run(capsys, *SEED, "--context-tokens", "204800")
+    assert code == 0
+    assert "Recommendation: sglang dcp 8, --mem-fraction-static 0.92" in out
+    assert "python -m sglang.launch_server --model-path MODEL --tp 8 --dcp-size 8" in out
+    assert "*sglang" in out
+
+
+def test_preset_and_hf_config(capsys, tmp_path):
+    code, out, _ = run(capsys, "recommend", "--context-tokens", "8192", "--output-tokens", "128",
+                       "--preset", "llama-3.1-70b", "--gpu", "H200", "--allow-extrapolation",
+                       "--json")
+    assert code == 0
+    rec = json.loads(out)
+    assert any(e["engine"] == "sglang" and e["dcp_size"] == 2 and "GQA" in e["reason"]
+               for e in rec["excluded"])
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"num_hidden_layers": 61, "kv_lora_rank": 512,
+                               "qk_rope_head_dim": 64, "num_attention_heads": 128}))
+    code, out, _ = run(capsys, *SEED[:5], "--hf-config", str(cfg), "--context-tokens", "65536",
+                       "--output-tokens", "2048", "--batch-size", "64", "--json")
+    assert code == 0 and json.loads(out)["engine"] == "vllm"
+
+
+BAD = [
+    (["--context-tokens", "0"], "--context-tokens: Input should be greater than 0"),
+    (["--context-tokens", "-3"], "--context-tokens: Input should be greater than 0"),
+    (["--context-tokens", "nan"], "argument --context-tokens: invalid int value: 'nan'"),
+    (["--context-tokens", "100000000000000"], "--context-tokens: Input should be less than"),
+    (["--context-tokens", "1000", "--batch-size", "0"], "--batch-size: Input should be greater"),
+    (["--context-tokens", "1000", "--dcp-sizes", "3"], "--dcp-sizes: [3] do not divide num_gpus 8"),
+    (["--context-tokens", "1000", "--gpu", "A100X"], "--gpu: unknown GPU 'A100X'"),
+    (["--context-tokens", "1000", "--num-gpus", "0"], "--num-gpus: Input should be greater"),
+    (["--context-tokens", "1000", "--kv-cache-dtype", "int3"], "--kv-cache-dtype: Input should be"),
+    (["--context-tokens", "1000", "--engines", "trtllm"], "--engines: Input should be 'vllm'"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_inputs_exit_2_with_the_flag_named(capsys, args, message):
+    base = ["recommend", "--output-tokens", "2048", "--kv-bytes-per-token", "70272"]
+    with pytest.raises(SystemExit) if "invalid int" in message else _nullcontext():
+        code, _, err = run(capsys, *base, *args)
+        assert code == 2
+        assert message in err, err
+        assert "Traceback" not in err
+    if "invalid int" in message:
+        assert message in capsys.readouterr().err
+
+
+class _nullcontext:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def test_bad_preset_and_config_files(capsys, tmp_path):
+    base = ["recommend", "--output-tokens", "8", "--context-tokens", "100"]
+    code, _, err = run(capsys, *base, "--preset", "gpt-9")
+    assert code == 2 and "--preset: unknown preset 'gpt-9'" in err
+    bad = tmp_path / "config.json"
+    bad.write_text("{broken")
+    code, _, err = run(capsys, *base, "--hf-config", str(bad))
+    assert code == 2 and f"--hf-config {bad}: not valid JSON" in err
+    code, _, err = run(capsys, *base, "--hf-config", str(tmp_path / "missing.json"))
+    assert code == 2 and "cannot read" in err
+    bad.write_text(json.dumps({"num_hidden_layers": 4}))
+    code, _, err = run(capsys, *base, "--hf-config", str(bad))
+    assert code == 2 and "--hf-config: hf_config.num_attention_heads: missing" in err
+
+
+def test_no_calibrated_config_is_a_clear_error(capsys):
+    code, _, err = run(capsys, "recommend", "--context-tokens", "1000", "--output-tokens", "8",
+                       "--kv-bytes-per-token", "70272", "--gpu", "H100")
+    assert code == 2
+    assert "no configuration is calibrated for H100 x 8" in err and "--allow-extrapolation" in err
+
+
+def test_console_script_runs_as_a_real_process():
+    exe = Path(sys.executable).with_name("engine-advisor")
+    proc = subprocess.run([str(exe), *SEED, "--context-tokens", "65536", "--json"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["engine"] == "vllm"
+    bad = subprocess.run([str(exe), *SEED, "--context-tokens", "0"], capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.startswith("engine-advisor: error: --context-tokens")

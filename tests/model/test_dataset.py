@@ -1,0 +1,60 @@
+import pytest
+
+from model.dataset import (COLUMNS, DatasetError, Measurement, dataset_sha256, parse_csv,
+                           read_csv, write_csv)
+from model.default import REFERENCE_CSV
+
+ROW = Measurement(engine="vllm", gpu="b300", num_gpus=8, dcp_size=1, mem_fraction=0.92,
+                  context_tokens=65536, output_tokens=2048, batch_size=64,
+                  kv_bytes_per_token=70272, total_s=100.5, tpot_s=0.045, source="t")
+
+
+def test_reference_data_states_its_assumptions_and_parses():
+    text = REFERENCE_CSV.read_text()
+    for fact in ("65,536", "204,800", "70,272", "64 concurrent sequences", "2,048 output tokens",
+                 "tensor parallel 8", "0.95", "0.92"):
+        assert fact in text
+    rows = read_csv(REFERENCE_CSV)
+    assert len([r for r in rows if r.total_s]) == 4
+    assert {r.mem_fraction for r in rows if r.unsafe} == {0.95}
+
+
+def test_round_trip(tmp_path):
+    path = tmp_path / "d.csv"
+    write_csv(path, [ROW, ROW.model_copy(update={"engine": "sglang", "dcp_size": 8})])
+    back = read_csv(path)
+    assert back[0] == ROW and back[0].gpu == "B300"
+    assert back[1].engine == "sglang"
+    assert dataset_sha256(back) == dataset_sha256([ROW, back[1]])
+
+
+@pytest.mark.parametrize("line,message", [
+    ("vllm,,B300,8,1,0.92,65536,2048,64,70272,1,,,-1,0,0,x", "total_s: Input should be greater than 0"),
+    ("trtllm,,B300,8,1,0.92,65536,2048,64,70272,1,,,1,0,0,x", "engine: Value error, unknown engine"),
+    ("vllm,,B300,8,1,1.5,65536,2048,64,70272,1,,,1,0,0,x", "mem_fraction: Input should be less"),
+    ("vllm,,B300,8,1,0.92,65536,2048,64,70272,1,,,nan,0,0,x", "total_s: Input should be a finite"),
+    ("vllm,,B300,8,1", "expected 17 cells, got 5"),
+])
+def test_bad_rows_name_file_line_and_field(line, message):
+    text = ",".join(COLUMNS) + "\n# comment\n" + line + "\n"
+    with pytest.raises(DatasetError) as exc:
+        parse_csv(text, "runs/x.csv")
+    assert str(exc.value).startswith("runs/x.csv:3: ")
+    assert message in str(exc.value)
+
+
+def test_bad_headers():
+    with pytest.raises(DatasetError, match="lacks required columns"):
+        parse_csv("engine,gpu\nvllm,B300\n")
+    with pytest.raises(DatasetError, match="unknown columns"):
+        parse_csv(",".join(COLUMNS) + ",colour\n")
+    with pytest.raises(DatasetError, match="empty dataset"):
+        parse_csv("# nothing\n")
+
+
+def test_unreadable_file(tmp_path):
+    with pytest.raises(DatasetError, match="cannot read"):
+        read_csv(tmp_path / "missing.csv")
+    (tmp_path / "bin.csv").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(DatasetError, match="not UTF-8"):
+        read_csv(tmp_path / "bin.csv")

@@ -1,0 +1,93 @@
+"""Acceptance of the core issue: the embedded default reproduces the published B300 benchmark."""
+
+import pytest
+
+from model.default import default_model
+from model.recommend import recommend
+from model.workload import Workload
+
+PUBLISHED = [("vllm", 1, 65_536, 100.5), ("vllm", 1, 204_800, 295.2),
+             ("sglang", 8, 65_536, 150.8), ("sglang", 8, 204_800, 225.3)]
+
+
+def seed(context: int, **kw) -> Workload:
+    return Workload(context_tokens=context, output_tokens=2048, batch_size=64,
+                    kv_bytes_per_token=70_272, gpu="B300", num_gpus=8, **kw)
+
+
+def _pred(rec, engine, dcp):
+    return next(p for p in rec.predictions if (p.engine, p.dcp_size) == (engine, dcp))
+
+
+@pytest.mark.parametrize("engine,dcp,context,seconds", PUBLISHED)
+def test_published_times_within_5_percent(engine, dcp, context, seconds):
+    m = default_model()
+    p = _pred(recommend(m, seed(context), m.version), engine, dcp)
+    assert abs(p.total_s / seconds - 1) < 0.05
+    assert p.calibrated and not p.extrapolated
+    assert p.interval_s[0] <= p.total_s <= p.interval_s[1]
+    assert p.prefill_s + p.decode_s == pytest.approx(p.total_s)
+
+
+def test_recommends_vllm_at_64k_and_sglang_dcp8_at_200k():
+    m = default_model()
+    short, long = recommend(m, seed(65_536), m.version), recommend(m, seed(204_800), m.version)
+    assert (short.engine, short.dcp_size) == ("vllm", 1)
+    assert (long.engine, long.dcp_size) == ("sglang", 8)
+    assert short.speedup == pytest.approx(150.8 / 100.5, rel=0.05)
+    assert long.speedup == pytest.approx(295.2 / 225.3, rel=0.05)
+    for rec in (short, long):
+        assert 65_536 < rec.crossover_context_tokens < 204_800
+        assert rec.mem_fraction == 0.92
+    assert short.mem_fraction_flag == "--gpu-memory-utilization"
+    assert long.mem_fraction_flag == "--mem-fraction-static"
+    assert long.launch_command[:3] == ["python", "-m", "sglang.launch_server"]
+    assert long.launch_command[long.launch_command.index("--dcp-size") + 1] == "8"
+    assert short.launch_command[:2] == ["vllm", "serve"]
+    assert "--decode-context-parallel-size" not in short.launch_command
+
+
+def test_crossover_matches_linear_fit_of_the_table():
+    # reference.md: a linear fit per engine through the two points crosses near 122K tokens.
+    m = default_model()
+    cross = recommend(m, seed(100_000), m.version).crossover_context_tokens
+    assert cross == pytest.approx(122_000, rel=0.03)
+
+
+def test_never_recommends_a_fraction_that_caused_oom():
+    m = default_model()
+    for ctx in (8192, 65_536, 150_000, 204_800):
+        rec = recommend(m, seed(ctx), m.version)
+        assert rec.mem_fraction < 0.95
+        assert all(p.mem_fraction < 0.95 for p in rec.predictions)
+
+
+def test_uncalibrated_configurations_are_listed_not_chosen():
+    m = default_model()
+    rec = recommend(m, seed(204_800), m.version)
+    pairs = {(p.engine, p.dcp_size): p for p in rec.predictions}
+    assert set(pairs) == {(e, d) for e in ("vllm", "sglang") for d in (1, 2, 4, 8)}
+    assert not pairs[("vllm", 8)].calibrated
+    chosen = pairs[(rec.engine, rec.dcp_size)]
+    assert chosen.calibrated
+    # Uncalibrated intervals are wider than calibrated ones (relative width).
+    def width(p):
+        return (p.interval_s[1] - p.interval_s[0]) / p.total_s
+    assert width(pairs[("sglang", 4)]) > 2 * width(chosen)
+
+
+def test_allow_extrapolation_can_choose_an_uncalibrated_config():
+    m = default_model()
+    rec = recommend(m, seed(204_800, allow_extrapolation=True), m.version)
+    best = min(rec.predictions, key=lambda p: p.total_s)
+    assert (rec.engine, rec.dcp_size) == (best.engine, best.dcp_size)
+    if not best.calibrated:
+        assert rec.confidence == "low"
+        assert any("extrapolated" in r for r in rec.reasons)
+
+
+def test_reasons_explain_the_bottleneck():
+    m = default_model()
+    rec = recommend(m, seed(204_800), m.version)
+    text = " ".join(rec.reasons)
+    assert "KV cache" in text and "DCP 8" in text and "0.92" in text and "0.95" in text
