@@ -1,0 +1,278 @@
+"""Capacity planning: how many nodes a traffic mix needs under a latency SLO.
+
+Queueing assumption (also returned in every plan's ``assumptions``):
+
+- One instance per node, tensor parallel over the node's ``gpus_per_node`` GPUs.
+- An instance runs at a steady concurrency ``B`` (sequences in flight). Its per-request latency
+  is the cost model's predicted wall time of a batch of ``B`` such sequences (``total_s``): every
+  request is charged the prefill of all ``B`` sequences plus ``output_tokens - 1`` decode steps at
+  concurrency ``B``. For continuous batching this is conservative.
+- ``B`` is the largest concurrency whose predicted TPOT and end-to-end time meet the SLO and
+  whose KV demand ``B x (context + output)`` fits in the instance's KV capacity (and at most
+  ``max_concurrency``). Larger ``B`` amortises each decode step's fixed cost, so it maximises
+  throughput per GPU within the SLO.
+- Little's law: requests in flight = ``rps x E2E(B)``. An instance holds ``B`` of them, kept at
+  an average utilisation of ``headroom`` (< 1 leaves room for bursts), so
+  ``instances = ceil(rps x E2E(B) / (B x headroom))``.
+- Each class gets its own pool (its best configuration); ``total_nodes`` is the sum.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from model.costmodel import CostModel
+from model.hardware import GpuSpec
+from model.kv import KvDtype
+from model.memory import MEM_FLAGS
+from model.recommend import Evaluated, candidates, evaluate, launch_command
+from model.workload import (MAX_BATCH, MAX_CONTEXT, MAX_OUTPUT, Config, Engine, Requirements,
+                            Workload)
+
+MAX_CLASSES = 64
+ASSUMPTIONS = [
+    "one instance per node, tensor parallel over the node's GPUs",
+    "an instance runs at a steady concurrency B; a request's end-to-end time is the predicted "
+    "wall time of a batch of B such sequences (conservative for continuous batching)",
+    "B is the largest concurrency meeting the SLO (predicted TPOT and end-to-end) whose KV demand "
+    "B x (context + output) fits in the instance's KV capacity, at most max_concurrency",
+    "Little's law: in flight = rps x E2E(B); instances = ceil(rps x E2E(B) / (B x headroom))",
+    "each class runs in its own pool of nodes; total_nodes is the sum over classes",
+]
+
+
+class TrafficClass(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+    context_tokens: Annotated[int, Field(gt=0, le=MAX_CONTEXT, description="prompt tokens")]
+    output_tokens: Annotated[int, Field(gt=0, le=MAX_OUTPUT, description="output tokens")]
+    requests_per_second: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)]
+
+
+class Slo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_tpot_s: Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False,
+                                       description="max time per output token")] | None = None
+    max_e2e_s: Annotated[float, Field(gt=0, le=1e7, allow_inf_nan=False,
+                                      description="max end-to-end seconds per request")] | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> Slo:
+        if self.max_tpot_s is None and self.max_e2e_s is None:
+            raise ValueError("give max_tpot_s and/or max_e2e_s")
+        return self
+
+
+class PlanRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    classes: Annotated[list[TrafficClass], Field(min_length=1, max_length=MAX_CLASSES)]
+    gpu: str | GpuSpec = "B300"
+    gpus_per_node: Annotated[int, Field(gt=0, le=64)] = 8
+    kv_bytes_per_token: Annotated[int, Field(gt=0, le=1 << 26)] | None = None
+    hf_config: dict[str, Any] | None = None
+    preset: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+    kv_cache_dtype: KvDtype = "bf16"
+    model_weight_bytes: Annotated[float, Field(gt=0, lt=1e14, allow_inf_nan=False)] | None = None
+    model: Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[\w./:@+-]+$")] | None = None
+    slo: Slo
+    engines: Annotated[list[Engine], Field(min_length=1, max_length=2)] | None = None
+    dcp_sizes: Annotated[list[Annotated[int, Field(gt=0, le=64)]],
+                         Field(min_length=1, max_length=16)] | None = None
+    requirements: Requirements | None = None
+    allow_extrapolation: bool = False
+    headroom: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False,
+                                     description="target average utilisation of B")] = 0.8
+    max_concurrency: Annotated[int, Field(gt=0, le=MAX_BATCH)] = 4096
+
+    @model_validator(mode="after")
+    def _check(self) -> PlanRequest:
+        try:
+            self.workload(self.classes[0])
+        except ValidationError as exc:
+            raise ValueError("; ".join(
+                (".".join(str(p) for p in e["loc"]) + ": " if e["loc"] else "")
+                + e["msg"].removeprefix("Value error, ") for e in exc.errors())) from None
+        return self
+
+    def workload(self, c: TrafficClass) -> Workload:
+        """The class as a recommendation workload at concurrency 1 on one node."""
+        fields = ("gpu", "kv_bytes_per_token", "hf_config", "preset", "kv_cache_dtype",
+                  "model_weight_bytes", "model", "engines", "dcp_sizes", "requirements",
+                  "allow_extrapolation")
+        data = {k: getattr(self, k) for k in fields if getattr(self, k) is not None}
+        return Workload.model_validate({**data, "context_tokens": c.context_tokens,
+                                        "output_tokens": c.output_tokens, "batch_size": 1,
+                                        "num_gpus": self.gpus_per_node})
+
+
+class Option(BaseModel):
+    engine: str
+    dcp_size: int
+    mem_fraction: float
+    concurrency: int
+    instances: int
+    predicted_tpot_s: float
+    predicted_e2e_s: float
+    limited_by: str
+
+
+class ClassPlan(BaseModel):
+    index: int
+    name: str | None
+    context_tokens: int
+    output_tokens: int
+    requests_per_second: float
+    engine: str
+    dcp_size: int
+    mem_fraction: float
+    mem_fraction_flag: str
+    concurrency: int
+    limited_by: str
+    instances: int
+    gpus: int
+    nodes: int
+    predicted_tpot_s: float
+    predicted_e2e_s: float
+    e2e_interval_s: tuple[float, float]
+    calibrated: bool
+    extrapolated: bool
+    kv_capacity_tokens: int
+    instance_requests_per_s: float
+    requests_per_s_per_gpu: float
+    output_tokens_per_s_per_gpu: float
+    utilisation: float
+    launch_command: list[str]
+    alternatives: list[Option]
+
+
+class Unserved(BaseModel):
+    index: int
+    name: str | None
+    reason: str
+
+
+class PlanResult(BaseModel):
+    classes: list[ClassPlan]
+    unserved: list[Unserved]
+    total_nodes: int
+    total_gpus: int
+    gpus_per_node: int
+    headroom: float
+    assumptions: list[str]
+    model_version: str
+
+
+def _at(model: CostModel, w: Workload, layout, config: Config, batch: int) -> Evaluated:
+    return evaluate(model, w.model_copy(update={"batch_size": batch}), layout, [config])[0]
+
+
+def _violation(e: Evaluated, slo: Slo) -> str | None:
+    p = e.pred
+    if slo.max_tpot_s is not None and p.tpot_s > slo.max_tpot_s:
+        return f"TPOT {p.tpot_s * 1e3:.1f} ms > {slo.max_tpot_s * 1e3:.1f} ms"
+    if slo.max_e2e_s is not None and p.total_s > slo.max_e2e_s:
+        return f"end-to-end {p.total_s:.2f} s > {slo.max_e2e_s:.2f} s"
+    return None
+
+
+def _best_concurrency(model: CostModel, w: Workload, layout, e1: Evaluated, req: PlanRequest
+                      ) -> tuple[Evaluated, int, str] | str:
+    """(evaluation at B, B, what limits B) or the reason the config cannot meet the SLO."""
+    per_seq = w.context_tokens + w.output_tokens
+    kv_max = e1.pred.kv_capacity_tokens // per_seq
+    label = f"{e1.config.engine} dcp {e1.config.dcp_size}"
+    if kv_max < 1:
+        return (f"{label}: one sequence needs {per_seq:,} KV tokens, the instance holds "
+                f"{e1.pred.kv_capacity_tokens:,}")
+    why = _violation(e1, req.slo)
+    if why:
+        return f"{label}: even one sequence at a time misses the SLO ({why})"
+    cap = min(kv_max, req.max_concurrency)
+    lo, best, hi = 1, e1, cap + 1  # ok(lo), not ok(hi) or beyond the cap
+    step = 1
+    while lo + step < hi:  # grow geometrically, then bisect
+        e = _at(model, w, layout, e1.config, lo + step)
+        if _violation(e, req.slo):
+            hi = lo + step
+            break
+        lo, best, step = lo + step, e, step * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        e = _at(model, w, layout, e1.config, mid)
+        if _violation(e, req.slo):
+            hi = mid
+        else:
+            lo, best = mid, e
+    if lo == kv_max:
+        limit = "kv_capacity"
+    elif lo == req.max_concurrency:
+        limit = "max_concurrency"
+    else:
+        nxt = _violation(_at(model, w, layout, e1.config, lo + 1), req.slo) or ""
+        limit = "slo_tpot" if nxt.startswith("TPOT") else "slo_e2e"
+    return best, lo, limit
+
+
+def _plan_class(model: CostModel, req: PlanRequest, i: int, c: TrafficClass,
+                version: str) -> ClassPlan | Unserved:
+    w = req.workload(c)
+    layout = w.kv_layout()
+    configs, excluded = candidates(model, w, layout)
+    reasons = [f"{x.engine}" + (f" dcp {x.dcp_size}" if x.dcp_size else "") + f": {x.reason}"
+               for x in excluded]
+    options = []
+    for e1 in evaluate(model, w, layout, configs):
+        if not e1.eligible:
+            reasons.append(f"{e1.config.engine} dcp {e1.config.dcp_size}: not calibrated for "
+                           f"{w.gpu_spec().name} x {w.num_gpus} (allow_extrapolation)")
+            continue
+        found = _best_concurrency(model, w, layout, e1, req)
+        if isinstance(found, str):
+            reasons.append(found)
+            continue
+        e, b, limit = found
+        instances = max(1, math.ceil(c.requests_per_second * e.pred.total_s / (b * req.headroom)))
+        options.append((instances, e.pred.total_s, e, b, limit))
+    if not options:
+        return Unserved(index=i, name=c.name, reason="no configuration meets the SLO: "
+                        + ("; ".join(reasons) or "no candidate configuration"))
+    options.sort(key=lambda o: (o[0], o[1]))
+    instances, e2e, e, b, limit = options[0]
+    p = e.pred
+    gpus = instances * req.gpus_per_node
+    rate = b / e2e
+    cmd = launch_command(e.config.engine, e.config.dcp_size, p.mem_fraction, w)
+    cmd += (["--max-num-seqs", str(b)] if e.config.engine == "vllm"
+            else ["--max-running-requests", str(b)])
+    return ClassPlan(
+        index=i, name=c.name, context_tokens=c.context_tokens, output_tokens=c.output_tokens,
+        requests_per_second=c.requests_per_second, engine=e.config.engine,
+        dcp_size=e.config.dcp_size, mem_fraction=p.mem_fraction,
+        mem_fraction_flag=MEM_FLAGS[e.config.engine], concurrency=b, limited_by=limit,
+        instances=instances, gpus=gpus, nodes=instances, predicted_tpot_s=p.tpot_s,
+        predicted_e2e_s=e2e, e2e_interval_s=p.interval_s, calibrated=p.calibrated,
+        extrapolated=p.extrapolated, kv_capacity_tokens=p.kv_capacity_tokens,
+        instance_requests_per_s=rate, requests_per_s_per_gpu=rate / req.gpus_per_node,
+        output_tokens_per_s_per_gpu=rate * c.output_tokens / req.gpus_per_node,
+        utilisation=c.requests_per_second * e2e / (instances * b), launch_command=cmd,
+        alternatives=[Option(engine=o[2].config.engine, dcp_size=o[2].config.dcp_size,
+                             mem_fraction=o[2].pred.mem_fraction, concurrency=o[3],
+                             instances=o[0], predicted_tpot_s=o[2].pred.tpot_s,
+                             predicted_e2e_s=o[1], limited_by=o[4]) for o in options[1:]])
+
+
+def plan(model: CostModel, req: PlanRequest, version: str) -> PlanResult:
+    served, unserved = [], []
+    for i, c in enumerate(req.classes):
+        out = _plan_class(model, req, i, c, version)
+        (served if isinstance(out, ClassPlan) else unserved).append(out)
+    nodes = sum(p.nodes for p in served)
+    return PlanResult(classes=served, unserved=unserved, total_nodes=nodes,
+                      total_gpus=nodes * req.gpus_per_node, gpus_per_node=req.gpus_per_node,
+                      headroom=req.headroom, assumptions=ASSUMPTIONS, model_version=version)

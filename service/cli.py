@@ -1,0 +1,96 @@
+"""``engine-advisor serve`` (the REST service under uvicorn) and ``engine-advisor openapi``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+DEFAULT_OPENAPI = Path(__file__).resolve().parent.parent / "openapi.yaml"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="run the REST service",
+                       description="Run the REST service with uvicorn. Options override the "
+                                   "ENGINE_ADVISOR_* environment settings; the admin token is "
+                                   "read from ENGINE_ADVISOR_ADMIN_TOKEN only.")
+    p.add_argument("--host", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default 8000)")
+    p.add_argument("--workers", type=int, help="worker processes (default 1)")
+    p.add_argument("--model", metavar="PATH", help="model artifact (default: embedded model)")
+    p.add_argument("--models-dir", metavar="DIR",
+                   help="directory whose artifacts POST /v1/model/reload may load")
+    p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--access-log", action="store_true", help="log every request (default off)")
+    p.set_defaults(handler=run_serve)
+
+    o = sub.add_parser("openapi", help="write openapi.yaml from the app",
+                       description="Regenerate the OpenAPI document of the REST service.")
+    o.add_argument("--out", default=str(DEFAULT_OPENAPI), metavar="PATH",
+                   help="where to write it (default: openapi.yaml at the repository top)")
+    o.set_defaults(handler=run_openapi)
+
+
+def _settings(args: argparse.Namespace):
+    from pydantic import ValidationError
+
+    from cli.common import validation_message
+    from cli.main import CliError
+    from service.settings import Settings
+
+    over = {k: v for k, v in (("host", args.host), ("port", args.port),
+                              ("workers", args.workers), ("model_path", args.model),
+                              ("models_dir", args.models_dir), ("log_level", args.log_level))
+            if v is not None}
+    try:
+        return Settings(**over)
+    except ValidationError as exc:
+        flags = {"host": "--host", "port": "--port", "workers": "--workers",
+                 "model_path": "--model", "models_dir": "--models-dir"}
+        raise CliError(validation_message(exc, flags)) from None
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from cli.main import CliError
+    from model.artifact import ArtifactError
+    from service.holder import load_artifact
+
+    settings = _settings(args)
+    if settings.model_path is not None:
+        try:  # fail here with a clear message rather than in the worker's startup
+            load_artifact(settings.model_path)
+        except ArtifactError as exc:
+            raise CliError(str(exc)) from None
+    if settings.models_dir is not None and not settings.models_dir.is_dir():
+        raise CliError(f"--models-dir {settings.models_dir}: not a directory")
+    # Workers build the app from the environment (uvicorn factory), so pass settings there.
+    for name, value in settings.model_dump(exclude={"admin_token"}).items():
+        key = f"ENGINE_ADVISOR_{name.upper()}"
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = str(value)
+    uvicorn.run("service.main:app_from_env", factory=True, host=settings.host,
+                port=settings.port, workers=settings.workers, log_level=settings.log_level,
+                access_log=args.access_log, server_header=False)
+    return 0
+
+
+def openapi_yaml() -> str:
+    import yaml
+
+    from service.main import create_app
+    from service.settings import Settings
+
+    spec = create_app(Settings(_env_file=None)).openapi()
+    return yaml.safe_dump(spec, sort_keys=False, allow_unicode=True, width=100)
+
+
+def run_openapi(args: argparse.Namespace) -> int:
+    from model.artifact import atomic_write
+
+    atomic_write(Path(args.out), openapi_yaml().encode("utf-8"))
+    print(f"wrote {args.out}")
+    return 0

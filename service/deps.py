@@ -1,0 +1,54 @@
+"""Dependencies as ``Annotated`` aliases: ``def route(model: ModelDep, settings: SettingsDep)``."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from service.errors import ApiError
+from service.holder import LoadedModel, ModelHolder
+from service.metrics import Metrics
+from service.settings import Settings
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def get_holder(request: Request) -> ModelHolder:
+    return request.app.state.holder
+
+
+def get_model(request: Request) -> LoadedModel:
+    """A snapshot of the loaded model for the whole request (reloads swap the holder)."""
+    holder = getattr(request.app.state, "holder", None)
+    if holder is None:
+        raise ApiError(503, "the model is not loaded yet")
+    return holder.current
+
+
+def get_metrics(request: Request) -> Metrics:
+    return request.app.state.metrics
+
+
+def require_admin(request: Request) -> None:
+    token = get_settings(request).admin_token
+    if token is None or not token.get_secret_value():
+        raise ApiError(403, "admin routes are disabled: no admin token is configured "
+                            "(set ENGINE_ADVISOR_ADMIN_TOKEN)")
+    auth = request.headers.get("authorization", "")
+    scheme, _, given = auth.partition(" ")
+    if scheme.lower() != "bearer" or not given.strip():
+        raise ApiError(401, "missing bearer token: send 'Authorization: Bearer <admin token>'",
+                       param="authorization", headers={"WWW-Authenticate": "Bearer"})
+    if not hmac.compare_digest(given.strip().encode(), token.get_secret_value().encode()):
+        raise ApiError(403, "invalid admin token", param="authorization")
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+HolderDep = Annotated[ModelHolder, Depends(get_holder)]
+ModelDep = Annotated[LoadedModel, Depends(get_model)]
+MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+AdminDep = Annotated[None, Depends(require_admin)]

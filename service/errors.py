@@ -1,0 +1,113 @@
+"""One error envelope for every 4xx/5xx: ``{"error": {"message", "type", "param", "code"}}``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger("engine_advisor.service")
+
+TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+         404: "not_found_error", 405: "invalid_request_error", 413: "request_too_large",
+         422: "invalid_request_error", 503: "service_unavailable"}
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: int | str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail
+
+
+class ApiError(Exception):
+    """An error the routes raise on purpose; rendered as the envelope."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None,
+                 type: str | None = None, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param = status, message, param
+        self.type = type or TYPES.get(status, "error")
+        self.headers = headers
+
+    def detail(self) -> ErrorDetail:
+        return ErrorDetail(message=self.message, type=self.type, param=self.param,
+                           code=self.status)
+
+
+def envelope(status: int, message: str, *, param: str | None = None, type: str | None = None,
+             headers: dict[str, str] | None = None) -> JSONResponse:
+    body = {"error": {"message": message, "type": type or TYPES.get(status, "error"),
+                      "param": param, "code": status}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def field_path(loc: tuple[Any, ...] | list[Any]) -> str:
+    """'body.classes.0.context_tokens' -> 'classes.0.context_tokens'."""
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in ("body", "query", "path", "header"):
+        parts = parts[1:]
+    return ".".join(parts)
+
+
+def _reason(err: dict[str, Any]) -> str:
+    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    if err.get("type") == "json_invalid":
+        msg = f"invalid JSON ({(err.get('ctx') or {}).get('error', 'decode error')})"
+    return msg
+
+
+def validation_detail(errors: list[dict[str, Any]], prefix: str = "") -> tuple[str, str | None]:
+    """(message, param) of a list of pydantic errors: 'path: reason; path: reason'."""
+    parts, first = [], None
+    for err in errors[:10]:
+        path = field_path(err.get("loc", ()))
+        if err.get("type") == "json_invalid":
+            path = ""
+        path = ".".join(p for p in (prefix, path) if p)
+        first = first if first is not None else (path or None)
+        parts.append(f"{path}: {_reason(err)}" if path else _reason(err))
+    if len(errors) > 10:
+        parts.append(f"... and {len(errors) - 10} more")
+    return "; ".join(parts) or "invalid request", first
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api(_: Request, exc: ApiError) -> JSONResponse:
+        return envelope(exc.status, exc.message, param=exc.param, type=exc.type,
+                        headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        message, param = validation_detail(list(exc.errors()))
+        return envelope(422, message, param=param)
+
+    @app.exception_handler(ValidationError)
+    async def _pydantic(_: Request, exc: ValidationError) -> JSONResponse:
+        message, param = validation_detail(exc.errors())
+        return envelope(422, message, param=param)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        return envelope(exc.status_code, message, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return envelope(500, "internal error; see the server log", type="server_error")
+
+
+def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """``responses=`` for a route: each code documented with the envelope."""
+    return {c: {"model": ErrorResponse, "description": TYPES.get(c, "error")} for c in codes}

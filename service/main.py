@@ -1,0 +1,73 @@
+"""Assembles the FastAPI app: settings, lifespan (model loaded once), middleware, routers."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+from starlette.middleware import Middleware
+
+from service import errors
+from service.holder import ModelHolder, load_artifact, load_default
+from service.metrics import Metrics
+from service.middleware import BodyLimitMiddleware, MetricsMiddleware, RequestIdMiddleware
+from service.routes import admin, crossover, health, plan, predict, recommend
+from service.settings import Settings
+
+ROUTERS = (recommend.router, predict.router, crossover.router, plan.router, admin.router,
+           health.router)
+
+
+def operation_id(route: APIRoute) -> str:
+    """Stable operation ids (the route function's name) keep openapi.yaml diffable."""
+    return route.name
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    settings: Settings = app.state.settings
+    if getattr(app.state, "holder", None) is None:
+        loaded = (load_artifact(settings.model_path) if settings.model_path is not None
+                  else load_default())
+        app.state.holder = ModelHolder(loaded)
+    current = app.state.holder.current
+    app.state.metrics.set_model(current.version, current.source)
+    yield
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    metrics = Metrics()
+    app = FastAPI(
+        title="engine-advisor",
+        summary="Choose vLLM or SGLang, the DCP size and the memory fraction for long-context "
+                "serving, from a calibrated cost model.",
+        version=_version(),
+        lifespan=lifespan,
+        generate_unique_id_function=operation_id,
+        middleware=[Middleware(RequestIdMiddleware), Middleware(MetricsMiddleware, metrics=metrics),
+                    Middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)],
+    )
+    app.state.settings = settings
+    app.state.metrics = metrics
+    app.state.holder = None
+    errors.install(app)
+    for router in ROUTERS:
+        app.include_router(router)
+    return app
+
+
+def app_from_env() -> FastAPI:
+    """uvicorn factory (``service.main:app_from_env``): settings from ENGINE_ADVISOR_*."""
+    return create_app(Settings())
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("engine-advisor")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"

@@ -1,0 +1,112 @@
+"""Pure-ASGI middleware: request ids, metrics, request body cap."""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+
+from fastapi import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.errors import envelope
+from service.metrics import Metrics
+
+SAFE_ID = re.compile(rb"[A-Za-z0-9._:\-]{1,128}")
+REQUEST_ID = b"x-request-id"
+
+
+class RequestIdMiddleware:
+    """Echo a safe incoming ``X-Request-Id`` or create one; anything else is replaced, so a
+    client can never put its own bytes (CR/LF, other headers) into the response."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rid = None
+        for k, v in scope["headers"]:
+            if k == REQUEST_ID:
+                rid = v if SAFE_ID.fullmatch(v) else None
+                break
+        rid = rid or uuid.uuid4().hex.encode()
+        scope.setdefault("state", {})["request_id"] = rid.decode()
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [h for h in message.get("headers", []) if h[0].lower() != REQUEST_ID]
+                message["headers"] = [*headers, (REQUEST_ID, rid)]
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
+
+
+class MetricsMiddleware:
+    """Count and time requests by route template (``/v1/recommend``), never by raw path."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 500
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            self.metrics.observe(scope["method"], template, status, time.perf_counter() - start)
+
+
+class BodyLimitMiddleware:
+    """Refuse bodies over ``limit`` bytes with 413: at once when Content-Length says so, and
+    while streaming otherwise (chunked bodies, or a Content-Length that lies)."""
+
+    def __init__(self, app: ASGIApp, limit: int):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for k, v in scope["headers"]:
+            if k == b"content-length":
+                try:
+                    declared = int(v)
+                except ValueError:
+                    await envelope(400, "Content-Length is not an integer",
+                                   param="content-length")(scope, receive, send)
+                    return
+                if declared > self.limit:
+                    await envelope(413, self._message(declared))(scope, receive, send)
+                    return
+                break
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise HTTPException(413, self._message(seen, streamed=True))
+            return message
+
+        await self.app(scope, counted, send)
+
+    def _message(self, size: int, streamed: bool = False) -> str:
+        got = f"more than {self.limit:,} bytes arrived" if streamed else f"{size:,} bytes declared"
+        return f"request body too large: {got}; the limit is {self.limit:,} bytes"

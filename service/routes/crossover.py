@@ -1,0 +1,66 @@
+"""POST /v1/crossover: where the best engine changes as the context grows."""
+
+from __future__ import annotations
+
+import numpy as np
+from fastapi import APIRouter
+
+from model.recommend import candidates, crossovers, evaluate, total_curves
+from service.deps import ModelDep
+from service.errors import ApiError, error_responses
+from service.schemas import ConfigRef, CrossoverRequest, CrossoverResponse, Crossing, Curve
+
+router = APIRouter(prefix="/v1/crossover", tags=["crossover"])
+
+SEARCH_POINTS = 256
+DEFAULT_POINTS = 16
+
+
+def _crossings(grid: np.ndarray, totals: np.ndarray, refs: list[list[ConfigRef]]) -> list[Crossing]:
+    """``refs[row][i]``: the configuration that row stands for at grid point i."""
+    out = []
+    for x, a, b in crossovers(grid, totals):
+        i = int(np.clip(np.searchsorted(grid, x) - 1, 0, len(grid) - 2))
+        out.append(Crossing(context_tokens=x, before=refs[a][i], after=refs[b][i + 1]))
+    return out
+
+
+@router.post("", response_model=CrossoverResponse, responses=error_responses(413, 422),
+             summary="Context length where the best engine changes, with time-vs-context curves")
+async def crossover(body: CrossoverRequest, loaded: ModelDep) -> CrossoverResponse:
+    model = loaded.model
+    lo, hi = body.context_range
+    w = body.model_copy(update={"context_tokens": lo})
+    layout = w.kv_layout()
+    configs, excluded = candidates(model, w, layout)
+    evals = evaluate(model, w, layout, configs)
+    ok = [e for e in evals if e.eligible]
+    if not ok:
+        why = "; ".join(f"{x.engine}: {x.reason}" for x in excluded) if not configs else (
+            "no configuration is calibrated for this hardware; set allow_extrapolation")
+        raise ApiError(422, f"no configuration to compare: {why}",
+                       param="requirements" if not configs else "allow_extrapolation")
+    cfgs = [e.config for e in ok]
+    labels = [ConfigRef(engine=c.engine, dcp_size=c.dcp_size) for c in cfgs]
+    grid = np.geomspace(lo, hi, SEARCH_POINTS)
+    totals = total_curves(model, w, layout, cfgs, grid)
+    config_refs = [[lab] * len(grid) for lab in labels]
+    engines = sorted({c.engine for c in cfgs})
+    env, env_refs = [], []
+    for eng in engines:  # each engine at its best DCP size, point by point
+        rows = [i for i, c in enumerate(cfgs) if c.engine == eng]
+        arg = np.array(rows)[np.argmin(totals[rows], axis=0)]
+        env.append(totals[arg, np.arange(len(grid))])
+        env_refs.append([labels[j] for j in arg])
+    engine_x = _crossings(grid, np.array(env), env_refs) if len(engines) > 1 else []
+    points = sorted(set(body.points or np.unique(np.geomspace(lo, hi, DEFAULT_POINTS)
+                                                 .round().astype(int)).tolist()))
+    at = total_curves(model, w, layout, cfgs, np.array(points, dtype=float))
+    best = [labels[j] for j in np.argmin(at, axis=0)]
+    curves = [Curve(engine=c.engine, dcp_size=c.dcp_size, calibrated=e.pred.calibrated,
+                    total_s=at[k].tolist()) for k, (c, e) in enumerate(zip(cfgs, ok, strict=True))]
+    return CrossoverResponse(
+        context_range=(lo, hi),
+        crossover_context_tokens=engine_x[0].context_tokens if engine_x else None,
+        engine_crossovers=engine_x, config_crossovers=_crossings(grid, totals, config_refs),
+        points=points, best=best, curves=curves, excluded=excluded, model_version=loaded.version)

@@ -1,0 +1,32 @@
+"""GET /healthz (alive), /readyz (model loaded), /metrics (Prometheus)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from service.deps import MetricsDep
+from service.errors import ApiError, error_responses
+from service.schemas import Health
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", response_model=Health, summary="Liveness")
+async def healthz() -> Health:
+    return Health(status="ok")
+
+
+@router.get("/readyz", response_model=Health, responses=error_responses(503),
+            summary="Readiness: the model is loaded")
+async def readyz(request: Request) -> Health:
+    holder = getattr(request.app.state, "holder", None)
+    if holder is None:
+        raise ApiError(503, "the model is not loaded yet")
+    return Health(status="ready", model_version=holder.current.version)
+
+
+@router.get("/metrics", response_class=Response, summary="Prometheus metrics",
+            responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
+async def metrics(m: MetricsDep) -> Response:
+    return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,27 @@
+"""POST /v1/predict: the prediction of one explicit (engine, dcp_size) for a workload."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from model.recommend import candidates, evaluate
+from service.deps import ModelDep
+from service.errors import ApiError, error_responses
+from service.schemas import PredictRequest, PredictResponse, StepSeconds
+
+router = APIRouter(prefix="/v1/predict", tags=["predict"])
+
+
+@router.post("", response_model=PredictResponse, responses=error_responses(413, 422),
+             summary="Predict times (with a 90 % interval) of one configuration")
+async def predict(body: PredictRequest, loaded: ModelDep) -> PredictResponse:
+    w = body.workload.model_copy(update={"engines": [body.engine], "dcp_sizes": [body.dcp_size]})
+    layout = w.kv_layout()
+    configs, excluded = candidates(loaded.model, w, layout)
+    if not configs:
+        x = excluded[0]
+        raise ApiError(422, f"{body.engine} dcp {body.dcp_size} cannot serve this workload: "
+                            f"{x.reason}", param="dcp_size" if x.dcp_size else "engine")
+    e = evaluate(loaded.model, w, layout, configs)[0]
+    return PredictResponse(prediction=e.pred, decode_step_s=StepSeconds(**e.step_parts),
+                           model_version=loaded.version)

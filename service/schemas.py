@@ -1,0 +1,155 @@
+"""Request and response models of the service's own endpoints (the recommendation contract
+itself lives in model.workload / model.schemas, shared with the CLI)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from model.recommend import CROSSOVER_RANGE
+from model.schemas import ConfigPrediction, Exclusion, Recommendation
+from model.workload import MAX_CONTEXT, MAX_GPUS, Engine, Workload
+
+from service.errors import ErrorDetail
+
+WORKLOAD_REF = {"$ref": "#/components/schemas/Workload"}
+
+
+class BatchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    workloads: Annotated[list[Any], Field(
+        min_length=1, description="workloads (each validated on its own; the number is capped "
+                                  "by the max_batch setting, default 1000)",
+        json_schema_extra={"items": WORKLOAD_REF})]
+
+
+class BatchItem(BaseModel):
+    index: int
+    recommendation: Recommendation | None = None
+    error: ErrorDetail | None = None
+
+
+class BatchResponse(BaseModel):
+    results: list[BatchItem]
+    succeeded: int
+    failed: int
+
+
+class PredictRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    workload: Workload
+    engine: Engine
+    dcp_size: Annotated[int, Field(gt=0, le=MAX_GPUS)]
+
+
+class StepSeconds(BaseModel):
+    fixed: float
+    kv_read: float
+    dcp: float
+
+
+class PredictResponse(BaseModel):
+    prediction: ConfigPrediction
+    decode_step_s: StepSeconds
+    model_version: str
+
+
+Context = Annotated[int, Field(gt=0, le=MAX_CONTEXT)]
+
+
+class CrossoverRequest(Workload):
+    """A workload without ``context_tokens``: the context is swept over ``context_range``."""
+
+    context_tokens: int | None = Field(default=None, description="not accepted: the context "
+                                       "is swept over context_range")
+    context_range: tuple[Context, Context] = Field(
+        default=CROSSOVER_RANGE, description="[low, high] context tokens searched for crossovers")
+    points: Annotated[list[Context], Field(min_length=1, max_length=256)] | None = Field(
+        default=None, description="contexts at which to return the curves (default: 16 "
+                                  "log-spaced points over context_range)")
+
+    @field_validator("context_tokens", mode="before")
+    @classmethod
+    def _no_context(cls, v: Any) -> None:
+        if v is not None:
+            raise ValueError("crossover sweeps the context; give context_range and/or points "
+                             "instead of context_tokens")
+        return None
+
+    @model_validator(mode="after")
+    def _range(self) -> CrossoverRequest:
+        lo, hi = self.context_range
+        if lo >= hi:
+            raise ValueError(f"context_range: low {lo} must be below high {hi}")
+        return self
+
+
+class ConfigRef(BaseModel):
+    engine: str
+    dcp_size: int
+
+
+class Crossing(BaseModel):
+    context_tokens: int
+    before: ConfigRef
+    after: ConfigRef
+
+
+class Curve(BaseModel):
+    engine: str
+    dcp_size: int
+    calibrated: bool
+    total_s: list[float]
+
+
+class CrossoverResponse(BaseModel):
+    context_range: tuple[int, int]
+    crossover_context_tokens: int | None = Field(
+        description="the first context in the range where the best engine changes, or null")
+    engine_crossovers: list[Crossing]
+    config_crossovers: list[Crossing]
+    points: list[int]
+    best: list[ConfigRef] = Field(description="the fastest configuration at each point")
+    curves: list[Curve] = Field(description="predicted total seconds at each point (prefix "
+                                            "reuse is not applied to the curves)")
+    excluded: list[Exclusion]
+    model_version: str
+
+
+class ModelInfo(BaseModel):
+    model_version: str
+    source: str
+    loaded_at: str
+    created: str | None = None
+    engine_advisor_version: str | None = None
+    artifact_sha256: str | None = None
+    training_data_sha256: str
+    engines: list[str]
+    sources: list[str]
+    calibrated_ranges: dict[str, dict[str, list[float]]]
+    calibrated_points: dict[str, int]
+    fit_metrics: dict[str, dict[str, Any]]
+    memory_fractions: dict[str, dict[str, list[float]]]
+
+
+class ReloadRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: Annotated[str, Field(min_length=1, max_length=4096)] | None = Field(
+        default=None, description="artifact to load: the configured model_path or a file inside "
+                                  "models_dir (default: the configured model_path)")
+
+
+class ReloadResponse(BaseModel):
+    model_version: str
+    previous_version: str
+    source: str
+    loaded_at: str
+
+
+class Health(BaseModel):
+    status: str
+    model_version: str | None = None

@@ -1,0 +1,26 @@
+"""Service settings: one pydantic-settings object, environment prefix ``ENGINE_ADVISOR_``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ENGINE_ADVISOR_", extra="ignore")
+
+    model_path: Path | None = Field(
+        default=None, description="fitted model artifact to serve; unset: the embedded default")
+    models_dir: Path | None = Field(
+        default=None, description="directory whose artifacts POST /v1/model/reload may load")
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=0, le=65535)] = 8000
+    workers: Annotated[int, Field(ge=1, le=64)] = 1
+    admin_token: SecretStr | None = Field(
+        default=None, description="bearer token of the admin routes; unset: admin disabled")
+    max_body_bytes: Annotated[int, Field(gt=0)] = 1 << 20
+    max_batch: Annotated[int, Field(gt=0, le=100_000)] = 1000
+    log_level: str = "info"
