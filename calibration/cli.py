@@ -30,6 +30,14 @@ def _float_list(text: str) -> list[float]:
     return vals
 
 
+def _fraction(text: str) -> float:
+    return _float_list(text)[0] if "," not in text else _bad_fraction(text)
+
+
+def _bad_fraction(text: str) -> float:
+    raise argparse.ArgumentTypeError(f"expected one fraction in (0, 1], got {text!r}")
+
+
 def _pos_int(text: str) -> int:
     try:
         v = int(text)
@@ -69,8 +77,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     _register_plan(csub)
     try:
         from calibration.gpu_cli import register_calibrate
-    except ImportError:
-        pass
+    except ModuleNotFoundError as exc:
+        if exc.name != "calibration.gpu_cli":
+            raise
     else:
         register_calibrate(csub)
 
@@ -142,10 +151,13 @@ def _register_import(csub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu", default="B300", help="GPU type (default B300)")
     p.add_argument("--num-gpus", type=_pos_int, default=8, help="GPUs = TP size (default 8)")
     p.add_argument("--dcp-size", type=_pos_int, default=1, help="DCP size (default 1)")
-    p.add_argument("--mem-fraction", type=_pos_float, default=0.9,
+    p.add_argument("--mem-fraction", type=_fraction, default=0.9,
                    help="memory fraction (default 0.9)")
     p.add_argument("--kv-bytes-per-token", type=_pos_int, required=True)
     p.add_argument("--kv-shards", type=_pos_int, default=1)
+    p.add_argument("--batch-size", type=_pos_int,
+                   help="requests in flight (default: max_concurrency, or all requests when "
+                        "sent at once)")
     p.add_argument("--append", action="store_true", help="append to an existing CSV")
     p.set_defaults(handler=run_calibrate_import)
 

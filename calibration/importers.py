@@ -1,0 +1,284 @@
+"""Import benchmark result files of the engines' own tools as dataset rows.
+
+- ``vllm-bench``: the JSON object ``vllm bench serve --save-result`` writes (also the older
+  ``benchmarks/benchmark_serving.py``): ``duration, completed, num_prompts, max_concurrency,
+  request_rate, total_input_tokens, total_output_tokens, mean_/median_/std_/p99_{ttft,tpot,itl}_ms``
+  and per request ``input_lens, output_lens, ttfts, itls, errors`` (seconds).
+- ``sglang-bench``: the JSONL lines SGLang ``bench_serving`` appends, one per run: the same
+  aggregates plus ``*_e2e_latency_ms``, ``concurrency``, ``random_input_len``,
+  ``random_output_len`` and, with ``--output-details``, the per-request arrays.
+
+One file entry (a vLLM file, a SGLang line) becomes one row:
+
+- ``batch_size``: ``max_concurrency``, else the number of requests when they were all sent at
+  once (``request_rate`` inf), else ``--batch-size``;
+- one wave (requests <= batch): ``total_s`` = ``duration``, ``ttft_s`` = the last request's TTFT
+  (the batch's prefill, as ``calibrate run`` records it; p99 TTFT when there are no per-request
+  arrays), ``tpot_s`` = mean per-request TPOT, computed from the arrays as
+  (TTFT + sum(ITL) - TTFT) / (n - 1) when present;
+- several waves: only ``tpot_s`` (a steady-state batch has no single prefill or total time).
+
+Every file is parsed before anything is written; an error names the file and line and writes
+nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from model.artifact import atomic_write
+from model.dataset import DatasetError, Measurement, header_csv, read_csv, row_csv
+
+
+class BenchFileError(ValueError):
+    """A malformed benchmark file: ``path:line: problem``."""
+
+    def __init__(self, path: str, line: int, message: str):
+        super().__init__(f"{path}:{line}: {message}")
+
+
+@dataclass
+class Defaults:
+    """What the benchmark files lack, from the command line."""
+
+    gpu: str = "B300"
+    num_gpus: int = 8
+    dcp_size: int = 1
+    mem_fraction: float = 0.9
+    kv_bytes_per_token: int = 0
+    kv_shards: int = 1
+    engine: str | None = None
+    engine_version: str = ""
+    batch_size: int | None = None
+
+
+ENGINE_OF_BACKEND = (("sglang", "sglang"), ("vllm", "vllm"), ("openai", None))
+
+
+def _num(obj: dict[str, Any], key: str, where: tuple[str, int], *, required: bool = True,
+         positive: bool = False) -> float | None:
+    v = obj.get(key)
+    if v is None:
+        if required:
+            raise BenchFileError(*where, f"missing field {key!r}")
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        if v == "inf" or v == "Infinity":
+            return math.inf
+        raise BenchFileError(*where, f"field {key!r} must be a number, got {v!r}")
+    v = float(v)
+    if math.isnan(v) or (positive and not v > 0):
+        raise BenchFileError(*where, f"field {key!r} must be a positive number, got {v!r}")
+    return v
+
+
+def _array(obj: dict[str, Any], key: str, n: int, where: tuple[str, int]) -> list | None:
+    v = obj.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, list):
+        raise BenchFileError(*where, f"field {key!r} must be a list")
+    if len(v) != n:
+        raise BenchFileError(*where, f"field {key!r} has {len(v)} entries, expected {n} (one per "
+                                   "request)")
+    return v
+
+
+def _engine(obj: dict[str, Any], fmt: str, d: Defaults, where: tuple[str, int]) -> str:
+    if d.engine:
+        return d.engine
+    backend = str(obj.get("backend") or "").lower()
+    for prefix, engine in ENGINE_OF_BACKEND:
+        if backend.startswith(prefix) and engine:
+            return engine
+    if fmt == "vllm-bench" and not backend.startswith("sglang"):
+        return "vllm"
+    raise BenchFileError(*where, f"cannot tell the engine from backend {backend!r}; give --engine")
+
+
+def entry_to_row(obj: Any, fmt: str, d: Defaults, where: tuple[str, int]) -> Measurement:
+    """One benchmark result object -> one dataset row."""
+    if not isinstance(obj, dict):
+        raise BenchFileError(*where, f"expected a JSON object, got {type(obj).__name__}")
+    completed = _num(obj, "completed", where)
+    if completed is None or completed < 1 or completed != int(completed):
+        raise BenchFileError(*where, f"field 'completed' must be a positive integer, got "
+                                   f"{obj.get('completed')!r} (no request succeeded?)")
+    completed = int(completed)
+    duration = _num(obj, "duration", where, positive=True)
+    errors_list = obj.get("errors")
+    failed = _num(obj, "failed", where, required=False)
+    n_requests = None
+    for key in ("ttfts", "input_lens", "output_lens"):
+        if isinstance(obj.get(key), list):
+            n_requests = len(obj[key])
+            break
+    if n_requests is None:
+        n_requests = int(_num(obj, "num_prompts", where, required=False)
+                         or completed + int(failed or 0))
+    errors = int(failed) if failed is not None else (
+        sum(1 for e in errors_list if e) if isinstance(errors_list, list) else 0)
+
+    ttfts = _array(obj, "ttfts", n_requests, where)
+    itls = _array(obj, "itls", n_requests, where)
+    in_lens = _array(obj, "input_lens", n_requests, where)
+    out_lens = _array(obj, "output_lens", n_requests, where)
+    errs = _array(obj, "errors", n_requests, where) if isinstance(errors_list, list) else None
+    ok = [i for i in range(n_requests) if not (errs and errs[i])]
+    if ttfts is not None:
+        ok = [i for i in ok if isinstance(ttfts[i], int | float) and ttfts[i] > 0]
+
+    # context and output lengths
+    if in_lens is not None and ok:
+        context = _mean_int([in_lens[i] for i in ok], "input_lens", where)
+    else:
+        context = obj.get("random_input_len") or _per_request(obj, "total_input_tokens", completed,
+                                                              where)
+    if out_lens is not None and ok:
+        output = _mean_int([out_lens[i] for i in ok], "output_lens", where)
+    else:
+        output = obj.get("random_output_len") or _per_request(obj, "total_output_tokens",
+                                                              completed, where)
+
+    # batch size
+    rate = obj.get("request_rate")
+    all_at_once = rate is None or rate in ("inf", "Infinity") or (
+        isinstance(rate, int | float) and math.isinf(rate))
+    maxc = obj.get("max_concurrency")
+    if d.batch_size:
+        batch = d.batch_size
+    elif isinstance(maxc, int) and maxc > 0:
+        batch = min(maxc, n_requests)
+    elif all_at_once:
+        batch = n_requests
+    else:
+        raise BenchFileError(*where, f"request_rate {rate} with no max_concurrency: the number of "
+                                   "requests in flight is not fixed; give --batch-size")
+    one_wave = n_requests <= batch
+
+    # times
+    tpot = ttft = None
+    if ttfts is not None and itls is not None and ok:
+        tpots = []
+        for i in ok:
+            gaps = itls[i]
+            if not isinstance(gaps, list):
+                raise BenchFileError(*where, f"itls[{i}] must be a list of seconds")
+            n = int(out_lens[i]) if out_lens is not None else len(gaps) + 1
+            if n > 1 and gaps:
+                tpots.append(float(sum(gaps)) / (n - 1))
+        tpot = sum(tpots) / len(tpots) if tpots else None
+        if one_wave:
+            ttft = max(float(ttfts[i]) for i in ok)
+    if tpot is None:
+        ms = _num(obj, "mean_tpot_ms", where, required=False)
+        tpot = ms / 1e3 if ms else None
+    if ttft is None and one_wave:
+        ms = _num(obj, "p99_ttft_ms", where, required=False) or _num(
+            obj, "mean_ttft_ms", where, required=False)
+        ttft = ms / 1e3 if ms else None
+    total = duration if one_wave else None
+    if tpot is None and total is None:
+        raise BenchFileError(*where, "no usable time: needs mean_tpot_ms or per-request ttfts/itls")
+
+    try:
+        return Measurement(
+            engine=_engine(obj, fmt, d, where), engine_version=d.engine_version, gpu=d.gpu,
+            num_gpus=d.num_gpus, dcp_size=d.dcp_size, mem_fraction=d.mem_fraction,
+            context_tokens=int(context), output_tokens=int(output), batch_size=batch,
+            kv_bytes_per_token=d.kv_bytes_per_token, kv_shards=d.kv_shards, ttft_s=ttft,
+            tpot_s=tpot, total_s=total, errors=errors,
+            source=f"import:{fmt}:{Path(where[0]).name}:{where[1]}")
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise BenchFileError(*where, f"{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+
+
+def _mean_int(values: list, name: str, where: tuple[str, int]) -> int:
+    if not all(isinstance(v, int | float) and v > 0 for v in values):
+        raise BenchFileError(*where, f"field {name!r} must hold positive token counts")
+    return max(1, round(sum(values) / len(values)))
+
+
+def _per_request(obj: dict[str, Any], key: str, completed: int, where: tuple[str, int]) -> int:
+    total = _num(obj, key, where, positive=True)
+    return max(1, round(total / completed))
+
+
+def read_file(path: str, fmt: str, d: Defaults) -> list[Measurement]:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise BenchFileError(path, 0, f"cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise BenchFileError(path, 0, "not UTF-8 text") from None
+    if fmt == "vllm-bench":
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise BenchFileError(path, exc.lineno, f"not valid JSON ({exc.msg})") from None
+        return [entry_to_row(obj, fmt, d, (path, 1))]
+    rows = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise BenchFileError(path, lineno, f"not valid JSON ({exc.msg} at column "
+                                             f"{exc.colno})") from None
+        rows.append(entry_to_row(obj, fmt, d, (path, lineno)))
+    if not rows:
+        raise BenchFileError(path, 1, "no result lines")
+    return rows
+
+
+def import_files(paths: list[str], fmt: str, d: Defaults) -> list[Measurement]:
+    rows: list[Measurement] = []
+    for path in paths:
+        rows.extend(read_file(path, fmt, d))
+    return rows
+
+
+def write_rows(out: str, rows: list[Measurement], append: bool) -> None:
+    """Write (or append to) a dataset CSV atomically: the file is whole or unchanged."""
+    p = Path(out)
+    existing: list[Measurement] = []
+    if p.exists():
+        if not append:
+            raise FileExistsError(f"--out {out} exists; use --append to add rows to it")
+        existing = read_csv(p)
+    data = header_csv() + "".join(row_csv(r) for r in existing + rows)
+    atomic_write(p, data.encode())
+
+
+def import_from_args(args: argparse.Namespace) -> int:
+    from cli.main import CliError
+
+    d = Defaults(gpu=args.gpu, num_gpus=args.num_gpus, dcp_size=args.dcp_size,
+                 mem_fraction=args.mem_fraction, kv_bytes_per_token=args.kv_bytes_per_token,
+                 kv_shards=args.kv_shards, engine=args.engine,
+                 engine_version=args.engine_version, batch_size=args.batch_size)
+    try:
+        rows = import_files(args.files, args.format, d)
+        write_rows(args.out, rows, args.append)
+    except (BenchFileError, DatasetError, FileExistsError) as exc:
+        raise CliError(str(exc)) from None
+    print(f"imported {len(rows)} rows from {len(args.files)} file(s) into {args.out}")
+    for r in rows:
+        print(f"  {r.engine} dcp {r.dcp_size} ctx {r.context_tokens} out {r.output_tokens} "
+              f"batch {r.batch_size}: TTFT {_fmt(r.ttft_s)} TPOT {_fmt(r.tpot_s, 1e3, 'ms')} "
+              f"total {_fmt(r.total_s)}")
+    return 0
+
+
+def _fmt(v: float | None, scale: float = 1.0, unit: str = "s") -> str:
+    return f"{v * scale:.3f} {unit}" if v is not None else "-"

@@ -1,0 +1,500 @@
+"""``calibrate run``: sweep an engine over contexts x batch sizes x repeats, per (DCP, memory
+fraction) combination, appending one dataset row per finished point.
+
+A point sends ``batch_size`` streamed requests at once. Its dataset row holds
+``ttft_s`` = batch start -> the last request's first token (the batch's prefill, the estimator's
+QTY_PREFILL), ``tpot_s`` = mean per-request TPOT, ``total_s`` = wall time of the whole batch.
+Per-request samples go to ``samples.jsonl``.
+
+Outcomes of a point:
+
+- all (or some) requests succeeded: a row with times; failed requests count in ``errors``;
+- out-of-memory (an OOM error message, or a launched engine that died with OOM in its log, or
+  failed to start with one): a row without times and ``oom_retries`` set once the retries are
+  spent, or a row with times and ``oom_retries`` > 0 when a retry succeeded. Either marks the
+  memory fraction unsafe for the recommender;
+- a launched engine that does not start: rows without times and ``errors`` set;
+- other failures (unreachable, timeouts, HTTP errors): no row, an event in ``events.jsonl``; the
+  point is retried by the next run. After ``--max-failed-points`` such points in a row the
+  combination (or, with ``--url``, the sweep) is abandoned.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from calibration.client import (PromptError, Sample, check_health, engine_info,
+                                stream_completion, text_prompt, token_prompt)
+from calibration.launcher import LaunchedEngine, LaunchTemplateError, format_command, free_port
+from calibration.runstore import PointKey, RunStore, RunStoreError
+from model.dataset import Measurement
+
+IDENTITY = ("engine", "model", "contexts", "output_tokens", "batch_sizes", "repeats",
+            "dcp_sizes", "mem_fractions", "gpu", "num_gpus", "kv_bytes_per_token", "kv_shards",
+            "prompt", "seed", "mode")
+
+
+@dataclass
+class SweepConfig:
+    engine: str
+    contexts: list[int]
+    kv_bytes_per_token: int
+    out: str
+    url: str | None = None
+    launch: str | None = None
+    model: str | None = None
+    output_tokens: int = 256
+    batch_sizes: list[int] = field(default_factory=lambda: [1])
+    repeats: int = 1
+    dcp_sizes: list[int] = field(default_factory=lambda: [1])
+    mem_fractions: list[float] = field(default_factory=lambda: [0.9])
+    gpu: str = "B300"
+    num_gpus: int = 8
+    kv_shards: int = 1
+    prompt: str = "token-ids"
+    seed: int = 0
+    request_timeout: float = 600.0
+    retries: int = 2
+    max_failed_points: int = 3
+    port: int = 0
+    startup_timeout: float = 1800.0
+    stop_grace: float = 30.0
+    progress: bool = True
+
+    @property
+    def mode(self) -> str:
+        return "launch" if self.launch else "url"
+
+    def identity(self) -> dict[str, Any]:
+        """The parameters that make two runs the same sweep (how the engine is reached and the
+        timeouts may change between resumptions)."""
+        d = {k: getattr(self, k) for k in IDENTITY}
+        d["gpu"] = self.gpu.upper()
+        return d
+
+    def combos(self) -> list[tuple[int, float]]:
+        return list(itertools.product(self.dcp_sizes, self.mem_fractions))
+
+    def points(self, dcp: int, mem: float) -> list[PointKey]:
+        return [PointKey(self.engine, dcp, mem, ctx, b, self.output_tokens, rep)
+                for rep in range(self.repeats) for ctx in self.contexts for b in self.batch_sizes]
+
+    def validate(self) -> None:
+        if self.url and (len(self.dcp_sizes) > 1 or len(self.mem_fractions) > 1):
+            raise ValueError("--url reaches one running engine: give one --dcp-size and one "
+                             "--mem-fraction (lists need --launch)")
+        if bad := [d for d in self.dcp_sizes if self.num_gpus % d]:
+            raise ValueError(f"--dcp-size: {bad} do not divide --num-gpus {self.num_gpus}")
+        if self.retries < 0:
+            raise ValueError("--retries: must be >= 0")
+        if self.launch:
+            format_command(self.launch, **self._placeholders(1, 0.9, 8000))
+        from model.hardware import builtin_gpu
+        try:
+            builtin_gpu(self.gpu)
+        except KeyError:
+            raise ValueError(f"--gpu: unknown GPU {self.gpu!r} (no bandwidth known to fit "
+                             "its rows)") from None
+
+    def _placeholders(self, dcp: int, mem: float, port: int) -> dict[str, object]:
+        return {"model": self.model or "MODEL", "num_gpus": self.num_gpus, "tp": self.num_gpus,
+                "dcp_size": dcp, "mem_fraction": f"{mem:g}", "port": port}
+
+
+class SweepAbort(RuntimeError):
+    """Stop the sweep (e.g. the engine cannot be reached); recorded before raising."""
+
+
+@dataclass
+class Outcome:
+    key: PointKey
+    status: str                     # ok | partial | oom | failed-start | failed
+    row: Measurement | None
+    message: str = ""
+
+
+@dataclass
+class Target:
+    url: str
+    info: dict[str, Any]
+    engine: LaunchedEngine | None = None
+
+
+class Sweep:
+    def __init__(self, cfg: SweepConfig, transport: httpx.AsyncBaseTransport | None = None):
+        self.cfg = cfg
+        self.transport = transport      # tests: an httpx.MockTransport instead of the network
+        self.store = RunStore(cfg.out, cfg.identity())
+        self.outcomes: list[Outcome] = []
+        self.bar = None
+        self.model = cfg.model          # resolved from /v1/models when not given
+
+    # ------------------------------------------------------------------ top level
+    def run(self) -> list[Outcome]:
+        cfg, store = self.cfg, self.store
+        for msg in store.repaired:
+            print(f"engine-advisor: repaired {msg}", file=sys.stderr)
+            store.event("repair", msg)
+        todo = [(combo, [k for k in cfg.points(*combo) if k not in store.done])
+                for combo in cfg.combos()]
+        total = sum(len(cfg.points(*c)) for c in cfg.combos())
+        remaining = sum(len(keys) for _, keys in todo)
+        run_rec = {"started": _now(), "status": "running", "points_total": total,
+                   "points_already_done": total - remaining}
+        store.manifest.setdefault("runs", []).append(run_rec)
+        store.update_manifest()
+        if remaining == 0:
+            print(f"all {total} points of {cfg.out} are already recorded", file=sys.stderr)
+        from tqdm import tqdm
+        self.bar = tqdm(total=total, initial=total - remaining, unit="pt", file=sys.stderr,
+                        disable=not cfg.progress, dynamic_ncols=True, desc="calibrate")
+        status = "interrupted"
+        try:
+            for (dcp, mem), keys in todo:
+                if keys:
+                    self._combo(dcp, mem, keys)
+            status = "finished"
+        except SweepAbort as exc:
+            status = f"aborted: {exc}"
+            raise
+        finally:
+            self.bar.close()
+            run_rec.update(finished=_now(), status=status,
+                           points_recorded=sum(o.row is not None for o in self.outcomes),
+                           points_failed=sum(o.row is None for o in self.outcomes))
+            store.update_manifest()
+        return self.outcomes
+
+    def _combo(self, dcp: int, mem: float, keys: list[PointKey]) -> None:
+        cfg = self.cfg
+        label = f"dcp={dcp},mem={mem:g}"
+        if cfg.url:
+            target = self._connect(label)
+            self._points(target, keys, label)
+            return
+        argv_port = cfg.port or free_port()
+        argv = format_command(cfg.launch, **cfg._placeholders(dcp, mem, argv_port))
+        log = Path(cfg.out) / "logs" / f"engine-dcp{dcp}-mem{mem:g}.log"
+        engine = LaunchedEngine(argv, argv_port, log, startup_timeout=cfg.startup_timeout,
+                                stop_grace=cfg.stop_grace)
+        try:
+            pending_oom, error = self._start(engine, label)
+            if error is not None:
+                self._failed_start(keys, engine, error, pending_oom)
+                return
+            target = Target(engine.url, self._info(engine.url, label, engine), engine)
+            self._points(target, keys, label, pending_oom)
+        finally:
+            code = engine.stop()
+            if code is not None:
+                self.store.event("stop", f"{label}: engine stopped (exit status {code})",
+                                 combo=label)
+
+    # ------------------------------------------------------------------ engines
+    def _start(self, engine: LaunchedEngine, label: str) -> tuple[int, str | None]:
+        """Start (retrying up to --retries times); (OOM failures seen, final error or None)."""
+        ooms = 0
+        for attempt in range(self.cfg.retries + 1):
+            self._status(f"{label}: starting engine")
+            error = engine.start()
+            if error is None:
+                self.store.event("start", f"{label}: engine healthy after "
+                                 f"{engine.startup_s:.1f} s", combo=label, command=engine.argv,
+                                 log=str(engine.log_path))
+                return ooms, None
+            oom = engine.oom_in_log()
+            ooms += oom
+            engine.stop()
+            msg = f"{label}: start attempt {attempt + 1} failed: {error}" + \
+                  (" (out of memory in the log)" if oom else "")
+            self._warn(msg)
+            self.store.event("start-failed", msg, combo=label, oom=oom,
+                             log_tail=engine.log_tail()[-1000:])
+        return ooms, error
+
+    def _failed_start(self, keys: list[PointKey], engine: LaunchedEngine, error: str,
+                      ooms: int) -> None:
+        for key in keys:
+            row = self._row(key, [], None, errors=1, oom_retries=ooms)
+            self._record(key, row, [], "oom" if ooms else "failed-start", error)
+
+    def _connect(self, label: str) -> Target:
+        cfg = self.cfg
+        url = cfg.url.rstrip("/")
+
+        async def probe() -> str | None:
+            async with self._client(url, 10.0) as client:
+                return await check_health(client)
+
+        problem = asyncio.run(probe())
+        if problem:
+            self.store.event("unreachable", problem, url=url)
+            raise SweepAbort(f"{problem} (recorded in {self.store.folder}/events.jsonl)")
+        return Target(url, self._info(url, label, None))
+
+    def _info(self, url: str, label: str, engine: LaunchedEngine | None) -> dict[str, Any]:
+        async def get() -> dict[str, Any]:
+            async with self._client(url, 10.0) as client:
+                return await engine_info(client, self.cfg.engine)
+
+        info = asyncio.run(get())
+        if not self.model:
+            models = info.get("models") or []
+            if not models:
+                raise SweepAbort(f"{url}/v1/models lists no model; give --model")
+            self.model = models[0]
+        old = self.store.manifest.get("engines", {}).get(label, {})
+        if old.get("version") and info.get("version") and old["version"] != info["version"]:
+            raise SweepAbort(f"engine version changed for {label}: {old['version']} recorded in "
+                             f"{self.store.folder}, {info['version']} now; calibrate a new "
+                             "version into a new --out folder")
+        record = {**info, "url": url, "model": self.model}
+        if engine is not None:
+            record.update(command=engine.argv, log=str(engine.log_path),
+                          startup_s=engine.startup_s)
+        self.store.record_engine(label, record)
+        return info
+
+    # ------------------------------------------------------------------ points
+    def _points(self, target: Target, keys: list[PointKey], label: str,
+                pending_oom: int = 0) -> None:
+        failed_in_a_row = 0
+        for key in keys:
+            outcome = self._point(target, key, pending_oom)
+            if outcome.row is not None:
+                pending_oom = 0
+            if outcome.status == "failed":
+                failed_in_a_row += 1
+                if failed_in_a_row >= self.cfg.max_failed_points:
+                    msg = (f"{label}: {failed_in_a_row} points in a row failed "
+                           f"(last: {outcome.message})")
+                    self.store.event("abandon", msg, combo=label)
+                    if self.cfg.url:
+                        raise SweepAbort(msg)
+                    self._warn(msg + "; moving on to the next combination")
+                    return
+            else:
+                failed_in_a_row = 0
+            if target.engine is not None and outcome.status == "oom" and not target.engine.alive():
+                # the engine died of OOM and could not be brought back: the rest would fail too
+                for rest in keys[keys.index(key) + 1:]:
+                    row = self._row(rest, [], None, errors=1, oom_retries=1)
+                    self._record(rest, row, [], "oom", "engine died of out-of-memory")
+                return
+
+    def _point(self, target: Target, key: PointKey, pending_oom: int) -> Outcome:
+        cfg = self.cfg
+        self._status(key.text())
+        oom_retries, errors, all_samples = pending_oom, 0, []
+        samples: list[Sample] = []
+        wall = None
+        message = ""
+        for attempt in range(cfg.retries + 1):
+            try:
+                samples, wall = asyncio.run(self._batch(target.url, key, attempt))
+            except PromptError as exc:
+                raise SweepAbort(f"{key.text()}: {exc}") from None
+            for s in samples:
+                all_samples.append({"attempt": attempt, **s.to_json()})
+            bad = [s for s in samples if not s.ok]
+            errors += len(bad)
+            died = target.engine is not None and not target.engine.alive()
+            oom = any(s.oom for s in bad) or (died and target.engine.oom_in_log())
+            if not bad:
+                break
+            message = bad[0].error or "request failed"
+            if died:
+                message = f"engine exited during the point ({message})"
+            oom_retries += oom
+            self.store.event("point-error", f"{key.text()} attempt {attempt + 1}: "
+                             f"{len(bad)}/{len(samples)} requests failed: {message}",
+                             key=key.text(), oom=oom, engine_died=died)
+            if attempt == cfg.retries:
+                break
+            if died and not self._restart(target, key):
+                break
+        ok = [s for s in samples if s.ok]
+        if ok:
+            row = self._row(key, ok, wall, errors=errors, oom_retries=oom_retries)
+            status = "ok" if errors == 0 else "partial"
+            return self._record(key, row, all_samples, status, message)
+        if oom_retries:
+            row = self._row(key, [], None, errors=errors, oom_retries=oom_retries)
+            return self._record(key, row, all_samples, "oom", message)
+        self._warn(f"{key.text()}: failed: {message}")
+        out = Outcome(key, "failed", None, message)
+        self.outcomes.append(out)
+        return out
+
+    def _restart(self, target: Target, key: PointKey) -> bool:
+        eng = target.engine
+        eng.stop()
+        self.store.event("restart", f"{key.text()}: restarting the engine after it exited",
+                         key=key.text())
+        error = eng.start()
+        if error is not None:
+            self.store.event("start-failed", f"restart failed: {error}", key=key.text(),
+                             oom=eng.oom_in_log())
+            return False
+        return True
+
+    async def _batch(self, url: str, key: PointKey, attempt: int) -> tuple[list[Sample], float]:
+        cfg = self.cfg
+        limits = httpx.Limits(max_connections=key.batch_size + 4,
+                              max_keepalive_connections=key.batch_size + 4)
+        timeout = httpx.Timeout(cfg.request_timeout, connect=min(10.0, cfg.request_timeout))
+        async with self._client(url, timeout, limits) as client:
+            prompts = []
+            for i in range(key.batch_size):
+                seed = f"{cfg.seed}/{key.text()}/{i}/{attempt}"
+                if cfg.prompt == "text":
+                    prompts.append(await text_prompt(client, self.model, key.context_tokens,
+                                                     seed))
+                else:
+                    prompts.append(token_prompt(key.context_tokens, seed))
+            t0 = time.perf_counter()
+            samples = await asyncio.gather(*(
+                stream_completion(client, model=self.model, prompt=p,
+                                  output_tokens=key.output_tokens,
+                                  timeout=cfg.request_timeout, prompt_tokens=key.context_tokens,
+                                  index=i, t_batch=t0)
+                for i, p in enumerate(prompts)))
+            wall = time.perf_counter() - t0
+        return list(samples), wall
+
+    def _row(self, key: PointKey, ok: list[Sample], wall: float | None, *, errors: int,
+             oom_retries: int) -> Measurement:
+        cfg = self.cfg
+        ttft = tpot = total = None
+        if ok:
+            ttft = max(s.start_s + s.ttft_s for s in ok)
+            tpots = [s.tpot_s for s in ok if s.tpot_s is not None]
+            tpot = sum(tpots) / len(tpots) if tpots else None
+            total = wall if len(ok) == key.batch_size else max(s.start_s + s.e2e_s for s in ok)
+        version = ""
+        engines = self.store.manifest.get("engines", {})
+        info = engines.get(f"dcp={key.dcp_size},mem={key.mem_fraction:g}")
+        if info:
+            version = str(info.get("version") or "")
+        return Measurement(
+            engine=key.engine, engine_version=version, gpu=cfg.gpu, num_gpus=cfg.num_gpus,
+            dcp_size=key.dcp_size, mem_fraction=key.mem_fraction,
+            context_tokens=key.context_tokens, output_tokens=key.output_tokens,
+            batch_size=key.batch_size, kv_bytes_per_token=cfg.kv_bytes_per_token,
+            kv_shards=cfg.kv_shards, ttft_s=ttft, tpot_s=tpot, total_s=total,
+            oom_retries=oom_retries, errors=errors, source=key.source())
+
+    def _record(self, key: PointKey, row: Measurement, samples: list[dict[str, Any]],
+                status: str, message: str) -> Outcome:
+        self.store.append_point(key, row, samples)
+        if status not in ("ok",):
+            self.store.event(status, f"{key.text()}: {message or status}", key=key.text())
+        self.bar.update(1)
+        out = Outcome(key, status, row, message)
+        self.outcomes.append(out)
+        return out
+
+    def _client(self, url: str, timeout: float | httpx.Timeout,
+                limits: httpx.Limits | None = None) -> httpx.AsyncClient:
+        kw: dict[str, Any] = {"base_url": url, "timeout": timeout}
+        if limits is not None:
+            kw["limits"] = limits
+        if self.transport is not None:
+            kw["transport"] = self.transport
+        return httpx.AsyncClient(**kw)
+
+    # ------------------------------------------------------------------ output
+    def _status(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(text, refresh=True)
+
+    def _warn(self, text: str) -> None:
+        if self.bar is not None and not self.bar.disable:
+            self.bar.write(f"warning: {text}", file=sys.stderr)
+        else:
+            print(f"warning: {text}", file=sys.stderr)
+
+
+def summary_table(outcomes: list[Outcome]) -> str:
+    head = (f"{'dcp':>4}{'mem':>6}{'context':>9}{'batch':>6}{'out':>6}{'rep':>4}"
+            f"{'TTFT s':>9}{'TPOT ms':>9}{'total s':>9}{'err':>5}{'oom':>5}  status")
+    lines = [head, "-" * len(head)]
+    for o in outcomes:
+        k, r = o.key, o.row
+
+        def fmt(v: float | None, scale: float = 1.0, w: int = 9, p: int = 3) -> str:
+            return f"{v * scale:>{w}.{p}f}" if v is not None else f"{'-':>{w}}"
+
+        lines.append(
+            f"{k.dcp_size:>4}{k.mem_fraction:>6.2f}{k.context_tokens:>9}{k.batch_size:>6}"
+            f"{k.output_tokens:>6}{k.repeat:>4}"
+            + (fmt(r.ttft_s) + fmt(r.tpot_s, 1e3, p=2) + fmt(r.total_s)
+               + f"{r.errors:>5}{r.oom_retries:>5}" if r else f"{'-':>9}" * 3 + f"{'-':>5}" * 2)
+            + f"  {o.status}" + (f": {o.message}" if o.message and o.status != "ok" else ""))
+    return "\n".join(lines)
+
+
+def config_from_args(args: argparse.Namespace) -> SweepConfig:
+    return SweepConfig(
+        engine=args.engine, contexts=args.contexts, kv_bytes_per_token=args.kv_bytes_per_token,
+        out=args.out, url=args.url, launch=args.launch, model=args.model,
+        output_tokens=args.output_tokens, batch_sizes=args.batch_sizes, repeats=args.repeats,
+        dcp_sizes=args.dcp_sizes, mem_fractions=args.mem_fractions, gpu=args.gpu,
+        num_gpus=args.num_gpus, kv_shards=args.kv_shards, prompt=args.prompt, seed=args.seed,
+        request_timeout=args.request_timeout, retries=args.retries,
+        max_failed_points=args.max_failed_points, port=args.port,
+        startup_timeout=args.startup_timeout, stop_grace=args.stop_grace,
+        progress=not args.no_progress)
+
+
+def _sigterm(signum, frame):  # noqa: ARG001
+    raise KeyboardInterrupt
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    from cli.main import CliError
+
+    cfg = config_from_args(args)
+    try:
+        cfg.validate()
+    except (ValueError, LaunchTemplateError) as exc:
+        raise CliError(str(exc)) from None
+    try:
+        sweep = Sweep(cfg)
+    except (RunStoreError, OSError) as exc:
+        raise CliError(str(exc)) from None
+    previous = signal.signal(signal.SIGTERM, _sigterm)
+    try:
+        outcomes = sweep.run()
+    except SweepAbort as exc:
+        if sweep.outcomes:
+            print(summary_table(sweep.outcomes))
+        raise CliError(str(exc)) from None
+    except KeyboardInterrupt:
+        print(f"engine-advisor: stopped; {len(sweep.store.done)} points are recorded in "
+              f"{sweep.store.dataset_path}; re-run the same command to resume", file=sys.stderr)
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if outcomes:
+        print(summary_table(outcomes))
+    failed = [o for o in outcomes if o.row is None]
+    print(f"\n{len(sweep.store.done)} points recorded in {sweep.store.dataset_path}"
+          + (f"; {len(failed)} failed and will be retried by the same command "
+             f"(details in {sweep.store.folder}/events.jsonl)" if failed else ""))
+    return 1 if failed else 0
+
+
+def _now() -> str:
+    import datetime as dt
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")

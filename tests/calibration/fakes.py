@@ -1,0 +1,65 @@
+"""A tiny in-process fake engine for unit tests of the sweep: an ``httpx.MockTransport``.
+
+It streams ``max_tokens`` chunks with a small sleep between them and can be told to fail:
+``fail`` maps a context length to an error body (status 500) or to ``"hang"``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+
+
+class FakeEngine:
+    def __init__(self, engine: str = "vllm", *, step_s: float = 0.001, version: str = "0.0-fake",
+                 fail: dict[int, str] | None = None, models: tuple[str, ...] = ("fake-model",)):
+        self.engine = engine
+        self.step_s = step_s
+        self.version = version
+        self.fail = dict(fail or {})
+        self.models = models
+        self.requests: list[dict] = []
+        self.healthy = True
+
+    def transport(self) -> httpx.MockTransport:
+        return httpx.MockTransport(self.handle)
+
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path == "/health":
+            return httpx.Response(200 if self.healthy else 503)
+        if path == "/version" and self.engine == "vllm":
+            return httpx.Response(200, json={"version": self.version})
+        if path == "/get_server_info" and self.engine == "sglang":
+            return httpx.Response(200, json={"version": self.version, "tp_size": 8,
+                                             "mem_fraction_static": 0.9})
+        if path == "/v1/models":
+            return httpx.Response(200, json={"object": "list", "data": [
+                {"id": m, "object": "model"} for m in self.models]})
+        if path == "/v1/completions":
+            body = json.loads(request.content)
+            self.requests.append(body)
+            ctx = len(body["prompt"])
+            action = self.fail.get(ctx)
+            if action == "hang":
+                await asyncio.sleep(3600)
+            if action is not None:
+                return httpx.Response(500, json={"error": {"message": action, "type": "Internal",
+                                                           "param": None, "code": 500}})
+            return httpx.Response(200, headers={"content-type": "text/event-stream"},
+                                  content=self._stream(body, ctx))
+        return httpx.Response(404, json={"error": {"message": "not found"}})
+
+    async def _stream(self, body: dict, ctx: int):
+        n = body["max_tokens"]
+        await asyncio.sleep(self.step_s * 2)
+        for i in range(n):
+            chunk = {"id": "x", "object": "text_completion", "model": body["model"],
+                     "choices": [{"index": 0, "text": f" t{i}", "finish_reason": None}]}
+            yield f"data: {json.dumps(chunk)}\n\n".encode()
+            await asyncio.sleep(self.step_s)
+        usage = {"prompt_tokens": ctx, "completion_tokens": n, "total_tokens": ctx + n}
+        yield f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode()
+        yield b"data: [DONE]\n\n"
