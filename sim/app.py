@@ -1,0 +1,371 @@
+"""HTTP routes of the simulator: the OpenAI endpoints plus each engine's own (reference.md §3)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from sim import metrics, tokenizer
+from sim.config import SimConfig
+from sim.engine import EngineCore, SimRequest
+from sim.faults import FaultInjector, HeaderError, oom_message
+from sim.protocol import (
+    DONE_EVENT,
+    ApiError,
+    ChunkWriter,
+    GenParams,
+    check_model,
+    error_body,
+    full_response,
+    new_id,
+    parse_generation,
+    render_chat,
+)
+from sim.textgen import plan_output
+from sim.timing import StepTimer
+
+SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"),
+               (b"cache-control", b"no-cache")]
+
+
+class SimState:
+    """Everything the routes share: settings, the engine core, fault injection, readiness."""
+
+    def __init__(self, cfg: SimConfig, timer: StepTimer, capacity: int, max_model_len: int,
+                 log: Callable[[str], None]):
+        self.cfg = cfg
+        self.timer = timer
+        self.capacity = capacity
+        self.max_model_len = max_model_len
+        self.log = log
+        self.core: EngineCore | None = None
+        self.ready = False
+        self.started = time.time()
+        self.in_flight = 0
+        self.faults = FaultInjector(fail_rate=cfg.fail_rate, oom_active=cfg.oom_active,
+                                    oom_rate=cfg.oom_rate, seed=cfg.seed,
+                                    oom_text=oom_message(cfg.gpu_spec.memory_bytes,
+                                                         cfg.mem_fraction))
+
+    def server_args(self) -> dict[str, Any]:
+        """Server arguments under the names the engine uses (SGLang /get_server_info)."""
+        c = self.cfg
+        return {"model_path": c.model_name, "tokenizer_path": c.model_name,
+                "served_model_name": c.model_name, "host": c.host, "port": c.port,
+                "tp_size": c.num_gpus, "dp_size": 1, "pp_size": 1, "dcp_size": c.dcp_size,
+                "decode_context_parallel_size": c.dcp_size,
+                "mem_fraction_static": c.mem_fraction, "max_running_requests": c.max_running,
+                "max_total_num_tokens": self.capacity, "context_length": self.max_model_len,
+                "random_seed": c.seed, "enable_metrics": True, "disable_radix_cache": True,
+                "chunked_prefill_size": 8192, "kv_cache_dtype": "auto",
+                "device": "cuda", "gpu": c.gpu.upper(), "version": c.version}
+
+    def sim_info(self) -> dict[str, Any]:
+        return {"engine": self.cfg.engine, "version": self.cfg.version,
+                "kv_capacity_tokens": self.capacity, "max_model_len": self.max_model_len,
+                "oom_active": self.cfg.oom_active, "ready": self.ready,
+                "cost_model_version": self.timer.model.version, "config": self.cfg.as_dict()}
+
+
+# ----------------------------------------------------------------------------- helpers
+def _error(state: SimState, err: ApiError) -> JSONResponse:
+    return JSONResponse(error_body(state.cfg.engine, err), status_code=err.status)
+
+
+async def _wait_disconnect(receive: Receive) -> None:
+    while True:
+        msg = await receive()
+        if msg["type"] == "http.disconnect":
+            return
+
+
+async def _read_json(request: Request) -> Any:
+    raw = await request.body()
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ApiError(400, f"request body: not valid JSON ({exc})") from None
+
+
+class _Cut(Response):
+    """A response cut mid-body: the headers and ``body`` go out, then the connection closes."""
+
+    def __init__(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes,
+                 after: Callable[[], None]):
+        self.status = status
+        self.headers_ = headers
+        self.body_part = body
+        self.after = after
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await send({"type": "http.response.start", "status": self.status,
+                        "headers": self.headers_})
+            if self.body_part:
+                await send({"type": "http.response.body", "body": self.body_part,
+                            "more_body": True})
+        finally:
+            self.after()
+
+
+class _Stream(Response):
+    """SSE stream of one request; the client going away aborts the engine request at once."""
+
+    def __init__(self, core: EngineCore, req: SimRequest, writer: ChunkWriter, n: int,
+                 finish: str, drop_after: int | None, done: Callable[[], None]):
+        self.core, self.req, self.writer = core, req, writer
+        self.n, self.finish, self.drop_after, self.done = n, finish, drop_after, done
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        core, req, writer = self.core, self.req, self.writer
+
+        async def watch() -> None:
+            await _wait_disconnect(receive)
+            core.abort(req)
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+            sent = 0
+            limit = self.n if self.drop_after is None else min(self.n, self.drop_after)
+            while True:
+                if req.produced <= sent and not req.finished:
+                    req.event.clear()
+                    await req.event.wait()
+                if req.aborted:
+                    return
+                k = min(req.produced, limit)
+                if k > sent:
+                    fin = self.finish if k == self.n else None
+                    await send({"type": "http.response.body",
+                                "body": writer.events(sent, k, fin).encode(), "more_body": True})
+                    sent = k
+                if sent >= limit and limit < self.n:
+                    return          # cut: no final chunk, no [DONE], the connection closes
+                if req.finished and sent >= self.n:
+                    tail = writer.usage_event(sent) if writer.p.include_usage else ""
+                    await send({"type": "http.response.body", "body": (tail + DONE_EVENT).encode(),
+                                "more_body": False})
+                    return
+        finally:
+            watcher.cancel()
+            core.abort(req)
+            self.done()
+
+
+# ----------------------------------------------------------------------------- the app
+def create_app(state: SimState) -> Starlette:
+    cfg = state.cfg
+    engine = cfg.engine
+
+    async def generate(request: Request, chat: bool) -> Response:
+        if not state.ready:
+            return _error(state, ApiError(503, "The engine is starting up; try again later"))
+        try:
+            forced = state.faults.forced(request.headers)
+            drop_after = state.faults.drop_after(request.headers)
+        except HeaderError as exc:
+            return _error(state, ApiError(400, str(exc)))
+        if forced is not None:
+            return _error(state, ApiError(forced.status, forced.message))
+        try:
+            body = await _read_json(request)
+            if isinstance(body, dict):
+                check_model(body, cfg.model_name, engine)
+            p: GenParams = parse_generation(body, chat=chat, max_model_len=state.max_model_len)
+        except ApiError as err:
+            return _error(state, err)
+        core = state.core
+        if state.faults.hang(request.headers):
+            await _wait_disconnect(request.receive)
+            return Response(status_code=499)
+        injected = state.faults.random_failure()
+        if injected is not None:
+            core.stats.errors[injected.status] = core.stats.errors.get(injected.status, 0) + 1
+            return _error(state, ApiError(injected.status, injected.message))
+        plan = plan_output(p.prompt_ids, server_seed=cfg.seed, request_seed=p.seed,
+                           max_tokens=p.max_tokens, min_tokens=p.min_tokens,
+                           ignore_eos=p.ignore_eos)
+        if drop_after is not None and drop_after >= plan.n:
+            drop_after = None       # the response ends before the cut would happen
+        req = core.submit(len(p.prompt_ids), plan.n, reason=plan.finish_reason)
+        state.in_flight += 1
+        rid = new_id(engine, chat)
+
+        def done() -> None:
+            state.in_flight -= 1
+
+        if p.stream:
+            writer = ChunkWriter(p, rid, cfg.model_name, plan)
+            return _Stream(core, req, writer, plan.n, plan.finish_reason, drop_after, done)
+        watcher = asyncio.ensure_future(_wait_disconnect(request.receive))
+        try:
+            while not req.finished:
+                if drop_after is not None and req.produced >= drop_after:
+                    break
+                req.event.clear()
+                waiter = asyncio.ensure_future(req.event.wait())
+                await asyncio.wait({waiter, watcher}, return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                if watcher.done():
+                    core.abort(req)
+                    return Response(status_code=499)
+        finally:
+            watcher.cancel()
+        if drop_after is not None and not req.finished:
+            core.abort(req)
+            payload = json.dumps(full_response(p, rid, cfg.model_name, plan, plan.n,
+                                               plan.finish_reason)).encode()
+            headers = [(b"content-type", b"application/json"),
+                       (b"content-length", str(len(payload)).encode())]
+            return _Cut(200, headers, payload[: len(payload) // 2], done)
+        done()
+        return JSONResponse(full_response(p, rid, cfg.model_name, plan, plan.n,
+                                          plan.finish_reason))
+
+    async def completions(request: Request) -> Response:
+        return await generate(request, chat=False)
+
+    async def chat_completions(request: Request) -> Response:
+        return await generate(request, chat=True)
+
+    async def models(request: Request) -> Response:
+        card = {"id": cfg.model_name, "object": "model", "created": int(state.started),
+                "owned_by": engine, "root": cfg.model_name, "parent": None,
+                "max_model_len": state.max_model_len}
+        return JSONResponse({"object": "list", "data": [card]})
+
+    async def tokenize(request: Request) -> Response:
+        try:
+            body = await _read_json(request)
+            if not isinstance(body, dict):
+                raise ApiError(400, "request body: expected a JSON object")
+            check_model(body, cfg.model_name, engine)
+            if "messages" in body:
+                ids = tokenizer.encode(render_chat(body["messages"]))
+            elif isinstance(body.get("prompt"), str):
+                ids = tokenizer.encode(body["prompt"])
+            else:
+                raise ApiError(400, "prompt: expected a string (or send messages)", "prompt")
+        except ApiError as err:
+            return _error(state, err)
+        out: dict[str, Any] = {"count": len(ids), "max_model_len": state.max_model_len,
+                               "tokens": ids, "token_strs": None}
+        if body.get("return_token_strs"):
+            out["token_strs"] = [tokenizer.token_str(t) for t in ids]
+        return JSONResponse(out)
+
+    async def detokenize(request: Request) -> Response:
+        try:
+            body = await _read_json(request)
+            if not isinstance(body, dict):
+                raise ApiError(400, "request body: expected a JSON object")
+            check_model(body, cfg.model_name, engine)
+            ids = body.get("tokens")
+            why = tokenizer.check_ids(ids)
+            if why:
+                raise ApiError(400, f"tokens: {why}", "tokens")
+        except ApiError as err:
+            return _error(state, err)
+        text = tokenizer.decode(ids)
+        return JSONResponse({"prompt": text} if engine == "vllm" else {"text": text})
+
+    async def health(request: Request) -> Response:
+        return Response(status_code=200 if state.ready else 503)
+
+    async def health_generate(request: Request) -> Response:
+        if not state.ready:
+            return Response(status_code=503)
+        req = state.core.submit(1, 1)
+        while not req.finished:
+            req.event.clear()
+            await req.event.wait()
+        return Response(status_code=200)
+
+    async def metrics_route(request: Request) -> Response:
+        info = {"gpu_memory_utilization": str(cfg.mem_fraction), "block_size": "16",
+                "num_gpu_blocks": str(state.capacity // 16), "cache_dtype": "auto",
+                "enable_prefix_caching": "False", "decode_context_parallel_size":
+                str(cfg.dcp_size), "tensor_parallel_size": str(cfg.num_gpus)}
+        text = metrics.render(state.core, engine, cfg.model_name, info)
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def version(request: Request) -> Response:
+        return JSONResponse({"version": cfg.version})
+
+    async def load(request: Request) -> Response:
+        return JSONResponse({"server_load": state.in_flight})
+
+    async def model_info(request: Request) -> Response:
+        return JSONResponse({"model_path": cfg.model_name, "tokenizer_path": cfg.model_name,
+                             "is_generation": True, "preferred_sampling_params": None,
+                             "weight_version": "default", "has_image_understanding": False,
+                             "has_audio_understanding": False, "model_type": "simulated"})
+
+    async def server_info(request: Request) -> Response:
+        core = state.core
+        internal = {"max_total_num_tokens": state.capacity,
+                    "last_gen_throughput": core.stats.gen_throughput(time.monotonic()),
+                    "num_running_reqs": core.num_running, "num_queue_reqs": core.num_waiting,
+                    "token_usage": core.kv_usage()}
+        return JSONResponse({**state.server_args(), "internal_states": [internal],
+                             "version": cfg.version})
+
+    async def sim_info(request: Request) -> Response:
+        return JSONResponse(state.sim_info())
+
+    routes = [
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/tokenize", tokenize, methods=["POST"]),
+        Route("/detokenize", detokenize, methods=["POST"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics_route, methods=["GET"]),
+        Route("/sim/info", sim_info, methods=["GET"]),
+    ]
+    if engine == "vllm":
+        routes += [Route("/version", version, methods=["GET"]),
+                   Route("/load", load, methods=["GET"])]
+    else:
+        routes += [Route("/health_generate", health_generate, methods=["GET"]),
+                   Route("/get_model_info", model_info, methods=["GET"]),
+                   Route("/get_server_info", server_info, methods=["GET"]),
+                   Route("/server_info", server_info, methods=["GET"])]
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette):
+        core = EngineCore(state.timer, capacity_tokens=state.capacity,
+                          max_running=cfg.max_running, time_scale=cfg.time_scale)
+        state.core = core
+        core.start()
+
+        async def become_ready() -> None:
+            await asyncio.sleep(cfg.startup_seconds)
+            state.ready = True
+            state.log("ready")
+
+        ready_task = asyncio.ensure_future(become_ready())
+        try:
+            yield
+        finally:
+            ready_task.cancel()
+            await core.stop()
+
+    return Starlette(routes=routes, lifespan=lifespan,
+                     exception_handlers={HTTPException: http_error})

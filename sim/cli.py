@@ -1,0 +1,85 @@
+"""``engine-advisor sim``: run an OpenAI-compatible server that behaves like vLLM or SGLang."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "sim", help="run an engine simulator (OpenAI-compatible, vLLM or SGLang flavoured)",
+        description="Run an OpenAI-compatible server that behaves like vLLM or SGLang (endpoints, "
+                    "metrics, errors, startup logs) with timing from the cost model.")
+    p.add_argument("--engine", choices=("vllm", "sglang"), required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    p.add_argument("--model-name", default="kimi-k3", help="served model name (default kimi-k3)")
+    p.add_argument("--gpu", default="B300", help="GPU type for timing and memory (default B300)")
+    p.add_argument("--num-gpus", type=int, default=8, help="tensor-parallel GPUs (default 8)")
+    p.add_argument("--dcp-size", type=int, default=1, help="decode context parallel size (1)")
+    p.add_argument("--mem-fraction", type=float, default=0.9,
+                   help="--gpu-memory-utilization / --mem-fraction-static (default 0.9)")
+    p.add_argument("--kv-bytes-per-token", type=int, default=70_272,
+                   help="KV bytes per token, all layers (default 70272: Kimi-K2 MLA bf16)")
+    p.add_argument("--kv-shards", type=int, default=1,
+                   help="ranks the KV heads are split over (1 for MLA; default 1)")
+    p.add_argument("--weight-bytes", type=float, default=None,
+                   help="model weight bytes, subtracted from the KV budget (default 0)")
+    p.add_argument("--model", metavar="ARTIFACT",
+                   help="fitted cost-model artifact giving the hidden timing coefficients "
+                        "(default: the embedded model)")
+    p.add_argument("--time-scale", type=float, default=1.0,
+                   help="multiply every simulated duration (0.001: 100 s take 0.1 s)")
+    p.add_argument("--max-running", type=int, default=256,
+                   help="max running sequences; the rest wait (default 256)")
+    p.add_argument("--max-model-len", type=int, default=262_144,
+                   help="context length limit in tokens (default 262144)")
+    p.add_argument("--fail-rate", type=float, default=0.0,
+                   help="share of requests failing with 429/500/503 (default 0)")
+    p.add_argument("--startup-seconds", type=float, default=0.0,
+                   help="/health answers 503 for this long after start (default 0)")
+    p.add_argument("--seed", type=int, default=0, help="seed of generated text and faults")
+    p.add_argument("--oom-threshold", type=float, default=0.95,
+                   help="memory fraction at/above which CUDA OOM failures start (default 0.95)")
+    p.add_argument("--oom-rate", type=float, default=0.05,
+                   help="share of requests failing with CUDA out of memory at/above the "
+                        "threshold (default 0.05)")
+    p.add_argument("--oom-on-startup", action="store_true",
+                   help="at/above the threshold, fail at startup (exit 1) instead")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from sim.config import SimConfig
+
+    cfg = SimConfig(engine=args.engine, host=args.host, port=args.port,
+                    model_name=args.model_name, gpu=args.gpu, num_gpus=args.num_gpus,
+                    dcp_size=args.dcp_size, mem_fraction=args.mem_fraction,
+                    kv_bytes_per_token=args.kv_bytes_per_token, kv_shards=args.kv_shards,
+                    weight_bytes=args.weight_bytes, model_artifact=args.model,
+                    time_scale=args.time_scale, max_running=args.max_running,
+                    max_model_len=args.max_model_len, fail_rate=args.fail_rate,
+                    startup_seconds=args.startup_seconds, seed=args.seed,
+                    oom_threshold=args.oom_threshold, oom_rate=args.oom_rate,
+                    oom_on_startup=args.oom_on_startup)
+    problems = cfg.problems()
+    if problems:
+        print(f"engine-advisor: error: {'; '.join(problems)}", file=sys.stderr)
+        return 2
+    if args.model:
+        from model.artifact import ArtifactError, load
+        try:
+            model = load(args.model)[0]
+        except ArtifactError as exc:
+            print(f"engine-advisor: error: --model: {exc}", file=sys.stderr)
+            return 2
+    else:
+        from model.default import default_model
+        model = default_model()
+    if cfg.engine not in model.engines:
+        print(f"engine-advisor: error: --model: the cost model has no coefficients for "
+              f"{cfg.engine} (it has {', '.join(model.engine_names)})", file=sys.stderr)
+        return 2
+    from sim.server import serve
+    return serve(cfg, model)

@@ -1,0 +1,99 @@
+"""The simulator's settings (one object built from the CLI) and what follows from them."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from model.hardware import BUILTIN_GPUS, GpuSpec
+from model.memory import OOM_THRESHOLD, kv_capacity_tokens
+
+ENGINE_VERSIONS = {"vllm": "0.11.0+sim", "sglang": "0.5.3+sim"}
+DEFAULT_KV_BYTES = 70_272        # Kimi-K2 / DeepSeek-V3 MLA layout, bf16 (reference.md section 5)
+
+
+@dataclass
+class SimConfig:
+    engine: str = "vllm"
+    host: str = "127.0.0.1"
+    port: int = 8000
+    model_name: str = "kimi-k3"
+    gpu: str = "B300"
+    num_gpus: int = 8
+    dcp_size: int = 1
+    mem_fraction: float = 0.9
+    kv_bytes_per_token: int = DEFAULT_KV_BYTES
+    kv_shards: int = 1
+    weight_bytes: float | None = None
+    model_artifact: str | None = None
+    time_scale: float = 1.0
+    max_running: int = 256
+    max_model_len: int = 262_144
+    fail_rate: float = 0.0
+    startup_seconds: float = 0.0
+    seed: int = 0
+    oom_threshold: float = OOM_THRESHOLD
+    oom_rate: float = 0.05
+    oom_on_startup: bool = False
+
+    def problems(self) -> list[str]:
+        """'--flag: reason' for each invalid setting."""
+        p = []
+        if self.engine not in ("vllm", "sglang"):
+            p.append(f"--engine: {self.engine!r} is not vllm or sglang")
+        if not 0 < self.port < 65536:
+            p.append(f"--port: {self.port} is not a TCP port (1 .. 65535)")
+        if not self.model_name or len(self.model_name) > 256:
+            p.append("--model-name: must be 1 .. 256 characters")
+        if self.gpu.upper() not in BUILTIN_GPUS:
+            p.append(f"--gpu: unknown GPU {self.gpu!r}; built in: {', '.join(BUILTIN_GPUS)}")
+        if not 1 <= self.num_gpus <= 1024:
+            p.append(f"--num-gpus: {self.num_gpus} is outside 1 .. 1024")
+        elif not 1 <= self.dcp_size <= self.num_gpus or self.num_gpus % self.dcp_size:
+            p.append(f"--dcp-size: {self.dcp_size} must divide --num-gpus {self.num_gpus}")
+        if not 0 < self.mem_fraction <= 1:
+            p.append(f"--mem-fraction: {self.mem_fraction} is outside (0, 1]")
+        if not 0 < self.kv_bytes_per_token <= 1 << 26:
+            p.append(f"--kv-bytes-per-token: {self.kv_bytes_per_token} is outside 1 .. 2^26")
+        if not 1 <= self.kv_shards <= self.num_gpus:
+            p.append(f"--kv-shards: {self.kv_shards} is outside 1 .. --num-gpus")
+        if self.weight_bytes is not None and not 0 <= self.weight_bytes < 1e14:
+            p.append(f"--weight-bytes: {self.weight_bytes} is outside 0 .. 1e14")
+        if not 1e-6 <= self.time_scale <= 1e3:
+            p.append(f"--time-scale: {self.time_scale} is outside 1e-6 .. 1000")
+        if not 1 <= self.max_running <= 65536:
+            p.append(f"--max-running: {self.max_running} is outside 1 .. 65536")
+        if not 16 <= self.max_model_len <= 16_777_216:
+            p.append(f"--max-model-len: {self.max_model_len} is outside 16 .. 16777216")
+        for flag, v in (("--fail-rate", self.fail_rate), ("--oom-rate", self.oom_rate)):
+            if not 0 <= v <= 1:
+                p.append(f"{flag}: {v} is outside 0 .. 1")
+        if not 0 < self.oom_threshold <= 1:
+            p.append(f"--oom-threshold: {self.oom_threshold} is outside (0, 1]")
+        if not 0 <= self.startup_seconds <= 3600:
+            p.append(f"--startup-seconds: {self.startup_seconds} is outside 0 .. 3600")
+        return p
+
+    @property
+    def gpu_spec(self) -> GpuSpec:
+        return BUILTIN_GPUS[self.gpu.upper()]
+
+    @property
+    def oom_active(self) -> bool:
+        return self.mem_fraction >= self.oom_threshold
+
+    @property
+    def kv_bytes_per_gpu_token(self) -> float:
+        return self.kv_bytes_per_token / self.kv_shards
+
+    def kv_capacity(self) -> int:
+        """KV tokens the instance holds (model.memory.kv_capacity_tokens)."""
+        return kv_capacity_tokens(self.engine, self.mem_fraction, self.gpu_spec.memory_bytes,
+                                  self.weight_bytes, self.num_gpus, self.kv_bytes_per_gpu_token,
+                                  self.dcp_size)
+
+    @property
+    def version(self) -> str:
+        return ENGINE_VERSIONS[self.engine]
+
+    def as_dict(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,257 @@
+"""The engine core: one scheduler task doing continuous batching with cost-model step times.
+
+Each loop iteration either prefills the requests it can admit (at most ``max_running`` running,
+KV reserved for prompt + planned output within ``capacity_tokens``; FCFS, so the head of the
+queue blocks the rest like the engines' default scheduler) or runs one decode step of every
+running sequence. A prefill of k new requests takes the cost model's TTFT at batch k and their
+mean prompt length and yields each request's first token; a decode step takes the cost model's
+TPOT at batch = number running and context = their mean, and yields one token each.
+
+Times run on an absolute clock (``_clock``): a step that starts late does not push later
+steps back, and when the process falls behind (time scale 0.001 asks for thousands of steps a
+second) one iteration runs k steps at once, bounded so that no sequence finishes mid-way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+
+from sim.metrics import Stats
+from sim.timing import StepTimer
+
+WAITING, PREFILL, RUNNING, DONE = range(4)
+MAX_STEPS_PER_ITERATION = 256
+
+
+class SimRequest:
+    """One request inside the engine; the HTTP layer waits on ``event`` for progress."""
+
+    __slots__ = ("rid", "prompt_len", "n_out", "cached", "reserve", "arrival", "state",
+                 "produced", "first_token_at", "last_token_at", "finished_at", "aborted",
+                 "event", "reason")
+
+    def __init__(self, rid: str, prompt_len: int, n_out: int, arrival: float, cached: int = 0,
+                 reason: str = "length"):
+        self.rid = rid
+        self.reason = reason
+        self.prompt_len = prompt_len
+        self.n_out = n_out
+        self.cached = cached
+        self.reserve = prompt_len + n_out
+        self.arrival = arrival
+        self.state = WAITING
+        self.produced = 0
+        self.first_token_at = 0.0
+        self.last_token_at = 0.0
+        self.finished_at = 0.0
+        self.aborted = False
+        self.event = asyncio.Event()
+
+    @property
+    def finished(self) -> bool:
+        return self.state == DONE
+
+
+class EngineCore:
+    def __init__(self, timer: StepTimer, *, capacity_tokens: int, max_running: int,
+                 time_scale: float, stats: Stats | None = None):
+        self.timer = timer
+        self.capacity = capacity_tokens
+        self.max_running = max_running
+        self.scale = time_scale
+        self.stats = stats or Stats()
+        self.waiting: deque[SimRequest] = deque()
+        self.prefilling: list[SimRequest] = []
+        self.running: list[SimRequest] = []
+        self.kv_reserved = 0
+        self._ctx_sum = 0            # sum of current contexts (prompt + produced) of running
+        self._wake = asyncio.Event()
+        self._clock = 0.0
+        self._ids = itertools.count()
+        self._task: asyncio.Task | None = None
+
+    # ------------------------------------------------------------------ public
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self.run(), name="sim-scheduler")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running) + len(self.prefilling)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    def kv_used_tokens(self) -> int:
+        return self._ctx_sum + sum(r.prompt_len for r in self.prefilling)
+
+    def kv_usage(self) -> float:
+        return min(self.kv_used_tokens() / self.capacity, 1.0) if self.capacity else 0.0
+
+    def fits(self, prompt_len: int, n_out: int) -> bool:
+        """Whether a request could ever be admitted (its KV alone fits the capacity)."""
+        return prompt_len + n_out <= self.capacity
+
+    def submit(self, prompt_len: int, n_out: int, *, reason: str = "length",
+               cached: int = 0) -> SimRequest:
+        """Queue a request of ``prompt_len`` tokens that will generate ``n_out`` tokens and
+        then finish with ``reason``."""
+        loop = asyncio.get_running_loop()
+        req = SimRequest(f"{next(self._ids)}", prompt_len, n_out, loop.time(), cached, reason)
+        self.waiting.append(req)
+        self._wake.set()
+        return req
+
+    def abort(self, req: SimRequest) -> None:
+        """Drop a request at once (client gone): it leaves the queue or the running batch."""
+        if req.state == DONE:
+            return
+        if req.state == WAITING:
+            try:
+                self.waiting.remove(req)
+            except ValueError:
+                pass
+        elif req.state == PREFILL:
+            self.prefilling.remove(req)
+            self.kv_reserved -= req.reserve
+        elif req.state == RUNNING:
+            self.running.remove(req)
+            self.kv_reserved -= req.reserve
+            self._ctx_sum -= req.prompt_len + req.produced
+        req.aborted = True
+        req.state = DONE
+        req.finished_at = asyncio.get_running_loop().time()
+        self.stats.finished["abort"] += 1
+        req.event.set()
+        self._wake.set()
+
+    # --------------------------------------------------------------- scheduler
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self.running and not self.waiting:
+                self._wake.clear()
+                await self._wake.wait()
+                self._clock = loop.time()
+            if self._admit():
+                await self._prefill(loop)
+            elif self.running:
+                await self._decode(loop)
+            else:
+                # Queue blocked by capacity with nothing running cannot happen (requests that
+                # cannot fit are refused at submission); wait for an abort or a new request.
+                self._wake.clear()
+                await self._wake.wait()
+
+    def _admit(self) -> bool:
+        while self.waiting and self.num_running < self.max_running:
+            req = self.waiting[0]
+            if self.kv_reserved + req.reserve > self.capacity:
+                break
+            self.waiting.popleft()
+            self.kv_reserved += req.reserve
+            req.state = PREFILL
+            self.prefilling.append(req)
+        return bool(self.prefilling)
+
+    async def _prefill(self, loop: asyncio.AbstractEventLoop) -> None:
+        batch = self.prefilling
+        new_tokens = [r.prompt_len - r.cached for r in batch]
+        ctx = sum(r.prompt_len for r in batch) / len(batch)
+        dur = self.timer.prefill_s(len(batch), ctx)
+        cached = sum(r.cached for r in batch)
+        if cached:   # a prefix-cache hit skips the cached share of the prefill work
+            hit_ctx = cached / len(batch)
+            dur -= self.timer.prefill_s(len(batch), hit_ctx) - self.timer.prefill_s(len(batch), 1)
+        start = max(self._clock, max(r.arrival for r in batch))
+        self._clock = start + max(dur, 0.0) * self.scale
+        delay = self._clock - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        now = loop.time()
+        stats = self.stats
+        stats.prompt_tokens += sum(new_tokens) + cached
+        stats.cached_prompt_tokens += cached
+        self.prefilling = []
+        for r in batch:
+            if r.state != PREFILL:      # aborted while prefilling
+                continue
+            r.produced = 1
+            r.first_token_at = r.last_token_at = now
+            stats.ttft.observe(now - r.arrival)
+            stats.queue.observe(max(start - r.arrival, 0.0))
+            stats.generation_tokens += 1
+            if r.n_out <= 1:
+                self._finish(r, now)
+                self.kv_reserved -= r.reserve
+            else:
+                r.state = RUNNING
+                self.running.append(r)
+                self._ctx_sum += r.prompt_len + 1
+            r.event.set()
+        stats.sample_throughput(now)
+
+    async def _decode(self, loop: asyncio.AbstractEventLoop) -> None:
+        running = self.running
+        b = len(running)
+        step = self.timer.step_s(b, self._ctx_sum / b) * self.scale
+        now = loop.time()
+        target = self._clock + step
+        if target > now:
+            n = 1
+            await asyncio.sleep(target - now)
+        else:
+            remaining = min(r.n_out - r.produced for r in running)
+            n = max(1, min(int((now - self._clock) / step) if step > 0 else remaining,
+                           remaining, MAX_STEPS_PER_ITERATION))
+        self._clock += n * step
+        now = loop.time()
+        b = len(running)                # some may have been aborted while we slept
+        if not b:
+            return
+        stats = self.stats
+        done = False
+        itl_observe = stats.itl.observe
+        for r in running:
+            gap = (now - r.last_token_at) / n
+            itl_observe(gap, n)
+            r.produced += n
+            r.last_token_at = now
+            if r.produced >= r.n_out:
+                done = True
+            r.event.set()
+        stats.generation_tokens += n * b
+        self._ctx_sum += n * b
+        if done:
+            keep = []
+            for r in running:
+                if r.produced >= r.n_out:
+                    self._finish(r, now)
+                    self.kv_reserved -= r.reserve
+                    self._ctx_sum -= r.prompt_len + r.produced
+                else:
+                    keep.append(r)
+            self.running = keep
+        stats.sample_throughput(now)
+        if n > 1:
+            await asyncio.sleep(0)      # let the streams write before the next burst
+
+    def _finish(self, r: SimRequest, now: float) -> None:
+        r.state = DONE
+        r.finished_at = now
+        s = self.stats
+        s.e2e.observe(now - r.arrival)
+        if r.produced > 1:
+            s.tpot.observe((now - r.first_token_at) / (r.produced - 1))
+        s.finished[r.reason] = s.finished.get(r.reason, 0) + 1
+        r.event.set()
