@@ -7,21 +7,22 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from service.cache import ResponseCache
 from service.errors import ApiError
 from service.holder import LoadedModel, ModelHolder
 from service.metrics import Metrics
 from service.settings import Settings
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_holder(request: Request) -> ModelHolder:
+async def get_holder(request: Request) -> ModelHolder:
     return request.app.state.holder
 
 
-def get_model(request: Request) -> LoadedModel:
+async def get_model(request: Request) -> LoadedModel:
     """A snapshot of the loaded model for the whole request (reloads swap the holder)."""
     holder = getattr(request.app.state, "holder", None)
     if holder is None:
@@ -29,12 +30,16 @@ def get_model(request: Request) -> LoadedModel:
     return holder.current
 
 
-def get_metrics(request: Request) -> Metrics:
+async def get_metrics(request: Request) -> Metrics:
     return request.app.state.metrics
 
 
-def require_admin(request: Request) -> None:
-    token = get_settings(request).admin_token
+async def get_cache(request: Request) -> ResponseCache:
+    return request.app.state.recommend_cache
+
+
+async def require_admin(request: Request) -> None:
+    token = request.app.state.settings.admin_token
     if token is None or not token.get_secret_value():
         raise ApiError(403, "admin routes are disabled: no admin token is configured "
                             "(set ENGINE_ADVISOR_ADMIN_TOKEN)")
@@ -51,4 +56,5 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 HolderDep = Annotated[ModelHolder, Depends(get_holder)]
 ModelDep = Annotated[LoadedModel, Depends(get_model)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+CacheDep = Annotated[ResponseCache, Depends(get_cache)]
 AdminDep = Annotated[None, Depends(require_admin)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -51,12 +52,36 @@ def envelope(status: int, message: str, *, param: str | None = None, type: str |
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-def field_path(loc: tuple[Any, ...] | list[Any]) -> str:
-    """'body.classes.0.context_tokens' -> 'classes.0.context_tokens'."""
+UNION_TAG = re.compile(r"^(str|int|float|bool|none|[A-Z]\w*|\w+\[.*\])$")
+
+
+def _strip(loc: tuple[Any, ...] | list[Any]) -> tuple[list[str], bool]:
+    """Field path without the location prefix and pydantic's union-branch tags."""
     parts = [str(p) for p in loc]
     if parts and parts[0] in ("body", "query", "path", "header"):
         parts = parts[1:]
-    return ".".join(parts)
+    kept = [p for p in parts if not UNION_TAG.match(p)]
+    return kept, len(kept) != len(parts)
+
+
+def field_path(loc: tuple[Any, ...] | list[Any]) -> str:
+    """('body', 'gpu', 'GpuSpec', 'memory_bytes') -> 'gpu.memory_bytes'."""
+    return ".".join(_strip(loc)[0])
+
+
+def _prune_union_branches(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Of a union's branches, keep the errors inside the branch the input was meant for: a
+    plain type mismatch of another branch ('gpu: Input should be a valid string') is noise
+    when the input was an object that failed deeper."""
+    def tagged_leaf(err: dict[str, Any]) -> bool:
+        loc = [str(p) for p in err.get("loc", ())]
+        return bool(loc) and bool(UNION_TAG.match(loc[-1]))
+
+    deep = {field_path(e.get("loc", ())) for e in errors if _strip(e.get("loc", ()))[1]
+            and not tagged_leaf(e)}
+    out = [e for e in errors if not (tagged_leaf(e) and any(
+        d.startswith(field_path(e.get("loc", ()))) for d in deep))]
+    return out or errors
 
 
 def _reason(err: dict[str, Any]) -> str:
@@ -69,8 +94,10 @@ def _reason(err: dict[str, Any]) -> str:
 def validation_detail(errors: list[dict[str, Any]], prefix: str = "") -> tuple[str, str | None]:
     """(message, param) of a list of pydantic errors: 'path: reason; path: reason'."""
     parts, first = [], None
+    errors = _prune_union_branches(errors)
     for err in errors[:10]:
-        path = field_path(err.get("loc", ()))
+        loc = err.get("loc", ())
+        path = field_path(loc) or ("body" if loc and not prefix else "")
         if err.get("type") == "json_invalid":
             path = ""
         path = ".".join(p for p in (prefix, path) if p)

@@ -9,7 +9,7 @@ from starlette.concurrency import run_in_threadpool
 from model.recommend import NoEligibleConfiguration, recommend
 from model.schemas import Recommendation
 from model.workload import Workload
-from service.deps import MetricsDep, ModelDep, SettingsDep
+from service.deps import CacheDep, MetricsDep, ModelDep, SettingsDep
 from service.errors import ApiError, ErrorDetail, error_responses, validation_detail
 from service.schemas import BatchItem, BatchRequest, BatchResponse
 
@@ -25,12 +25,18 @@ def _recommend(loaded, w: Workload) -> Recommendation:
 
 @router.post("", response_model=Recommendation, responses=error_responses(413, 422),
              summary="Recommend engine, DCP size and memory fraction for one workload")
-async def recommend_one(workload: Workload, loaded: ModelDep, metrics: MetricsDep) -> Response:
+async def recommend_one(workload: Workload, loaded: ModelDep, metrics: MetricsDep,
+                        cache: CacheDep) -> Response:
     # ~0.2 ms of numpy: run inline (a thread hop costs about as much); serialise with
     # pydantic-core directly instead of re-validating the response model.
-    rec = _recommend(loaded, workload)
-    metrics.recommendations.labels(rec.engine, str(rec.dcp_size)).inc()
-    return Response(rec.__pydantic_serializer__.to_json(rec), media_type="application/json")
+    key = (loaded.version, workload.__pydantic_serializer__.to_json(workload))
+    hit = cache.get(key)
+    if hit is None:
+        rec = _recommend(loaded, workload)
+        hit = (rec.__pydantic_serializer__.to_json(rec), (rec.engine, str(rec.dcp_size)))
+        cache.put(key, hit)
+    metrics.recommendations.labels(*hit[1]).inc()
+    return Response(hit[0], media_type="application/json")
 
 
 def _batch(loaded, items: list, metrics) -> BatchResponse:

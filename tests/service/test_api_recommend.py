@@ -1,0 +1,142 @@
+"""POST /v1/recommend and /v1/recommend/batch (in-process)."""
+
+from __future__ import annotations
+
+import pytest
+from svc_helpers import SEED, assert_error, make_client
+
+from model.default import default_model
+from model.recommend import recommend
+from model.workload import Workload
+
+
+@pytest.mark.parametrize("context, engine, dcp", [(65_536, "vllm", 1), (204_800, "sglang", 8)])
+def test_seed_cases(client, context, engine, dcp):
+    r = client.post("/v1/recommend", json={**SEED, "context_tokens": context})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert (body["engine"], body["dcp_size"], body["mem_fraction"]) == (engine, dcp, 0.92)
+    m = default_model()
+    direct = recommend(m, Workload.model_validate({**SEED, "context_tokens": context}), m.version)
+    assert body == direct.model_dump(mode="json")
+
+
+def test_answer_is_cached_per_model_and_workload(client):
+    cache = client.app.state.recommend_cache
+    before = cache.hits
+    w = {**SEED, "batch_size": 33}
+    a = client.post("/v1/recommend", json=w)
+    b = client.post("/v1/recommend", json=dict(reversed(list(w.items()))))  # other key order
+    assert a.status_code == b.status_code == 200
+    assert a.content == b.content
+    assert cache.hits == before + 1
+    c = client.post("/v1/recommend", json={**SEED, "batch_size": 34})
+    assert c.json()["predictions"] != a.json()["predictions"]
+
+
+def test_requirements_exclude_engines(client):
+    r = client.post("/v1/recommend", json={
+        **SEED, "requirements": {"pipeline_parallel": True, "speculative_method": "eagle"}})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["engine"] == "sglang"
+    assert body["excluded"][0]["engine"] == "vllm"
+    assert "speculative" in body["excluded"][0]["reason"]
+
+
+@pytest.mark.parametrize("patch, param, contains", [
+    ({"context_tokens": -1}, "context_tokens", "greater than 0"),
+    ({"context_tokens": "lots"}, "context_tokens", "integer"),
+    ({"output_tokens": None}, "output_tokens", "required"),
+    ({"kv_bytes_per_token": None}, None, "exactly one of kv_bytes_per_token"),
+    ({"preset": "kimi-k2"}, None, "exactly one"),
+    ({"gpu": "A4000"}, "gpu", "unknown GPU"),
+    ({"num_gpus": 8, "dcp_sizes": [3]}, None, "do not divide"),
+    ({"engines": ["tensorrt"]}, "engines.0", "vllm"),
+    ({"surprise": 1}, "surprise", "extra"),
+    ({"requirements": {"prefix_reuse_share": 1.5}}, "requirements.prefix_reuse_share",
+     "less than or equal"),
+    ({"gpu": {"name": "X", "memory_bytes": 1, "hbm_bandwidth": 1e12}}, "gpu.memory_bytes",
+     "greater than"),
+    ({"gpu": 5}, "gpu", "valid string"),
+])
+def test_bad_workloads_get_422_naming_the_field(client, patch, param, contains):
+    body = {**SEED, **patch}
+    body = {k: v for k, v in body.items() if v is not None}
+    err = assert_error(client.post("/v1/recommend", json=body), 422, contains=contains)
+    if param:
+        assert err["param"] == param
+        assert err["message"].startswith(param)
+
+
+def test_invalid_json_and_non_object_bodies(client):
+    assert_error(client.post("/v1/recommend", content=b'{"context_tokens": ',
+                             headers={"content-type": "application/json"}), 422,
+                 contains="invalid JSON")
+    assert_error(client.post("/v1/recommend", json=[1, 2]), 422, contains="object")
+    assert_error(client.post("/v1/recommend"), 422, param="body", contains="required")
+    assert_error(client.post("/v1/recommend", content=b"context_tokens=1",
+                             headers={"content-type": "text/plain"}), 422)
+
+
+def test_uncalibrated_hardware_is_a_clear_422(client):
+    err = assert_error(client.post("/v1/recommend", json={**SEED, "gpu": "H100"}), 422,
+                       param="allow_extrapolation", contains="no configuration is calibrated")
+    assert err["type"] == "no_eligible_configuration"
+    ok = client.post("/v1/recommend", json={**SEED, "gpu": "H100", "allow_extrapolation": True})
+    assert ok.status_code == 200 and ok.json()["confidence"] == "low"
+
+
+def test_every_engine_excluded_is_a_422_naming_requirements(client):
+    assert_error(client.post("/v1/recommend", json={**SEED, "requirements": {
+        "hardware_vendor": "intel"}}), 422, param="requirements", contains="every configuration")
+
+
+def test_wrong_method_and_unknown_route_use_the_envelope(client):
+    assert_error(client.get("/v1/recommend"), 405)
+    assert_error(client.post("/v1/recomend", json=SEED), 404)
+
+
+# ---------------------------------------------------------------- batch
+def test_batch_in_order_with_per_item_errors(client):
+    items = [{**SEED, "context_tokens": 65_536}, {**SEED, "context_tokens": 0}, "nope",
+             {**SEED, "gpu": "H100"}, SEED]
+    r = client.post("/v1/recommend/batch", json={"workloads": items})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert (body["succeeded"], body["failed"]) == (2, 3)
+    res = body["results"]
+    assert [x["index"] for x in res] == [0, 1, 2, 3, 4]
+    assert res[0]["recommendation"]["engine"] == "vllm" and res[0]["error"] is None
+    assert res[4]["recommendation"]["engine"] == "sglang"
+    assert res[1]["recommendation"] is None
+    assert res[1]["error"]["param"] == "workloads.1.context_tokens"
+    assert res[1]["error"]["message"].startswith("workloads.1.context_tokens:")
+    assert res[2]["error"]["param"] == "workloads.2"
+    assert res[3]["error"]["param"] == "workloads.3.allow_extrapolation"
+    for x in res[1:4]:
+        assert set(x["error"]) == {"message", "type", "param", "code"}
+        assert x["error"]["code"] == 422
+
+
+def test_batch_size_cap_is_configurable():
+    with make_client(max_batch=3) as c:
+        ok = c.post("/v1/recommend/batch", json={"workloads": [SEED] * 3})
+        assert ok.status_code == 200
+        assert_error(c.post("/v1/recommend/batch", json={"workloads": [SEED] * 4}), 422,
+                     param="workloads", contains="4 items exceed the batch limit of 3")
+
+
+def test_default_batch_cap_is_1000(client):
+    assert_error(client.post("/v1/recommend/batch", json={"workloads": [1] * 1001}), 422,
+                 param="workloads", contains="limit of 1000")
+
+
+@pytest.mark.parametrize("body, param", [
+    ({"workloads": []}, "workloads"),
+    ({"workloads": SEED}, "workloads"),
+    ({}, "workloads"),
+    ({"workloads": [SEED], "extra": True}, "extra"),
+])
+def test_batch_bad_envelopes(client, body, param):
+    assert_error(client.post("/v1/recommend/batch", json=body), 422, param=param)
