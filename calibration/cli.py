@@ -181,8 +181,10 @@ def _register_plan(csub: argparse._SubParsersAction) -> None:
                    help="restrict to these engines")
     p.add_argument("--dcp-sizes", type=_int_list, help="restrict DCP sizes")
     p.add_argument("--contexts", type=_int_list,
-                   help="candidate contexts to scan (default: 1K..4M, geometric)")
+                   help="candidate contexts to scan (default: workload context / 8 .. x 8)")
     p.add_argument("--points", type=_pos_int, default=8, help="how many points (default 8)")
+    p.add_argument("--include-uncalibrated", action="store_true",
+                   help="also suggest configurations without any calibration data")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.set_defaults(handler=run_calibrate_plan)
 

@@ -186,28 +186,54 @@ async def stream_completion(client: httpx.AsyncClient, *, model: str, prompt: li
                             output_tokens: int, timeout: float, prompt_tokens: int | None = None,
                             index: int = 0, t_batch: float | None = None) -> Sample:
     """One streamed ``/v1/completions`` request of exactly ``output_tokens`` tokens."""
-    body = {"model": model, "prompt": prompt, "max_tokens": output_tokens,
-            "min_tokens": output_tokens, "ignore_eos": True, "temperature": 0.0, "stream": True,
-            "stream_options": {"include_usage": True}}
+    body = request_body(model, prompt, output_tokens)
+    return await send_streaming(client, body, output_tokens=output_tokens, timeout=timeout,
+                                prompt_tokens=prompt_tokens, index=index, t_batch=t_batch)
+
+
+def request_body(model: str, prompt: list[int] | str, output_tokens: int) -> bytes:
+    """The JSON body of one exact-length streamed completion (encoded ahead of the clock)."""
+    return json.dumps({"model": model, "prompt": prompt, "max_tokens": output_tokens,
+                       "min_tokens": output_tokens, "ignore_eos": True, "temperature": 0.0,
+                       "stream": True, "stream_options": {"include_usage": True}},
+                      separators=(",", ":")).encode()
+
+
+async def warm_connections(client: httpx.AsyncClient, n: int) -> None:
+    """Open ``n`` keep-alive connections (concurrent ``/health`` calls) so that the timed
+    requests do not pay for TCP set-up one after another."""
+    async def one() -> None:
+        try:
+            await client.get("/health")
+        except httpx.HTTPError:
+            pass
+    await asyncio.gather(*(one() for _ in range(n)))
+
+
+async def send_streaming(client: httpx.AsyncClient, body: bytes, *, output_tokens: int,
+                         timeout: float, prompt_tokens: int | None = None, index: int = 0,
+                         t_batch: float | None = None) -> Sample:
+    """Send a pre-encoded body (``request_body``) and measure the stream."""
     s = Sample(index=index)
     url = str(client.base_url).rstrip("/") + "/v1/completions"
     t0 = time.perf_counter()
     s.start_s = t0 - t_batch if t_batch is not None else 0.0
     try:
         async with asyncio.timeout(timeout):
-            await _stream(client, body, s, t0, prompt_tokens)
+            await _stream(client, body, s, t0, output_tokens, prompt_tokens)
     except (httpx.HTTPError, TimeoutError) as exc:
         s.ok, s.error = False, describe_http_error(exc, url, timeout)
     s.oom = s.oom or is_oom(s.error)
     return s
 
 
-async def _stream(client: httpx.AsyncClient, body: dict[str, Any], s: Sample, t0: float,
+async def _stream(client: httpx.AsyncClient, body: bytes, s: Sample, t0: float, wanted: int,
                   plen: int | None) -> None:
     chunks: list[float] = []
     usage: dict[str, Any] | None = None
     done = False
-    async with client.stream("POST", "/v1/completions", json=body) as r:
+    headers = {"content-type": "application/json", "accept": "text/event-stream"}
+    async with client.stream("POST", "/v1/completions", content=body, headers=headers) as r:
         s.status = r.status_code
         if r.status_code != 200:
             s.error = f"HTTP {r.status_code}: {error_message(await r.aread())}"
@@ -246,7 +272,6 @@ async def _stream(client: httpx.AsyncClient, body: dict[str, Any], s: Sample, t0
     s.itl_s = [b - a for a, b in zip(chunks, chunks[1:], strict=False)]
     if n > 1:
         s.tpot_s = (s.e2e_s - s.ttft_s) / (n - 1)
-    wanted = body["max_tokens"]
     if n != wanted:
         s.error = f"expected exactly {wanted} output tokens, got {n} (engine ignored ignore_eos?)"
         return

@@ -33,8 +33,8 @@ from typing import Any
 
 import httpx
 
-from calibration.client import (PromptError, Sample, check_health, engine_info,
-                                stream_completion, text_prompt, token_prompt)
+from calibration.client import (PromptError, Sample, check_health, engine_info, request_body,
+                                send_streaming, text_prompt, token_prompt, warm_connections)
 from calibration.launcher import LaunchedEngine, LaunchTemplateError, format_command, free_port
 from calibration.runstore import PointKey, RunStore, RunStoreError
 from model.dataset import Measurement
@@ -362,13 +362,14 @@ class Sweep:
                                                      seed))
                 else:
                     prompts.append(token_prompt(key.context_tokens, seed))
+            bodies = [request_body(self.model, p, key.output_tokens) for p in prompts]
+            await warm_connections(client, key.batch_size)
             t0 = time.perf_counter()
             samples = await asyncio.gather(*(
-                stream_completion(client, model=self.model, prompt=p,
-                                  output_tokens=key.output_tokens,
-                                  timeout=cfg.request_timeout, prompt_tokens=key.context_tokens,
-                                  index=i, t_batch=t0)
-                for i, p in enumerate(prompts)))
+                send_streaming(client, b, output_tokens=key.output_tokens,
+                               timeout=cfg.request_timeout, prompt_tokens=key.context_tokens,
+                               index=i, t_batch=t0)
+                for i, b in enumerate(bodies)))
             wall = time.perf_counter() - t0
         return list(samples), wall
 
