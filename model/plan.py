@@ -29,8 +29,15 @@ from model.hardware import GpuSpec
 from model.kv import KvDtype
 from model.memory import MEM_FLAGS
 from model.recommend import Evaluated, candidates, evaluate, launch_command
-from model.workload import (MAX_BATCH, MAX_CONTEXT, MAX_OUTPUT, Config, Engine, Requirements,
-                            Workload)
+from model.workload import (
+    MAX_BATCH,
+    MAX_CONTEXT,
+    MAX_OUTPUT,
+    Config,
+    Engine,
+    Requirements,
+    Workload,
+)
 
 MAX_CLASSES = 64
 ASSUMPTIONS = [
@@ -58,8 +65,9 @@ class Slo(BaseModel):
 
     max_tpot_s: Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False,
                                        description="max time per output token")] | None = None
-    max_e2e_s: Annotated[float, Field(gt=0, le=1e7, allow_inf_nan=False,
-                                      description="max end-to-end seconds per request")] | None = None
+    max_e2e_s: Annotated[float, Field(
+        gt=0, le=1e7, allow_inf_nan=False,
+        description="max end-to-end seconds per request")] | None = None
 
     @model_validator(mode="after")
     def _one(self) -> Slo:
@@ -79,7 +87,8 @@ class PlanRequest(BaseModel):
     preset: Annotated[str, Field(min_length=1, max_length=64)] | None = None
     kv_cache_dtype: KvDtype = "bf16"
     model_weight_bytes: Annotated[float, Field(gt=0, lt=1e14, allow_inf_nan=False)] | None = None
-    model: Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[\w./:@+-]+$")] | None = None
+    model: Annotated[str, Field(min_length=1, max_length=256,
+                                pattern=r"^[\w./:@+-]+$")] | None = None
     slo: Slo
     engines: Annotated[list[Engine], Field(min_length=1, max_length=2)] | None = None
     dcp_sizes: Annotated[list[Annotated[int, Field(gt=0, le=64)]],

@@ -10,7 +10,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from model.recommend import CROSSOVER_RANGE
 from model.schemas import ConfigPrediction, Exclusion, Recommendation
 from model.workload import MAX_CONTEXT, MAX_GPUS, Engine, Workload
-
 from service.errors import ErrorDetail
 
 WORKLOAD_REF = {"$ref": "#/components/schemas/Workload"}

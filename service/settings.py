@@ -23,6 +23,7 @@ class Settings(BaseSettings):
         default=None, description="bearer token of the admin routes; unset: admin disabled")
     max_body_bytes: Annotated[int, Field(gt=0)] = 1 << 20
     max_batch: Annotated[int, Field(gt=0, le=100_000)] = 1000
-    recommend_cache_size: Annotated[int, Field(ge=0, le=1_000_000, description="responses of POST /v1/recommend kept (LRU); 0 disables")] = 4096
+    recommend_cache_size: Annotated[int, Field(
+        ge=0, le=1_000_000, description="answers of POST /v1/recommend kept (LRU); 0: off")] = 4096
     log_level: str = "info"
     bench_routes: bool = Field(default=False, description="add POST /bench/constant (benchmarks)")

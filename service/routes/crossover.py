@@ -8,7 +8,7 @@ from fastapi import APIRouter
 from model.recommend import candidates, crossovers, evaluate, total_curves
 from service.deps import ModelDep
 from service.errors import ApiError, error_responses
-from service.schemas import ConfigRef, CrossoverRequest, CrossoverResponse, Crossing, Curve
+from service.schemas import ConfigRef, Crossing, CrossoverRequest, CrossoverResponse, Curve
 
 router = APIRouter(prefix="/v1/crossover", tags=["crossover"])
 

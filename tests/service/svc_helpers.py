@@ -1,4 +1,4 @@
-"""Helpers and fixtures of the service tests: in-process apps (TestClient) and real server processes."""
+"""Helpers and fixtures of the service tests: in-process apps (TestClient), real servers."""
 
 from __future__ import annotations
 

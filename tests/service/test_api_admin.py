@@ -1,0 +1,133 @@
+"""GET /v1/model and POST /v1/model/reload (in-process)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from svc_helpers import SEED, TOKEN, assert_error, fit_artifact, make_client
+
+from model.artifact import metadata_path
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def test_model_metadata_of_the_default(client):
+    r = client.get("/v1/model")
+    assert r.status_code == 200
+    body = r.json()
+    assert body["model_version"].startswith("default-")
+    assert body["artifact_sha256"] is None and "embedded" in body["source"]
+    assert len(body["training_data_sha256"]) == 64
+    assert body["engines"] == ["sglang", "vllm"]
+    assert body["calibrated_ranges"]["vllm/B300/8/1"]["context_tokens"] == [65536, 204800]
+    assert body["calibrated_points"]["sglang/B300/8/8"] >= 2
+    assert set(body["fit_metrics"]) == {"sglang", "vllm"}
+    assert body["memory_fractions"]["vllm/B300"]["unsafe"] == [0.95]
+    assert body["sources"]
+
+
+def test_admin_disabled_without_token(client):
+    assert_error(client.post("/v1/model/reload", headers=AUTH), 403, contains="disabled")
+
+
+@pytest.fixture
+def admin(artifact_dir, tmp_path):
+    models = tmp_path / "models"
+    models.mkdir()
+    for f in ("good.joblib", "good.joblib.json"):
+        shutil.copy(artifact_dir / f, models / f)
+    with make_client(admin_token=TOKEN, models_dir=models) as c:
+        yield c, models
+
+
+def test_missing_or_wrong_token(admin):
+    c, _ = admin
+    r = c.post("/v1/model/reload", json={"path": "good.joblib"})
+    assert_error(r, 401, param="authorization", contains="bearer")
+    assert r.headers["www-authenticate"] == "Bearer"
+    assert_error(c.post("/v1/model/reload", json={"path": "good.joblib"},
+                        headers={"Authorization": "Bearer nope"}), 403, contains="invalid")
+    assert_error(c.post("/v1/model/reload", json={"path": "good.joblib"},
+                        headers={"Authorization": f"Basic {TOKEN}"}), 401)
+    assert c.get("/v1/model").json()["model_version"].startswith("default-")
+
+
+def test_good_artifact_swaps_in_and_cache_follows(admin):
+    c, models = admin
+    before = c.post("/v1/recommend", json=SEED).json()
+    old = c.get("/v1/model").json()["model_version"]
+    fit_artifact(models / "smaller.joblib", drop_last=1)
+    r = c.post("/v1/model/reload", json={"path": "smaller.joblib"}, headers=AUTH)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["previous_version"] == old and body["model_version"] != old
+    info = c.get("/v1/model").json()
+    assert info["model_version"] == body["model_version"]
+    assert info["artifact_sha256"].startswith(body["model_version"])
+    after = c.post("/v1/recommend", json=SEED).json()
+    assert after["model_version"] == body["model_version"] != before["model_version"]
+    assert 'engine_advisor_model_info{source=' in c.get("/metrics").text
+    assert body["model_version"] in c.get("/metrics").text
+
+
+def test_tampered_artifact_is_refused_and_old_model_keeps_answering(admin):
+    c, models = admin
+    ok = c.post("/v1/model/reload", json={"path": str(models / "good.joblib")}, headers=AUTH)
+    assert ok.status_code == 200
+    good = ok.json()["model_version"]
+    shutil.copy(models / "good.joblib", models / "bad.joblib")
+    shutil.copy(metadata_path(models / "good.joblib"), metadata_path(models / "bad.joblib"))
+    data = bytearray((models / "bad.joblib").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (models / "bad.joblib").write_bytes(bytes(data))
+    err = assert_error(c.post("/v1/model/reload", json={"path": "bad.joblib"}, headers=AUTH),
+                       422, param="path", contains="sha256")
+    assert err["type"] == "invalid_artifact" and good in err["message"]
+    assert c.get("/v1/model").json()["model_version"] == good
+    r = c.post("/v1/recommend", json=SEED)
+    assert r.status_code == 200 and r.json()["model_version"] == good
+    assert 'engine_advisor_model_reloads_total{result="failed"} 1.0' in c.get("/metrics").text
+
+
+@pytest.mark.parametrize("path, status, contains", [
+    ("/etc/passwd", 403, "not allowed"),
+    ("../outside.joblib", 403, "not allowed"),
+    (".", 403, "not allowed"),
+    ("missing.joblib", 422, "no such file"),
+    ("good\u0000.joblib", 422, "NUL"),
+])
+def test_reload_paths_outside_the_allowed_set(admin, path, status, contains):
+    c, _ = admin
+    assert_error(c.post("/v1/model/reload", json={"path": path}, headers=AUTH), status,
+                 param="path", contains=contains)
+    assert c.get("/v1/model").json()["model_version"].startswith("default-")
+
+
+def test_symlink_out_of_models_dir_is_refused(admin, tmp_path):
+    c, models = admin
+    outside = tmp_path / "elsewhere.joblib"
+    fit_artifact(outside)
+    (models / "link.joblib").symlink_to(outside)
+    assert_error(c.post("/v1/model/reload", json={"path": "link.joblib"}, headers=AUTH), 403)
+
+
+def test_reload_without_path_uses_configured_model_path(artifact_dir):
+    path = artifact_dir / "good.joblib"
+    with make_client(admin_token=TOKEN, model_path=path) as c:
+        v = c.get("/v1/model").json()["model_version"]
+        assert not v.startswith("default-")
+        r = c.post("/v1/model/reload", headers=AUTH)
+        assert r.status_code == 200 and r.json()["model_version"] == v
+        assert r.json()["source"] == str(path)
+    with make_client(admin_token=TOKEN) as c:
+        assert_error(c.post("/v1/model/reload", headers=AUTH), 422, param="path",
+                     contains="no model_path")
+        assert_error(c.post("/v1/model/reload", json={"path": str(path)}, headers=AUTH), 403)
+
+
+def test_reload_body_validation(admin):
+    c, _ = admin
+    assert_error(c.post("/v1/model/reload", json={"path": ""}, headers=AUTH), 422, param="path")
+    assert_error(c.post("/v1/model/reload", json={"paht": "x"}, headers=AUTH), 422, param="paht")
+    assert_error(c.post("/v1/model/reload", json={"path": 5}, headers=AUTH), 422, param="path")
