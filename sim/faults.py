@@ -45,7 +45,7 @@ class HeaderError(ValueError):
 
 
 def _int_header(headers: Mapping[str, str], name: str, lo: int, hi: int) -> int | None:
-    raw = headers.get(name)
+    raw = headers.get(name.lower())
     if raw is None:
         return None
     try:
@@ -68,7 +68,7 @@ class FaultInjector:
 
     def forced(self, headers: Mapping[str, str]) -> Injected | None:
         """The error an ``X-Return-Error`` header asks for."""
-        status = _int_header(headers, "x-return-error", 400, 599)
+        status = _int_header(headers, "X-Return-Error", 400, 599)
         if status is None:
             return None
         default = f"Error {status} (injected by X-Return-Error)"
@@ -76,7 +76,7 @@ class FaultInjector:
 
     @staticmethod
     def drop_after(headers: Mapping[str, str]) -> int | None:
-        return _int_header(headers, "x-drop-after", 0, 1 << 30)
+        return _int_header(headers, "X-Drop-After", 0, 1 << 30)
 
     @staticmethod
     def hang(headers: Mapping[str, str]) -> bool:

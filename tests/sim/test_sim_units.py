@@ -1,0 +1,92 @@
+"""Unit tests of the simulator's tokenizer, text plan and scheduler (no HTTP)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from model.default import default_model
+from model.hardware import builtin_gpu
+from sim import tokenizer
+from sim.engine import EngineCore
+from sim.textgen import WORDS, plan_output
+from sim.timing import StepTimer
+
+
+@pytest.mark.parametrize("text", ["", "hello world", "  leading spaces\tand\ttabs\n\n",
+                                  "Zahlen 1234567 und Ümlaute, 日本語 ✓ 🙂", "a" * 1001,
+                                  "<|im_start|>user\nhi<|im_end|>\n"])
+def test_tokenizer_roundtrip(text):
+    ids = tokenizer.encode(text)
+    assert all(0 <= t < tokenizer.VOCAB_SIZE for t in ids)
+    assert tokenizer.decode(ids) == text
+    assert tokenizer.encode(text) == ids
+
+
+def test_tokenizer_cuts_short_pieces():
+    pieces = [tokenizer.token_str(t) for t in tokenizer.encode("The quick brown fox")]
+    assert pieces == ["The", " qui", "ck", " bro", "wn", " fox"]
+    with pytest.raises(tokenizer.TokenError):
+        tokenizer.decode([tokenizer.VOCAB_SIZE])
+    assert tokenizer.check_ids([1, True]) is not None
+    assert tokenizer.check_ids([0, tokenizer.VOCAB_SIZE - 1]) is None
+
+
+def test_generated_words_are_single_tokens_and_retokenize_exactly():
+    assert all(len(tokenizer.encode(w)) == 1 for w in WORDS)
+    plan = plan_output(list(range(50)), server_seed=0, request_seed=None, max_tokens=300,
+                       min_tokens=0, ignore_eos=True)
+    assert tokenizer.encode(plan.text(0, 300)) == plan.token_ids(0, 300)
+
+
+def test_plan_respects_max_min_and_seeds():
+    kw = dict(server_seed=1, request_seed=None, min_tokens=0)
+    ids = tokenizer.encode("some prompt")
+    assert plan_output(ids, max_tokens=77, ignore_eos=True, **kw).n == 77
+    natural = plan_output(ids, max_tokens=10_000, ignore_eos=False, **kw)
+    assert natural.finish_reason == "stop" and natural.n < 10_000
+    assert plan_output(ids, max_tokens=10_000, ignore_eos=False, **kw) == natural
+    longer = plan_output(ids, max_tokens=10_000, ignore_eos=False, server_seed=1,
+                         request_seed=None, min_tokens=natural.n + 3)
+    assert longer.n == natural.n + 3
+    capped = plan_output(ids, max_tokens=1, ignore_eos=False, **kw)
+    assert (capped.n, capped.finish_reason) == (1, "length")
+    other = plan_output(ids, max_tokens=50, ignore_eos=True, server_seed=2, request_seed=None,
+                        min_tokens=0)
+    assert other.text(0, 50) != plan_output(ids, max_tokens=50, ignore_eos=True, **kw).text(0, 50)
+
+
+def _timer():
+    return StepTimer(default_model(), "vllm", builtin_gpu("B300"), 70272)
+
+
+def test_step_time_grows_with_batch_and_context():
+    t = _timer()
+    assert t.step_s(64, 1000) > t.step_s(1, 1000)
+    assert t.step_s(1, 200_000) > t.step_s(1, 1000)
+    assert t.prefill_s(1, 100_000) > t.prefill_s(1, 1000)
+
+
+def test_scheduler_queues_beyond_max_running_and_capacity():
+    async def scenario():
+        core = EngineCore(_timer(), capacity_tokens=1000, max_running=2, time_scale=0.2)
+        core.start()
+        reqs = [core.submit(100, 50) for _ in range(3)]
+        big = core.submit(800, 100)          # fits alone, not beside the others
+        await asyncio.sleep(0)
+        for _ in range(200):
+            await asyncio.sleep(0.001)
+            if core.num_running == 2:
+                break
+        assert (core.num_running, core.num_waiting) == (2, 2)
+        core.abort(reqs[0])
+        assert core.num_running == 1 and reqs[0].aborted
+        while not all(r.finished for r in reqs + [big]):
+            await asyncio.sleep(0.005)
+        assert [r.produced for r in reqs[1:]] == [50, 50] and big.produced == 100
+        assert core.kv_reserved == 0 and core.kv_used_tokens() == 0
+        assert core.stats.generation_tokens == 200 + reqs[0].produced
+        await core.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
