@@ -151,4 +151,13 @@ class LaunchedEngine:
             return ""
 
     def oom_in_log(self) -> bool:
-        return is_oom(self.log_tail())
+        """An error line about running out of memory in this start's log (warnings that
+        merely mention memory do not count)."""
+        return any(is_oom(line) and "error" in line.lower()
+                   for line in self.log_tail().splitlines())
+
+    def server_args_lines(self) -> list[str]:
+        """Log lines where the engine prints its arguments (vLLM: 'non-default args',
+        SGLang: 'server_args=')."""
+        return [line.strip()[:2000] for line in self.log_tail().splitlines()
+                if "non-default args" in line or "server_args=" in line]

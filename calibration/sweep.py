@@ -261,7 +261,7 @@ class Sweep:
         record = {**info, "url": url, "model": self.model}
         if engine is not None:
             record.update(command=engine.argv, log=str(engine.log_path),
-                          startup_s=engine.startup_s)
+                          startup_s=engine.startup_s, server_args_log=engine.server_args_lines())
         self.store.record_engine(label, record)
         return info
 

@@ -1,0 +1,79 @@
+"""End to end: two simulators with hidden coefficients, calibrated over a grid, fitted; the fit
+predicts held-out points and finds the simulators' true crossover."""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+
+from model.artifact import load, save
+from model.costmodel import CostModel, training_matrix
+from model.dataset import read_csv
+from model.estimator import QTY_TOTAL, QTY_TPOT
+from model.recommend import crossovers, total_curves
+from model.workload import Config, Workload
+
+from calib_helpers import cli_in_process
+from calib_synth import DCP, KV, rows
+
+SCALE = "0.5"   # simulated seconds x 0.5: points of 0.1 .. 0.5 s, loopback overheads stay small
+OUT = 64
+COMMON = ["--output-tokens", str(OUT), "--kv-bytes-per-token", str(KV), "--no-progress"]
+SIM_ARGS = ["--time-scale", SCALE, "--kv-bytes-per-token", str(KV), "--max-model-len", "65536"]
+
+
+def crossover(model: CostModel, batch: int) -> int:
+    w = Workload(context_tokens=8192, output_tokens=OUT, batch_size=batch, kv_bytes_per_token=KV)
+    configs = [Config("vllm", DCP["vllm"]), Config("sglang", DCP["sglang"])]
+    grid = np.geomspace(1024, 262144, 400)
+    found = crossovers(grid, total_curves(model, w, w.kv_layout(), configs, grid))
+    assert len(found) == 1, found
+    return found[0][0]
+
+
+@pytest.mark.slow
+def test_calibrate_fit_recovers_simulators(tmp_path, sims):
+    truth_path = tmp_path / "truth.joblib"
+    save(CostModel.fit(rows()), truth_path)
+    urls = {e: sims.start(e, "--model", str(truth_path), "--dcp-size", str(DCP[e]), *SIM_ARGS)
+            for e in ("vllm", "sglang")}
+    for engine, url in urls.items():
+        train = cli_in_process("calibrate", "run", "--engine", engine, "--url", url, "--dcp-size",
+                    str(DCP[engine]), "--contexts", "2048,4096,8192,16384", "--batch-sizes", "1,4",
+                    "--out", str(tmp_path / f"train-{engine}"), *COMMON)
+        assert train.returncode == 0, train.stderr
+        assert "8 points recorded" in train.stdout
+        held = cli_in_process("calibrate", "run", "--engine", engine, "--url", url, "--dcp-size",
+                   str(DCP[engine]), "--contexts", "3072,12288", "--batch-sizes", "2,4",
+                   "--out", str(tmp_path / f"held-{engine}"), *COMMON)
+        assert held.returncode == 0, held.stderr
+
+    # the dataset rows carry the engine version the simulators report
+    with open(tmp_path / "train-vllm" / "dataset.csv") as f:
+        assert {r["engine_version"] for r in csv.DictReader(f)} == {"0.11.0+sim"}
+
+    fit = cli_in_process("fit", str(tmp_path / "train-vllm"), str(tmp_path / "train-sglang"), "--out",
+              str(tmp_path / "fit.joblib"), "--report", str(tmp_path / "report"))
+    assert fit.returncode == 0, fit.stderr
+    model, _ = load(tmp_path / "fit.joblib")
+
+    errors = []
+    for engine in ("vllm", "sglang"):
+        for r in read_csv(tmp_path / f"held-{engine}" / "dataset.csv"):
+            X, y = training_matrix([r])
+            pred = model.engines[engine].predict_rows(X)
+            for qty, p, m in zip(X[:, 6], pred, y, strict=True):
+                if qty in (QTY_TOTAL, QTY_TPOT):
+                    errors.append((engine, r.context_tokens, r.batch_size, int(qty), p / m - 1))
+    assert len(errors) == 2 * 4 * 2
+    worst = max(errors, key=lambda e: abs(e[-1]))
+    assert abs(worst[-1]) < 0.05, f"held-out error too large: {worst}"
+
+    truth, _ = load(truth_path)
+    for batch in (4,):
+        true_x, fit_x = crossover(truth, batch), crossover(model, batch)
+        assert abs(fit_x / true_x - 1) < 0.10, (batch, true_x, fit_x)
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "vllm dcp1" in report and "sglang dcp8" in report
