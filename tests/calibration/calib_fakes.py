@@ -1,7 +1,8 @@
 """A tiny in-process fake engine for unit tests of the sweep: an ``httpx.MockTransport``.
 
 It streams ``max_tokens`` chunks with a small sleep between them and can be told to fail:
-``fail`` maps a context length to an error body (status 500) or to ``"hang"``.
+``fail`` maps a context length to an error body (status 500) or to ``"hang"``; ``flaky`` makes
+that many upcoming completions fail with 503.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import httpx
 
 class FakeEngine:
     def __init__(self, engine: str = "vllm", *, step_s: float = 0.001, version: str = "0.0-fake",
-                 fail: dict[int, str] | None = None, models: tuple[str, ...] = ("fake-model",)):
+                 fail: dict[int, str] | None = None, models: tuple[str, ...] = ("fake-model",),
+                 flaky: int = 0):
         self.engine = engine
         self.step_s = step_s
         self.version = version
@@ -22,6 +24,7 @@ class FakeEngine:
         self.models = models
         self.requests: list[dict] = []
         self.healthy = True
+        self.flaky = flaky
 
     def transport(self) -> httpx.MockTransport:
         return httpx.MockTransport(self.handle)
@@ -45,6 +48,10 @@ class FakeEngine:
             action = self.fail.get(ctx)
             if action == "hang":
                 await asyncio.sleep(3600)
+            if action is None and self.flaky > 0:
+                self.flaky -= 1
+                return httpx.Response(503, json={"object": "error", "message": "The engine is "
+                                                 "temporarily unavailable", "code": 503})
             if action is not None:
                 return httpx.Response(500, json={"error": {"message": action, "type": "Internal",
                                                            "param": None, "code": 500}})
