@@ -115,14 +115,15 @@ def entry_to_row(obj: Any, fmt: str, d: Defaults, where: tuple[str, int]) -> Mea
     duration = _num(obj, "duration", where, positive=True)
     errors_list = obj.get("errors")
     failed = _num(obj, "failed", where, required=False)
-    n_requests = None
-    for key in ("ttfts", "input_lens", "output_lens"):
-        if isinstance(obj.get(key), list):
-            n_requests = len(obj[key])
-            break
+    n_requests = _num(obj, "num_prompts", where, required=False)
     if n_requests is None:
-        n_requests = int(_num(obj, "num_prompts", where, required=False)
-                         or completed + int(failed or 0))
+        for key in ("ttfts", "input_lens", "output_lens"):
+            if isinstance(obj.get(key), list):
+                n_requests = len(obj[key])
+                break
+    n_requests = int(n_requests or completed + int(failed or 0))
+    if n_requests < completed:
+        raise BenchFileError(*where, f"'completed' {completed} exceeds the {n_requests} requests")
     errors = int(failed) if failed is not None else (
         sum(1 for e in errors_list if e) if isinstance(errors_list, list) else 0)
 
