@@ -223,7 +223,7 @@ def create_app(state: SimState) -> Starlette:
                     return Response(status_code=499)
         finally:
             watcher.cancel()
-        if drop_after is not None and not req.finished:
+        if drop_after is not None:
             core.abort(req)
             payload = json.dumps(full_response(p, rid, cfg.model_name, plan, plan.n,
                                                plan.finish_reason)).encode()

@@ -116,3 +116,12 @@ def test_oom_on_startup_exits_nonzero_with_log():
                         "--mem-fraction", "0.5", "--kv-bytes-per-token", "10000000"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "max seq len" in r.stdout
+
+
+def test_x_drop_after_cuts_a_non_streaming_body(sim):
+    with pytest.raises(httpx.RemoteProtocolError):
+        httpx.post(sim.url + "/v1/completions", headers={"X-Drop-After": "3"},
+                   json={"model": "m", "prompt": "x", "max_tokens": 20, "ignore_eos": True})
+    r = httpx.post(sim.url + "/v1/completions", headers={"X-Drop-After": "30"},
+                   json={"model": "m", "prompt": "x", "max_tokens": 20, "ignore_eos": True})
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 20

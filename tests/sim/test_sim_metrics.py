@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import httpx
 import pytest
 from simproc import SimProcess
 
@@ -69,3 +70,17 @@ def test_token_counters_and_histograms_count_requests():
         assert sim.metric("vllm:time_to_first_token_seconds_count") == 3
         assert sim.metric("vllm:e2e_request_latency_seconds_count") == 3
         assert sim.metric("vllm:inter_token_latency_seconds_count") == 27
+
+
+def test_non_streaming_client_timeout_aborts_the_request():
+    import openai
+    with SimProcess("--engine", "vllm", "--time-scale", "0.2", "--model-name", "m") as sim:
+        client = sim.openai(timeout=0.5)
+        with pytest.raises(openai.APITimeoutError):
+            client.completions.create(model="m", prompt="long", max_tokens=20_000,
+                                      extra_body={"ignore_eos": True})
+        assert wait_for(sim, {"vllm:num_requests_running": 0}, 1.0) == \
+            {"vllm:num_requests_running": 0}
+        text = httpx.get(sim.url + "/metrics").text
+        assert 'vllm:request_success_total{model_name="m",engine="0",finished_reason="abort"} 1' \
+            in text
