@@ -50,7 +50,7 @@ def check_exactly_once(out) -> None:
 
 @pytest.mark.slow
 def test_sigkill_mid_run_then_rerun_gives_every_point_once(tmp_path, sims):
-    url = sims.start("vllm", "--time-scale", "0.5", "--max-model-len", "65536")
+    url = sims.start("vllm", "--time-scale", "0.25", "--max-model-len", "65536")
     out = tmp_path / "run"
     proc = subprocess.Popen([str(BIN), *command(url, out)], cwd=REPO, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
@@ -81,7 +81,7 @@ def test_sigkill_mid_run_then_rerun_gives_every_point_once(tmp_path, sims):
 
 @pytest.mark.slow
 def test_ctrl_c_stops_cleanly_and_resumes(tmp_path, sims):
-    url = sims.start("vllm", "--time-scale", "0.5", "--max-model-len", "65536")
+    url = sims.start("vllm", "--time-scale", "0.25", "--max-model-len", "65536")
     out = tmp_path / "run"
     proc = subprocess.Popen([str(BIN), *command(url, out)], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
