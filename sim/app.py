@@ -20,6 +20,7 @@ from sim import metrics, tokenizer
 from sim.config import SimConfig
 from sim.engine import EngineCore, SimRequest
 from sim.faults import FaultInjector, HeaderError, oom_message
+from sim.prefix import PrefixCache
 from sim.protocol import (
     DONE_EVENT,
     ApiError,
@@ -53,6 +54,7 @@ class SimState:
         self.ready = False
         self.started = time.time()
         self.in_flight = 0
+        self.prefix = PrefixCache(capacity, enabled=not cfg.disable_prefix_caching)
         self.faults = FaultInjector(fail_rate=cfg.fail_rate, oom_active=cfg.oom_active,
                                     oom_rate=cfg.oom_rate, seed=cfg.seed,
                                     oom_text=oom_message(cfg.gpu_spec.memory_bytes,
@@ -67,7 +69,8 @@ class SimState:
                 "decode_context_parallel_size": c.dcp_size,
                 "mem_fraction_static": c.mem_fraction, "max_running_requests": c.max_running,
                 "max_total_num_tokens": self.capacity, "context_length": self.max_model_len,
-                "random_seed": c.seed, "enable_metrics": True, "disable_radix_cache": True,
+                "random_seed": c.seed, "enable_metrics": True,
+                "disable_radix_cache": c.disable_prefix_caching,
                 "chunked_prefill_size": 8192, "kv_cache_dtype": "auto",
                 "device": "cuda", "gpu": c.gpu.upper(), "version": c.version}
 
@@ -199,7 +202,8 @@ def create_app(state: SimState) -> Starlette:
                            ignore_eos=p.ignore_eos)
         if drop_after is not None and drop_after >= plan.n:
             drop_after = None       # the response ends before the cut would happen
-        req = core.submit(len(p.prompt_ids), plan.n, reason=plan.finish_reason)
+        cached = state.prefix.lookup_and_insert(p.prompt_ids)
+        req = core.submit(len(p.prompt_ids), plan.n, reason=plan.finish_reason, cached=cached)
         state.in_flight += 1
         rid = new_id(engine, chat)
 
@@ -296,8 +300,9 @@ def create_app(state: SimState) -> Starlette:
     async def metrics_route(request: Request) -> Response:
         info = {"gpu_memory_utilization": str(cfg.mem_fraction), "block_size": "16",
                 "num_gpu_blocks": str(state.capacity // 16), "cache_dtype": "auto",
-                "enable_prefix_caching": "False", "decode_context_parallel_size":
-                str(cfg.dcp_size), "tensor_parallel_size": str(cfg.num_gpus)}
+                "enable_prefix_caching": str(not cfg.disable_prefix_caching),
+                "decode_context_parallel_size": str(cfg.dcp_size),
+                "tensor_parallel_size": str(cfg.num_gpus)}
         text = metrics.render(state.core, engine, cfg.model_name, info)
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 

@@ -47,6 +47,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "threshold (default 0.05)")
     p.add_argument("--oom-on-startup", action="store_true",
                    help="at/above the threshold, fail at startup (exit 1) instead")
+    p.add_argument("--disable-prefix-caching", action="store_true",
+                   help="no prefix cache (vLLM --no-enable-prefix-caching, SGLang "
+                        "--disable-radix-cache); by default shared prompt prefixes prefill less")
     p.set_defaults(handler=run)
 
 
@@ -62,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
                     max_model_len=args.max_model_len, fail_rate=args.fail_rate,
                     startup_seconds=args.startup_seconds, seed=args.seed,
                     oom_threshold=args.oom_threshold, oom_rate=args.oom_rate,
-                    oom_on_startup=args.oom_on_startup)
+                    oom_on_startup=args.oom_on_startup,
+                    disable_prefix_caching=args.disable_prefix_caching)
     problems = cfg.problems()
     if problems:
         print(f"engine-advisor: error: {'; '.join(problems)}", file=sys.stderr)

@@ -34,6 +34,7 @@ class SimConfig:
     oom_threshold: float = OOM_THRESHOLD
     oom_rate: float = 0.05
     oom_on_startup: bool = False
+    disable_prefix_caching: bool = False
 
     def problems(self) -> list[str]:
         """'--flag: reason' for each invalid setting."""

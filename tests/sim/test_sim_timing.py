@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 import threading
 import time
 
+import httpx
 import pytest
 from simproc import SimProcess, make_artifact
 
@@ -42,12 +44,12 @@ def timed():
 def test_single_request_matches_cost_model(timed):
     sim, timer = timed
     client = sim.openai()
-    prompt = list(range(1000, 1100))
     n = 30
     want_ttft = timer.prefill_s(1, 100) * SCALE
     want_tpot = timer.step_s(1, 100 + n / 2) * SCALE
     # Noise only ever adds delay (a busy machine): the better of two runs is the fair one.
-    runs = [measure(client, prompt, n) for _ in range(2)]
+    # Distinct prompts: a repeated one would hit the prefix cache and prefill less.
+    runs = [measure(client, list(range(1000 + k, 1100 + k)), n) for k in range(2)]
     ttft = min(r[0] for r in runs)
     tp = min(tpot(r[1]) for r in runs)
     assert ttft == pytest.approx(want_ttft, rel=0.10)
@@ -104,3 +106,27 @@ def test_artifact_gives_other_hidden_coefficients(tmp_path):
     assert tpot(arr) == pytest.approx(timer.step_s(1, 108) * scale, rel=0.10)
     assert ttft == pytest.approx(timer.prefill_s(1, 100) * scale, rel=0.15)
     assert timer.step_s(1, 108) > 5 * default.step_s(1, 108)
+
+
+def test_prefix_cache_hit_shortens_prefill(timed):
+    sim, timer = timed
+    ctx = 40_000
+    body = json.dumps({"model": "m", "prompt": list(range(7, 7 + ctx)), "max_tokens": 2,
+                       "stream": True, "ignore_eos": True}).encode()
+
+    def ttft() -> float:
+        t0 = time.perf_counter()
+        with httpx.stream("POST", sim.url + "/v1/completions", content=body,
+                          headers={"content-type": "application/json"}, timeout=30) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    return time.perf_counter() - t0
+        raise AssertionError("no token")
+
+    cold, warm = ttft(), ttft()
+    hit = ctx - ctx % 16
+    want_cold = timer.prefill_s(1, ctx) * SCALE
+    want_warm = (timer.prefill_s(1, ctx) - timer.prefill_s(1, hit) + timer.prefill_s(1, 1)) * SCALE
+    assert cold == pytest.approx(want_cold, rel=0.15)
+    assert warm == pytest.approx(want_warm, rel=0.15)
+    assert sim.metric("sglang:cache_hit_rate") > 0
