@@ -7,7 +7,13 @@ the key: a reload never serves an answer of the previous model.
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
+
+
+def cache_key(canonical: bytes) -> bytes:
+    """A fixed-size key, so a large request (an inline hf_config) costs no more memory."""
+    return hashlib.blake2b(canonical, digest_size=20).digest()
 
 
 class ResponseCache:

@@ -9,6 +9,7 @@ from starlette.concurrency import run_in_threadpool
 from model.recommend import NoEligibleConfiguration, recommend
 from model.schemas import Recommendation
 from model.workload import Workload
+from service.cache import cache_key
 from service.deps import MetricsDep, ModelDep, SettingsDep, hot_state
 from service.errors import ApiError, ErrorDetail, error_responses, validation_detail
 from service.schemas import BatchItem, BatchRequest, BatchResponse
@@ -30,7 +31,7 @@ async def recommend_one(workload: Workload, request: Request) -> Response:
     # numpy inline (a thread hop costs about as much), the answer serialised by pydantic-core
     # directly instead of re-validating it through response_model.
     loaded, metrics, cache = hot_state(request)
-    key = (loaded.version, workload.__pydantic_serializer__.to_json(workload))
+    key = (loaded.version, cache_key(workload.__pydantic_serializer__.to_json(workload)))
     hit = cache.get(key)
     if hit is None:
         rec = _recommend(loaded, workload)
