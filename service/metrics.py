@@ -18,7 +18,7 @@ class Metrics:
             ["method", "route", "status"], registry=self.registry)
         self.latency = Histogram(
             "engine_advisor_http_request_duration_seconds", "HTTP request latency",
-            ["method", "route"], registry=self.registry,
+            ["method", "route", "status"], registry=self.registry,
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
         self.recommendations = Counter(
             "engine_advisor_recommendations", "recommendations returned, by engine and DCP size",
@@ -36,5 +36,6 @@ class Metrics:
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         m = method if method in METHODS else "other"
-        self.requests.labels(m, route, str(status)).inc()
-        self.latency.labels(m, route).observe(seconds)
+        code = str(status)
+        self.requests.labels(m, route, code).inc()
+        self.latency.labels(m, route, code).observe(seconds)

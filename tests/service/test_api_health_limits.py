@@ -42,7 +42,7 @@ def test_metrics_by_route_template_and_engine():
     assert 'engine_advisor_recommendations_total{dcp_size="8",engine="sglang"} 1.0' in text
     assert 'engine_advisor_recommendations_total{dcp_size="1",engine="vllm"} 1.0' in text
     assert ('engine_advisor_http_request_duration_seconds_bucket{le="0.5",method="POST",'
-            'route="/v1/recommend"}') in text
+            'route="/v1/recommend",status="200"}') in text
     assert 'engine_advisor_model_info{source="embedded default' in text
     # raw paths never become labels: 20 different unknown paths share one series
     assert 'route="unmatched",status="404"} 20.0' in text
@@ -63,6 +63,23 @@ def test_request_id_echo_only_when_safe(client, sent, echoed):
     assert (rid == sent) is echoed
     assert re.fullmatch(r"[A-Za-z0-9._:\-]{1,128}", rid)
     assert "injected" not in r.headers
+
+
+def test_unexpected_errors_use_the_envelope():
+    from fastapi import APIRouter
+
+    app = create_app(Settings(_env_file=None))
+    boom = APIRouter()
+
+    @boom.get("/boom")
+    async def explode():
+        raise RuntimeError("secret internals")
+
+    app.include_router(boom)
+    with TestClient(app, raise_server_exceptions=False) as c:
+        err = assert_error(c.get("/boom"), 500, contains="internal error")
+        assert "secret" not in err["message"] and err["type"] == "server_error"
+        assert 'route="/boom",status="500"} 1.0' in c.get("/metrics").text
 
 
 def test_request_id_created_when_absent_and_on_errors(client):
