@@ -62,8 +62,8 @@ async def one(client: httpx.AsyncClient, i: int, args, out: dict) -> None:
                     line = events[events.rfind(b"data: ", 0, k):].split(b"\n", 1)[0]
                     usage = json.loads(line[6:])["usage"]["completion_tokens"]
                 done = done or events.endswith(b"data: [DONE]\n\n")
-    except httpx.HTTPError as exc:
-        out["errors"].append(f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # noqa: BLE001 - every failure is counted and shown
+        out["errors"].append(f"request {i}: {type(exc).__name__}: {exc}")
         return
     if rest or not done or usage != tokens or tokens != args.max_tokens:
         out["errors"].append(f"request {i}: done={done} usage={usage} tokens={tokens}")
@@ -118,6 +118,8 @@ def main() -> int:
             except httpx.TransportError:
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
+                print(f"simulator did not become healthy (exit status {proc.poll()}):",
+                      file=sys.stderr)
                 log.seek(0)
                 print(log.read().decode(errors="replace"), file=sys.stderr)
                 return 1
