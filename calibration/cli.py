@@ -14,7 +14,8 @@ def _int_list(text: str) -> list[int]:
     try:
         vals = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}") from None
     if not vals or any(v <= 0 for v in vals):
         raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
     return vals
@@ -24,7 +25,8 @@ def _float_list(text: str) -> list[float]:
     try:
         vals = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated numbers, got {text!r}") from None
     if not vals or any(not 0 < v <= 1 for v in vals):
         raise argparse.ArgumentTypeError(f"expected fractions in (0, 1], got {text!r}")
     return vals
@@ -89,8 +91,8 @@ def _register_run(csub: argparse._SubParsersAction) -> None:
         "run", help="sweep an engine endpoint over a grid of points",
         description="Drive a vLLM or SGLang endpoint (--url) or engines started per "
                     "(DCP size, memory fraction) combination (--launch) over contexts x batch "
-                    "sizes x repeats; append one dataset row per finished point to OUT/dataset.csv. "
-                    "Re-running the same command resumes.")
+                    "sizes x repeats; append one dataset row per finished point to "
+                    "OUT/dataset.csv. Re-running the same command resumes.")
     p.add_argument("--engine", required=True, choices=("vllm", "sglang"))
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--url", help="base URL of a running engine, e.g. http://127.0.0.1:8000")

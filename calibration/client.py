@@ -132,7 +132,11 @@ async def _detokenize(client: httpx.AsyncClient, model: str, tokens: list[int]) 
     r = await client.post("/detokenize", json={"model": model, "tokens": tokens})
     if r.status_code != 200:
         raise PromptError(f"/detokenize answered {r.status_code}: {error_message(r.content)}")
-    return str(r.json().get("prompt", ""))
+    obj = r.json()
+    text = obj.get("prompt", obj.get("text"))     # vLLM answers "prompt", SGLang "text"
+    if not isinstance(text, str):
+        raise PromptError("/detokenize answer has no 'prompt' or 'text'")
+    return text
 
 
 async def text_prompt(client: httpx.AsyncClient, model: str, length: int, seed: str) -> str:

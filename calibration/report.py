@@ -20,8 +20,12 @@ from typing import Any
 import numpy as np
 
 from model.artifact import atomic_write
-from model.costmodel import (EXTRAPOLATION_REL_SIGMA, UNCALIBRATED_REL_SIGMA, CostModel,
-                             training_matrix)
+from model.costmodel import (
+    EXTRAPOLATION_REL_SIGMA,
+    UNCALIBRATED_REL_SIGMA,
+    CostModel,
+    training_matrix,
+)
 from model.dataset import Measurement
 from model.estimator import QTY_PREFILL, QTY_TOTAL, QTY_TPOT, EngineCostModel
 from model.recommend import build_query, crossovers
@@ -346,7 +350,8 @@ def markdown(report: dict[str, Any]) -> str:
                      f"{span('kv_bytes_per_token')} |")
     lines += ["", "## Memory fractions", ""]
     for key, mem in sorted(report["memory_fractions"].items()):
-        lines.append(f"- {key}: safe {mem['safe'] or 'none'}, out-of-memory {mem['unsafe'] or 'none'}")
+        lines.append(f"- {key}: safe {mem['safe'] or 'none'}, "
+                     f"out-of-memory {mem['unsafe'] or 'none'}")
     lines += ["", "## Crossovers", ""]
     if report["crossovers"]:
         for x in report["crossovers"]:

@@ -1,4 +1,5 @@
-"""The run folder of a sweep: ``manifest.json``, ``dataset.csv``, ``samples.jsonl``, ``events.jsonl``.
+"""The run folder of a sweep: ``manifest.json``, ``dataset.csv``, ``samples.jsonl``,
+``events.jsonl``.
 
 Durability rules:
 

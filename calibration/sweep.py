@@ -33,8 +33,17 @@ from typing import Any
 
 import httpx
 
-from calibration.client import (PromptError, Sample, check_health, engine_info, request_body,
-                                send_streaming, text_prompt, token_prompt, warm_connections)
+from calibration.client import (
+    PromptError,
+    Sample,
+    check_health,
+    engine_info,
+    request_body,
+    send_streaming,
+    text_prompt,
+    token_prompt,
+    warm_connections,
+)
 from calibration.launcher import LaunchedEngine, LaunchTemplateError, format_command, free_port
 from calibration.runstore import PointKey, RunStore, RunStoreError
 from model.dataset import Measurement

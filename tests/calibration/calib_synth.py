@@ -17,7 +17,8 @@ TRUTH = {
     "vllm": {"prefill_fixed_s": 0.01, "prefill_s_per_mtoken": 1.5, "prefill_attn_s_per_unit": 0.02,
              "step_fixed_s": 0.003, "step_s_per_seq": 1e-4, "kv_efficiency_inv": 1.25,
              "dcp_sync_s_per_log2": 0.002, "dcp_combine_s_per_seq": 2e-5},
-    "sglang": {"prefill_fixed_s": 0.012, "prefill_s_per_mtoken": 1.7, "prefill_attn_s_per_unit": 0.02,
+    "sglang": {"prefill_fixed_s": 0.012, "prefill_s_per_mtoken": 1.7,
+               "prefill_attn_s_per_unit": 0.02,
                "step_fixed_s": 0.004, "step_s_per_seq": 1e-4, "kv_efficiency_inv": 1.4,
                "dcp_sync_s_per_log2": 0.002, "dcp_combine_s_per_seq": 2e-4},
 }

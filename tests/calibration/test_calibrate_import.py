@@ -81,12 +81,17 @@ def _corrupt_jsonl(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("fmt, make, where, message", [
     ("sglang-bench", _corrupt_jsonl, "bench.jsonl:2", "not valid JSON"),
-    ("vllm-bench", lambda t: _write(t, "b.json", VLLM.read_text()[:-40]), "b.json:", "not valid JSON"),
-    ("vllm-bench", lambda t: _edit(t, "completed", 0), "b.json:1", "'completed' must be a positive"),
+    ("vllm-bench", lambda t: _write(t, "b.json", VLLM.read_text()[:-40]), "b.json:",
+     "not valid JSON"),
+    ("vllm-bench", lambda t: _edit(t, "completed", 0), "b.json:1",
+     "'completed' must be a positive"),
     ("vllm-bench", lambda t: _edit(t, "duration", None), "b.json:1", "missing field 'duration'"),
-    ("vllm-bench", lambda t: _edit(t, "ttfts", [0.1]), "b.json:1", "'ttfts' has 1 entries, expected 8"),
-    ("vllm-bench", lambda t: _edit(t, "duration", "fast"), "b.json:1", "'duration' must be a number"),
-    ("sglang-bench", lambda t: _write(t, "b.jsonl", "[1, 2]\n"), "b.jsonl:1", "expected a JSON object"),
+    ("vllm-bench", lambda t: _edit(t, "ttfts", [0.1]), "b.json:1",
+     "'ttfts' has 1 entries, expected 8"),
+    ("vllm-bench", lambda t: _edit(t, "duration", "fast"), "b.json:1",
+     "'duration' must be a number"),
+    ("sglang-bench", lambda t: _write(t, "b.jsonl", "[1, 2]\n"), "b.jsonl:1",
+     "expected a JSON object"),
 ])
 def test_malformed_files_name_file_and_line_and_write_nothing(tmp_path, fmt, make, where,
                                                               message):

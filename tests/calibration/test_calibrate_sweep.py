@@ -121,8 +121,9 @@ def test_a_hanging_engine_times_out_and_the_sweep_is_abandoned(tmp_path):
     fake = FakeEngine(fail={1024: "hang", 2048: "hang"})
     sweep = Sweep(config(tmp_path, batch_sizes=[1], retries=0, request_timeout=0.3,
                          max_failed_points=2), fake.transport())
-    with pytest.raises(SweepAbort, match=r"2 points in a row failed \(last: timeout: no complete "
-                                         r"response from http://engine/v1/completions within 0.3 s"):
+    with pytest.raises(SweepAbort, match=r"2 points in a row failed \(last: timeout: no "
+                                         r"complete response from http://engine/v1/completions "
+                                         r"within 0.3 s"):
         sweep.run()
     assert [o.status for o in sweep.outcomes] == ["failed", "failed"]
     assert read_csv(tmp_path / "run" / "dataset.csv") == []
@@ -173,3 +174,16 @@ def test_bad_arguments_exit_2_naming_the_flag(tmp_path, args, message, capsys):
     r = cli_in_process(*base, *args)
     assert r.returncode == 2
     assert message in r.stderr
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_text_prompts_are_checked_against_the_engines_tokenizer(tmp_path, sims, engine):
+    url = sims.start(engine, "--time-scale", "0.01", "--max-model-len", "65536")
+    r = cli_in_process("calibrate", "run", "--engine", engine, "--url", url, "--prompt", "text",
+                       "--contexts", "100,1500", "--output-tokens", "8", "--kv-bytes-per-token",
+                       "70272", "--out", str(tmp_path / "run"), "--no-progress")
+    assert r.returncode == 0, r.stderr
+    samples = [json.loads(s) for s in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
+    # the engine's own usage counts agree with the requested lengths
+    assert sorted(s["prompt_tokens"] for s in samples) == [100, 1500]
+    assert all(s["output_tokens"] == 8 and s["ok"] for s in samples)
