@@ -15,7 +15,8 @@ from service.settings import Settings
 router = APIRouter(prefix="/v1/model", tags=["model"])
 
 
-@router.get("", response_model=ModelInfo, summary="Metadata of the loaded model")
+@router.get("", response_model=ModelInfo, responses=error_responses(503),
+            summary="Metadata of the loaded model")
 async def get_model(loaded: ModelDep) -> ModelInfo:
     m = loaded.meta
     return ModelInfo(

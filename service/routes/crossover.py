@@ -25,7 +25,7 @@ def _crossings(grid: np.ndarray, totals: np.ndarray, refs: list[list[ConfigRef]]
     return out
 
 
-@router.post("", response_model=CrossoverResponse, responses=error_responses(413, 422),
+@router.post("", response_model=CrossoverResponse, responses=error_responses(413, 422, 503),
              summary="Context length where the best engine changes, with time-vs-context curves")
 async def crossover(body: CrossoverRequest, loaded: ModelDep) -> CrossoverResponse:
     model = loaded.model

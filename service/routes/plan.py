@@ -12,7 +12,7 @@ from service.errors import error_responses
 router = APIRouter(prefix="/v1/plan", tags=["plan"])
 
 
-@router.post("", response_model=PlanResult, responses=error_responses(413, 422),
+@router.post("", response_model=PlanResult, responses=error_responses(413, 422, 503),
              summary="Engine, DCP, memory fraction, concurrency and node count per request class")
 async def plan_capacity(body: PlanRequest, loaded: ModelDep) -> PlanResult:
     return await run_in_threadpool(plan, loaded.model, body, loaded.version)

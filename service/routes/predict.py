@@ -12,7 +12,7 @@ from service.schemas import PredictRequest, PredictResponse, StepSeconds
 router = APIRouter(prefix="/v1/predict", tags=["predict"])
 
 
-@router.post("", response_model=PredictResponse, responses=error_responses(413, 422),
+@router.post("", response_model=PredictResponse, responses=error_responses(413, 422, 503),
              summary="Predict times (with a 90 % interval) of one configuration")
 async def predict(body: PredictRequest, loaded: ModelDep) -> PredictResponse:
     w = body.workload.model_copy(update={"engines": [body.engine], "dcp_sizes": [body.dcp_size]})

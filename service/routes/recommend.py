@@ -24,7 +24,7 @@ def _recommend(loaded, w: Workload) -> Recommendation:
         raise ApiError(422, str(exc), param=exc.field, type="no_eligible_configuration") from None
 
 
-@router.post("", response_model=Recommendation, responses=error_responses(413, 422),
+@router.post("", response_model=Recommendation, responses=error_responses(413, 422, 503),
              summary="Recommend engine, DCP size and memory fraction for one workload")
 async def recommend_one(workload: Workload, request: Request) -> Response:
     # The hot path: state without dependency solving (~40 us per request), the ~0.2 ms of
@@ -62,7 +62,7 @@ def _batch(loaded, items: list, metrics) -> BatchResponse:
     return BatchResponse(results=results, succeeded=ok, failed=len(results) - ok)
 
 
-@router.post("/batch", response_model=BatchResponse, responses=error_responses(413, 422),
+@router.post("/batch", response_model=BatchResponse, responses=error_responses(413, 422, 503),
              summary="Recommend for many workloads; a bad item gets its own error")
 async def recommend_batch(body: BatchRequest, loaded: ModelDep, settings: SettingsDep,
                           metrics: MetricsDep) -> Response:

@@ -128,3 +128,21 @@ def test_bad_content_length(client):
     r = client.post("/v1/recommend", content=b"{}", headers={"content-length": "abc",
                                                              "content-type": "application/json"})
     assert_error(r, 400, param="content-length")
+
+
+@pytest.mark.parametrize("method, path", [
+    ("POST", "/healthz"), ("DELETE", "/readyz"), ("POST", "/metrics"), ("POST", "/v1/model"),
+    ("PUT", "/v1/model"), ("GET", "/v1/model/reload"), ("GET", "/v1/plan"),
+    ("GET", "/v1/predict"), ("GET", "/v1/crossover"), ("GET", "/v1/recommend/batch"),
+])
+def test_wrong_methods_get_405_envelopes(client, method, path):
+    assert_error(client.request(method, path), 405)
+
+
+@pytest.mark.parametrize("path", ["/healthz/", "/v1/model/x", "/v2/recommend"])
+def test_unknown_paths_get_404_envelopes(client, path):
+    r = client.get(path, follow_redirects=False)
+    if r.status_code == 307:  # trailing-slash redirect to the real route
+        assert r.headers["location"].endswith("/healthz")
+    else:
+        assert_error(r, 404)

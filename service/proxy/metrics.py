@@ -1,0 +1,69 @@
+"""Prometheus metrics of the proxy, in the app's registry (service/metrics.py).
+
+Labels stay bounded: engines, configured upstream names (removed again when a reload drops
+an upstream), status codes, a few fixed reasons and methods.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from service.breaker import STATE_VALUES
+
+LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+TPOT = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
+RATIO = (0.25, 0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 4.0)
+
+
+class ProxyMetrics:
+    def __init__(self, registry: CollectorRegistry):
+        r = registry
+        self.requests = Counter(
+            "engine_advisor_proxy_requests", "proxied requests by engine, upstream and status "
+            "(upstream 'none' when no upstream answered)", ["engine", "upstream", "status"],
+            registry=r)
+        self.retries = Counter(
+            "engine_advisor_proxy_retries", "attempts retried on another upstream, by the "
+            "upstream that failed and why", ["upstream", "reason"], registry=r)
+        self.decisions = Counter(
+            "engine_advisor_proxy_decisions", "routing decisions by engine and DCP size",
+            ["engine", "dcp_size"], registry=r)
+        self.token_counts = Counter(
+            "engine_advisor_proxy_prompt_token_counts", "how prompt tokens were counted",
+            ["method"], registry=r)
+        self.breaker = Gauge(
+            "engine_advisor_proxy_breaker_state", "circuit breaker (0 closed, 1 half-open, "
+            "2 open)", ["upstream"], registry=r)
+        self.healthy = Gauge(
+            "engine_advisor_proxy_upstream_healthy", "1 when the upstream passes health checks",
+            ["upstream"], registry=r)
+        self.in_flight = Gauge(
+            "engine_advisor_proxy_upstream_in_flight", "requests in flight to the upstream",
+            ["upstream"], registry=r)
+        self.ttft = Histogram(
+            "engine_advisor_proxy_ttft_seconds", "observed time to first token (streaming)",
+            ["engine"], buckets=LATENCY, registry=r)
+        self.tpot = Histogram(
+            "engine_advisor_proxy_tpot_seconds", "observed time per output token (streaming)",
+            ["engine"], buckets=TPOT, registry=r)
+        self.tpot_ratio = Histogram(
+            "engine_advisor_proxy_tpot_observed_over_predicted", "observed / predicted TPOT "
+            "(model drift: 1 is a perfect model)", ["engine"], buckets=RATIO, registry=r)
+        self.reloads = Counter(
+            "engine_advisor_proxy_upstream_reloads", "pools file reloads by result", ["result"],
+            registry=r)
+        self._names: set[str] = set()
+
+    def track(self, names: list[str]) -> None:
+        """Export the upstreams of a (re)loaded pools file; forget dropped ones."""
+        for gone in self._names - set(names):
+            for g in (self.breaker, self.healthy, self.in_flight):
+                try:
+                    g.remove(gone)
+                except KeyError:
+                    pass
+        self._names = set(names)
+
+    def set_breaker(self, upstream: str, state: str) -> None:
+        if upstream in self._names:
+            self.breaker.labels(upstream).set(STATE_VALUES[state])

@@ -1,0 +1,102 @@
+"""What the proxy reads from an OpenAI request body; the body itself is forwarded unchanged."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from service.errors import ApiError
+
+CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
+
+
+@dataclass
+class ProxyRequest:
+    path: str
+    raw: bytes
+    body: dict[str, Any]
+    model: str | None
+    stream: bool
+    max_tokens: int | None
+    prompt_token_ids: int | None      # length of a token-id prompt (exact count)
+    prompt_bytes: int                 # UTF-8 bytes of the prompt text
+
+    @property
+    def chat(self) -> bool:
+        return self.path == CHAT
+
+    def prompt_text(self) -> str:
+        """The prompt as text (chat: message contents joined by newlines)."""
+        if self.chat:
+            return "\n".join(_content_text(m.get("content")) for m in self.body["messages"]
+                             if isinstance(m, dict))
+        p = self.body.get("prompt")
+        if isinstance(p, list) and len(p) == 1:
+            p = p[0]
+        return p if isinstance(p, str) else ""
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(p["text"] for p in content
+                         if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
+
+
+def _int(body: dict, name: str) -> int | None:
+    v = body.get(name)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ApiError(400, f"{name}: expected a positive integer, got {v!r}", param=name)
+    return v
+
+
+def _prompt_size(prompt: Any) -> tuple[int | None, int]:
+    """(token-id count or None, text bytes) of a /v1/completions prompt."""
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        return None, len(prompt.encode("utf-8", errors="replace"))
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            return len(prompt), 0
+        if all(isinstance(p, str) for p in prompt):     # a batch of prompts: the longest
+            return None, max(len(p.encode("utf-8", errors="replace")) for p in prompt)
+        if all(isinstance(p, list) for p in prompt):
+            return max(len(p) for p in prompt), 0
+    raise ApiError(400, "prompt: expected a string, a list of token ids, or a list of either",
+                   param="prompt")
+
+
+def parse(raw: bytes, path: str) -> ProxyRequest:
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ApiError(400, f"request body: invalid JSON ({exc})") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "request body: expected a JSON object")
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise ApiError(400, f"model: expected a string, got {model!r}", param="model")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool | None):
+        raise ApiError(400, f"stream: expected true or false, got {stream!r}", param="stream")
+    if path == CHAT:
+        msgs = body.get("messages")
+        if not isinstance(msgs, list) or not msgs:
+            raise ApiError(400, "messages: expected a non-empty list of messages",
+                           param="messages")
+        ids = None
+        size = sum(len(_content_text(m.get("content")).encode("utf-8", errors="replace"))
+                   for m in msgs if isinstance(m, dict))
+        max_tokens = _int(body, "max_completion_tokens") or _int(body, "max_tokens")
+    else:
+        if "prompt" not in body:
+            raise ApiError(400, "prompt: field required", param="prompt")
+        ids, size = _prompt_size(body["prompt"])
+        max_tokens = _int(body, "max_tokens")
+    return ProxyRequest(path, raw, body, model, bool(stream), max_tokens, ids, size)

@@ -1,0 +1,272 @@
+"""Upstream engine pools from a YAML file (``engine-advisor serve --upstreams FILE``).
+
+```yaml
+pools:                      # engine -> upstreams (one engine instance each)
+  vllm:
+    - {url: http://10.0.0.1:8000, model: kimi-k3, dcp_size: 1, mem_fraction: 0.92}
+  sglang:
+    - {name: sg-a, url: http://10.0.0.2:30000, model: kimi-k3, dcp_size: 8,
+       mem_fraction: 0.92, api_key: KEY}
+workload:                   # what the recommender needs beyond each request
+  kv_bytes_per_token: 70272 # or preset: kimi-k3, or hf_config: {...}
+  gpu: B300
+  num_gpus: 8
+  batch_size: 64            # floor of the batch (concurrent sequences) an engine runs
+  output_tokens: 2048       # when a request sets no max_tokens
+```
+plus optional ``tokens``, ``timeouts``, ``retries``, ``breaker``, ``health``,
+``client_api_keys`` and ``observations`` sections (defaults below). Unknown keys are errors.
+
+A file is parsed into ``PoolsConfig`` (pure data, validated); ``Pools`` is the running form
+with one ``Upstream`` (in-flight count, health, circuit breaker, HTTP client) per entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+
+from model.hardware import GpuSpec
+from model.kv import KvDtype
+from model.workload import MAX_CONTEXT, MAX_GPUS, Engine, Workload
+from service.breaker import CircuitBreaker
+
+NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+PosFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class UpstreamSpec(Strict):
+    name: Annotated[str, Field(pattern=NAME.pattern)] | None = Field(
+        default=None, description="label in headers and metrics (default ENGINE-INDEX)")
+    url: Annotated[str, Field(pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$",
+                              description="server root, e.g. http://10.0.0.1:8000")]
+    model: Annotated[str, Field(min_length=1, max_length=256)]
+    dcp_size: Annotated[int, Field(gt=0, le=MAX_GPUS)] = 1
+    mem_fraction: Annotated[float, Field(gt=0, le=1)] = 0.9
+    api_key: SecretStr | None = None
+    max_connections: Annotated[int, Field(gt=0, le=100_000)] = 512
+    max_model_len: Annotated[int, Field(gt=0, le=MAX_CONTEXT)] | None = Field(
+        default=None, description="the engine's context limit (sizes the default body cap)")
+
+    def base_url(self) -> str:
+        u = self.url.rstrip("/")
+        return u[:-3] if u.endswith("/v1") else u
+
+
+class WorkloadSpec(Strict):
+    kv_bytes_per_token: Annotated[int, Field(gt=0, le=1 << 26)] | None = None
+    preset: str | None = None
+    hf_config: dict[str, Any] | None = None
+    kv_cache_dtype: KvDtype = "bf16"
+    model_weight_bytes: Annotated[float, Field(gt=0)] | None = None
+    gpu: str | GpuSpec = "B300"
+    num_gpus: Annotated[int, Field(gt=0, le=MAX_GPUS)] = 8
+    batch_size: Annotated[int, Field(gt=0, le=65_536)] = 1
+    output_tokens: Annotated[int, Field(gt=0, le=1_048_576)] = 2048
+    allow_extrapolation: bool = False
+
+    def workload(self, context: int, output: int, batch: int, engines: list[str],
+                 dcp_sizes: list[int]) -> Workload:
+        return Workload(
+            context_tokens=context, output_tokens=output, batch_size=batch,
+            kv_bytes_per_token=self.kv_bytes_per_token, preset=self.preset,
+            hf_config=self.hf_config, kv_cache_dtype=self.kv_cache_dtype,
+            model_weight_bytes=self.model_weight_bytes, gpu=self.gpu, num_gpus=self.num_gpus,
+            engines=engines, dcp_sizes=dcp_sizes, allow_extrapolation=self.allow_extrapolation)
+
+    @model_validator(mode="after")
+    def _valid(self) -> WorkloadSpec:
+        # The workload's own validators name the problem (unknown GPU, two KV sources, ...).
+        try:
+            self.workload(1024, 1, 1, ["vllm"], [1])
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = ".".join(str(p) for p in err["loc"])
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            raise ValueError(f"{loc}: {msg}" if loc else msg) from None
+        return self
+
+
+class TokensSpec(Strict):
+    tokenizer_file: Path | None = Field(
+        default=None, description="a Hugging Face tokenizer.json (needs the 'tokenizer' extra)")
+    upstream_tokenize: bool = Field(
+        default=True, description="ask an upstream's /tokenize when the decision depends on it")
+    bytes_per_token: PosFloat = Field(default=4.0, description="the estimate's ratio")
+    tokenize_timeout_s: PosFloat = 2.0
+
+
+class TimeoutsSpec(Strict):
+    connect_s: PosFloat = 3.0
+    first_byte_s: PosFloat = Field(
+        default=120.0, description="streaming: until the first event (the TTFT bound)")
+    idle_s: PosFloat = Field(default=60.0, description="streaming: the longest gap between events")
+    total_s: PosFloat = Field(default=1800.0, description="the whole request")
+
+
+class RetriesSpec(Strict):
+    max_attempts: Annotated[int, Field(ge=1, le=16)] = 3
+    other_engine: bool = Field(
+        default=True, description="after the chosen engine's upstreams, try the other engine")
+    backoff_base_s: Annotated[float, Field(ge=0, le=60)] = 0.05
+    backoff_max_s: Annotated[float, Field(ge=0, le=600)] = 2.0
+
+
+class BreakerSpec(Strict):
+    failure_threshold: Annotated[int, Field(ge=1, le=1000)] = 5
+    open_s: Annotated[float, Field(ge=0, le=3600)] = 10.0
+
+
+class HealthSpec(Strict):
+    interval_s: PosFloat = 5.0
+    timeout_s: PosFloat = 2.0
+    failure_threshold: Annotated[int, Field(ge=1, le=100)] = 2
+    success_threshold: Annotated[int, Field(ge=1, le=100)] = 1
+    path: str = "/health"
+
+
+class PoolsConfig(Strict):
+    pools: dict[Engine, list[UpstreamSpec]]
+    workload: WorkloadSpec
+    tokens: TokensSpec = TokensSpec()
+    timeouts: TimeoutsSpec = TimeoutsSpec()
+    retries: RetriesSpec = RetriesSpec()
+    breaker: BreakerSpec = BreakerSpec()
+    health: HealthSpec = HealthSpec()
+    client_api_keys: list[SecretStr] = Field(
+        default_factory=list, description="keys clients must send as 'Authorization: Bearer'")
+    observations: Annotated[int, Field(ge=0, le=1_000_000)] = 10_000
+
+    @model_validator(mode="after")
+    def _names(self) -> PoolsConfig:
+        if not any(self.pools.values()):
+            raise ValueError("pools: no upstream configured")
+        seen: set[str] = set()
+        for engine, ups in self.pools.items():
+            for i, u in enumerate(ups):
+                if u.name is None:
+                    u.name = f"{engine}-{i}"
+                if u.name in seen:
+                    raise ValueError(f"pools.{engine}.{i}.name: {u.name!r} is used twice")
+                seen.add(u.name)
+                if self.workload.num_gpus % u.dcp_size:
+                    raise ValueError(f"pools.{engine}.{i}.dcp_size: {u.dcp_size} does not divide "
+                                     f"workload.num_gpus {self.workload.num_gpus}")
+        return self
+
+
+class UpstreamsError(ValueError):
+    """A pools file that cannot be used; the message names the file and the field."""
+
+
+def parse(text: str, source: str = "<upstreams>") -> PoolsConfig:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise UpstreamsError(f"{source}: not valid YAML ({exc})".replace("\n", " ")) from None
+    if not isinstance(data, dict):
+        raise UpstreamsError(f"{source}: expected a mapping with 'pools' and 'workload'")
+    try:
+        return PoolsConfig.model_validate(data)
+    except ValidationError as exc:
+        parts = []
+        for err in exc.errors()[:5]:
+            loc = ".".join(str(p) for p in err["loc"])
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            parts.append(f"{loc}: {msg}" if loc else msg)
+        raise UpstreamsError(f"{source}: " + "; ".join(parts)) from None
+
+
+def read(path: Path) -> tuple[PoolsConfig, str]:
+    """The parsed file and the sha256 of its bytes."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise UpstreamsError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UpstreamsError(f"{path}: not UTF-8 text") from None
+    return parse(text, str(path)), hashlib.sha256(raw).hexdigest()
+
+
+@dataclass(eq=False)
+class Upstream:
+    """One engine instance: its configuration and live state."""
+
+    engine: str
+    spec: UpstreamSpec
+    breaker: CircuitBreaker
+    in_flight: int = 0
+    healthy: bool = True
+    health_ok: int = 0          # consecutive successful health checks
+    health_fail: int = 0        # consecutive failed health checks
+    last_error: str | None = None
+    not_before: float = 0.0     # Retry-After: no requests before this monotonic time
+    client: Any = None          # httpx.AsyncClient, set by the proxy state
+
+    @property
+    def name(self) -> str:
+        return self.spec.name or ""
+
+    @property
+    def url(self) -> str:
+        return self.spec.base_url()
+
+    @property
+    def group(self) -> tuple[str, int]:
+        return (self.engine, self.spec.dcp_size)
+
+    def available(self, now: float) -> bool:
+        return self.healthy and now >= self.not_before and self.breaker.available()
+
+    def identity(self) -> tuple:
+        """What must stay equal for a reload to keep this upstream's state and connections."""
+        s = self.spec
+        key = s.api_key.get_secret_value() if s.api_key else None
+        return (self.engine, s.name, s.base_url(), key, s.max_connections)
+
+
+@dataclass(eq=False)
+class Pools:
+    """One loaded pools file, immutable once built (a reload builds a new one)."""
+
+    config: PoolsConfig
+    upstreams: list[Upstream]
+    source: str
+    sha256: str
+    generation: int
+    loaded_at: float = field(default_factory=time.time)
+
+    def __post_init__(self) -> None:
+        self.by_name = {u.name: u for u in self.upstreams}
+        self.groups: dict[tuple[str, int], list[Upstream]] = {}
+        for u in self.upstreams:
+            self.groups.setdefault(u.group, []).append(u)
+        self.engines = sorted({u.engine for u in self.upstreams})
+        self.dcp_sizes = sorted({u.spec.dcp_size for u in self.upstreams})
+        self.models = sorted({u.spec.model for u in self.upstreams})
+        self.api_keys = [k.get_secret_value().encode() for k in self.config.client_api_keys]
+        layout = self.config.workload.workload(1024, 1, 1, ["vllm"], [1]).kv_layout()
+        self.kv_bytes_per_token = layout.bytes_per_token
+        self.kv_shards = layout.shards(self.config.workload.num_gpus)
+
+    def serving(self, model: str | None) -> list[Upstream]:
+        if model is None:
+            return self.upstreams
+        return [u for u in self.upstreams if u.spec.model == model]
+
+    def max_model_len(self) -> int | None:
+        lens = [u.spec.max_model_len for u in self.upstreams if u.spec.max_model_len]
+        return max(lens) if lens else None
