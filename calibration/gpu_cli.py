@@ -1,0 +1,213 @@
+"""``engine-advisor calibrate gpu`` and ``calibrate dcp``: GPU kernel calibration commands.
+
+Registered into the ``calibrate`` group by calibration/cli.py through ``register_calibrate``.
+PyTorch is the optional extra ``gpu``; without it, or without a CUDA device, the commands exit
+with a clear error. ``python -m calibration.gpu_cli gpu|dcp ...`` runs them on a bare GPU image
+(no service dependencies).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}") from None
+    if not vals or any(v <= 0 for v in vals):
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return vals
+
+
+def register_calibrate(csub: argparse._SubParsersAction) -> None:
+    p = csub.add_parser(
+        "gpu", help="measure decode attention, HBM bandwidth and call overhead on this GPU",
+        description="Measure decode attention (GQA shapes through PyTorch SDPA, the MLA shape "
+                    "through a Triton split-KV kernel) over a grid of batch and context, plain "
+                    "HBM reads and the per-call overhead; write a hardware profile (JSON) and "
+                    "its raw measurements (CSV beside it). Needs PyTorch with CUDA.")
+    p.add_argument("--out", required=True, metavar="PROFILE",
+                   help="profile to write, e.g. calibration/profiles/h200.json")
+    p.add_argument("--quick", action="store_true", help="a small grid (about a minute)")
+    p.add_argument("--device", type=int, default=0, help="CUDA device index (default 0)")
+    p.add_argument("--gpu-name", help="GPU type to file the profile under (default: from the "
+                                      "device name, e.g. 'NVIDIA H200' -> H200)")
+    p.add_argument("--save-raw", metavar="JSON", help="also save the raw measurements here")
+    p.add_argument("--from-raw", metavar="JSON",
+                   help="build the profile from saved raw measurements instead of measuring")
+    p.set_defaults(handler=run_gpu)
+
+    d = csub.add_parser(
+        "dcp", help="measure DCP split-KV attention and its combine across GPUs",
+        description="One process per GPU (torch.distributed, NCCL): for each DCP size the "
+                    "machine allows, time split-KV MLA decode attention, the combine of partial "
+                    "outputs and LSEs (all-gather + merge, all-to-all + merge) and the bare "
+                    "collectives; check the merged output against full attention; write a DCP "
+                    "profile (JSON) and its raw measurements (CSV beside it).")
+    d.add_argument("--out", required=True, metavar="PROFILE",
+                   help="profile to write, e.g. calibration/profiles/h200-dcp.json")
+    d.add_argument("--quick", action="store_true", help="a small grid")
+    d.add_argument("--gpus", type=int, help="processes / GPUs to use (default: all visible)")
+    d.add_argument("--cpu", type=int, metavar="N",
+                   help="run N processes on the CPU with gloo instead (a dry run of the code "
+                        "path; times are not GPU times)")
+    d.add_argument("--dcp-sizes", type=_ints, help="DCP sizes (default 2, 4, 8 up to --gpus)")
+    d.add_argument("--batches", type=_ints, help="batch sizes (default 1..64)")
+    d.add_argument("--contexts", type=_ints, help="context lengths (default 1K..256K)")
+    d.add_argument("--mla-config", type=_ints, metavar="BH,BN,WARPS,STAGES",
+                   help="Triton MLA kernel configuration (default: the tuned one of the GPU "
+                        "profile beside --out, else 32,64,4,2)")
+    d.add_argument("--gpu-name", help="GPU type to file the profile under")
+    d.add_argument("--save-raw", metavar="JSON", help="also save the raw measurements here")
+    d.add_argument("--from-raw", metavar="JSON",
+                   help="build the profile from saved raw measurements instead of measuring")
+    d.set_defaults(handler=run_dcp)
+
+
+def _error(msg: str) -> Exception:
+    from cli.main import CliError
+
+    return CliError(msg)
+
+
+def require_torch_cuda(min_devices: int = 1):
+    """Import torch and check CUDA devices, or raise a CliError saying what is missing."""
+    try:
+        import torch
+    except ImportError:
+        raise _error("PyTorch is not installed: GPU calibration needs the 'gpu' extra "
+                     "(pip install 'engine-advisor[gpu]')") from None
+    if not torch.cuda.is_available():
+        raise _error(f"no CUDA device: PyTorch {torch.__version__} sees no GPU (CUDA build "
+                     f"{torch.version.cuda or 'none'}); run this on a machine with an NVIDIA GPU")
+    n = torch.cuda.device_count()
+    if n < min_devices:
+        raise _error(f"this command needs at least {min_devices} CUDA devices; {n} visible")
+    return torch
+
+
+def _load_raw(path: str) -> dict:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise _error(f"--from-raw: cannot read {path}: {exc}") from None
+    if not isinstance(data, dict) or "rows" not in data:
+        raise _error(f"--from-raw: {path} holds no raw measurements (no 'rows')")
+    return data
+
+
+def _save_raw(path: str | None, data: dict) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(data))
+
+
+def _command(args: argparse.Namespace, name: str) -> str:
+    parts = [f"engine-advisor calibrate {name} --out {args.out}"]
+    if args.quick:
+        parts.append("--quick")
+    return " ".join(parts)
+
+
+def run_gpu(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    if out.suffix != ".json":
+        raise _error(f"--out: {args.out!r} must be a .json path (the CSV is written beside it)")
+    if args.from_raw:
+        data = _load_raw(args.from_raw)
+    else:
+        require_torch_cuda()
+        from calibration.gpu_bench import run
+
+        data = run(args.device, args.quick)
+        _save_raw(args.save_raw, data)
+    from calibration.gpu_profile import summary, write_profile
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        prof = write_profile(out, data["rows"], data["meta"], data.get("command")
+                             or _command(args, "gpu"), args.gpu_name)
+    except ValueError as exc:
+        raise _error(str(exc)) from None
+    print(summary(prof))
+    print(f"wrote {out} and {out.with_suffix('.csv')}")
+    return 0
+
+
+def _sibling_mla_config(out: Path) -> list[int] | None:
+    if not out.name.endswith("-dcp.json"):
+        return None
+    sib = out.with_name(out.name[: -len("-dcp.json")] + ".json")
+    try:
+        cfg = json.loads(sib.read_text())["mla_kernel"]["config"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return list(cfg) if cfg else None
+
+
+def run_dcp(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    if out.suffix != ".json":
+        raise _error(f"--out: {args.out!r} must be a .json path (the CSV is written beside it)")
+    if args.from_raw:
+        data = _load_raw(args.from_raw)
+    else:
+        if args.cpu is not None:
+            try:
+                import torch  # noqa: F401
+            except ImportError:
+                raise _error("PyTorch is not installed: calibrate dcp needs the 'gpu' extra "
+                             "(pip install 'engine-advisor[gpu]')") from None
+            world, device = args.cpu, "cpu"
+        else:
+            torch = require_torch_cuda()
+            world, device = args.gpus or torch.cuda.device_count(), "cuda"
+            if world > torch.cuda.device_count():
+                raise _error(f"--gpus: {world} requested, {torch.cuda.device_count()} visible")
+        if world < 2:
+            raise _error(f"DCP needs at least 2 processes; {world} available "
+                         "(--gpus, --cpu)")
+        from calibration.dcp_bench import run
+
+        try:
+            data = run(world, device=device, quick=args.quick, dcps=args.dcp_sizes,
+                       batches=args.batches, contexts=args.contexts,
+                       mla_config=args.mla_config or _sibling_mla_config(out))
+        except ValueError as exc:
+            raise _error(str(exc)) from None
+        _save_raw(args.save_raw, data)
+    from calibration.dcp_profile import summary, write_profile
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        prof = write_profile(out, data, data.get("command") or _command(args, "dcp"),
+                             args.gpu_name)
+    except ValueError as exc:
+        raise _error(str(exc)) from None
+    print(summary(prof))
+    print(f"wrote {out} and {out.with_suffix('.csv')}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m calibration.gpu_cli gpu|dcp ...`` without the full CLI's dependencies."""
+    from cli.main import CliError
+
+    parser = argparse.ArgumentParser(prog="engine-advisor calibrate")
+    register_calibrate(parser.add_subparsers(dest="calibrate_command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except CliError as exc:
+        print(f"engine-advisor: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

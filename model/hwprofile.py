@@ -1,0 +1,210 @@
+"""Measured hardware profiles: the JSON files ``engine-advisor calibrate gpu|dcp`` writes.
+
+Pure numpy: the curve fits used both to build a profile (in calibration/) and to evaluate one
+(model/hardware.py), and the loader that finds a GPU's profile by path. The profiles directory is
+``$ENGINE_ADVISOR_PROFILES_DIR`` or, by default, ``calibration/profiles`` beside this package;
+a missing directory means "no profiles" (the spec sheet is used). Each directory is read once
+per process (``clear_profile_cache`` forgets it).
+
+Read curve: seconds of one call that reads ``b`` bytes, ``t(b)``, stored as knots (bytes,
+seconds) fitted from measurements: medians in half-octave bins of bytes, made non-decreasing by
+isotonic regression (pool adjacent violators) and then strictly increasing. Between knots
+``log t`` is linear in ``log b``; below the first knot ``t`` rises linearly from the fixed
+per-call overhead; above the last it grows at the asymptotic bandwidth of the largest reads.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+
+PROFILES_ENV = "ENGINE_ADVISOR_PROFILES_DIR"
+DEFAULT_PROFILES_DIR = Path(__file__).resolve().parent.parent / "calibration" / "profiles"
+KIND_GPU = "gpu-profile"
+KIND_DCP = "dcp-profile"
+BINS_PER_OCTAVE = 2
+
+
+def profiles_dir() -> Path:
+    env = os.environ.get(PROFILES_ENV)
+    return Path(env) if env else DEFAULT_PROFILES_DIR
+
+
+# ------------------------------------------------------------------------------ read curves
+def _pava(y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Weighted isotonic (non-decreasing) regression by pooling adjacent violators."""
+    vals, wts, sizes = [], [], []
+    for yi, wi in zip(y.tolist(), w.tolist(), strict=True):
+        vals.append(yi)
+        wts.append(wi)
+        sizes.append(1)
+        while len(vals) > 1 and vals[-2] > vals[-1]:
+            v2, w2, s2 = vals.pop(), wts.pop(), sizes.pop()
+            v1, w1, s1 = vals.pop(), wts.pop(), sizes.pop()
+            vals.append((v1 * w1 + v2 * w2) / (w1 + w2))
+            wts.append(w1 + w2)
+            sizes.append(s1 + s2)
+    return np.repeat(vals, sizes)
+
+
+def fit_read_curve(nbytes, seconds, overhead_s: float | None = None) -> dict:
+    """Fit a monotone read curve to measured (bytes per call, seconds per call) points."""
+    b = np.asarray(nbytes, dtype=float)
+    t = np.asarray(seconds, dtype=float)
+    ok = (b > 0) & (t > 0) & np.isfinite(b) & np.isfinite(t)
+    b, t = b[ok], t[ok]
+    if len(b) < 2:
+        raise ValueError("a read curve needs at least two positive measurements")
+    bins = np.floor(np.log2(b) * BINS_PER_OCTAVE).astype(int)
+    kb, kt, kw = [], [], []
+    for key in np.unique(bins):
+        sel = bins == key
+        kb.append(float(np.exp(np.mean(np.log(b[sel])))))
+        kt.append(float(np.median(t[sel])))
+        kw.append(float(sel.sum()))
+    kb_arr, kt_arr = np.array(kb), _pava(np.array(kt), np.array(kw))
+    for i in range(1, len(kt_arr)):  # strictly increasing
+        kt_arr[i] = max(kt_arr[i], kt_arr[i - 1] * (1 + 1e-6))
+    floor = float(kt_arr[0]) if overhead_s is None else min(float(overhead_s), float(kt_arr[0]))
+    # asymptotic bandwidth: slope over the knots within 16x of the largest read
+    top = kb_arr >= kb_arr[-1] / 16
+    if top.sum() >= 2 and kt_arr[top][-1] > kt_arr[top][0]:
+        tail = (kb_arr[top][-1] - kb_arr[top][0]) / (kt_arr[top][-1] - kt_arr[top][0])
+    else:
+        tail = kb_arr[-1] / kt_arr[-1]
+    tail = max(tail, kb_arr[-1] / kt_arr[-1])  # never slower than the largest read's average
+    return {"bytes": kb_arr.tolist(), "seconds": kt_arr.tolist(), "overhead_s": floor,
+            "asymptotic_Bps": float(tail), "n_points": int(len(b))}
+
+
+def eval_read_curve(curve: dict, nbytes) -> np.ndarray:
+    """Seconds of one call reading ``nbytes`` (array-like) on a fitted read curve."""
+    x = np.asarray(nbytes, dtype=float)
+    kb = np.asarray(curve["bytes"], dtype=float)
+    kt = np.asarray(curve["seconds"], dtype=float)
+    t0 = float(curve["overhead_s"])
+    out = np.empty_like(x)
+    lo = x < kb[0]
+    hi = x > kb[-1]
+    mid = ~(lo | hi)
+    out[lo] = t0 + (kt[0] - t0) * np.maximum(x[lo], 0.0) / kb[0]
+    out[hi] = kt[-1] + (x[hi] - kb[-1]) / float(curve["asymptotic_Bps"])
+    if len(kb) == 1:
+        out[mid] = kt[0]
+    else:
+        out[mid] = np.exp(np.interp(np.log(x[mid]), np.log(kb), np.log(kt)))
+    return out
+
+
+# ------------------------------------------------------------------------- DCP comm model
+def fit_linear_pos(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Least squares y = a + s * x with a, s >= 0, weighted by 1 / y (relative error)."""
+    from scipy.optimize import nnls
+
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    w = 1.0 / y
+    A = np.column_stack([np.ones_like(x), x]) * w[:, None]
+    coef, _ = nnls(A, y * w)
+    return float(coef[0]), float(coef[1])
+
+
+def dcp_recv_bytes(backend: str, dcp, batch, heads: int, v_dim: int, out_bytes: int = 2):
+    """Bytes one rank receives per layer when combining DCP partials of ``heads`` query heads:
+    outputs (``v_dim`` values at ``out_bytes``) plus one fp32 LSE per head.
+
+    ag (all-gather + local merge): every rank receives every other rank's partials of all heads;
+    a2a (all-to-all): every rank receives the other ranks' partials of its 1/dcp of the heads.
+    """
+    d = np.asarray(dcp, dtype=float)
+    per_rank = np.asarray(batch, dtype=float) * heads * (v_dim * out_bytes + 4)
+    if backend == "ag":
+        return (d - 1.0) * per_rank
+    if backend == "a2a":
+        return (d - 1.0) / d * per_rank
+    raise ValueError(f"unknown DCP backend {backend!r}")
+
+
+def eval_dcp_layer(profile: dict, backend: str, batch, dcp) -> np.ndarray:
+    """Seconds DCP adds to one layer's decode step at ``batch`` and ``dcp`` (0 at dcp 1): the
+    communication and merge of the partial outputs, beyond the split attention itself.
+
+    ``latency * log2(dcp) + received bytes / bandwidth + merge_per_elem * dcp * batch * heads``;
+    bandwidth and merge slope come from the communication-only and merge-only timings, the
+    latency from the measured whole steps. Sizes beyond those measured are extrapolated.
+    """
+    ref = profile["reference"]
+    fit = profile["fit"][backend]
+    d = np.maximum(np.asarray(dcp, dtype=float), 1.0)
+    bsz = np.asarray(batch, dtype=float)
+    recv = dcp_recv_bytes(backend, d, bsz, ref["heads"], ref["v_dim"])
+    extra = (fit["latency_s"] * np.log2(d) + recv / fit["bandwidth_Bps"]
+             + fit["merge_s_per_elem"] * d * bsz * ref["heads"])
+    return np.where(d > 1.0, extra, 0.0)
+
+
+# ------------------------------------------------------------------------------ loading
+_CACHE: dict[str, dict[tuple[str, str], tuple[str, dict]]] = {}
+
+
+def clear_profile_cache() -> None:
+    """Forget the profiles read so far (they are read once per directory and process)."""
+    _CACHE.clear()
+
+
+def _scan(directory: Path) -> dict[tuple[str, str], tuple[str, dict]]:
+    cached = _CACHE.get(str(directory))
+    if cached is not None:
+        return cached
+    try:
+        files = sorted(p for p in directory.glob("*.json") if p.is_file())
+    except OSError:
+        files = []
+    found: dict[tuple[str, str], tuple[str, dict]] = {}
+    for p in files:
+        try:
+            data = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(data, dict) or data.get("kind") not in (KIND_GPU, KIND_DCP):
+            continue
+        gpu = str(data.get("gpu_key", "")).upper()
+        if gpu and (gpu, data["kind"]) not in found:
+            found[(gpu, data["kind"])] = (p.name, data)
+    _CACHE[str(directory)] = found
+    return found
+
+
+def find_profile(gpu_name: str, kind: str = KIND_GPU) -> tuple[str, dict] | None:
+    """(file name, profile) of the first profile (by file name) for this GPU type, or None."""
+    return _scan(profiles_dir()).get((gpu_name.upper(), kind))
+
+
+def gpu_key(device_name: str, known: list[str] | tuple[str, ...]) -> str:
+    """The built-in GPU type named in a device name ('NVIDIA H200' -> 'H200'), else the name."""
+    tokens = device_name.upper().replace("-", " ").split()
+    for name in known:
+        if name.upper() in tokens:
+            return name.upper()
+    return device_name.strip().upper() or "UNKNOWN"
+
+
+def median_rel_error(pred, obs) -> tuple[float, float]:
+    """(median, max) of |pred - obs| / obs."""
+    p = np.asarray(pred, dtype=float)
+    o = np.asarray(obs, dtype=float)
+    err = np.abs(p - o) / o
+    return float(np.median(err)), float(np.max(err))
+
+
+def geometric_crossover(x: np.ndarray, diff: np.ndarray) -> float | None:
+    """First x where ``diff`` turns from positive to non-positive, interpolated in log x."""
+    for i in range(1, len(x)):
+        if diff[i - 1] > 0 >= diff[i]:
+            t = diff[i - 1] / (diff[i - 1] - diff[i])
+            return math.exp(math.log(x[i - 1]) + t * (math.log(x[i]) - math.log(x[i - 1])))
+    return None
