@@ -228,8 +228,8 @@ def _best_concurrency(model: CostModel, w: Workload, layout, e1: Evaluated, req:
     return best, lo, limit
 
 
-def _plan_class(model: CostModel, req: PlanRequest, i: int, c: TrafficClass,
-                version: str) -> ClassPlan | Unserved:
+def _plan_class(model: CostModel, req: PlanRequest, i: int,
+                c: TrafficClass) -> ClassPlan | Unserved:
     w = req.workload(c)
     layout = w.kv_layout()
     configs, excluded = candidates(model, w, layout)
@@ -246,8 +246,9 @@ def _plan_class(model: CostModel, req: PlanRequest, i: int, c: TrafficClass,
             reasons.append(found)
             continue
         e, b, limit = found
-        instances = max(1, math.ceil(c.requests_per_second * e.pred.total_s / (b * req.headroom)))
-        options.append((instances, e.pred.total_s, e, b, limit))
+        e2e = max(e.pred.total_s, 1e-9)  # a degenerate fit must not divide by zero
+        instances = max(1, math.ceil(c.requests_per_second * e2e / (b * req.headroom)))
+        options.append((instances, e2e, e, b, limit))
     if not options:
         return Unserved(index=i, name=c.name, reason="no configuration meets the SLO: "
                         + ("; ".join(reasons) or "no candidate configuration"))
@@ -279,7 +280,7 @@ def _plan_class(model: CostModel, req: PlanRequest, i: int, c: TrafficClass,
 def plan(model: CostModel, req: PlanRequest, version: str) -> PlanResult:
     served, unserved = [], []
     for i, c in enumerate(req.classes):
-        out = _plan_class(model, req, i, c, version)
+        out = _plan_class(model, req, i, c)
         (served if isinstance(out, ClassPlan) else unserved).append(out)
     nodes = sum(p.nodes for p in served)
     return PlanResult(classes=served, unserved=unserved, total_nodes=nodes,
