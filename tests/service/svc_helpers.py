@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -63,15 +64,17 @@ class Server:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("ENGINE_ADVISOR_")}
+        self.log = tempfile.TemporaryFile()  # a file, not a pipe: a chatty server never blocks
         self.proc = subprocess.Popen(
             [str(EXE), "serve", "--port", str(self.port), "--log-level", "warning", *args],
-            env={**full_env, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            env={**full_env, **(env or {})}, stdout=self.log, stderr=subprocess.STDOUT)
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                out = self.proc.stdout.read().decode(errors="replace")
+                self.log.seek(0)
+                out = self.log.read().decode(errors="replace")
                 raise RuntimeError(f"server exited with {self.proc.returncode}: {out}")
             try:
                 if httpx.get(f"{self.url}/readyz", timeout=1.0).status_code == 200:
@@ -89,7 +92,7 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        self.proc.stdout.close()
+        self.log.close()
 
 
 @pytest.fixture
