@@ -104,3 +104,36 @@ def test_a_start_that_never_becomes_healthy_times_out_and_is_stopped(tmp_path):
 def test_bad_launch_templates(tmp_path, launch, message):
     r = run(tmp_path, launch)
     assert r.returncode == 2 and message in r.stderr
+
+
+@pytest.mark.slow
+def test_sigterm_mid_sweep_stops_the_launched_engine(tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    from calib_helpers import REPO
+
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [str(BIN), "calibrate", "run", "--engine", "vllm", "--launch", SIM.replace("0.1", "0.5"),
+         "--model", "kimi-k3", "--mem-fractions", "0.9", "--contexts", "2048,4096,8192",
+         "--batch-sizes", "1,2", "--output-tokens", "16", "--kv-bytes-per-token", "70272",
+         "--stop-grace", "5", "--out", str(out), "--no-progress"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not ((out / "dataset.csv").exists()
+                   and (out / "dataset.csv").read_text().count("\n") >= 2):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130 and "re-run the same command to resume" in err
+    manifest = json.loads((out / "manifest.json").read_text())
+    engines_are_gone(manifest)
+    assert "engine stopped" in (out / "events.jsonl").read_text()
