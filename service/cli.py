@@ -20,6 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", metavar="PATH", help="model artifact (default: embedded model)")
     p.add_argument("--models-dir", metavar="DIR",
                    help="directory whose artifacts POST /v1/model/reload may load")
+    p.add_argument("--upstreams", metavar="FILE",
+                   help="YAML file of upstream vLLM/SGLang pools: enables the OpenAI-compatible "
+                        "proxy (/v1/chat/completions, /v1/completions, /v1/models, /v1/route)")
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--access-log", action="store_true", help="log every request (default off)")
     p.set_defaults(handler=run_serve)
@@ -40,13 +43,15 @@ def _settings(args: argparse.Namespace):
 
     over = {k: v for k, v in (("host", args.host), ("port", args.port),
                               ("workers", args.workers), ("model_path", args.model),
-                              ("models_dir", args.models_dir), ("log_level", args.log_level))
+                              ("models_dir", args.models_dir), ("log_level", args.log_level),
+                              ("upstreams", args.upstreams))
             if v is not None}
     try:
         return Settings(**over)
     except ValidationError as exc:
         flags = {"host": "--host", "port": "--port", "workers": "--workers",
-                 "model_path": "--model", "models_dir": "--models-dir"}
+                 "model_path": "--model", "models_dir": "--models-dir",
+                 "upstreams": "--upstreams"}
         raise CliError(validation_message(exc, flags)) from None
 
 
@@ -65,6 +70,14 @@ def run_serve(args: argparse.Namespace) -> int:
             raise CliError(str(exc)) from None
     if settings.models_dir is not None and not settings.models_dir.is_dir():
         raise CliError(f"--models-dir {settings.models_dir}: not a directory")
+    if settings.upstreams is not None:
+        from service.upstreams import UpstreamsError, read
+
+        settings.upstreams = settings.upstreams.resolve()
+        try:
+            read(settings.upstreams)
+        except UpstreamsError as exc:
+            raise CliError(f"--upstreams: {exc}") from None
     # Workers build the app from the environment (uvicorn factory), so pass settings there.
     for name, value in settings.model_dump(exclude={"admin_token"}).items():
         key = f"ENGINE_ADVISOR_{name.upper()}"

@@ -14,12 +14,25 @@ from service import errors
 from service.cache import ResponseCache
 from service.holder import ModelHolder, load_artifact, load_default
 from service.metrics import Metrics
-from service.middleware import BodyLimitMiddleware, MetricsMiddleware, RequestIdMiddleware
-from service.routes import admin, bench, crossover, health, plan, predict, recommend
+from service.middleware import MetricsMiddleware, RequestIdMiddleware
+from service.proxy.limits import SplitBodyLimit
+from service.proxy.state import ProxyState, proxy_lifespan
+from service.routes import (
+    admin,
+    bench,
+    crossover,
+    health,
+    observations,
+    plan,
+    predict,
+    proxy,
+    recommend,
+    route,
+)
 from service.settings import Settings
 
 ROUTERS = (recommend.router, predict.router, crossover.router, plan.router, admin.router,
-           health.router)
+           health.router, proxy.router, route.router, observations.router)
 
 
 def operation_id(route: APIRoute) -> str:
@@ -40,12 +53,14 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     # of the cyclic GC's generations so full collections stay short (tail latency).
     gc.collect()
     gc.freeze()
-    yield
+    async with proxy_lifespan(app.state.proxy):   # upstream pools, health checks, reloads
+        yield
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     metrics = Metrics()
+    proxy_state = ProxyState(settings, metrics.registry)
     app = FastAPI(
         title="engine-advisor",
         summary="Choose vLLM or SGLang, the DCP size and the memory fraction for long-context "
@@ -54,12 +69,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
         generate_unique_id_function=operation_id,
         middleware=[Middleware(RequestIdMiddleware), Middleware(MetricsMiddleware, metrics=metrics),
-                    Middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)],
+                    Middleware(SplitBodyLimit, limit=settings.max_body_bytes, proxy=proxy_state)],
     )
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.recommend_cache = ResponseCache(settings.recommend_cache_size)
     app.state.holder = None
+    app.state.proxy = proxy_state
     errors.install(app)
     for router in ROUTERS:
         app.include_router(router)

@@ -27,3 +27,10 @@ class Settings(BaseSettings):
         ge=0, le=1_000_000, description="answers of POST /v1/recommend kept (LRU); 0: off")] = 4096
     log_level: str = "info"
     bench_routes: bool = Field(default=False, description="add POST /bench/constant (benchmarks)")
+    upstreams: Path | None = Field(
+        default=None, description="YAML file of upstream engine pools; unset: no proxy routes")
+    upstreams_watch_s: Annotated[float, Field(
+        ge=0, le=3600, description="how often the pools file's mtime is checked; 0: off")] = 2.0
+    proxy_max_body_bytes: Annotated[int, Field(gt=0)] | None = Field(
+        default=None, description="body cap of the proxy routes; unset: enough for the longest "
+                                  "context the pools serve, at least 32 MiB")

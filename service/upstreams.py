@@ -214,6 +214,7 @@ class Upstream:
     health_fail: int = 0        # consecutive failed health checks
     last_error: str | None = None
     not_before: float = 0.0     # Retry-After: no requests before this monotonic time
+    picked: int = 0             # when it was last picked (ties of in-flight go round-robin)
     client: Any = None          # httpx.AsyncClient, set by the proxy state
 
     @property

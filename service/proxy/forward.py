@@ -1,0 +1,401 @@
+"""Forwarding one request: attempts over upstreams, streaming, timeouts, disconnects.
+
+``ProxyCall`` is the ASGI response a proxy route returns. It runs the attempts in a task and
+watches the client meanwhile: a client that goes away cancels the task, which closes the
+upstream connection, so the engine aborts the request (streaming or not).
+
+- The request body goes upstream byte for byte; so does the answer. A streamed answer is
+  forwarded event by event (whole ``data: ...\\n\\n`` events, as they arrive, never re-split
+  or re-encoded), so a failure can never leave half an event at the client.
+- Nothing reaches the client before the upstream's first complete event (streaming) or whole
+  body (non-streaming). Until then a connect error, a 429 or 5xx, or a connection cut is
+  retried on another upstream (the chosen engine's first, then, with ``retries.other_engine``,
+  the other engine's) after a jittered backoff that honours ``Retry-After``. After that, a
+  failure ends the stream with an error event ``data: {"error": {...}}``.
+- Timeouts: ``connect_s`` (TCP connect), ``first_byte_s`` (streaming: until the first event),
+  ``idle_s`` (streaming: between events), ``total_s`` (the whole request, also non-streaming).
+  A timeout answers 504 (or an error event mid-stream) and is not retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import re
+import time
+from dataclasses import dataclass
+
+import httpx
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from service.errors import TYPES
+from service.health_checker import mark_down
+from service.proxy.decide import Decision
+from service.proxy.observations import Observation
+from service.proxy.request import ProxyRequest
+from service.upstreams import Pools, Upstream
+
+log = logging.getLogger("engine_advisor.proxy")
+
+DROP_REQUEST = {b"host", b"content-length", b"connection", b"keep-alive", b"te", b"trailer",
+                b"transfer-encoding", b"upgrade", b"proxy-authorization", b"proxy-connection",
+                b"authorization", b"accept-encoding", b"x-request-id", b"expect"}
+PASS_RESPONSE = {"content-type", "cache-control", "retry-after"}
+COMPLETION = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
+PROMPT = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
+DONE = b"data: [DONE]"
+
+
+@dataclass
+class Failure:
+    reason: str                    # connect | timeout | read | status
+    message: str
+    retryable: bool
+    status: int = 502
+    body: bytes | None = None      # the upstream's own error response, passed through
+    headers: list[tuple[bytes, bytes]] | None = None
+    retry_after: float | None = None
+
+
+def error_bytes(status: int, message: str, type_: str | None = None) -> bytes:
+    return json.dumps({"error": {"message": message, "type": type_ or TYPES.get(
+        status, "upstream_error"), "param": None, "code": status}}).encode()
+
+
+def retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None            # an HTTP date: ignored (engines send seconds)
+
+
+def event_end(buf: bytes) -> int:
+    """Index just past the last complete SSE event in ``buf`` (0: none)."""
+    a = buf.rfind(b"\n\n")
+    b = buf.rfind(b"\r\n\r\n")
+    return max(a + 2 if a >= 0 else 0, b + 4 if b >= 0 else 0)
+
+
+def upstream_headers(scope: Scope, up: Upstream, request_id: str) -> list[tuple[bytes, bytes]]:
+    out = [(k, v) for k, v in scope["headers"] if k not in DROP_REQUEST]
+    out.append((b"accept-encoding", b"identity"))
+    out.append((b"x-request-id", request_id.encode()))
+    if up.spec.api_key is not None:
+        out.append((b"authorization", b"Bearer " + up.spec.api_key.get_secret_value().encode()))
+    return out
+
+
+def pick(pools: Pools, decision: Decision, model: str | None, tried: list[Upstream],
+         engine: str | None, seq: int) -> Upstream | None:
+    """The available upstream with the fewest requests in flight, of the best-ranked group
+    that has one; with ``engine`` set, that engine's groups first (then no others)."""
+    now = time.monotonic()
+    groups = decision.ranked
+    if engine is not None:
+        groups = tuple(g for g in groups if g[0] == engine)
+    for g in groups:
+        best: Upstream | None = None
+        for u in pools.groups.get(g, ()):
+            if u in tried or (model is not None and u.spec.model != model) \
+                    or not u.available(now):
+                continue
+            if best is None or (u.in_flight, u.picked) < (best.in_flight, best.picked):
+                best = u
+        if best is not None:
+            best.picked = seq
+            return best
+    return None
+
+
+class ProxyCall(Response):
+    """The ASGI response of one proxied request (see the module docstring)."""
+
+    def __init__(self, state, pools: Pools, req: ProxyRequest, decision: Decision,
+                 first: Upstream, request_id: str, prompt_tokens: int):
+        self.state, self.pools, self.req, self.decision = state, pools, req, decision
+        self.first, self.request_id, self.prompt_tokens = first, request_id, prompt_tokens
+        self.started = False
+        self.final: tuple[str, str, int] | None = None   # engine, upstream, status
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def watch() -> None:
+            while True:
+                msg = await receive()
+                if msg["type"] == "http.disconnect":
+                    return
+
+        work = asyncio.ensure_future(self._run(scope, send))
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            if not work.done():                 # the client went away: abort upstream
+                work.cancel()
+                try:
+                    await work
+                except asyncio.CancelledError:
+                    pass
+                eng, name, _ = self.final or (self.first.engine, self.first.name, 0)
+                self.state.metrics.requests.labels(eng, name, "499").inc()
+                return
+            work.result()
+        finally:
+            watcher.cancel()
+            if not work.done():
+                work.cancel()
+
+    # ---------------------------------------------------------------- attempts
+    async def _run(self, scope: Scope, send: Send) -> None:
+        st, pools = self.state, self.pools
+        cfg = pools.config
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + cfg.timeouts.total_s
+        tried: list[Upstream] = []
+        failures: list[tuple[Upstream, Failure]] = []
+        up: Upstream | None = self.first
+        engine_lock = None
+        while up is not None:
+            tried.append(up)
+            failure = await self._attempt(scope, send, up, deadline)
+            if failure is None:
+                return
+            failures.append((up, failure))
+            if not failure.retryable or len(tried) >= cfg.retries.max_attempts:
+                break
+            if engine_lock is None and not cfg.retries.other_engine:
+                engine_lock = up.engine
+            st.seq += 1
+            nxt = pick(pools, self.decision, self.req.model, tried, engine_lock, st.seq)
+            if nxt is None:
+                break
+            st.metrics.retries.labels(up.name, failure.reason).inc()
+            delay = self._backoff(len(tried) - 1, failure.retry_after)
+            if loop.time() + delay >= deadline:
+                break
+            if delay > 0:
+                await asyncio.sleep(delay)
+            up = nxt
+        await self._fail(send, failures)
+
+    def _backoff(self, n: int, after: float | None) -> float:
+        r = self.pools.config.retries
+        delay = min(r.backoff_max_s, r.backoff_base_s * (2 ** n)) * random.uniform(0.5, 1.0)
+        if after is not None:
+            delay = max(delay, min(after, r.backoff_max_s))
+        return delay
+
+    async def _fail(self, send: Send, failures: list[tuple[Upstream, Failure]]) -> None:
+        up, last = failures[-1]
+        if last.body is not None:               # the upstream's own answer, as it came
+            status, body, headers = last.status, last.body, list(last.headers or [])
+        else:
+            if all(f.reason == "connect" for _, f in failures):
+                status = 503
+                msg = ("no upstream is reachable: " + "; ".join(
+                    f"{u.name}: {f.message}" for u, f in failures))
+            else:
+                status = last.status
+                msg = last.message if len(failures) == 1 else (
+                    f"{last.message} (after {len(failures)} attempts: "
+                    + "; ".join(f"{u.name}: {f.reason}" for u, f in failures) + ")")
+            body = error_bytes(status, msg, "service_unavailable" if status == 503 else
+                               "upstream_timeout" if status == 504 else "upstream_error")
+            headers = [(b"content-type", b"application/json")]
+        headers += self._ours(up)
+        headers.append((b"content-length", str(len(body)).encode()))
+        self.final = (up.engine, up.name, status)
+        self.state.metrics.requests.labels(up.engine, up.name, str(status)).inc()
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    @staticmethod
+    def _ours(up: Upstream) -> list[tuple[bytes, bytes]]:
+        return [(b"x-engine-advisor-engine", up.engine.encode()),
+                (b"x-engine-advisor-upstream", up.name.encode())]
+
+    def _response_headers(self, resp: httpx.Response, up: Upstream) -> list[tuple[bytes, bytes]]:
+        out = [(k.encode(), v.encode()) for k, v in resp.headers.items()
+               if k in PASS_RESPONSE]
+        return out + self._ours(up)
+
+    async def _attempt(self, scope: Scope, send: Send, up: Upstream,
+                       deadline: float) -> Failure | None:
+        st, t = self.state, self.pools.config.timeouts
+        loop = asyncio.get_running_loop()
+        up.in_flight += 1
+        batch = up.in_flight
+        st.metrics.in_flight.labels(up.name).set(up.in_flight)
+        up.breaker.acquire()
+        resp: httpx.Response | None = None
+        self.phase = "first"
+        try:
+            request = up.client.build_request(
+                "POST", up.url + self.req.path, content=self.req.raw,
+                headers=upstream_headers(scope, up, self.request_id), timeout=self.pools.timeout)
+            sent_at = time.perf_counter()
+            first_at = min(loop.time() + t.first_byte_s, deadline) if self.req.stream \
+                else deadline
+            async with asyncio.timeout_at(first_at) as cm:
+                resp = await up.client.send(request, stream=True)
+                if not 200 <= resp.status_code < 300 or not self.req.stream:
+                    cm.reschedule(deadline)
+                    self.phase = "total"
+                    body = await resp.aread()
+                    cm.reschedule(None)
+                    return await self._answer(send, up, resp, body, sent_at, batch)
+                return await self._stream(send, up, resp, cm, deadline, sent_at, batch)
+        except TimeoutError:
+            up.breaker.failure()
+            what = {"first": f"no first event within {t.first_byte_s:g} s" if self.req.stream
+                    else f"no answer within {t.total_s:g} s",
+                    "idle": f"no event for {t.idle_s:g} s",
+                    "total": f"not finished within {t.total_s:g} s"}[self.phase]
+            return await self._failed_midway(send, up, Failure(
+                "timeout", f"upstream {up.name} timed out: {what}", False, 504))
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            up.breaker.failure()
+            if isinstance(exc, httpx.ConnectError):
+                mark_down(up, f"connect failed: {exc}")
+                st.metrics.healthy.labels(up.name).set(0)
+            return Failure("connect", f"cannot connect to {up.name} ({type(exc).__name__}: "
+                                      f"{exc})", True, 502)
+        except OSError:
+            if not self.started:
+                raise
+            return None     # the client went away while we wrote to it
+        except httpx.HTTPError as exc:
+            up.breaker.failure()
+            return await self._failed_midway(send, up, Failure(
+                "read", f"upstream {up.name} failed: {type(exc).__name__}: {exc}", True, 502))
+        finally:
+            if resp is not None:
+                await resp.aclose()
+            up.in_flight -= 1
+            st.metrics.in_flight.labels(up.name).set(up.in_flight)
+
+    async def _failed_midway(self, send: Send, up: Upstream, f: Failure) -> Failure | None:
+        """Before any byte reached the client: the failure (maybe retried). After: an error
+        event ends the stream."""
+        if not self.started:
+            return f
+        log.warning("stream from %s cut: %s", up.name, f.message)
+        err = b"data: " + error_bytes(f.status, f.message + "; the stream is incomplete",
+                                      "upstream_error") + b"\n\n"
+        self.final = (up.engine, up.name, f.status)
+        self.state.metrics.requests.labels(up.engine, up.name, f"{f.status}").inc()
+        try:
+            await send({"type": "http.response.body", "body": err, "more_body": False})
+        except OSError:
+            pass
+        return None
+
+    async def _answer(self, send: Send, up: Upstream, resp: httpx.Response, body: bytes,
+                      sent_at: float, batch: int) -> Failure | None:
+        status = resp.status_code
+        if status == 429 or status >= 500:
+            if status >= 500:
+                up.breaker.failure()
+            else:
+                up.breaker.success()
+            after = retry_after(resp.headers.get("retry-after"))
+            if after:
+                up.not_before = time.monotonic() + min(
+                    after, self.pools.config.retries.backoff_max_s * 10)
+            return Failure("status", f"upstream {up.name} answered {status}", True, status,
+                           body, self._response_headers(resp, up), after)
+        up.breaker.success()
+        headers = self._response_headers(resp, up)
+        headers.append((b"content-length", str(len(body)).encode()))
+        self.started = True
+        self.final = (up.engine, up.name, status)
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+        self.state.metrics.requests.labels(up.engine, up.name, str(status)).inc()
+        if 200 <= status < 300:
+            total = time.perf_counter() - sent_at
+            m = COMPLETION.findall(body)
+            if m:
+                self._observe(up, body, int(m[-1]), None, total, batch)
+        return None
+
+    async def _stream(self, send: Send, up: Upstream, resp: httpx.Response, cm,
+                      deadline: float, sent_at: float, batch: int) -> Failure | None:
+        t = self.pools.config.timeouts
+        loop = asyncio.get_running_loop()
+        pending = b""
+        last = b""
+        ttft = None
+        events = skipped = 0
+        async for chunk in resp.aiter_raw():
+            buf = pending + chunk if pending else chunk
+            end = event_end(buf)
+            if end == 0:
+                pending = buf
+                continue
+            out, pending = (buf, b"") if end == len(buf) else (buf[:end], buf[end:])
+            cm.reschedule(None)
+            if not self.started:
+                ttft = time.perf_counter() - sent_at
+                headers = self._response_headers(resp, up)
+                if not any(k == b"content-type" for k, _ in headers):
+                    headers.append((b"content-type", b"text/event-stream"))
+                headers.append((b"x-accel-buffering", b"no"))
+                await send({"type": "http.response.start", "status": resp.status_code,
+                            "headers": headers})
+                self.started = True
+                self.final = (up.engine, up.name, resp.status_code)
+            await send({"type": "http.response.body", "body": out, "more_body": True})
+            events += out.count(b"\n\n") or out.count(b"\r\n\r\n")
+            skipped += out.count(b'"choices":[]') + out.count(b'"content":""') \
+                + out.count(DONE)
+            last = out
+            self.phase = "idle" if loop.time() + t.idle_s < deadline else "total"
+            cm.reschedule(min(loop.time() + t.idle_s, deadline))
+        cm.reschedule(None)
+        if pending:   # an unterminated last event: pass it on as it came
+            if not self.started:
+                return Failure("read", f"upstream {up.name} sent no complete event", True, 502)
+            await send({"type": "http.response.body", "body": pending, "more_body": True})
+            last = pending
+        if not self.started:
+            return Failure("read", f"upstream {up.name} ended the stream without an event",
+                           True, 502)
+        if DONE not in last:
+            up.breaker.failure()
+            return await self._failed_midway(send, up, Failure(
+                "read", f"upstream {up.name} ended the stream before [DONE]", False, 502))
+        up.breaker.success()
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        self.state.metrics.requests.labels(up.engine, up.name, str(resp.status_code)).inc()
+        total = time.perf_counter() - sent_at
+        m = COMPLETION.findall(last)
+        n = int(m[-1]) if m else max(events - skipped, 0)
+        if n > 0:
+            self._observe(up, last, n, ttft, total, batch)
+        return None
+
+    def _observe(self, up: Upstream, tail: bytes, n: int, ttft: float | None, total: float,
+                 batch: int) -> None:
+        st, pools = self.state, self.pools
+        w = pools.config.workload
+        p = PROMPT.findall(tail)
+        prompt = int(p[-1]) if p else self.prompt_tokens
+        tpot = (total - ttft) / (n - 1) if ttft is not None and n > 1 else None
+        if ttft is not None:
+            st.metrics.ttft.labels(up.engine).observe(ttft)
+        if tpot is not None:
+            st.metrics.tpot.labels(up.engine).observe(tpot)
+            pred = self.decision.predictions.get(up.group)
+            if pred is not None and pred.tpot_s > 0:
+                st.metrics.tpot_ratio.labels(up.engine).observe(tpot / pred.tpot_s)
+        gpu = w.gpu if isinstance(w.gpu, str) else w.gpu.name
+        st.observations.add(Observation(
+            up.engine, up.name, gpu.upper(), w.num_gpus, up.spec.dcp_size, up.spec.mem_fraction,
+            pools.kv_bytes_per_token, pools.kv_shards, max(prompt, 1), n, batch, ttft, tpot,
+            total))
+

@@ -1,0 +1,221 @@
+"""The proxy's long-lived state: the current pools, HTTP clients, health checks, reloads.
+
+Reloads (POST /v1/upstreams/reload, SIGHUP, or the file's mtime changing) build a new ``Pools``
+and swap it in; upstreams whose identity (engine, name, URL, key, connection limit) is
+unchanged keep their state and connections. A file that cannot be used keeps the old pools;
+``last_reload`` says why. Clients of dropped upstreams are closed once idle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from service.breaker import CircuitBreaker
+from service.health_checker import HealthChecker
+from service.proxy.decide import Decider
+from service.proxy.metrics import ProxyMetrics
+from service.proxy.observations import Observations
+from service.proxy.tokens import load_tokenizer
+from service.settings import Settings
+from service.upstreams import Pools, PoolsConfig, Upstream, UpstreamsError, read
+
+log = logging.getLogger("engine_advisor.proxy")
+
+MIN_BODY_CAP = 32 << 20
+BYTES_PER_CONTEXT_TOKEN = 16      # a token id in JSON, or a token of escaped text, at most
+
+
+def new_client(up: Upstream) -> httpx.AsyncClient:
+    n = up.spec.max_connections
+    return httpx.AsyncClient(
+        limits=httpx.Limits(max_connections=n, max_keepalive_connections=n,
+                            keepalive_expiry=30.0),
+        timeout=httpx.Timeout(None), trust_env=False, follow_redirects=False)
+
+
+class ProxyState:
+    def __init__(self, settings: Settings, registry: Any):
+        self.settings = settings
+        self.path: Path | None = settings.upstreams
+        self.pools: Pools | None = None
+        self.tokenizer: Any = None
+        self.metrics = ProxyMetrics(registry)
+        self.decider = Decider()
+        self.observations = Observations(0)
+        self.checker = HealthChecker(lambda: self.pools, on_round=self._export_health)
+        self.last_reload: dict[str, Any] = {"ok": None, "message": None, "at": None,
+                                            "trigger": None}
+        self.generation = 0
+        self.seq = 0                  # pick counter: ties of in-flight go round-robin
+        self._stat: tuple[int, int] | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._lock: asyncio.Lock | None = None
+        self._sighup = False
+
+    # ------------------------------------------------------------------ limits
+    def body_cap(self) -> int:
+        if self.settings.proxy_max_body_bytes is not None:
+            return self.settings.proxy_max_body_bytes
+        longest = self.pools.max_model_len() if self.pools is not None else None
+        return max(MIN_BODY_CAP, (longest or 0) * BYTES_PER_CONTEXT_TOKEN)
+
+    # ------------------------------------------------------------------ loading
+    def _file_stat(self) -> tuple[int, int] | None:
+        try:
+            st = self.path.stat() if self.path else None
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size) if st else None
+
+    def _build(self, cfg: PoolsConfig, sha: str) -> Pools:
+        old = {u.identity(): u for u in self.pools.upstreams} if self.pools else {}
+        ups = []
+        for engine, specs in cfg.pools.items():
+            for spec in specs:
+                fresh = Upstream(engine, spec, CircuitBreaker(cfg.breaker.failure_threshold,
+                                                              cfg.breaker.open_s))
+                kept = old.get(fresh.identity())
+                if kept is not None:          # same instance: keep state and connections
+                    kept.spec = spec
+                    kept.breaker.failure_threshold = cfg.breaker.failure_threshold
+                    kept.breaker.open_s = cfg.breaker.open_s
+                    ups.append(kept)
+                    continue
+                fresh.client = new_client(fresh)
+                ups.append(fresh)
+        self.generation += 1
+        pools = Pools(cfg, ups, str(self.path), sha, self.generation)
+        pools.timeout = httpx.Timeout(connect=cfg.timeouts.connect_s, read=None, write=None,
+                                      pool=cfg.timeouts.connect_s)
+        return pools
+
+    def _install(self, pools: Pools) -> None:
+        previous = self.pools
+        self.pools = pools
+        self.observations.resize(pools.config.observations)
+        names = [u.name for u in pools.upstreams]
+        self.metrics.track(names)
+        for u in pools.upstreams:
+            name = u.name
+            u.breaker.on_change = lambda s, n=name: self.metrics.set_breaker(n, s)
+            self.metrics.set_breaker(name, u.breaker.state)
+            self.metrics.healthy.labels(name).set(1 if u.healthy else 0)
+            self.metrics.in_flight.labels(name).set(u.in_flight)
+        if previous is not None:
+            kept = {id(u) for u in pools.upstreams}
+            for u in previous.upstreams:
+                if id(u) not in kept and u.client is not None:
+                    self._tasks.append(asyncio.ensure_future(self._close_when_idle(u)))
+
+    async def _close_when_idle(self, up: Upstream) -> None:
+        deadline = time.monotonic() + (self.pools.config.timeouts.total_s if self.pools else 60)
+        while up.in_flight > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+        await up.client.aclose()
+
+    def _read(self) -> tuple[PoolsConfig, str, Any]:
+        cfg, sha = read(self.path)
+        tok = None
+        if cfg.tokens.tokenizer_file is not None:
+            f = cfg.tokens.tokenizer_file
+            if not f.is_absolute():
+                f = self.path.parent / f
+            tok = load_tokenizer(f)
+        return cfg, sha, tok
+
+    async def load(self, trigger: str) -> tuple[bool, str]:
+        """(Re)load the pools file; on failure the current pools stay. (ok, message)."""
+        if self.path is None:
+            return False, "no pools file is configured (--upstreams / ENGINE_ADVISOR_UPSTREAMS)"
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            stat = self._file_stat()
+            try:
+                cfg, sha, tok = await asyncio.to_thread(self._read)
+            except UpstreamsError as exc:
+                self._stat = stat
+                msg = str(exc) + ("; keeping the previous pools" if self.pools else "")
+                self._record(False, msg, trigger)
+                return False, msg
+            self._stat = stat
+            if self.pools is not None and sha == self.pools.sha256:
+                msg = f"{self.path}: unchanged"
+                self._record(True, msg, trigger)
+                return True, msg
+            self.tokenizer = tok
+            pools = self._build(cfg, sha)
+            self._install(pools)
+            msg = (f"{self.path}: {len(pools.upstreams)} upstreams in "
+                   f"{len(pools.engines)} pools (generation {pools.generation})")
+            self._record(True, msg, trigger)
+            return True, msg
+
+    def _record(self, ok: bool, message: str, trigger: str) -> None:
+        self.last_reload = {"ok": ok, "message": message, "at": time.time(), "trigger": trigger}
+        self.metrics.reloads.labels("ok" if ok else "failed").inc()
+        (log.info if ok else log.error)("upstreams %s (%s): %s", "loaded" if ok else
+                                        "NOT loaded", trigger, message)
+
+    # ------------------------------------------------------------------ background
+    def _export_health(self, pools: Pools) -> None:
+        for u in pools.upstreams:
+            self.metrics.healthy.labels(u.name).set(1 if u.healthy else 0)
+            self.metrics.set_breaker(u.name, u.breaker.state)
+
+    async def _watch(self) -> None:
+        every = self.settings.upstreams_watch_s
+        while True:
+            await asyncio.sleep(every)
+            stat = self._file_stat()
+            if stat is not None and stat != self._stat:
+                await self.load("file changed")
+
+    async def start(self) -> None:
+        if self.path is None:
+            return
+        ok, msg = await self.load("startup")
+        if not ok:
+            raise UpstreamsError(msg)
+        self.checker.start()
+        if self.settings.upstreams_watch_s > 0:
+            self._tasks.append(asyncio.ensure_future(self._watch()))
+        with contextlib.suppress(ValueError, RuntimeError, NotImplementedError, AttributeError):
+            asyncio.get_running_loop().add_signal_handler(
+                signal.SIGHUP, lambda: self._tasks.append(
+                    asyncio.ensure_future(self.load("SIGHUP"))))
+            self._sighup = True
+
+    async def stop(self) -> None:
+        if self._sighup:
+            with contextlib.suppress(ValueError, RuntimeError):
+                asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+            self._sighup = False
+        await self.checker.stop()
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._tasks.clear()
+        if self.pools is not None:
+            for u in self.pools.upstreams:
+                if u.client is not None:
+                    await u.client.aclose()
+
+
+@contextlib.asynccontextmanager
+async def proxy_lifespan(state: ProxyState):
+    await state.start()
+    try:
+        yield
+    finally:
+        await state.stop()

@@ -1,0 +1,87 @@
+"""OpenAI-compatible proxy routes: POST /v1/chat/completions, POST /v1/completions,
+GET /v1/models; pool administration: GET /v1/upstreams, POST /v1/upstreams/reload (admin)."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter, Request, Response
+
+from service.deps import AdminDep
+from service.errors import ApiError, error_responses
+from service.proxy.forward import ProxyCall
+from service.proxy.request import CHAT, COMPLETIONS, parse
+from service.proxy.routing import NO_POOLS, authorize, current_pools, loaded_model, route
+from service.proxy.schemas import ModelCard, ModelList, ReloadResult, UpstreamsStatus
+
+router = APIRouter(tags=["proxy"])
+
+OPENAI_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
+    "type": "object", "additionalProperties": True,
+    "description": "an OpenAI request, forwarded unchanged to the chosen upstream"}}}}}
+PROXY_ERRORS = error_responses(400, 401, 404, 413, 422, 502, 503, 504)
+PASSED = {200: {"description": "the upstream's answer, passed through (JSON, or "
+                               "text/event-stream when streaming)",
+                "content": {"application/json": {}, "text/event-stream": {}}}}
+
+
+async def _proxy(request: Request, path: str) -> Response:
+    st, pools = current_pools(request)
+    authorize(pools, request)
+    req = parse(await request.body(), path)
+    routed = await route(st, pools, loaded_model(request), req)
+    rid = request.scope.get("state", {}).get("request_id") or ""
+    return ProxyCall(st, pools, req, routed.decision, routed.first, rid, routed.prompt_tokens)
+
+
+@router.post("/v1/chat/completions", response_class=Response, responses={**PASSED, **PROXY_ERRORS},
+             openapi_extra=OPENAI_BODY,
+             summary="Chat completion, forwarded to the engine pool the cost model picks")
+async def chat_completions(request: Request) -> Response:
+    return await _proxy(request, CHAT)
+
+
+@router.post("/v1/completions", response_class=Response, responses={**PASSED, **PROXY_ERRORS},
+             openapi_extra=OPENAI_BODY,
+             summary="Text completion, forwarded to the engine pool the cost model picks")
+async def completions(request: Request) -> Response:
+    return await _proxy(request, COMPLETIONS)
+
+
+@router.get("/v1/models", response_model=ModelList, responses=error_responses(401, 503),
+            summary="Models served by the upstream pools (their union)")
+async def list_models(request: Request) -> ModelList:
+    st, pools = current_pools(request)
+    authorize(pools, request)
+    cards = []
+    for m in pools.models:
+        ups = pools.serving(m)
+        lens = [u.spec.max_model_len for u in ups if u.spec.max_model_len]
+        cards.append(ModelCard(id=m, created=int(pools.loaded_at),
+                               engines=sorted({u.engine for u in ups}),
+                               max_model_len=max(lens) if lens else None))
+    return ModelList(data=cards)
+
+
+@router.get("/v1/upstreams", response_model=UpstreamsStatus,
+            responses=error_responses(401, 403, 503),
+            summary="Pools, upstream health, circuit breakers and load (admin token)")
+async def list_upstreams(_: AdminDep, request: Request) -> UpstreamsStatus:
+    st = request.app.state.proxy
+    if st.pools is None:
+        raise ApiError(503, NO_POOLS)
+    return UpstreamsStatus.of(st, time.monotonic())
+
+
+@router.post("/v1/upstreams/reload", response_model=ReloadResult,
+             responses=error_responses(401, 403, 413, 422, 503),
+             summary="Re-read the pools file; a bad file keeps the current pools (admin token)")
+async def reload_upstreams(_: AdminDep, request: Request) -> ReloadResult:
+    st = request.app.state.proxy
+    if st.path is None:
+        raise ApiError(503, NO_POOLS)
+    ok, message = await st.load("admin")
+    if not ok:
+        raise ApiError(422, message, param="upstreams", type="invalid_upstreams")
+    return ReloadResult(message=message, generation=st.pools.generation,
+                        upstreams=[u.name for u in st.pools.upstreams])
