@@ -214,6 +214,7 @@ def create_app(state: SimState) -> Starlette:
             writer = ChunkWriter(p, rid, cfg.model_name, plan)
             return _Stream(core, req, writer, plan.n, plan.finish_reason, drop_after, done)
         watcher = asyncio.ensure_future(_wait_disconnect(request.receive))
+        answered = False
         try:
             while not req.finished:
                 if drop_after is not None and req.produced >= drop_after:
@@ -223,10 +224,13 @@ def create_app(state: SimState) -> Starlette:
                 await asyncio.wait({waiter, watcher}, return_when=asyncio.FIRST_COMPLETED)
                 waiter.cancel()
                 if watcher.done():
-                    core.abort(req)
-                    return Response(status_code=499)
+                    return Response(status_code=499)    # the client is gone: nobody reads it
+            answered = True
         finally:
             watcher.cancel()
+            if not answered:        # client gone or the server shutting down
+                core.abort(req)
+                done()
         if drop_after is not None:
             core.abort(req)
             payload = json.dumps(full_response(p, rid, cfg.model_name, plan, plan.n,

@@ -59,28 +59,35 @@ def test_running_and_waiting_gauges_follow_streams(engine):
         assert sim.metric(usage) == 0
 
 
-def test_token_counters_and_histograms_count_requests():
-    with SimProcess("--engine", "vllm", "--time-scale", "0.001", "--model-name", "m") as sim:
-        client = sim.openai()
-        for _ in range(3):
-            client.completions.create(model="m", prompt=[5] * 50, max_tokens=10,
-                                      extra_body={"ignore_eos": True})
-        assert sim.metric("vllm:prompt_tokens_total") == 150
-        assert sim.metric("vllm:generation_tokens_total") == 30
-        assert sim.metric("vllm:time_to_first_token_seconds_count") == 3
-        assert sim.metric("vllm:e2e_request_latency_seconds_count") == 3
-        assert sim.metric("vllm:inter_token_latency_seconds_count") == 27
-
-
-def test_non_streaming_client_timeout_aborts_the_request():
-    import openai
+@pytest.fixture(scope="module")
+def vllm():
     with SimProcess("--engine", "vllm", "--time-scale", "0.2", "--model-name", "m") as sim:
-        client = sim.openai(timeout=0.5)
-        with pytest.raises(openai.APITimeoutError):
-            client.completions.create(model="m", prompt="long", max_tokens=20_000,
-                                      extra_body={"ignore_eos": True})
-        assert wait_for(sim, {"vllm:num_requests_running": 0}, 1.0) == \
-            {"vllm:num_requests_running": 0}
-        text = httpx.get(sim.url + "/metrics").text
-        assert 'vllm:request_success_total{model_name="m",engine="0",finished_reason="abort"} 1' \
-            in text
+        yield sim
+
+
+def test_token_counters_and_histograms_count_requests(vllm):
+    names = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+             "vllm:time_to_first_token_seconds_count", "vllm:e2e_request_latency_seconds_count",
+             "vllm:inter_token_latency_seconds_count")
+    before = {k: vllm.metric(k) for k in names}
+    client = vllm.openai()
+    for _ in range(3):
+        client.completions.create(model="m", prompt=[5] * 50, max_tokens=10,
+                                  extra_body={"ignore_eos": True})
+    delta = [vllm.metric(k) - before[k] for k in names]
+    assert delta == [150, 30, 3, 3, 27]
+
+
+def test_non_streaming_client_timeout_aborts_the_request(vllm):
+    import openai
+    client = vllm.openai(timeout=0.5)
+    aborted = 'vllm:request_success_total{model_name="m",engine="0",finished_reason="abort"}'
+    before = httpx.get(vllm.url + "/metrics").text.count(aborted + " 0")
+    with pytest.raises(openai.APITimeoutError):
+        client.completions.create(model="m", prompt="long", max_tokens=20_000,
+                                  extra_body={"ignore_eos": True})
+    assert wait_for(vllm, {"vllm:num_requests_running": 0}, 1.0) == \
+        {"vllm:num_requests_running": 0}
+    assert httpx.get(vllm.url + "/load").json() == {"server_load": 0}
+    assert before == 1
+    assert aborted + " 1" in httpx.get(vllm.url + "/metrics").text
