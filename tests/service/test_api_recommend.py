@@ -140,3 +140,15 @@ def test_default_batch_cap_is_1000(client):
 ])
 def test_batch_bad_envelopes(client, body, param):
     assert_error(client.post("/v1/recommend/batch", json=body), 422, param=param)
+
+
+def test_a_full_batch_of_1000_is_answered(client):
+    items = [{**SEED, "context_tokens": 50_000 + 300 * i} for i in range(1000)]
+    r = client.post("/v1/recommend/batch", json={"workloads": items})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["succeeded"] == 1000
+    engines = [x["recommendation"]["engine"] for x in body["results"]]
+    # vLLM at the short end, SGLang at the long end, one switch in between (the crossover)
+    assert engines[0] == "vllm" and engines[-1] == "sglang"
+    assert sum(a != b for a, b in zip(engines, engines[1:], strict=False)) == 1
