@@ -169,11 +169,14 @@ def _plt():
     return plt
 
 
-def _plain_log_ticks(ax) -> None:
+def _plain_log_ticks(ax, axes: str = "y") -> None:
+    """Log axes labelled 0.1, 0.2, 0.5, 1, ... instead of powers of ten."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.yaxis.set_minor_formatter(NullFormatter())
+    for name in axes:
+        axis = ax.xaxis if name == "x" else ax.yaxis
+        axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        axis.set_minor_formatter(NullFormatter())
 
 
 def plot_measured_vs_predicted(cv: list[dict[str, Any]], path: Path) -> None:
@@ -204,8 +207,7 @@ def plot_measured_vs_predicted(cv: list[dict[str, Any]], path: Path) -> None:
                         alpha=0.15, label="±5 %")
         ax.set_xscale("log")
         ax.set_yscale("log")
-        _plain_log_ticks(ax)
-        ax.xaxis.set_major_formatter(ax.yaxis.get_major_formatter())
+        _plain_log_ticks(ax, "xy")
         ax.set_xlim(lo, hi)
         ax.set_ylim(lo, hi)
         ax.set_xlabel(f"measured {titles[q]}")
