@@ -158,6 +158,7 @@ def main() -> int:
                 "bare-trivial": (bare_url, fixed),
             }
             results: dict[str, list[dict[str, float]]] = {k: [] for k in scenarios}
+            load_before = os.getloadavg()[0]
             for r in range(args.rounds):
                 for name, (url, lua) in scenarios.items():
                     res = run_wrk(url, lua, args.connections, args.duration)
@@ -173,10 +174,12 @@ def main() -> int:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 p.kill()
+    load_after = os.getloadavg()[0]
     med = {k: {m: statistics.median(x[m] for x in v) for m in ("rps", "p50", "p99")}
            for k, v in results.items()}
     print(f"\nmedians of {args.rounds} interleaved rounds, wrk -t1 -c{args.connections} "
-          f"-d{args.duration}s, one uvicorn worker, loopback:\n")
+          f"-d{args.duration}s, one uvicorn worker, loopback, {os.cpu_count()} CPUs, 1-min load "
+          f"average {load_before:.1f} before / {load_after:.1f} after:\n")
     print("| endpoint | req/s | p50 ms | p99 ms | req/s vs trivial | p99 vs trivial |")
     print("|---|---|---|---|---|---|")
     t = med["trivial"]
