@@ -218,10 +218,12 @@ class ProxyCall(Response):
         return [(b"x-engine-advisor-engine", up.engine.encode()),
                 (b"x-engine-advisor-upstream", up.name.encode())]
 
+    @staticmethod
+    def _passed(resp: httpx.Response) -> list[tuple[bytes, bytes]]:
+        return [(k.encode(), v.encode()) for k, v in resp.headers.items() if k in PASS_RESPONSE]
+
     def _response_headers(self, resp: httpx.Response, up: Upstream) -> list[tuple[bytes, bytes]]:
-        out = [(k.encode(), v.encode()) for k, v in resp.headers.items()
-               if k in PASS_RESPONSE]
-        return out + self._ours(up)
+        return self._passed(resp) + self._ours(up)
 
     async def _attempt(self, scope: Scope, send: Send, up: Upstream,
                        deadline: float) -> Failure | None:
@@ -307,7 +309,7 @@ class ProxyCall(Response):
                 up.not_before = time.monotonic() + min(
                     after, self.pools.config.retries.backoff_max_s * 10)
             return Failure("status", f"upstream {up.name} answered {status}", True, status,
-                           body, self._response_headers(resp, up), after)
+                           body, self._passed(resp), after)
         up.breaker.success()
         headers = self._response_headers(resp, up)
         headers.append((b"content-length", str(len(body)).encode()))

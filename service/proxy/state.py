@@ -57,6 +57,7 @@ class ProxyState:
         self.seq = 0                  # pick counter: ties of in-flight go round-robin
         self._stat: tuple[int, int] | None = None
         self._tasks: list[asyncio.Task] = []
+        self._retired: list[Upstream] = []     # dropped by a reload, closed once idle
         self._lock: asyncio.Lock | None = None
         self._sighup = False
 
@@ -113,6 +114,7 @@ class ProxyState:
             kept = {id(u) for u in pools.upstreams}
             for u in previous.upstreams:
                 if id(u) not in kept and u.client is not None:
+                    self._retired.append(u)
                     self._tasks.append(asyncio.ensure_future(self._close_when_idle(u)))
 
     async def _close_when_idle(self, up: Upstream) -> None:
@@ -120,6 +122,7 @@ class ProxyState:
         while up.in_flight > 0 and time.monotonic() < deadline:
             await asyncio.sleep(0.5)
         await up.client.aclose()
+        self._retired.remove(up)
 
     def _read(self) -> tuple[PoolsConfig, str, Any]:
         cfg, sha = read(self.path)
@@ -206,10 +209,10 @@ class ProxyState:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self._tasks.clear()
-        if self.pools is not None:
-            for u in self.pools.upstreams:
-                if u.client is not None:
-                    await u.client.aclose()
+        for u in [*(self.pools.upstreams if self.pools else []), *self._retired]:
+            if u.client is not None:
+                await u.client.aclose()
+        self._retired.clear()
 
 
 @contextlib.asynccontextmanager

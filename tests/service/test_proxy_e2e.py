@@ -9,7 +9,10 @@ prompts belong to vLLM dcp 1, long ones to SGLang dcp 8.
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import time
 
 import httpx
 import openai
@@ -52,7 +55,8 @@ def cluster(tmp_path_factory):
     path = tmp_path_factory.mktemp("proxy") / "upstreams.yaml"
     path.write_text(pools_yaml([sims[0].url], [sims[1].url]))
     proxy = Proc("serve", "--upstreams", str(path), "--log-level", "warning", ready="/readyz",
-                 env={"ENGINE_ADVISOR_ADMIN_TOKEN": TOKEN})
+                 env={"ENGINE_ADVISOR_ADMIN_TOKEN": TOKEN,
+                      "ENGINE_ADVISOR_UPSTREAMS_WATCH_S": "0"})   # reloads: admin or SIGHUP
     procs = start_all(*sims, proxy)
     try:
         yield {"vllm": sims[0], "sglang": sims[1], "proxy": proxy, "path": path}
@@ -250,3 +254,27 @@ def test_bad_requests_get_openai_errors(cluster):
         assert r.status_code == 200, r.text
         r = h.post("/v1/recommend", content=big, headers={"content-type": "application/json"})
         assert r.status_code == 413
+
+
+def test_sighup_reloads_the_pools_file(cluster):
+    proxy, path = cluster["proxy"], cluster["path"]
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    good = path.read_text()
+    before = httpx.get(proxy.url + "/v1/upstreams", headers=auth).json()["generation"]
+    doc = yaml.safe_load(good)
+    doc["pools"]["sglang"][0]["name"] = "sg-hup"
+    try:
+        path.write_text(yaml.safe_dump(doc))
+        os.kill(proxy.proc.pid, signal.SIGHUP)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            st = httpx.get(proxy.url + "/v1/upstreams", headers=auth).json()
+            if st["generation"] > before:
+                break
+            time.sleep(0.05)
+        assert st["last_reload"]["trigger"] == "SIGHUP" and st["last_reload"]["ok"]
+        assert "sg-hup" in {u["name"] for u in st["upstreams"]}
+        assert proxy.proc.poll() is None
+    finally:
+        path.write_text(good)
+        httpx.post(proxy.url + "/v1/upstreams/reload", headers=auth)

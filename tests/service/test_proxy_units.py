@@ -1,0 +1,279 @@
+"""Proxy pieces in-process: circuit breaker, pools file validation, decision buckets, SSE
+framing, request parsing, the app without pools, body caps, client keys, file watch, CLI."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import time
+
+import pytest
+import yaml
+from fastapi.testclient import TestClient
+from svc_helpers import assert_error
+
+from model.default import default_model
+from service.breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker
+from service.errors import ApiError
+from service.holder import LoadedModel
+from service.main import create_app
+from service.proxy.decide import Decider, bucket, representative
+from service.proxy.forward import event_end, retry_after
+from service.proxy.request import CHAT, COMPLETIONS, parse
+from service.settings import Settings
+from service.upstreams import Pools, Upstream, UpstreamsError, read
+from service.upstreams import parse as parse_pools
+
+BASE = {"pools": {"vllm": [{"url": "http://127.0.0.1:1", "model": "m", "dcp_size": 1}],
+                  "sglang": [{"url": "http://127.0.0.1:2/v1", "model": "m", "dcp_size": 8}]},
+        "workload": {"kv_bytes_per_token": 70272, "batch_size": 64},
+        # unreachable upstreams stay "healthy" for these tests: no check fails them in time
+        "health": {"interval_s": 60, "failure_threshold": 100}}
+
+
+def write(tmp_path, doc, name="up.yaml"):
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(doc))
+    return p
+
+
+# ----------------------------------------------------------------------------- breaker
+def test_breaker_opens_half_opens_and_closes():
+    now = [0.0]
+    seen = []
+    b = CircuitBreaker(3, 10.0, clock=lambda: now[0], on_change=seen.append)
+    for _ in range(2):
+        b.failure()
+    assert b.state == CLOSED and b.available()
+    b.success()                     # resets the count of consecutive failures
+    for _ in range(2):
+        b.failure()
+    assert b.state == CLOSED
+    b.failure()
+    assert b.state == OPEN and not b.available()
+    now[0] = 9.9
+    assert not b.available()
+    now[0] = 10.0
+    assert b.state == HALF_OPEN and b.available()
+    b.acquire()                     # the one probe
+    assert not b.available()
+    b.failure()                     # the probe failed: open again for open_s
+    assert b.state == OPEN
+    now[0] = 20.0
+    b.acquire()
+    b.success()
+    assert b.state == CLOSED and b.available()
+    assert seen == [OPEN, HALF_OPEN, OPEN, HALF_OPEN, CLOSED]
+
+
+# ----------------------------------------------------------------------------- pools file
+@pytest.mark.parametrize("text, expect", [
+    ("pools: [", "not valid YAML"),
+    ("- a\n- b\n", "expected a mapping"),
+    ("workload: {kv_bytes_per_token: 1}\n", "pools: Field required"),
+    ("pools: {vllm: []}\nworkload: {kv_bytes_per_token: 1}\n", "no upstream configured"),
+    ("pools: {trt: [{url: 'http://a:1', model: m}]}\nworkload: {kv_bytes_per_token: 1}\n",
+     "pools.trt"),
+    ("pools: {vllm: [{url: 'ftp://a', model: m}]}\nworkload: {kv_bytes_per_token: 1}\n",
+     "pools.vllm.0.url"),
+    ("pools: {vllm: [{url: 'http://a:1', model: m, dcp_size: 3}]}\n"
+     "workload: {kv_bytes_per_token: 1}\n", "dcp_size: 3 does not divide workload.num_gpus 8"),
+    ("pools: {vllm: [{url: 'http://a:1', model: m, name: x}, {url: 'http://b:1', model: m, "
+     "name: x}]}\nworkload: {kv_bytes_per_token: 1}\n", "'x' is used twice"),
+    ("pools: {vllm: [{url: 'http://a:1', model: m}]}\nworkload: {}\n",
+     "exactly one of kv_bytes_per_token"),
+    ("pools: {vllm: [{url: 'http://a:1', model: m}]}\n"
+     "workload: {kv_bytes_per_token: 1, gpu: Z9}\n", "unknown GPU 'Z9'"),
+    ("pools: {vllm: [{url: 'http://a:1', model: m, colour: red}]}\n"
+     "workload: {kv_bytes_per_token: 1}\n", "pools.vllm.0.colour: Extra inputs"),
+    ("pools: {vllm: [{url: 'http://a:1', model: m}]}\nworkload: {kv_bytes_per_token: 1}\n"
+     "timeouts: {total_s: 0}\n", "timeouts.total_s"),
+])
+def test_bad_pools_files_name_the_field(text, expect):
+    with pytest.raises(UpstreamsError) as info:
+        parse_pools(text, "up.yaml")
+    assert str(info.value).startswith("up.yaml: ")
+    assert expect in str(info.value)
+
+
+def test_pools_defaults_names_and_urls(tmp_path):
+    cfg, sha = read(write(tmp_path, BASE))
+    pools = Pools(cfg, [], "x", sha, 1)
+    assert len(sha) == 64 and pools.kv_bytes_per_token == 70272
+    assert [u.name for u in cfg.pools["vllm"]] == ["vllm-0"]
+    assert cfg.pools["sglang"][0].base_url() == "http://127.0.0.1:2"     # a trailing /v1 goes
+    assert cfg.timeouts.connect_s > 0 and cfg.retries.max_attempts == 3
+    with pytest.raises(UpstreamsError, match="cannot read"):
+        read(tmp_path / "missing.yaml")
+
+
+# ----------------------------------------------------------------------------- decisions
+def test_buckets_are_fine_near_the_crossover():
+    for x in (1, 2, 3, 1000, 122_000, 130_000, 16_777_216):
+        r = representative(bucket(x, 8), 8, 1 << 24)
+        assert abs(r - x) / x <= 0.045
+    assert bucket(100_000, 8) != bucket(130_000, 8)
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    m = default_model()
+    return LoadedModel(m, {}, "test")
+
+
+def _pools(tmp_path) -> Pools:
+    cfg, sha = read(write(tmp_path, BASE))
+    ups = [Upstream(e, spec, CircuitBreaker()) for e, specs in cfg.pools.items() for spec in specs]
+    return Pools(cfg, ups, "x", sha, 7)
+
+
+def test_decider_follows_the_model_and_caches(tmp_path, loaded):
+    pools = _pools(tmp_path)
+    assert set(pools.groups) == {("vllm", 1), ("sglang", 8)}
+    d = Decider()
+    short = d.decide(loaded, pools, 65_536, 2048, 64)
+    long = d.decide(loaded, pools, 204_800, 2048, 64)
+    assert short.best == ("vllm", 1) and long.best == ("sglang", 8)
+    assert long.predictions[("sglang", 8)].total_s < long.predictions[("vllm", 1)].total_s
+    assert d.misses == 2
+    d.decide(loaded, pools, 204_000, 2048, 64)                 # same bucket
+    assert (d.hits, d.misses) == (1, 2)
+    # at batch 1 the model keeps vLLM even at 200K
+    assert d.decide(loaded, pools, 204_800, 2048, 1).best == ("vllm", 1)
+    assert d.agree(loaded, pools, 1000, 60_000, 2048, 64).best == ("vllm", 1)
+    assert d.agree(loaded, pools, 30_000, 400_000, 2048, 64) is None
+
+
+# ----------------------------------------------------------------------------- framing
+def test_event_end_and_retry_after():
+    assert event_end(b"data: {}\n\ndata: {\"a\"") == len(b"data: {}\n\n")
+    assert event_end(b"data: {}") == 0
+    assert event_end(b"data: 1\r\n\r\n") == len(b"data: 1\r\n\r\n")
+    assert retry_after("2") == 2.0 and retry_after("0.5") == 0.5
+    assert retry_after("Wed, 21 Oct 2015 07:28:00 GMT") is None and retry_after(None) is None
+
+
+def test_request_parsing():
+    r = parse(b'{"model":"m","messages":[{"role":"user","content":"h\\u00e9llo"}],'
+              b'"max_completion_tokens":5,"stream":true}', CHAT)
+    assert (r.model, r.stream, r.max_tokens, r.prompt_bytes) == ("m", True, 5, 6)
+    r = parse(b'{"model":"m","prompt":[1,2,3]}', COMPLETIONS)
+    assert (r.prompt_token_ids, r.max_tokens, r.stream) == (3, None, False)
+    r = parse(b'{"prompt":["abcd"]}', COMPLETIONS)
+    assert (r.prompt_token_ids, r.prompt_bytes, r.prompt_text()) == (None, 4, "abcd")
+    for raw, path, param in ((b"[]", CHAT, None), (b'{"messages":[]}', CHAT, "messages"),
+                             (b'{"prompt":{}}', COMPLETIONS, "prompt"),
+                             (b'{"prompt":"x","max_tokens":true}', COMPLETIONS, "max_tokens"),
+                             (b'{"prompt":"x","stream":"yes"}', COMPLETIONS, "stream"),
+                             (b'{"prompt":"x","model":3}', COMPLETIONS, "model")):
+        with pytest.raises(ApiError) as info:
+            parse(raw, path)
+        assert info.value.status == 400 and info.value.param == param
+
+
+# ----------------------------------------------------------------------------- the app
+def test_without_upstreams_the_proxy_answers_503_and_the_rest_works():
+    with TestClient(create_app(Settings(_env_file=None)), raise_server_exceptions=False) as c:
+        for method, path in (("post", "/v1/chat/completions"), ("post", "/v1/completions"),
+                             ("get", "/v1/models"), ("post", "/v1/route")):
+            r = getattr(c, method)(path, **({"json": {"model": "m"}} if method == "post"
+                                             else {}))
+            assert_error(r, 503, contains="--upstreams FILE")
+        assert c.post("/v1/recommend", json={"context_tokens": 1000, "output_tokens": 10,
+                                             "kv_bytes_per_token": 70272}).status_code == 200
+
+
+def test_proxy_body_cap_is_separate(tmp_path):
+    app = create_app(Settings(_env_file=None, proxy_max_body_bytes=1000, max_body_bytes=5000))
+    with TestClient(app, raise_server_exceptions=False) as c:
+        body = {"model": "m", "prompt": "a" * 2000}
+        assert_error(c.post("/v1/completions", json=body), 413, contains="limit is 1,000")
+        assert_error(c.post("/v1/route", json=body), 413)
+        r = c.post("/v1/recommend", json={"context_tokens": 1000, "output_tokens": 10,
+                                          "kv_bytes_per_token": 70272, "model": "a" * 2000})
+        assert r.status_code != 413
+    # default: at least 32 MiB, more when the pools serve longer contexts
+    doc = {**BASE, "pools": {"vllm": [{"url": "http://127.0.0.1:1", "model": "m",
+                                       "max_model_len": 4_194_304}]}}
+    app = create_app(Settings(_env_file=None, upstreams=write(tmp_path, doc)))
+    with TestClient(app):
+        assert app.state.proxy.body_cap() == 4_194_304 * 16
+    assert create_app(Settings(_env_file=None)).state.proxy.body_cap() == 32 << 20
+
+
+def test_client_api_keys(tmp_path):
+    doc = {**BASE, "client_api_keys": ["k-one", "k-two"]}
+    app = create_app(Settings(_env_file=None, upstreams=write(tmp_path, doc)))
+    with TestClient(app, raise_server_exceptions=False) as c:
+        assert_error(c.get("/v1/models"), 401, param="authorization", contains="missing")
+        assert_error(c.get("/v1/models", headers={"Authorization": "Bearer k-three"}), 401,
+                     contains="invalid")
+        r = c.get("/v1/models", headers={"Authorization": "Bearer k-two"})
+        assert r.status_code == 200
+        assert r.json()["data"][0]["engines"] == ["sglang", "vllm"]
+        assert_error(c.post("/v1/route", json={"context_tokens": 5}), 401)
+
+
+def test_file_watch_reloads_and_a_bad_file_keeps_the_pools(tmp_path):
+    path = write(tmp_path, BASE)
+    app = create_app(Settings(_env_file=None, upstreams=path, upstreams_watch_s=0.05,
+                              admin_token="t"))
+    auth = {"Authorization": "Bearer t"}
+
+    def status(c):
+        return c.get("/v1/upstreams", headers=auth).json()
+
+    def wait(c, cond):
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not cond(status(c)):
+            time.sleep(0.05)
+        return status(c)
+
+    with TestClient(app) as c:
+        assert status(c)["generation"] == 1
+        doc = yaml.safe_load(yaml.safe_dump(BASE))
+        doc["pools"]["vllm"][0]["name"] = "renamed"
+        path.write_text(yaml.safe_dump(doc))
+        st = wait(c, lambda s: s["generation"] == 2)
+        assert {u["name"] for u in st["upstreams"]} == {"renamed", "sglang-0"}
+        assert st["last_reload"]["trigger"] == "file changed"
+        path.write_text("pools: {}\n")
+        st = wait(c, lambda s: s["last_reload"]["ok"] is False)
+        assert "keeping the previous pools" in st["last_reload"]["message"]
+        assert st["generation"] == 2 and len(st["upstreams"]) == 2
+        metrics = c.get("/metrics").text
+        assert 'engine_advisor_proxy_upstream_reloads_total{result="failed"} 1.0' in metrics
+
+
+def test_local_tokenizer_counts_prompts(tmp_path):
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    vocab = {"[UNK]": 0, "alpha": 1, "beta": 2}
+    tok = tokenizers.Tokenizer(WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    doc = {**BASE, "tokens": {"tokenizer_file": "tokenizer.json"}}
+    app = create_app(Settings(_env_file=None, upstreams=write(tmp_path, doc)))
+    with TestClient(app, raise_server_exceptions=False) as c:
+        r = c.post("/v1/route", json={"model": "m", "prompt": "alpha beta gamma " * 1000})
+        assert r.status_code == 200, r.text
+        assert (r.json()["prompt_tokens"], r.json()["prompt_tokens_method"]) == (
+            3000, "tokenizer")
+        r = c.post("/v1/route", json={"model": "m", "messages": [
+            {"role": "system", "content": "alpha"}, {"role": "user", "content": "beta beta"}]})
+        assert r.json()["prompt_tokens"] == 3 + 2 * 4       # contents + template per message
+
+
+def test_serve_refuses_a_bad_pools_file(tmp_path):
+    from cli.main import main
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("pools: {vllm: [{url: 'http://a:1'}]}\nworkload: {kv_bytes_per_token: 1}\n")
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["serve", "--upstreams", str(bad)])
+    assert code == 2
+    assert err.getvalue().startswith("engine-advisor: error: --upstreams: ")
+    assert "pools.vllm.0.model: Field required" in err.getvalue()
