@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from model.costmodel import CostModel, Prediction, Query, kv_read_seconds
+from model.costmodel import CostModel, Prediction, Query, dcp_combine_features, kv_read_seconds
 from model.hardware import kv_read_model
 from model.workload import Config, Workload
 
@@ -25,13 +25,19 @@ def predict_grid(model: CostModel, workloads: Sequence[Workload],
         layout = w.kv_layout()
         cols[:, i] = (w.context_tokens, w.output_tokens, w.batch_size,
                       layout.bytes_per_token / layout.shards(w.num_gpus), w.num_gpus, i)
-        reads.setdefault(w.gpu_spec().name, (kv_read_model(w.gpu_spec()), []))[1].append(i)
+        reads.setdefault(w.gpu_spec().name, (kv_read_model(w.gpu_spec()), [], w.gpu_spec())
+                         )[1].append(i)
     ctx, out, batch, kv = (np.repeat(c, m) for c in cols[:4])
     dcp = np.tile(np.array([float(c.dcp_size) for c in configs]), n)
     engine = np.tile(np.array([names.index(c.engine) for c in configs]), n)
     read_s = np.empty(n * m)
-    for reader, idx in reads.values():
+    combine = np.full(n * m, np.nan)      # measured DCP combine feature where a profile exists
+    for reader, idx, gpu in reads.values():
         rows = (np.array(idx)[:, None] * m + np.arange(m)).ravel()
         read_s[rows] = kv_read_seconds(reader, ctx[rows], out[rows], batch[rows], kv[rows],
                                        dcp[rows])
-    return model.predict(Query(engine, ctx, out, batch, kv, dcp, read_s))
+        measured = dcp_combine_features(gpu, batch[rows], dcp[rows])
+        if measured is not None:
+            combine[rows] = measured
+    return model.predict(Query(engine, ctx, out, batch, kv, dcp, read_s,
+                               combine if np.isfinite(combine).any() else None))

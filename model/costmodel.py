@@ -17,7 +17,7 @@ import numpy as np
 from model.dataset import Measurement, dataset_sha256
 from model.estimator import (N_PREFILL, QTY_PREFILL, QTY_TOTAL, QTY_TPOT, EngineCostModel,
                              feature_blocks)
-from model.hardware import GpuSpec, KvReadModel, builtin_gpu, kv_read_model
+from model.hardware import GpuSpec, KvReadModel, builtin_gpu, dcp_comm_model, kv_read_model
 
 RANGE_DIMS = ("context_tokens", "batch_size", "kv_bytes_per_token", "output_tokens")
 UNCALIBRATED_REL_SIGMA = 0.25   # added relative sd for a configuration with no data at all
@@ -42,10 +42,14 @@ class Query:
     kv_per_gpu: np.ndarray     # kv bytes per token held per GPU before DCP (kv / kv_shards)
     dcp: np.ndarray
     kv_read_s: np.ndarray
+    # combine work in sequence-equivalents from the GPU's measured DCP profile
+    # (``dcp_combine_features``); None or NaN: the spec shape batch * (dcp - 1) / dcp
+    dcp_combine: np.ndarray | None = None
 
     def rows(self, quantity: int) -> np.ndarray:
-        """Estimator rows (estimator.COLUMNS) for one quantity."""
-        X = np.empty((len(self.context), 7))
+        """Estimator rows (estimator.COLUMNS, plus the measured combine column when set) for
+        one quantity."""
+        X = np.empty((len(self.context), 7 if self.dcp_combine is None else 8))
         X[:, 0] = self.context
         X[:, 1] = self.output
         X[:, 2] = self.batch
@@ -53,12 +57,24 @@ class Query:
         X[:, 4] = self.dcp
         X[:, 5] = self.kv_read_s
         X[:, 6] = quantity
+        if self.dcp_combine is not None:
+            d = np.maximum(self.dcp, 1.0)
+            X[:, 7] = np.where(np.isfinite(self.dcp_combine), self.dcp_combine,
+                               self.batch * (d - 1.0) / d)
         return X
 
 
 def kv_read_seconds(read: KvReadModel, context, output, batch, kv_per_gpu, dcp) -> np.ndarray:
     """KV-read seconds of one decode step at the mean decode context (ctx + output / 2)."""
     return read.seconds(batch * (context + output / 2.0) * kv_per_gpu / dcp)
+
+
+def dcp_combine_features(gpu: GpuSpec, batch, dcp) -> np.ndarray | None:
+    """The combine feature from the GPU's measured DCP profile, or None (spec shape)."""
+    comm = dcp_comm_model(gpu)
+    if comm is None:
+        return None
+    return comm.sequence_equivalents(np.asarray(batch, dtype=float), np.asarray(dcp, dtype=float))
 
 
 @dataclass
@@ -163,7 +179,8 @@ class CostModel:
         """
         coef, cov, rel = self._stacked()
         C = coef[q.engine]
-        pre, step = feature_blocks(q.context, q.output, q.batch, q.kv_per_gpu, q.dcp, q.kv_read_s)
+        pre, step = feature_blocks(q.context, q.output, q.batch, q.kv_per_gpu, q.dcp, q.kv_read_s,
+                                   q.dcp_combine)
         prefill = np.einsum("ij,ij->i", pre, C[:, :N_PREFILL])
         parts = step * C[:, N_PREFILL:]
         tpot = parts.sum(axis=1)
@@ -181,7 +198,8 @@ class CostModel:
     def predict_total(self, q: Query) -> np.ndarray:
         coef, _, _ = self._stacked()
         C = coef[q.engine]
-        pre, step = feature_blocks(q.context, q.output, q.batch, q.kv_per_gpu, q.dcp, q.kv_read_s)
+        pre, step = feature_blocks(q.context, q.output, q.batch, q.kv_per_gpu, q.dcp, q.kv_read_s,
+                                   q.dcp_combine)
         steps = np.maximum(q.output - 1.0, 0.0)
         return (np.einsum("ij,ij->i", pre, C[:, :N_PREFILL])
                 + steps * np.einsum("ij,ij->i", step, C[:, N_PREFILL:]))
@@ -221,11 +239,16 @@ def training_matrix(rows: Sequence[Measurement]) -> tuple[np.ndarray, np.ndarray
             raise ValueError(f"row for GPU {r.gpu!r}: unknown GPU type (no bandwidth known)")
         cols = [np.array([float(v)]) for v in (r.context_tokens, r.output_tokens, r.batch_size,
                                                 r.kv_bytes_per_token / r.kv_shards, r.dcp_size)]
-        q = Query(np.zeros(1, dtype=int), *cols, kv_read_seconds(kv_read_model(gpu), *cols))
+        q = Query(np.zeros(1, dtype=int), *cols, kv_read_seconds(kv_read_model(gpu), *cols),
+                  dcp_combine_features(gpu, cols[2], cols[4]))
         for qty, val in ((QTY_TOTAL, r.total_s), (QTY_PREFILL, r.ttft_s), (QTY_TPOT, r.tpot_s)):
             if val is not None:
                 Xs.append(q.rows(qty))
                 ys.append(val)
+    if len({X.shape[1] for X in Xs}) > 1:   # some GPUs have a DCP profile: spec shape for others
+        Xs = [X if X.shape[1] == 8 else np.hstack([X, (X[:, 2] * (np.maximum(X[:, 4], 1) - 1)
+                                                       / np.maximum(X[:, 4], 1))[:, None]])
+              for X in Xs]
     return np.vstack(Xs), np.array(ys)
 
 

@@ -31,6 +31,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 COLUMNS = ("context_tokens", "output_tokens", "batch_size", "kv_bytes_per_gpu_token",
            "dcp_size", "kv_read_s", "quantity")
 QTY_TOTAL, QTY_PREFILL, QTY_TPOT = 0, 1, 2
+# Optional last column: the combine feature measured by a DCP profile (see feature_blocks).
+OPTIONAL_COLUMN = "dcp_combine_seq"
 
 COEF_NAMES = ("prefill_fixed_s", "prefill_s_per_mtoken", "prefill_attn_s_per_unit",
               "step_fixed_s", "step_s_per_seq", "kv_efficiency_inv", "dcp_sync_s_per_log2",
@@ -51,8 +53,14 @@ DEFAULT_PRIOR = {
 }
 
 
-def feature_blocks(ctx, out, batch, kv, dcp, kv_read_s) -> tuple[np.ndarray, np.ndarray]:
-    """Prefill features (n, 3) and per-decode-step features (n, 5) of workload columns."""
+def feature_blocks(ctx, out, batch, kv, dcp, kv_read_s,
+                   dcp_combine=None) -> tuple[np.ndarray, np.ndarray]:
+    """Prefill features (n, 3) and per-decode-step features (n, 5) of workload columns.
+
+    ``dcp_combine`` (optional, per row; NaN = not given): the combine work in sequence-
+    equivalents from a measured DCP profile (model.hardware.DcpCommModel), replacing the spec
+    shape ``batch * (dcp - 1) / dcp`` of the combine feature.
+    """
     pre = np.empty((len(ctx), N_PREFILL))
     pre[:, 0] = 1.0
     tokens = batch * ctx
@@ -65,12 +73,16 @@ def feature_blocks(ctx, out, batch, kv, dcp, kv_read_s) -> tuple[np.ndarray, np.
     dcp_safe = np.maximum(dcp, 1.0)
     step[:, 3] = np.log2(dcp_safe)
     step[:, 4] = batch * (dcp_safe - 1.0) / dcp_safe
+    if dcp_combine is not None:
+        measured = np.asarray(dcp_combine, dtype=float)
+        step[:, 4] = np.where(np.isfinite(measured), measured, step[:, 4])
     return pre, step
 
 
 def design_matrix(X: np.ndarray) -> np.ndarray:
     """Map raw rows (COLUMNS) to the linear design matrix (one column per coefficient)."""
-    pre, step = feature_blocks(*(X[:, i] for i in range(6)))
+    pre, step = feature_blocks(*(X[:, i] for i in range(6)),
+                               X[:, len(COLUMNS)] if X.shape[1] > len(COLUMNS) else None)
     qty = X[:, 6]
     steps = np.maximum(X[:, 1] - 1.0, 0.0)
     is_total = qty == QTY_TOTAL
@@ -128,8 +140,9 @@ class EngineCostModel(RegressorMixin, BaseEstimator):
     def fit(self, X, y, sample_weight=None):
         X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True,
                              ensure_min_samples=1)
-        if X.shape[1] != len(COLUMNS):
-            raise ValueError(f"X must have {len(COLUMNS)} columns {COLUMNS}, got {X.shape[1]}")
+        if X.shape[1] not in (len(COLUMNS), len(COLUMNS) + 1):
+            raise ValueError(f"X must have {len(COLUMNS)} columns {COLUMNS} (or one more, "
+                             f"{OPTIONAL_COLUMN!r}), got {X.shape[1]}")
         if np.any(y <= 0):
             raise ValueError("y: every observed time must be positive")
         if np.any(X < 0):

@@ -12,6 +12,8 @@ from typing import Annotated
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from model.hwprofile import KIND_DCP, KIND_GPU, eval_dcp_layer, eval_read_curve, find_profile
+
 GB = 1e9
 TB = 1e12
 
@@ -62,6 +64,86 @@ class KvReadModel:
         return np.asarray(nbytes, dtype=float) / self.gpu.hbm_bandwidth
 
 
+class ProfileKvReadModel(KvReadModel):
+    """KV-read seconds from a measured hardware profile: t(bytes) = the profile's monotone read
+    curve (fixed per-call overhead, then effective bandwidth rising with the bytes read, then
+    the asymptotic bandwidth of the largest reads); see model.hwprofile."""
+
+    def __init__(self, gpu: GpuSpec, file_name: str, profile: dict):
+        super().__init__(gpu)
+        self.source = f"profile:{file_name}"
+        self.file_name = file_name
+        self.curve = profile["kv_read"]
+        self.asymptotic_bandwidth = float(self.curve["asymptotic_Bps"])
+
+    def seconds(self, nbytes: np.ndarray) -> np.ndarray:
+        return eval_read_curve(self.curve, np.atleast_1d(np.asarray(nbytes, dtype=float))
+                               ).reshape(np.shape(nbytes))
+
+
+def _valid_curve(curve) -> bool:
+    try:
+        kb, kt = np.asarray(curve["bytes"], float), np.asarray(curve["seconds"], float)
+        return (len(kb) >= 1 and len(kb) == len(kt) and bool(np.all(np.diff(kb) > 0))
+                and bool(np.all(np.diff(kt) > 0)) and float(curve["overhead_s"]) >= 0
+                and float(curve["asymptotic_Bps"]) > 0 and bool(np.all(kt > 0)))
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
 def kv_read_model(gpu: GpuSpec) -> KvReadModel:
     """The KV-read model for a GPU: its measured profile when one is installed, else the spec."""
+    found = find_profile(gpu.name, KIND_GPU)
+    if found is not None and _valid_curve(found[1].get("kv_read")):
+        return ProfileKvReadModel(gpu, *found)
     return KvReadModel(gpu)
+
+
+class DcpCommModel:
+    """Measured DCP combine cost on one GPU type (a ``calibrate dcp`` profile).
+
+    ``seconds(batch, dcp)``: what DCP adds to one decode step of the profile's reference model
+    (its layer count x one layer's communication + merge, the engines' default backend).
+    ``sequence_equivalents(batch, dcp)``: the same in units of the marginal cost of one sequence
+    at dcp 2, the unit of the estimator's combine feature batch * (dcp - 1) / dcp, so that the
+    engines' fitted coefficient applies to the measured shape in batch and dcp.
+    """
+
+    def __init__(self, file_name: str, profile: dict):
+        self.source = f"profile:{file_name}"
+        self.file_name = file_name
+        self.profile = profile
+        self.backend = profile["default_backend"]
+        self.layers = int(profile["reference"]["layers"])
+        self.measured = list(profile.get("dcp_sizes_measured", []))
+        one = self.layer_seconds(np.array([1.0]), np.array([2.0]))[0]
+        two = self.layer_seconds(np.array([2.0]), np.array([2.0]))[0]
+        self.unit_s = 2.0 * (two - one)     # one sequence-equivalent at dcp 2 = half a sequence
+
+    def layer_seconds(self, batch, dcp) -> np.ndarray:
+        return eval_dcp_layer(self.profile, self.backend, batch, dcp)
+
+    def seconds(self, batch, dcp) -> np.ndarray:
+        return self.layers * self.layer_seconds(batch, dcp)
+
+    def sequence_equivalents(self, batch, dcp) -> np.ndarray:
+        return self.layer_seconds(batch, dcp) / self.unit_s
+
+
+def dcp_comm_model(gpu: GpuSpec) -> DcpCommModel | None:
+    """The measured DCP model of a GPU type, or None (the spec shape is used)."""
+    found = find_profile(gpu.name, KIND_DCP)
+    if found is None:
+        return None
+    try:
+        model = DcpCommModel(*found)
+    except (KeyError, TypeError, ValueError, IndexError):
+        return None
+    return model if model.unit_s > 0 and np.isfinite(model.unit_s) else None
+
+
+def dcp_comm_seconds(gpu: GpuSpec, batch, dcp) -> np.ndarray | None:
+    """Seconds DCP's combine adds per decode step (reference model), from the GPU's measured
+    DCP profile; None when the GPU has none."""
+    model = dcp_comm_model(gpu)
+    return None if model is None else model.seconds(batch, dcp)

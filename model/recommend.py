@@ -10,8 +10,8 @@ import numpy as np
 from model.capabilities import exclusions as capability_exclusions
 from model.capabilities import prefill_factors
 from model.costmodel import (EXTRAPOLATION_REL_SIGMA, UNCALIBRATED_REL_SIGMA, CostModel, Query,
-                             kv_read_seconds)
-from model.hardware import kv_read_model
+                             dcp_combine_features, kv_read_seconds)
+from model.hardware import dcp_comm_model, kv_read_model
 from model.kv import KvLayout
 from model.memory import MEM_FLAGS, choose_fraction, kv_capacity_tokens
 from model.schemas import ConfigPrediction, Exclusion, Recommendation
@@ -89,7 +89,8 @@ def build_query(model: CostModel, w: Workload, layout: KvLayout, configs: list[C
     batch = np.full(n, float(w.batch_size))
     kv = np.full(n, layout.bytes_per_token / layout.shards(w.num_gpus))
     read = kv_read_seconds(kv_read_model(w.gpu_spec()), ctx, out, batch, kv, dcp)
-    return Query(engine, ctx, out, batch, kv, dcp, read)
+    return Query(engine, ctx, out, batch, kv, dcp, read,
+                 dcp_combine_features(w.gpu_spec(), batch, dcp))
 
 
 def evaluate(model: CostModel, w: Workload, layout: KvLayout,
@@ -269,4 +270,27 @@ def _reasons(w: Workload, best: Evaluated, rival: Evaluated | None, speedup: flo
                  "queue or preempt sequences, so real times will be longer")
     if confidence == "low" and rival:
         r.append(f"low confidence: the prediction intervals of {_label(best)} and {_label(rival)} overlap")
+    r.extend(_profile_reasons(w))
     return r
+
+
+def _profile_reasons(w: Workload) -> list[str]:
+    """Which measured hardware profiles the physics used (none: the spec sheet)."""
+    gpu = w.gpu_spec()
+    out = []
+    read = kv_read_model(gpu)
+    if read.source != "spec":
+        bw = getattr(read, "asymptotic_bandwidth", None)
+        out.append(f"KV-read physics from the measured {gpu.name} profile "
+                   f"({read.source.removeprefix('profile:')})"
+                   + (f": {bw / 1e12:.2f} TB/s effective on large reads, "
+                      f"{bw / gpu.hbm_bandwidth:.0%} of the {gpu.hbm_bandwidth / 1e12:.1f} TB/s "
+                      "spec" if bw else ""))
+    comm = dcp_comm_model(gpu)
+    if comm is not None:
+        sizes = w.dcp_sizes or [d for d in range(2, w.num_gpus + 1) if w.num_gpus % d == 0]
+        extra = [d for d in sizes if d > 1 and d not in comm.measured]
+        out.append(f"DCP combine cost shaped by the measured {gpu.name} DCP profile "
+                   f"({comm.file_name}; dcp {', '.join(map(str, comm.measured))} measured"
+                   + (f", {', '.join(map(str, extra))} extrapolated" if extra else "") + ")")
+    return out
