@@ -79,6 +79,7 @@ def test_single_gpu_split_attention_is_committed(rows):
     assert np.median(ratios) == pytest.approx(2.0, rel=0.1)   # half the KV, half the time
 
 
+@pytest.mark.slow
 def test_dcp_gloo_two_processes(tmp_path):
     """The multi-process path end to end on CPU: 2 gloo processes, both combine backends,
     merged output vs full attention, the profile built from what they measured."""

@@ -174,6 +174,7 @@ INTERPRETER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_mla_triton_kernel_in_the_interpreter():
     """The split-KV kernel (fp32: the interpreter has no bf16 dot) against the reference."""
     pytest.importorskip("torch")

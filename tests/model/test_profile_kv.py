@@ -15,10 +15,15 @@ import pytest
 from model.costmodel import CostModel, training_matrix
 from model.dataset import Measurement
 from model.default import default_model
-from model.hardware import (DcpCommModel, KvReadModel, builtin_gpu, dcp_comm_model,
-                            dcp_comm_seconds, kv_read_model)
-from model.hwprofile import (DEFAULT_PROFILES_DIR, PROFILES_ENV, eval_read_curve,
-                             fit_read_curve)
+from model.hardware import (
+    DcpCommModel,
+    KvReadModel,
+    builtin_gpu,
+    dcp_comm_model,
+    dcp_comm_seconds,
+    kv_read_model,
+)
+from model.hwprofile import DEFAULT_PROFILES_DIR, PROFILES_ENV, eval_read_curve, fit_read_curve
 from model.recommend import evaluate, recommend
 from model.workload import Config, Workload
 
