@@ -193,7 +193,7 @@ def _register_plan(csub: argparse._SubParsersAction) -> None:
 
 def run_fit(args: argparse.Namespace) -> int:
     from calibration.fit import fit_files, format_fit_summary
-    from cli.main import CliError
+    from cli.errors import CliError
     from model.dataset import DatasetError
 
     try:

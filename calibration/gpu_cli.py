@@ -71,7 +71,7 @@ def register_calibrate(csub: argparse._SubParsersAction) -> None:
 
 
 def _error(msg: str) -> Exception:
-    from cli.main import CliError
+    from cli.errors import CliError
 
     return CliError(msg)
 
@@ -197,7 +197,7 @@ def run_dcp(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m calibration.gpu_cli gpu|dcp ...`` without the full CLI's dependencies."""
-    from cli.main import CliError
+    from cli.errors import CliError
 
     parser = argparse.ArgumentParser(prog="engine-advisor calibrate")
     register_calibrate(parser.add_subparsers(dest="calibrate_command", required=True))

@@ -262,7 +262,7 @@ def write_rows(out: str, rows: list[Measurement], append: bool) -> None:
 
 
 def import_from_args(args: argparse.Namespace) -> int:
-    from cli.main import CliError
+    from cli.errors import CliError
 
     d = Defaults(gpu=args.gpu, num_gpus=args.num_gpus, dcp_size=args.dcp_size,
                  mem_fraction=args.mem_fraction, kv_bytes_per_token=args.kv_bytes_per_token,

@@ -144,7 +144,7 @@ FLAGS = {"context_tokens": "--context-tokens", "output_tokens": "--output-tokens
 
 def plan_from_args(args: argparse.Namespace) -> int:
     from cli.common import load_model, read_json_file, validation_message
-    from cli.main import CliError
+    from cli.errors import CliError
 
     data = dict(read_json_file(args.workload, "--workload")) if args.workload else {}
     if not isinstance(data, dict):

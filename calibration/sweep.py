@@ -472,7 +472,7 @@ def _sigterm(signum, frame):  # noqa: ARG001
 
 
 def run_from_args(args: argparse.Namespace) -> int:
-    from cli.main import CliError
+    from cli.errors import CliError
 
     cfg = config_from_args(args)
     try:

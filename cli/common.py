@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from cli.main import CliError
+from cli.errors import CliError
 from model.artifact import ArtifactError, load
 from model.costmodel import CostModel
 from model.default import default_model

@@ -7,12 +7,10 @@ import argparse
 import importlib
 import sys
 
+from cli.errors import CliError
+
 # Modules with a ``register(subparsers)`` function, in help order.
 COMMAND_MODULES = ("cli.recommend", "calibration.cli", "service.cli", "sim.cli")
-
-
-class CliError(Exception):
-    """A user error: printed as ``engine-advisor: error: ...`` with exit status 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -50,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from cli.common import load_model, read_json_file, validation_message
-    from cli.main import CliError
+    from cli.errors import CliError
     from model.recommend import NoEligibleConfiguration, recommend
     from model.workload import Workload
 

@@ -38,7 +38,7 @@ def _settings(args: argparse.Namespace):
     from pydantic import ValidationError
 
     from cli.common import validation_message
-    from cli.main import CliError
+    from cli.errors import CliError
     from service.settings import Settings
 
     over = {k: v for k, v in (("host", args.host), ("port", args.port),
@@ -58,7 +58,7 @@ def _settings(args: argparse.Namespace):
 def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from cli.main import CliError
+    from cli.errors import CliError
     from model.artifact import ArtifactError
     from service.holder import load_artifact
 
