@@ -45,6 +45,9 @@ class Query:
     # combine work in sequence-equivalents from the GPU's measured DCP profile
     # (``dcp_combine_features``); None or NaN: the spec shape batch * (dcp - 1) / dcp
     dcp_combine: np.ndarray | None = None
+    # multiplier of the predicted prefill (prefix reuse, model/capabilities.py); None = 1.
+    # Applied by CostModel.predict / predict_total only: estimator rows never carry it.
+    prefill_scale: np.ndarray | None = None
 
     def rows(self, quantity: int) -> np.ndarray:
         """Estimator rows (estimator.COLUMNS, plus the measured combine column when set) for
@@ -171,7 +174,8 @@ class CostModel:
         state.pop("_stack", None)
         return state
 
-    def predict(self, q: Query, rel_extra: np.ndarray | None = None, z: float = 1.645) -> Prediction:
+    def predict(self, q: Query, rel_extra: np.ndarray | None = None, z: float = 1.645,
+                interval_rows: int | None = None) -> Prediction:
         """All quantities with a 90 % interval on the total, vectorised over rows and engines.
 
         Same arithmetic as ``EngineCostModel.predict_interval`` (checked by the tests), batched
@@ -179,30 +183,44 @@ class CostModel:
         """
         coef, cov, rel = self._stacked()
         C = coef[q.engine]
-        pre, step = feature_blocks(q.context, q.output, q.batch, q.kv_per_gpu, q.dcp, q.kv_read_s,
-                                   q.dcp_combine)
+        pre, step = self._features(q)
         prefill = np.einsum("ij,ij->i", pre, C[:, :N_PREFILL])
         parts = step * C[:, N_PREFILL:]
         tpot = parts.sum(axis=1)
         steps = np.maximum(q.output - 1.0, 0.0)
         total = prefill + steps * tpot
-        D = np.hstack([pre, step * steps[:, None]])
-        param_var = np.einsum("ij,ijk,ik->i", D, cov[q.engine], D)
-        r = rel[q.engine] if rel_extra is None else rel[q.engine] + rel_extra
-        sd = np.sqrt(np.maximum(param_var, 0.0) + (r * total) ** 2)
-        fixed = parts[:, 0] + parts[:, 1]
-        step_parts = np.column_stack([fixed, parts[:, 2], parts[:, 3] + parts[:, 4]])
+        # Interval on the first ``interval_rows`` rows only (the rest get a zero-width one).
+        k = len(total) if interval_rows is None else interval_rows
+        D = np.hstack([pre[:k], step[:k] * steps[:k, None]])
+        eng = q.engine[:k]
+        param_var = np.empty(k)
+        for e in np.unique(eng):  # one matmul per engine beats a gathered (n, k, k) einsum
+            rows = eng == e
+            De = D[rows]
+            param_var[rows] = np.einsum("ij,ij->i", De @ cov[e], De)
+        r = rel[eng] if rel_extra is None else rel[eng] + rel_extra[:k]
+        sd = np.zeros(len(total))
+        sd[:k] = np.sqrt(np.maximum(param_var, 0.0) + (r * total[:k]) ** 2)
+        step_parts = np.column_stack([parts[:, 0] + parts[:, 1], parts[:, 2],
+                                      parts[:, 3] + parts[:, 4]])
         return Prediction(total, np.maximum(total - z * sd, 0.0), total + z * sd, prefill, tpot,
                           step_parts)
 
     def predict_total(self, q: Query) -> np.ndarray:
         coef, _, _ = self._stacked()
         C = coef[q.engine]
-        pre, step = feature_blocks(q.context, q.output, q.batch, q.kv_per_gpu, q.dcp, q.kv_read_s,
-                                   q.dcp_combine)
+        pre, step = self._features(q)
         steps = np.maximum(q.output - 1.0, 0.0)
         return (np.einsum("ij,ij->i", pre, C[:, :N_PREFILL])
                 + steps * np.einsum("ij,ij->i", step, C[:, N_PREFILL:]))
+
+    @staticmethod
+    def _features(q: Query) -> tuple[np.ndarray, np.ndarray]:
+        pre, step = feature_blocks(q.context, q.output, q.batch, q.kv_per_gpu, q.dcp, q.kv_read_s,
+                                   q.dcp_combine)
+        if q.prefill_scale is not None:
+            pre = pre * q.prefill_scale[:, None]
+        return pre, step
 
     def coverage(self, engine: str, gpu: str, num_gpus: int, dcp: int,
                  values: dict[str, float]) -> tuple[bool, float]:

@@ -12,7 +12,8 @@ from typing import Annotated
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from model.hwprofile import KIND_DCP, KIND_GPU, eval_dcp_layer, eval_read_curve, find_profile
+from model.hwprofile import (KIND_DCP, KIND_GPU, cache_generation, eval_dcp_layer, eval_read_curve,
+                             find_profile, profiles_dir)
 
 GB = 1e9
 TB = 1e12
@@ -91,8 +92,28 @@ def _valid_curve(curve) -> bool:
         return False
 
 
+_MODELS: dict[tuple, object] = {}
+
+
+def _cached(kind: str, gpu: GpuSpec, build):
+    """Per-process cache of the models derived from profiles (hot path of every prediction),
+    keyed by GPU, profile directory and the profile cache generation."""
+    key = (kind, gpu, str(profiles_dir()), cache_generation())
+    try:
+        return _MODELS[key]
+    except KeyError:
+        if len(_MODELS) > 256:
+            _MODELS.clear()
+        value = _MODELS[key] = build(gpu)
+        return value
+
+
 def kv_read_model(gpu: GpuSpec) -> KvReadModel:
     """The KV-read model for a GPU: its measured profile when one is installed, else the spec."""
+    return _cached("kv", gpu, _build_kv_read_model)
+
+
+def _build_kv_read_model(gpu: GpuSpec) -> KvReadModel:
     found = find_profile(gpu.name, KIND_GPU)
     if found is not None and _valid_curve(found[1].get("kv_read")):
         return ProfileKvReadModel(gpu, *found)
@@ -132,6 +153,10 @@ class DcpCommModel:
 
 def dcp_comm_model(gpu: GpuSpec) -> DcpCommModel | None:
     """The measured DCP model of a GPU type, or None (the spec shape is used)."""
+    return _cached("dcp", gpu, _build_dcp_comm_model)
+
+
+def _build_dcp_comm_model(gpu: GpuSpec) -> DcpCommModel | None:
     found = find_profile(gpu.name, KIND_DCP)
     if found is None:
         return None

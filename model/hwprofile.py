@@ -149,11 +149,17 @@ def eval_dcp_layer(profile: dict, backend: str, batch, dcp) -> np.ndarray:
 
 # ------------------------------------------------------------------------------ loading
 _CACHE: dict[str, dict[tuple[str, str], tuple[str, dict]]] = {}
+_GENERATION = [0]  # bumped by clear_profile_cache, so derived caches know to refresh
+
+
+def cache_generation() -> int:
+    return _GENERATION[0]
 
 
 def clear_profile_cache() -> None:
     """Forget the profiles read so far (they are read once per directory and process)."""
     _CACHE.clear()
+    _GENERATION[0] += 1
 
 
 def _scan(directory: Path) -> dict[tuple[str, str], tuple[str, dict]]:

@@ -75,28 +75,51 @@ def dcp_constraint(engine: str, dcp: int, tp: int, layout: KvLayout) -> str | No
 
 
 def build_query(model: CostModel, w: Workload, layout: KvLayout, configs: list[Config],
-                contexts: np.ndarray | None = None) -> Query:
-    """One row per config (at the workload's context), or per (config, context) when
-    ``contexts`` is given (config-major)."""
+                contexts: np.ndarray | None = None, grid_configs: list[Config] = ()) -> Query:
+    """One row per config at the workload's context, or per (config, context) when
+    ``contexts`` is given (config-major); ``grid_configs`` appends (config, context) rows for
+    those configs after the per-config rows (one prediction pass for table and curves)."""
     names = model.engine_names
-    m = 1 if contexts is None else len(contexts)
-    n = len(configs) * m
-    engine = np.repeat(np.array([names.index(c.engine) for c in configs]), m)
-    dcp = np.repeat(np.array([float(c.dcp_size) for c in configs]), m)
-    ctx = (np.full(n, float(w.context_tokens)) if contexts is None
-           else np.tile(np.asarray(contexts, dtype=float), len(configs)))
+    if contexts is not None:
+        configs, grid_configs, grid = [], configs, np.asarray(contexts, dtype=float)
+    else:
+        grid = np.asarray(CROSSOVER_GRID if grid_configs else (), dtype=float)
+    m, k = len(configs), len(grid_configs)
+    n = m + k * len(grid)
+    engine = np.array([names.index(c.engine) for c in configs]
+                      + [names.index(c.engine) for c in grid_configs], dtype=np.intp)
+    dcp = np.array([c.dcp_size for c in configs] + [c.dcp_size for c in grid_configs], dtype=float)
+    if k:
+        engine = np.concatenate([engine[:m], np.repeat(engine[m:], len(grid))])
+        dcp = np.concatenate([dcp[:m], np.repeat(dcp[m:], len(grid))])
+    ctx = np.empty(n)
+    ctx[:m] = w.context_tokens
+    ctx[m:] = np.tile(grid, k)
     out = np.full(n, float(w.output_tokens))
     batch = np.full(n, float(w.batch_size))
     kv = np.full(n, layout.bytes_per_token / layout.shards(w.num_gpus))
-    read = kv_read_seconds(kv_read_model(w.gpu_spec()), ctx, out, batch, kv, dcp)
-    return Query(engine, ctx, out, batch, kv, dcp, read,
-                 dcp_combine_features(w.gpu_spec(), batch, dcp))
+    gpu = w.gpu_spec()
+    read = kv_read_seconds(kv_read_model(gpu), ctx, out, batch, kv, dcp)
+    scale = None
+    share = w.requirements.prefix_reuse_share if w.requirements else 0.0
+    if share > 0:  # cached prefix tokens skip prefill (model/capabilities.py, per engine)
+        scale = prefill_factors(names, share)[engine]
+    return Query(engine, ctx, out, batch, kv, dcp, read, dcp_combine_features(gpu, batch, dcp),
+                 scale)
 
 
 def evaluate(model: CostModel, w: Workload, layout: KvLayout,
              configs: list[Config]) -> list[Evaluated]:
+    """Every config's prediction, memory and calibration status at the workload's context."""
+    return _evaluate(model, w, layout, configs, curves=False)[0]
+
+
+def _evaluate(model: CostModel, w: Workload, layout: KvLayout, configs: list[Config],
+              curves: bool) -> tuple[list[Evaluated], list[Config], np.ndarray | None]:
+    """``evaluate`` plus, when ``curves``, the eligible configs' totals on CROSSOVER_GRID
+    (shape (eligible, grid)), from the same prediction pass."""
     if not configs:
-        return []
+        return [], [], None
     gpu = w.gpu_spec()
     kv_source = kv_read_model(gpu).source
     kv_gpu = layout.bytes_per_token / layout.shards(w.num_gpus)
@@ -104,18 +127,20 @@ def evaluate(model: CostModel, w: Workload, layout: KvLayout,
     values = {"context_tokens": w.context_tokens, "batch_size": w.batch_size,
               "kv_bytes_per_token": layout.bytes_per_token, "output_tokens": w.output_tokens}
     cover = [model.coverage(c.engine, gpu.name, w.num_gpus, c.dcp_size, values) for c in configs]
+    eligible = [c for c, (cal, _) in zip(configs, cover, strict=True)
+                if cal or w.allow_extrapolation]
+    grid_configs = eligible if curves and len(eligible) > 1 else []
+    m = len(configs)
     extra = np.array([UNCALIBRATED_REL_SIGMA if not cal else EXTRAPOLATION_REL_SIGMA * d
                       for cal, d in cover])
-    p = model.predict(build_query(model, w, layout, configs), extra)
-    share = w.requirements.prefix_reuse_share if w.requirements else 0.0
-    if share > 0:  # cached prefix tokens skip prefill (model/capabilities.py, per engine)
-        saved = p.prefill * (1.0 - prefill_factors([c.engine for c in configs], share))
-        p.prefill, p.total = p.prefill - saved, p.total - saved
-        p.total_lo, p.total_hi = np.maximum(p.total_lo - saved, 0.0), p.total_hi - saved
+    p = model.predict(build_query(model, w, layout, configs, grid_configs=grid_configs), extra,
+                      interval_rows=m)
+    grid_totals = (p.total[m:].reshape(len(grid_configs), len(CROSSOVER_GRID))
+                   if grid_configs else None)
     mems = {e: choose_fraction(e, gpu.name, **model.safe_fractions(e, gpu.name))
             for e in {c.engine for c in configs}}
-    totals, prefills, tpots = p.total.tolist(), p.prefill.tolist(), p.tpot.tolist()
-    los, his, parts = p.total_lo.tolist(), p.total_hi.tolist(), p.step_parts.tolist()
+    totals, prefills, tpots = p.total[:m].tolist(), p.prefill[:m].tolist(), p.tpot[:m].tolist()
+    los, his, parts = p.total_lo[:m].tolist(), p.total_hi[:m].tolist(), p.step_parts[:m].tolist()
     out: list[Evaluated] = []
     for i, c in enumerate(configs):
         frac = mems[c.engine].fraction
@@ -130,7 +155,7 @@ def evaluate(model: CostModel, w: Workload, layout: KvLayout,
             kv_read_source=kv_source)
         step = dict(zip(("fixed", "kv_read", "dcp"), parts[i], strict=True))
         out.append(Evaluated(c, cp, cal or w.allow_extrapolation, step))
-    return out
+    return out, grid_configs, grid_totals
 
 
 def total_curves(model: CostModel, w: Workload, layout: KvLayout, configs: list[Config],
@@ -158,10 +183,17 @@ def crossovers(contexts: np.ndarray, totals: np.ndarray) -> list[tuple[int, int,
 
 def crossover_near(model: CostModel, w: Workload, layout: KvLayout,
                    configs: list[Config]) -> int | None:
-    if len({c.engine for c in configs}) < 2 and len(configs) < 2:
+    """The context nearest the workload's where the best of ``configs`` changes, or None."""
+    if len(configs) < 2:
         return None
-    grid = CROSSOVER_GRID
-    found = crossovers(grid, total_curves(model, w, layout, configs, grid))
+    return nearest_crossover(w, total_curves(model, w, layout, configs, CROSSOVER_GRID))
+
+
+def nearest_crossover(w: Workload, grid_totals: np.ndarray | None) -> int | None:
+    """The crossover on CROSSOVER_GRID nearest to the workload's context, or None."""
+    if grid_totals is None:
+        return None
+    found = crossovers(CROSSOVER_GRID, grid_totals)
     if not found:
         return None
     return min(found, key=lambda f: abs(math.log(f[0] / w.context_tokens)))[0]
@@ -194,7 +226,7 @@ def _overlap(a: ConfigPrediction, b: ConfigPrediction) -> bool:
 def recommend(model: CostModel, w: Workload, version: str) -> Recommendation:
     layout = w.kv_layout()
     configs, excluded = candidates(model, w, layout)
-    evals = evaluate(model, w, layout, configs)
+    evals, _, grid_totals = _evaluate(model, w, layout, configs, curves=True)
     eligible = sorted((e for e in evals if e.eligible), key=lambda e: e.pred.total_s)
     if not configs:
         exc = NoEligibleConfiguration("every configuration is excluded: " + "; ".join(
@@ -219,7 +251,7 @@ def recommend(model: CostModel, w: Workload, version: str) -> Recommendation:
         confidence = "medium"
     else:
         confidence = "high"
-    cross = crossover_near(model, w, layout, [e.config for e in eligible])
+    cross = nearest_crossover(w, grid_totals)
     reasons = _reasons(w, best, rival, speedup, cross, confidence)
     mem = choose_fraction(best.config.engine, w.gpu_spec().name,
                           **model.safe_fractions(best.config.engine, w.gpu_spec().name))

@@ -110,4 +110,18 @@ def test_prefix_reuse_lowers_prefill_and_total_by_the_same_amount():
         assert saved > 0
         assert p.total_s == pytest.approx(b.total_s - saved)
         assert p.decode_s == pytest.approx(b.decode_s)
-        assert p.interval_s[1] == pytest.approx(b.interval_s[1] - saved)
+        assert p.interval_s[0] <= p.total_s <= p.interval_s[1] < b.interval_s[1]
+
+
+def test_prefix_reuse_also_moves_the_crossover_curves():
+    # The crossover is computed from the same (prefix-reused) predictions as the table.
+    m = default_model()
+    w = Workload.model_validate({**SEED, "requirements": {"prefix_reuse_share": 0.9}})
+    from model.recommend import CROSSOVER_GRID, crossover_near, total_curves
+    from model.workload import Config
+    cfgs = [Config("vllm", 1), Config("sglang", 8)]
+    curves = total_curves(m, w, w.kv_layout(), cfgs, CROSSOVER_GRID)
+    plain = Workload.model_validate(SEED)
+    assert (curves < total_curves(m, plain, plain.kv_layout(), cfgs, CROSSOVER_GRID)).all()
+    rec = recommend(m, w, m.version)
+    assert rec.crossover_context_tokens == crossover_near(m, w, w.kv_layout(), cfgs)
