@@ -15,7 +15,7 @@ from service.cache import ResponseCache
 from service.holder import ModelHolder, load_artifact, load_default
 from service.metrics import Metrics
 from service.middleware import MetricsMiddleware, RequestIdMiddleware
-from service.proxy.limits import SplitBodyLimit
+from service.proxy.asgi import ProxyMiddleware
 from service.proxy.state import ProxyState, proxy_lifespan
 from service.routes import (
     admin,
@@ -69,7 +69,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
         generate_unique_id_function=operation_id,
         middleware=[Middleware(RequestIdMiddleware), Middleware(MetricsMiddleware, metrics=metrics),
-                    Middleware(SplitBodyLimit, limit=settings.max_body_bytes, proxy=proxy_state)],
+                    Middleware(ProxyMiddleware, limit=settings.max_body_bytes, proxy=proxy_state,
+                               handler=proxy.handle)],
     )
     app.state.settings = settings
     app.state.metrics = metrics

@@ -215,7 +215,8 @@ class Upstream:
     last_error: str | None = None
     not_before: float = 0.0     # Retry-After: no requests before this monotonic time
     picked: int = 0             # when it was last picked (ties of in-flight go round-robin)
-    client: Any = None          # httpx.AsyncClient, set by the proxy state
+    client: Any = None          # httpx.AsyncClient (health checks, /tokenize), set by the state
+    fast: Any = None            # service.proxy.http1.Http1Pool (forwarding), set by the state
 
     @property
     def name(self) -> str:

@@ -57,6 +57,7 @@ class Decider:
     def __init__(self, size: int = CACHE_SIZE):
         self.size = size
         self._cache: dict[tuple, Decision] = {}
+        self._agree: dict[tuple, Decision | None] = {}
         self.hits = self.misses = 0
 
     def decide(self, loaded: LoadedModel, pools: Pools, context: int, output: int,
@@ -79,14 +80,22 @@ class Decider:
 
     def agree(self, loaded: LoadedModel, pools: Pools, lo: int, hi: int, output: int,
               batch: int, points: int = 5) -> Decision | None:
-        """The decision when it is the same for every context in [lo, hi], else None."""
+        """The decision when it is the same for every context in [lo, hi] (checked at
+        ``points`` log-spaced contexts), else None. Remembered by buckets too."""
+        key = (loaded.version, pools.generation, bucket(lo, CONTEXT_STEPS),
+               bucket(hi, CONTEXT_STEPS), bucket(output, OUTPUT_STEPS), bucket(batch, BATCH_STEPS))
+        if key in self._agree:
+            return self._agree[key]
         first = self.decide(loaded, pools, lo, output, batch)
-        if hi <= lo:
-            return first
-        for i in range(1, points):
-            ctx = round(lo * (hi / lo) ** (i / (points - 1)))
-            if self.decide(loaded, pools, ctx, output, batch).best != first.best:
-                return None
+        if hi > lo:
+            for i in range(1, points):
+                ctx = round(lo * (hi / lo) ** (i / (points - 1)))
+                if self.decide(loaded, pools, ctx, output, batch).best != first.best:
+                    first = None
+                    break
+        if len(self._agree) >= self.size:
+            self._agree.clear()
+        self._agree[key] = first
         return first
 
     @staticmethod

@@ -34,6 +34,7 @@ from starlette.types import Receive, Scope, Send
 from service.errors import TYPES
 from service.health_checker import mark_down
 from service.proxy.decide import Decision
+from service.proxy.http1 import Response as Http1Response
 from service.proxy.observations import Observation
 from service.proxy.request import ProxyRequest
 from service.upstreams import Pools, Upstream
@@ -43,7 +44,7 @@ log = logging.getLogger("engine_advisor.proxy")
 DROP_REQUEST = {b"host", b"content-length", b"connection", b"keep-alive", b"te", b"trailer",
                 b"transfer-encoding", b"upgrade", b"proxy-authorization", b"proxy-connection",
                 b"authorization", b"accept-encoding", b"x-request-id", b"expect"}
-PASS_RESPONSE = {"content-type", "cache-control", "retry-after"}
+PASS_RESPONSE = {b"content-type", b"cache-control", b"retry-after"}
 COMPLETION = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 PROMPT = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
 DONE = b"data: [DONE]"
@@ -141,7 +142,7 @@ class ProxyCall(Response):
                 except asyncio.CancelledError:
                     pass
                 eng, name, _ = self.final or (self.first.engine, self.first.name, 0)
-                self.state.metrics.requests.labels(eng, name, "499").inc()
+                self.state.metrics.count(eng, name, 499)
                 return
             work.result()
         finally:
@@ -173,7 +174,7 @@ class ProxyCall(Response):
             nxt = pick(pools, self.decision, self.req.model, tried, engine_lock, st.seq)
             if nxt is None:
                 break
-            st.metrics.retries.labels(up.name, failure.reason).inc()
+            st.metrics.child(st.metrics.retries, up.name, failure.reason).inc()
             delay = self._backoff(len(tried) - 1, failure.retry_after)
             if loop.time() + delay >= deadline:
                 break
@@ -209,7 +210,7 @@ class ProxyCall(Response):
         headers += self._ours(up)
         headers.append((b"content-length", str(len(body)).encode()))
         self.final = (up.engine, up.name, status)
-        self.state.metrics.requests.labels(up.engine, up.name, str(status)).inc()
+        self.state.metrics.count(up.engine, up.name, status)
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
@@ -219,10 +220,10 @@ class ProxyCall(Response):
                 (b"x-engine-advisor-upstream", up.name.encode())]
 
     @staticmethod
-    def _passed(resp: httpx.Response) -> list[tuple[bytes, bytes]]:
-        return [(k.encode(), v.encode()) for k, v in resp.headers.items() if k in PASS_RESPONSE]
+    def _passed(resp: Http1Response) -> list[tuple[bytes, bytes]]:
+        return [(k, v) for k, v in resp.headers if k in PASS_RESPONSE]
 
-    def _response_headers(self, resp: httpx.Response, up: Upstream) -> list[tuple[bytes, bytes]]:
+    def _response_headers(self, resp: Http1Response, up: Upstream) -> list[tuple[bytes, bytes]]:
         return self._passed(resp) + self._ours(up)
 
     async def _attempt(self, scope: Scope, send: Send, up: Upstream,
@@ -231,23 +232,22 @@ class ProxyCall(Response):
         loop = asyncio.get_running_loop()
         up.in_flight += 1
         batch = up.in_flight
-        st.metrics.in_flight.labels(up.name).set(up.in_flight)
+        st.metrics.child(st.metrics.in_flight, up.name).set(up.in_flight)
         up.breaker.acquire()
-        resp: httpx.Response | None = None
+        resp: Http1Response | None = None
         self.phase = "first"
         try:
-            request = up.client.build_request(
-                "POST", up.url + self.req.path, content=self.req.raw,
-                headers=upstream_headers(scope, up, self.request_id), timeout=self.pools.timeout)
             sent_at = time.perf_counter()
             first_at = min(loop.time() + t.first_byte_s, deadline) if self.req.stream \
                 else deadline
             async with asyncio.timeout_at(first_at) as cm:
-                resp = await up.client.send(request, stream=True)
-                if not 200 <= resp.status_code < 300 or not self.req.stream:
+                resp = await up.fast.request("POST", self.req.path,
+                                             upstream_headers(scope, up, self.request_id),
+                                             self.req.raw, t.connect_s)
+                if not 200 <= resp.status < 300 or not self.req.stream:
                     cm.reschedule(deadline)
                     self.phase = "total"
-                    body = await resp.aread()
+                    body = await resp.read()
                     cm.reschedule(None)
                     return await self._answer(send, up, resp, body, sent_at, batch)
                 return await self._stream(send, up, resp, cm, deadline, sent_at, batch)
@@ -263,7 +263,7 @@ class ProxyCall(Response):
             up.breaker.failure()
             if isinstance(exc, httpx.ConnectError):
                 mark_down(up, f"connect failed: {exc}")
-                st.metrics.healthy.labels(up.name).set(0)
+                st.metrics.child(st.metrics.healthy, up.name).set(0)
             return Failure("connect", f"cannot connect to {up.name} ({type(exc).__name__}: "
                                       f"{exc})", True, 502)
         except OSError:
@@ -276,9 +276,9 @@ class ProxyCall(Response):
                 "read", f"upstream {up.name} failed: {type(exc).__name__}: {exc}", True, 502))
         finally:
             if resp is not None:
-                await resp.aclose()
+                resp.release()
             up.in_flight -= 1
-            st.metrics.in_flight.labels(up.name).set(up.in_flight)
+            st.metrics.child(st.metrics.in_flight, up.name).set(up.in_flight)
 
     async def _failed_midway(self, send: Send, up: Upstream, f: Failure) -> Failure | None:
         """Before any byte reached the client: the failure (maybe retried). After: an error
@@ -289,22 +289,23 @@ class ProxyCall(Response):
         err = b"data: " + error_bytes(f.status, f.message + "; the stream is incomplete",
                                       "upstream_error") + b"\n\n"
         self.final = (up.engine, up.name, f.status)
-        self.state.metrics.requests.labels(up.engine, up.name, f"{f.status}").inc()
+        self.state.metrics.count(up.engine, up.name, f.status)
         try:
             await send({"type": "http.response.body", "body": err, "more_body": False})
         except OSError:
             pass
         return None
 
-    async def _answer(self, send: Send, up: Upstream, resp: httpx.Response, body: bytes,
+    async def _answer(self, send: Send, up: Upstream, resp: Http1Response, body: bytes,
                       sent_at: float, batch: int) -> Failure | None:
-        status = resp.status_code
+        status = resp.status
         if status == 429 or status >= 500:
             if status >= 500:
                 up.breaker.failure()
             else:
                 up.breaker.success()
-            after = retry_after(resp.headers.get("retry-after"))
+            ra = resp.header(b"retry-after")
+            after = retry_after(ra.decode("latin-1") if ra else None)
             if after:
                 up.not_before = time.monotonic() + min(
                     after, self.pools.config.retries.backoff_max_s * 10)
@@ -317,7 +318,7 @@ class ProxyCall(Response):
         self.final = (up.engine, up.name, status)
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
-        self.state.metrics.requests.labels(up.engine, up.name, str(status)).inc()
+        self.state.metrics.count(up.engine, up.name, status)
         if 200 <= status < 300:
             total = time.perf_counter() - sent_at
             m = COMPLETION.findall(body)
@@ -325,7 +326,7 @@ class ProxyCall(Response):
                 self._observe(up, body, int(m[-1]), None, total, batch)
         return None
 
-    async def _stream(self, send: Send, up: Upstream, resp: httpx.Response, cm,
+    async def _stream(self, send: Send, up: Upstream, resp: Http1Response, cm,
                       deadline: float, sent_at: float, batch: int) -> Failure | None:
         t = self.pools.config.timeouts
         loop = asyncio.get_running_loop()
@@ -333,7 +334,7 @@ class ProxyCall(Response):
         last = b""
         ttft = None
         events = skipped = 0
-        async for chunk in resp.aiter_raw():
+        async for chunk in resp.body():
             buf = pending + chunk if pending else chunk
             end = event_end(buf)
             if end == 0:
@@ -347,10 +348,10 @@ class ProxyCall(Response):
                 if not any(k == b"content-type" for k, _ in headers):
                     headers.append((b"content-type", b"text/event-stream"))
                 headers.append((b"x-accel-buffering", b"no"))
-                await send({"type": "http.response.start", "status": resp.status_code,
+                await send({"type": "http.response.start", "status": resp.status,
                             "headers": headers})
                 self.started = True
-                self.final = (up.engine, up.name, resp.status_code)
+                self.final = (up.engine, up.name, resp.status)
             await send({"type": "http.response.body", "body": out, "more_body": True})
             events += out.count(b"\n\n") or out.count(b"\r\n\r\n")
             skipped += out.count(b'"choices":[]') + out.count(b'"content":""') \
@@ -373,7 +374,7 @@ class ProxyCall(Response):
                 "read", f"upstream {up.name} ended the stream before [DONE]", False, 502))
         up.breaker.success()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
-        self.state.metrics.requests.labels(up.engine, up.name, str(resp.status_code)).inc()
+        self.state.metrics.count(up.engine, up.name, resp.status)
         total = time.perf_counter() - sent_at
         m = COMPLETION.findall(last)
         n = int(m[-1]) if m else max(events - skipped, 0)
@@ -389,12 +390,12 @@ class ProxyCall(Response):
         prompt = int(p[-1]) if p else self.prompt_tokens
         tpot = (total - ttft) / (n - 1) if ttft is not None and n > 1 else None
         if ttft is not None:
-            st.metrics.ttft.labels(up.engine).observe(ttft)
+            st.metrics.child(st.metrics.ttft, up.engine).observe(ttft)
         if tpot is not None:
-            st.metrics.tpot.labels(up.engine).observe(tpot)
+            st.metrics.child(st.metrics.tpot, up.engine).observe(tpot)
             pred = self.decision.predictions.get(up.group)
             if pred is not None and pred.tpot_s > 0:
-                st.metrics.tpot_ratio.labels(up.engine).observe(tpot / pred.tpot_s)
+                st.metrics.child(st.metrics.tpot_ratio, up.engine).observe(tpot / pred.tpot_s)
         gpu = w.gpu if isinstance(w.gpu, str) else w.gpu.name
         st.observations.add(Observation(
             up.engine, up.name, gpu.upper(), w.num_gpus, up.spec.dcp_size, up.spec.mem_fraction,

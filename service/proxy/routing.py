@@ -109,7 +109,7 @@ async def route(st, pools: Pools, loaded: LoadedModel, req: ProxyRequest,
             counted = await upstream_count(asker, req, cfg.tokens.tokenize_timeout_s)
             if counted is not None:
                 n, method = counted, "upstream"
-    st.metrics.token_counts.labels(method).inc()
+    st.metrics.child(st.metrics.token_counts, method).inc()
     decision = st.decider.decide(loaded, pools, n, out, batch)
     st.seq += 1
     first = pick(pools, decision, req.model, [], None, st.seq)
@@ -117,5 +117,5 @@ async def route(st, pools: Pools, loaded: LoadedModel, req: ProxyRequest,
         raise ApiError(503, "no upstream is available: " + "; ".join(
             f"{u.name}: {_why_unavailable(u, time.monotonic())}" for u in cands))
     engine, dcp = first.group
-    st.metrics.decisions.labels(engine, str(dcp)).inc()
+    st.metrics.child(st.metrics.decisions, engine, str(dcp)).inc()
     return Routed(decision, first, n, method, out, batch)

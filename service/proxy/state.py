@@ -21,6 +21,7 @@ import httpx
 from service.breaker import CircuitBreaker
 from service.health_checker import HealthChecker
 from service.proxy.decide import Decider
+from service.proxy.http1 import Http1Pool
 from service.proxy.metrics import ProxyMetrics
 from service.proxy.observations import Observations
 from service.proxy.tokens import load_tokenizer
@@ -91,12 +92,10 @@ class ProxyState:
                     ups.append(kept)
                     continue
                 fresh.client = new_client(fresh)
+                fresh.fast = Http1Pool(fresh.url, spec.max_connections)
                 ups.append(fresh)
         self.generation += 1
-        pools = Pools(cfg, ups, str(self.path), sha, self.generation)
-        pools.timeout = httpx.Timeout(connect=cfg.timeouts.connect_s, read=None, write=None,
-                                      pool=cfg.timeouts.connect_s)
-        return pools
+        return Pools(cfg, ups, str(self.path), sha, self.generation)
 
     def _install(self, pools: Pools) -> None:
         previous = self.pools
@@ -122,6 +121,7 @@ class ProxyState:
         while up.in_flight > 0 and time.monotonic() < deadline:
             await asyncio.sleep(0.5)
         await up.client.aclose()
+        await up.fast.aclose()
         self._retired.remove(up)
 
     def _read(self) -> tuple[PoolsConfig, str, Any]:
@@ -212,6 +212,7 @@ class ProxyState:
         for u in [*(self.pools.upstreams if self.pools else []), *self._retired]:
             if u.client is not None:
                 await u.client.aclose()
+                await u.fast.aclose()
         self._retired.clear()
 
 

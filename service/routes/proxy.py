@@ -25,7 +25,8 @@ PASSED = {200: {"description": "the upstream's answer, passed through (JSON, or 
                 "content": {"application/json": {}, "text/event-stream": {}}}}
 
 
-async def _proxy(request: Request, path: str) -> Response:
+async def handle(request: Request, path: str) -> Response:
+    """Both completion routes (also called directly by service.proxy.asgi)."""
     st, pools = current_pools(request)
     authorize(pools, request)
     req = parse(await request.body(), path)
@@ -38,14 +39,14 @@ async def _proxy(request: Request, path: str) -> Response:
              openapi_extra=OPENAI_BODY,
              summary="Chat completion, forwarded to the engine pool the cost model picks")
 async def chat_completions(request: Request) -> Response:
-    return await _proxy(request, CHAT)
+    return await handle(request, CHAT)
 
 
 @router.post("/v1/completions", response_class=Response, responses={**PASSED, **PROXY_ERRORS},
              openapi_extra=OPENAI_BODY,
              summary="Text completion, forwarded to the engine pool the cost model picks")
 async def completions(request: Request) -> Response:
-    return await _proxy(request, COMPLETIONS)
+    return await handle(request, COMPLETIONS)
 
 
 @router.get("/v1/models", response_model=ModelList, responses=error_responses(401, 503),
