@@ -10,16 +10,17 @@ from __future__ import annotations
 from typing import Annotated
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from model.hwprofile import (KIND_DCP, KIND_GPU, cache_generation, eval_dcp_layer, eval_read_curve,
                              find_profile, profiles_dir)
+from model.jsonnum import JsonModel
 
 GB = 1e9
 TB = 1e12
 
 
-class GpuSpec(BaseModel):
+class GpuSpec(JsonModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: Annotated[str, Field(min_length=1, max_length=64, description="GPU type name")]

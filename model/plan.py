@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from model.costmodel import CostModel
 from model.hardware import GpuSpec
+from model.jsonnum import JsonModel
 from model.kv import KvDtype
 from model.memory import MEM_FLAGS
 from model.recommend import Evaluated, candidates, evaluate, launch_command
@@ -51,7 +52,7 @@ ASSUMPTIONS = [
 ]
 
 
-class TrafficClass(BaseModel):
+class TrafficClass(JsonModel):
     model_config = ConfigDict(extra="forbid")
 
     name: Annotated[str, Field(min_length=1, max_length=64)] | None = None
@@ -60,7 +61,7 @@ class TrafficClass(BaseModel):
     requests_per_second: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)]
 
 
-class Slo(BaseModel):
+class Slo(JsonModel):
     model_config = ConfigDict(extra="forbid")
 
     max_tpot_s: Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False,
@@ -76,7 +77,7 @@ class Slo(BaseModel):
         return self
 
 
-class PlanRequest(BaseModel):
+class PlanRequest(JsonModel):
     model_config = ConfigDict(extra="forbid")
 
     classes: Annotated[list[TrafficClass], Field(min_length=1, max_length=MAX_CLASSES)]

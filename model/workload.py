@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from model.hardware import BUILTIN_GPUS, GpuSpec
+from model.jsonnum import JsonModel
 from model.kv import PRESETS, KvConfigError, KvDtype, KvLayout, from_hf_config, from_preset
 
 Engine = Literal["vllm", "sglang"]
@@ -21,7 +22,7 @@ MAX_GPUS = 1024
 PosInt = Annotated[int, Field(strict=False, gt=0)]
 
 
-class Requirements(BaseModel):
+class Requirements(JsonModel):
     """Capabilities the workload needs; engines lacking one are excluded (see capabilities)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -35,7 +36,7 @@ class Requirements(BaseModel):
     prefix_reuse_share: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)] = 0.0
 
 
-class Workload(BaseModel):
+class Workload(JsonModel):
     """A batch of ``batch_size`` concurrent sequences of ``context_tokens`` prompt and
     ``output_tokens`` output each, on ``num_gpus`` GPUs of one type (tensor parallel = num_gpus)."""
 

@@ -115,8 +115,15 @@ def install(app: FastAPI) -> None:
                         headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-        message, param = validation_detail(list(exc.errors()))
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = list(exc.errors())
+        ctype = request.headers.get("content-type", "")
+        if ctype and not _is_json(ctype) and any(tuple(e.get("loc", ())) == ("body",)
+                                                 for e in errors):
+            # the body was not parsed at all: say why instead of "Input should be an object"
+            return envelope(422, f"content-type: expected application/json, got {ctype[:80]!r}",
+                            param="content-type")
+        message, param = validation_detail(errors)
         return envelope(422, message, param=param)
 
     @app.exception_handler(ValidationError)
@@ -126,6 +133,12 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if isinstance(exc.__cause__, UnicodeDecodeError):
+            # FastAPI's body parsing: bytes that are not UTF-8 are invalid JSON like any other
+            # (422 as documented, not an undocumented 400 "error parsing the body")
+            return envelope(422, f"invalid JSON (the body cannot be decoded as text: "
+                                 f"{exc.__cause__.reason} "
+                                 f"at byte {exc.__cause__.start})")
         message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         return envelope(exc.status_code, message, headers=getattr(exc, "headers", None))
 
@@ -133,6 +146,11 @@ def install(app: FastAPI) -> None:
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return envelope(500, "internal error; see the server log", type="server_error")
+
+
+def _is_json(content_type: str) -> bool:
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or media.endswith("+json")
 
 
 def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from model.jsonnum import JsonModel
 from model.recommend import CROSSOVER_RANGE
 from model.schemas import ConfigPrediction, Exclusion, Recommendation
 from model.workload import MAX_CONTEXT, MAX_GPUS, Engine, Workload
@@ -36,7 +37,7 @@ class BatchResponse(BaseModel):
     failed: int
 
 
-class PredictRequest(BaseModel):
+class PredictRequest(JsonModel):
     model_config = ConfigDict(extra="forbid")
 
     workload: Workload

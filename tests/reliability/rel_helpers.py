@@ -1,0 +1,63 @@
+"""Helpers of the reliability suite: a proxy in front of simulators, /proc readings."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import httpx
+from proc import Proc, start_all
+from test_proxy_e2e import pools_yaml
+
+TOKEN = "reliability-admin-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def rss_kib(pid: int) -> int:
+    """Resident memory of a process (VmRSS of /proc/PID/status), KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise KeyError("VmRSS")
+
+
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def tcp_connections(pid: int) -> int:
+    """Sockets the process holds (fds that are sockets)."""
+    n = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:"):
+                n += 1
+        except OSError:
+            pass
+    return n
+
+
+def metric_sum(url: str, name: str, **labels: str) -> float:
+    """Sum of the samples of ``name`` whose labels include ``labels``."""
+    total = 0.0
+    for line in httpx.get(url + "/metrics", timeout=5).text.splitlines():
+        if line.startswith("#") or not line.startswith((name + "{", name + " ")):
+            continue
+        if all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def serve_proc(tmp: Path, sims_vllm: list[Proc], sims_sglang: list[Proc], *,
+               env: dict[str, str] | None = None, **extra) -> Proc:
+    """``engine-advisor serve --upstreams FILE`` over the given simulators (not started)."""
+    path = tmp / "upstreams.yaml"
+    path.write_text(pools_yaml([s.url for s in sims_vllm], [s.url for s in sims_sglang],
+                               **extra))
+    return Proc("serve", "--upstreams", str(path), "--log-level", "warning", ready="/readyz",
+                env={"ENGINE_ADVISOR_ADMIN_TOKEN": TOKEN,
+                     "ENGINE_ADVISOR_UPSTREAMS_WATCH_S": "0", **(env or {})})
+
+
+__all__ = ["AUTH", "TOKEN", "Proc", "metric_sum", "open_fds", "rss_kib", "serve_proc",
+           "start_all", "tcp_connections"]
