@@ -19,7 +19,8 @@ def _int_list(text: str) -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}") from None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,7 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     kv.add_argument("--preset", help="a built-in model preset (e.g. kimi-k2, llama-3.1-70b)")
     p.add_argument("--kv-cache-dtype", default="bf16", help="bf16 (default), fp16 or fp8")
     p.add_argument("--gpu", default="B300", help="B300 (default), B200, H200 or H100")
-    p.add_argument("--num-gpus", type=int, default=8, help="GPUs = tensor-parallel size (default 8)")
+    p.add_argument("--num-gpus", type=int, default=8,
+                   help="GPUs = tensor-parallel size (default 8)")
     p.add_argument("--engines", type=lambda s: [x for x in s.split(",") if x],
                    help="restrict to these engines, e.g. vllm,sglang")
     p.add_argument("--dcp-sizes", type=_int_list, help="restrict DCP sizes, e.g. 1,2,4,8")

@@ -86,16 +86,35 @@ def build_metadata(model: CostModel, sha256: str) -> dict[str, Any]:
     }
 
 
+def _intact_metadata(p: Path) -> dict[str, Any] | None:
+    """The metadata of the artifact at ``p`` if both are there and its sha256 matches."""
+    try:
+        meta = json.loads(metadata_path(p).read_text(encoding="utf-8"))
+        ok = isinstance(meta, dict) and meta.get("artifact_sha256") == _sha256(p)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return {k: v for k, v in meta.items() if k != "replaces"} if ok else None
+
+
 def save(model: CostModel, path: str | Path) -> dict[str, Any]:
-    """Write the artifact and its metadata; returns the metadata."""
+    """Write the artifact and its metadata; returns the metadata.
+
+    Two files cannot be replaced in one atomic step, so the metadata goes first and carries
+    the metadata of the artifact it replaces (``replaces``): a writer killed between the two
+    renames leaves the old artifact with metadata that still vouches for it, and ``load``
+    loads the old model; never neither.
+    """
     p = Path(path)
     buf = io.BytesIO()
     joblib.dump(model, buf)
     data = buf.getvalue()
     sha = hashlib.sha256(data).hexdigest()
     meta = build_metadata(model, sha)
-    atomic_write(p, data)
+    old = _intact_metadata(p) if p.is_file() else None
+    if old is not None and old.get("artifact_sha256") != sha:
+        meta["replaces"] = old
     atomic_write(metadata_path(p), (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode())
+    atomic_write(p, data)
     return meta
 
 
@@ -119,6 +138,10 @@ def load(path: str | Path) -> tuple[CostModel, dict[str, Any]]:
         raise ArtifactError(f"artifact {p}: schema version {version!r}, this engine-advisor reads "
                             f"{SCHEMA_VERSION}; refit with `engine-advisor fit`")
     actual = _sha256(p)
+    previous = meta.get("replaces")
+    if (actual != meta.get("artifact_sha256") and isinstance(previous, dict)
+            and actual == previous.get("artifact_sha256")):
+        meta = previous       # a save killed between its two renames: the old artifact
     if actual != meta.get("artifact_sha256"):
         raise ArtifactError(f"artifact {p}: sha256 {actual[:16]}... does not match the metadata "
                             f"({str(meta.get('artifact_sha256'))[:16]}...): the file was modified "

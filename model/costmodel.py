@@ -15,8 +15,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from model.dataset import Measurement, dataset_sha256
-from model.estimator import (N_PREFILL, QTY_PREFILL, QTY_TOTAL, QTY_TPOT, EngineCostModel,
-                             feature_blocks)
+from model.estimator import (
+    N_PREFILL,
+    QTY_PREFILL,
+    QTY_TOTAL,
+    QTY_TPOT,
+    EngineCostModel,
+    feature_blocks,
+)
 from model.hardware import GpuSpec, KvReadModel, builtin_gpu, dcp_comm_model, kv_read_model
 
 RANGE_DIMS = ("context_tokens", "batch_size", "kv_bytes_per_token", "output_tokens")

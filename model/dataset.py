@@ -95,7 +95,8 @@ def header_csv() -> str:
 def parse_csv(text: str, path: str = "<data>") -> list[Measurement]:
     """Parse dataset CSV text; lines starting with '#' are comments. Errors name file and line."""
     lines = text.splitlines()
-    body = [(i + 1, ln) for i, ln in enumerate(lines) if ln.strip() and not ln.lstrip().startswith("#")]
+    body = [(i + 1, ln) for i, ln in enumerate(lines)
+            if ln.strip() and not ln.lstrip().startswith("#")]
     if not body:
         raise DatasetError(path, 1, "empty dataset (no header)")
     hline, header = body[0]

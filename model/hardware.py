@@ -12,8 +12,15 @@ from typing import Annotated
 import numpy as np
 from pydantic import ConfigDict, Field
 
-from model.hwprofile import (KIND_DCP, KIND_GPU, cache_generation, eval_dcp_layer, eval_read_curve,
-                             find_profile, profiles_dir)
+from model.hwprofile import (
+    KIND_DCP,
+    KIND_GPU,
+    cache_generation,
+    eval_dcp_layer,
+    eval_read_curve,
+    find_profile,
+    profiles_dir,
+)
 from model.jsonnum import JsonModel
 
 GB = 1e9

@@ -59,7 +59,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 def from_preset(name: str, dtype: KvDtype) -> KvLayout:
     p = PRESETS.get(name)
     if p is None:
-        raise KvConfigError("preset", f"unknown preset {name!r}; known: {', '.join(sorted(PRESETS))}")
+        raise KvConfigError("preset",
+                            f"unknown preset {name!r}; known: {', '.join(sorted(PRESETS))}")
     b = DTYPE_BYTES[dtype]
     if p["attention"] == "mla":
         return KvLayout(p["layers"] * p["latent"] * b, "mla", None, p["weights"])

@@ -26,13 +26,15 @@ def choose_fraction(engine: str, gpu: str, safe: list[float], unsafe: list[float
     ok = [f for f in safe if f < ceiling]
     if ok:
         best = max(ok)
-        why = f"{best:.2f} is the highest memory fraction that ran without OOM for {engine} on {gpu}"
+        why = (f"{best:.2f} is the highest memory fraction that ran without OOM for {engine} "
+               f"on {gpu}")
         if unsafe:
             why += f"; {', '.join(f'{f:.2f}' for f in unsafe)} gave out-of-memory retries"
         return MemoryChoice(best, why)
     frac = min(DEFAULT_FRACTION, round(ceiling - 0.03, 2))
     why = (f"no safe memory fraction calibrated for {engine} on {gpu}; using {frac:.2f}, "
-           f"below the {ceiling:.2f} at which out-of-memory retries {'were seen' if unsafe else 'are reported'}")
+           f"below the {ceiling:.2f} at which out-of-memory retries "
+           f"{'were seen' if unsafe else 'are reported'}")
     return MemoryChoice(frac, why)
 
 

@@ -9,8 +9,14 @@ import numpy as np
 
 from model.capabilities import exclusions as capability_exclusions
 from model.capabilities import prefill_factors
-from model.costmodel import (EXTRAPOLATION_REL_SIGMA, UNCALIBRATED_REL_SIGMA, CostModel, Query,
-                             dcp_combine_features, kv_read_seconds)
+from model.costmodel import (
+    EXTRAPOLATION_REL_SIGMA,
+    UNCALIBRATED_REL_SIGMA,
+    CostModel,
+    Query,
+    dcp_combine_features,
+    kv_read_seconds,
+)
 from model.hardware import dcp_comm_model, kv_read_model
 from model.kv import KvLayout
 from model.memory import MEM_FLAGS, choose_fraction, kv_capacity_tokens
@@ -35,7 +41,8 @@ class Evaluated:
     step_parts: dict[str, float]
 
 
-def candidates(model: CostModel, w: Workload, layout: KvLayout) -> tuple[list[Config], list[Exclusion]]:
+def candidates(model: CostModel, w: Workload,
+               layout: KvLayout) -> tuple[list[Config], list[Exclusion]]:
     engines = w.engines or list(ENGINES)
     tp = w.num_gpus
     dcps = w.dcp_sizes or [d for d in range(1, tp + 1) if tp % d == 0]
@@ -176,7 +183,8 @@ def crossovers(contexts: np.ndarray, totals: np.ndarray) -> list[tuple[int, int,
         d1 = totals[a, i + 1] - totals[b, i + 1]
         # interpolate the root of (a - b) in log-context between the two grid points
         t = d0 / (d0 - d1) if d0 != d1 else 0.5
-        x = math.exp(math.log(contexts[i]) + t * (math.log(contexts[i + 1]) - math.log(contexts[i])))
+        lo, hi = math.log(contexts[i]), math.log(contexts[i + 1])
+        x = math.exp(lo + t * (hi - lo))
         found.append((int(round(x)), int(a), int(b)))
     return found
 
@@ -282,8 +290,9 @@ def _reasons(w: Workload, best: Evaluated, rival: Evaluated | None, speedup: flo
     share = parts["kv_read"] / step
     r.append(f"decode is {bp.decode_s / max(bp.total_s, 1e-12):.0%} of the time; reading the KV "
              f"cache is {share:.0%} of each {step * 1e3:.1f} ms decode step"
-             + (f", DCP {best.config.dcp_size} spreads those reads over {best.config.dcp_size} GPUs "
-                f"for {parts['dcp'] * 1e3:.1f} ms of combine per step" if best.config.dcp_size > 1
+             + (f", DCP {best.config.dcp_size} spreads those reads over {best.config.dcp_size} "
+                f"GPUs for {parts['dcp'] * 1e3:.1f} ms of combine per step"
+                if best.config.dcp_size > 1
                 else ", with no DCP combine cost"))
     if rival and rival.config.dcp_size != best.config.dcp_size:
         rp = rival.step_parts
@@ -297,11 +306,13 @@ def _reasons(w: Workload, best: Evaluated, rival: Evaluated | None, speedup: flo
     elif bp.extrapolated:
         r.append("the workload lies outside the calibrated range: the interval is widened")
     if not bp.fits_in_memory:
-        r.append(f"KV demand {w.batch_size * (w.context_tokens + w.output_tokens):,} tokens exceeds "
+        demand = w.batch_size * (w.context_tokens + w.output_tokens)
+        r.append(f"KV demand {demand:,} tokens exceeds "
                  f"the {bp.kv_capacity_tokens:,} tokens this configuration holds: the engine will "
                  "queue or preempt sequences, so real times will be longer")
     if confidence == "low" and rival:
-        r.append(f"low confidence: the prediction intervals of {_label(best)} and {_label(rival)} overlap")
+        r.append(f"low confidence: the prediction intervals of {_label(best)} and "
+                 f"{_label(rival)} overlap")
     r.extend(_profile_reasons(w))
     return r
 

@@ -42,19 +42,28 @@ class Workload(JsonModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    context_tokens: Annotated[int, Field(gt=0, le=MAX_CONTEXT, description="prompt tokens per sequence")]
-    output_tokens: Annotated[int, Field(gt=0, le=MAX_OUTPUT, description="output tokens per sequence")]
+    context_tokens: Annotated[int, Field(gt=0, le=MAX_CONTEXT,
+                                         description="prompt tokens per sequence")]
+    output_tokens: Annotated[int, Field(gt=0, le=MAX_OUTPUT,
+                                        description="output tokens per sequence")]
     batch_size: Annotated[int, Field(gt=0, le=MAX_BATCH, description="concurrent sequences")] = 1
-    kv_bytes_per_token: Annotated[int, Field(gt=0, le=1 << 26, description="KV bytes per token (all layers) at kv_cache_dtype")] | None = None
-    hf_config: dict[str, Any] | None = Field(default=None, description="contents of the model's config.json")
+    kv_bytes_per_token: Annotated[int, Field(
+        gt=0, le=1 << 26,
+        description="KV bytes per token (all layers) at kv_cache_dtype")] | None = None
+    hf_config: dict[str, Any] | None = Field(
+        default=None, description="contents of the model's config.json")
     preset: Annotated[str, Field(min_length=1, max_length=64)] | None = None
     kv_cache_dtype: KvDtype = "bf16"
-    model_weight_bytes: Annotated[float, Field(gt=0, lt=1e14, allow_inf_nan=False, description="total weight bytes (for KV capacity); presets supply it")] | None = None
-    model: Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[\w./:@+-]+$")] | None = Field(default=None, description="model name or path for the launch command")
+    model_weight_bytes: Annotated[float, Field(
+        gt=0, lt=1e14, allow_inf_nan=False,
+        description="total weight bytes (for KV capacity); presets supply it")] | None = None
+    model: Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[\w./:@+-]+$")] | None = \
+        Field(default=None, description="model name or path for the launch command")
     gpu: str | GpuSpec = "B300"
     num_gpus: Annotated[int, Field(gt=0, le=MAX_GPUS)] = 8
     engines: Annotated[list[Engine], Field(min_length=1, max_length=2)] | None = None
-    dcp_sizes: Annotated[list[Annotated[int, Field(gt=0, le=MAX_GPUS)]], Field(min_length=1, max_length=16)] | None = None
+    dcp_sizes: Annotated[list[Annotated[int, Field(gt=0, le=MAX_GPUS)]],
+                         Field(min_length=1, max_length=16)] | None = None
     requirements: Requirements | None = None
     allow_extrapolation: bool = False
 
@@ -96,7 +105,8 @@ class Workload(JsonModel):
 
     @model_validator(mode="after")
     def _one_kv_source(self) -> Workload:
-        given = [k for k in ("kv_bytes_per_token", "hf_config", "preset") if getattr(self, k) is not None]
+        given = [k for k in ("kv_bytes_per_token", "hf_config", "preset")
+                 if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError("give exactly one of kv_bytes_per_token, hf_config or preset"
                              + (f" (got {', '.join(given)})" if given else ""))

@@ -24,7 +24,8 @@ def test_fit_save_load_gives_identical_predictions(tmp_path):
     layout = W.kv_layout()
     from model.recommend import candidates
     cfgs, _ = candidates(m, W, layout)
-    pa, pb = m.predict(build_query(m, W, layout, cfgs)), loaded.predict(build_query(loaded, W, layout, cfgs))
+    pa = m.predict(build_query(m, W, layout, cfgs))
+    pb = loaded.predict(build_query(loaded, W, layout, cfgs))
     np.testing.assert_array_equal(pa.total, pb.total)
     np.testing.assert_array_equal(pa.total_hi, pb.total_hi)
 

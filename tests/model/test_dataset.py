@@ -1,7 +1,14 @@
 import pytest
 
-from model.dataset import (COLUMNS, DatasetError, Measurement, dataset_sha256, parse_csv,
-                           read_csv, write_csv)
+from model.dataset import (
+    COLUMNS,
+    DatasetError,
+    Measurement,
+    dataset_sha256,
+    parse_csv,
+    read_csv,
+    write_csv,
+)
 from model.default import REFERENCE_CSV
 
 ROW = Measurement(engine="vllm", gpu="b300", num_gpus=8, dcp_size=1, mem_fraction=0.92,
@@ -29,8 +36,10 @@ def test_round_trip(tmp_path):
 
 
 @pytest.mark.parametrize("line,message", [
-    ("vllm,,B300,8,1,0.92,65536,2048,64,70272,1,,,-1,0,0,x", "total_s: Input should be greater than 0"),
-    ("trtllm,,B300,8,1,0.92,65536,2048,64,70272,1,,,1,0,0,x", "engine: Value error, unknown engine"),
+    ("vllm,,B300,8,1,0.92,65536,2048,64,70272,1,,,-1,0,0,x",
+     "total_s: Input should be greater than 0"),
+    ("trtllm,,B300,8,1,0.92,65536,2048,64,70272,1,,,1,0,0,x",
+     "engine: Value error, unknown engine"),
     ("vllm,,B300,8,1,1.5,65536,2048,64,70272,1,,,1,0,0,x", "mem_fraction: Input should be less"),
     ("vllm,,B300,8,1,0.92,65536,2048,64,70272,1,,,nan,0,0,x", "total_s: Input should be a finite"),
     ("vllm,,B300,8,1", "expected 17 cells, got 5"),
