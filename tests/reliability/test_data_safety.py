@@ -1,0 +1,256 @@
+"""Nothing lost, nothing half-written: artifact writers and calibration sweeps killed with
+SIGKILL, and truncated or tampered artifacts.
+
+- ``model.artifact.save`` killed at every fsync/rename it makes (a child process kills itself
+  there) and at random times in a loop: the path always loads, as the old model or the new.
+- A truncated, bit-flipped or metadata-tampered artifact is refused by ``load``, by
+  ``serve --model`` and ``recommend --model`` (exit 2, the reason) and by the admin reload
+  (422, the old model keeps serving).
+- ``calibrate run`` SIGKILLed at random points ten times in a row, then resumed: every point
+  exactly once, every CSV line written parses, the manifest is always whole JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import random
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from calib_helpers import BIN, REPO, SimProcs
+from svc_helpers import TOKEN, assert_error, fit_artifact, make_client
+from test_calibrate_kill import check_exactly_once, command
+
+from model.artifact import ArtifactError, load, metadata_path, save
+from model.dataset import parse_csv, read_csv
+
+pytestmark = pytest.mark.timeout(180)
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+def _save_killed_at(source: str, target: str, k: int, calls) -> None:
+    """(A forked child.) Save the model of ``source`` over ``target``, SIGKILLing itself at
+    the ``k``-th os.fsync/os.replace call; ``calls`` records the calls made."""
+    model, _ = load(source)
+
+    def hook(real, name):
+        def wrapped(*a):
+            if len(calls) == k:
+                os.kill(os.getpid(), signal.SIGKILL)
+            calls.append(name)
+            return real(*a)
+        return wrapped
+
+    os.fsync, os.replace = hook(os.fsync, "fsync"), hook(os.replace, "replace")
+    save(model, target)
+
+
+FORK = multiprocessing.get_context("fork")
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """Two fitted artifacts with different versions: 'old' and 'new'."""
+    d = tmp_path_factory.mktemp("artifacts")
+    old = fit_artifact(d / "old.joblib")
+    new = fit_artifact(d / "new.joblib", drop_last=1)
+    assert old["model_version"] != new["model_version"]
+    return d, old["model_version"], new["model_version"]
+
+
+def _resaved(src: Path, tmp: Path) -> str:
+    """The version ``save`` gives the model loaded from ``src`` (a loaded model carries its
+    version, so its bytes, and the version, differ from the file it came from)."""
+    model, _ = load(src)
+    return save(model, tmp / f"resaved-{src.name}")["model_version"]
+
+
+def _install(src: Path, dst: Path) -> None:
+    shutil.copy(src, dst)
+    shutil.copy(metadata_path(src), metadata_path(dst))
+
+
+def test_writer_killed_at_each_fsync_and_rename_leaves_a_loadable_model(models, tmp_path):
+    d, old, _ = models
+    new = _resaved(d / "new.joblib", tmp_path)
+    target = tmp_path / "model.joblib"
+    _install(d / "old.joblib", target)
+    source = str(d / "new.joblib")
+    with FORK.Manager() as manager:
+        calls = manager.list()
+        p = FORK.Process(target=_save_killed_at, args=(source, str(target), 99, calls))
+        p.start()
+        p.join(60)
+        assert p.exitcode == 0
+        calls = list(calls)
+    # metadata first (written, renamed), then the artifact: two renames, each synced
+    assert calls.count("replace") == 2 and calls.count("fsync") >= 4
+    second_rename = calls.index("replace", calls.index("replace") + 1)
+    seen = []
+    for k in range(len(calls) + 1):
+        _install(d / "old.joblib", target)
+        p = FORK.Process(target=_save_killed_at, args=(source, str(target), k, []))
+        p.start()
+        p.join(60)
+        assert p.exitcode == (-signal.SIGKILL if k < len(calls) else 0)
+        model, meta = load(target)               # never refused
+        seen.append(model.version)
+        # the artifact's own rename is the switch-over point
+        assert model.version == (new if k > second_rename else old), (k, calls)
+    assert seen[0] == old and seen[-1] == new
+
+
+def _save_forever(d: str, target: str) -> None:
+    from model.artifact import load as load_artifact
+    from model.artifact import save
+    a, _ = load_artifact(Path(d) / "old.joblib")
+    b, _ = load_artifact(Path(d) / "new.joblib")
+    while True:
+        for m in (a, b):
+            save(m, target)
+
+
+def test_writer_killed_at_random_times_leaves_a_loadable_model(models, tmp_path):
+    d, old, _ = models
+    a, b = _resaved(d / "old.joblib", tmp_path), _resaved(d / "new.joblib", tmp_path)
+    target = tmp_path / "model.joblib"
+    _install(d / "old.joblib", target)
+    rng = random.Random(20240917)
+    versions = set()
+    for _ in range(10):
+        p = FORK.Process(target=_save_forever, args=(str(d), str(target)))
+        p.start()
+        time.sleep(rng.uniform(0.05, 0.4))
+        os.kill(p.pid, signal.SIGKILL)
+        p.join(10)
+        assert p.exitcode == -signal.SIGKILL
+        model, _ = load(target)
+        assert model.version in (old, a, b)
+        versions.add(model.version)
+    assert versions >= {a, b}     # the kills landed at different points of the loop
+
+
+def _tamper(kind: str, path: Path) -> str:
+    """Damage the artifact at ``path``; returns a word the refusal must contain."""
+    raw = path.read_bytes()
+    mp = metadata_path(path)
+    if kind == "truncated":
+        path.write_bytes(raw[: len(raw) // 2])
+        return "truncated"
+    if kind == "bit-flipped":
+        path.write_bytes(raw[:100] + bytes([raw[100] ^ 1]) + raw[101:])
+        return "sha256"
+    if kind == "metadata-sha":
+        meta = json.loads(mp.read_text())
+        meta["artifact_sha256"] = "0" * 64
+        mp.write_text(json.dumps(meta))
+        return "sha256"
+    if kind == "metadata-missing":
+        mp.unlink()
+        return "metadata"
+    if kind == "metadata-garbage":
+        mp.write_bytes(b"\x00{not json")
+        return "not valid json"
+    if kind == "schema-version":
+        meta = json.loads(mp.read_text())
+        meta["schema_version"] = 99
+        mp.write_text(json.dumps(meta))
+        return "schema version"
+    if kind == "empty":
+        path.write_bytes(b"")
+        return "sha256"
+    raise AssertionError(kind)
+
+
+DAMAGE = ["truncated", "bit-flipped", "metadata-sha", "metadata-missing", "metadata-garbage",
+          "schema-version", "empty"]
+
+
+@pytest.mark.parametrize("kind", DAMAGE)
+def test_damaged_artifact_is_refused_at_load_and_reload(models, tmp_path, kind):
+    d, _, _ = models
+    target = tmp_path / "m.joblib"
+    _install(d / "new.joblib", target)
+    word = _tamper(kind, target)
+    with pytest.raises(ArtifactError) as info:
+        load(target)
+    assert word in str(info.value).lower()
+    with make_client(admin_token=TOKEN, models_dir=tmp_path) as c:
+        before = c.get("/v1/model").json()["model_version"]
+        err = assert_error(c.post("/v1/model/reload", json={"path": "m.joblib"}, headers=AUTH),
+                           422, param="path")
+        assert word in err["message"].lower() and "still serving" in err["message"]
+        assert c.get("/v1/model").json()["model_version"] == before
+        assert c.post("/v1/recommend", json={"context_tokens": 65536, "output_tokens": 2048,
+                                             "batch_size": 64,
+                                             "kv_bytes_per_token": 70272}).status_code == 200
+
+
+@pytest.mark.parametrize("command_line", [
+    ["serve", "--port", "0", "--model"],
+    ["recommend", "--context-tokens", "65536", "--output-tokens", "8",
+     "--kv-bytes-per-token", "70272", "--model"],
+])
+def test_damaged_artifact_is_refused_by_the_cli(models, tmp_path, command_line):
+    d, _, _ = models
+    target = tmp_path / "m.joblib"
+    _install(d / "new.joblib", target)
+    _tamper("truncated", target)
+    r = subprocess.run([str(BIN), *command_line, str(target)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("engine-advisor: error: artifact") and "truncated" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+# ------------------------------------------------------------------ calibration crash-resume
+def _complete_lines_parse(path: Path) -> int:
+    """Every newline-terminated line of a dataset CSV parses (a kill may leave one torn
+    line after them, which the next run cuts off); returns the number of rows."""
+    raw = path.read_bytes() if path.exists() else b""
+    whole = raw[: raw.rfind(b"\n") + 1].decode()
+    return len(parse_csv(whole, str(path))) if whole else 0
+
+
+@pytest.mark.slow
+def test_calibration_killed_ten_times_then_resumed_has_every_point_once(tmp_path):
+    sims = SimProcs(tmp_path)
+    try:
+        # ~1 s of start-up, then ~0.4 s per point: kills land in start-up, mid-request and
+        # between points, and each run finishes about one point
+        url = sims.start("vllm", "--time-scale", "1", "--max-model-len", "65536")
+        out = tmp_path / "run"
+        rng = random.Random(7)
+        rows_seen = []
+        for _ in range(10):
+            proc = subprocess.Popen([str(BIN), *command(url, out)], cwd=REPO,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                time.sleep(rng.uniform(0.8, 2.8))
+            finally:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(10)
+            rows_seen.append(_complete_lines_parse(out / "dataset.csv"))
+            if (out / "manifest.json").exists():
+                json.loads((out / "manifest.json").read_text())     # replaced atomically
+            for line in (out / "samples.jsonl").read_text().splitlines()[:-1] \
+                    if (out / "samples.jsonl").exists() else []:
+                json.loads(line)
+        # finished points only grow, and some kills landed mid-sweep
+        assert rows_seen == sorted(rows_seen) and len(set(rows_seen)) >= 3
+        finish = subprocess.run([str(BIN), *command(url, out)], cwd=REPO, capture_output=True,
+                                text=True, timeout=120)
+        assert finish.returncode == 0, finish.stderr
+        check_exactly_once(out)
+        read_csv(out / "dataset.csv")
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert 2 <= len(manifest["runs"]) <= 11 and manifest["runs"][-1]["status"] == "finished"
+        print(f"\ncalibration crash-resume: finished points after each kill {rows_seen}")
+    finally:
+        sims.stop_all()
