@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from model.jsonnum import JsonModel
 from model.workload import MAX_CONTEXT, MAX_OUTPUT
 
 
@@ -74,7 +75,7 @@ class ReloadResult(BaseModel):
     upstreams: list[str]
 
 
-class RouteWorkload(BaseModel):
+class RouteWorkload(JsonModel):
     """POST /v1/route with a workload instead of an OpenAI request body."""
 
     model_config = ConfigDict(extra="forbid")
