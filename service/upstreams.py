@@ -174,7 +174,11 @@ def parse(text: str, source: str = "<upstreams>") -> PoolsConfig:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise UpstreamsError(f"{source}: not valid YAML ({exc})".replace("\n", " ")) from None
+        # problem and position only: str(exc) quotes the offending line, which may hold a key
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        what = getattr(exc, "problem", None) or type(exc).__name__
+        raise UpstreamsError(f"{source}: not valid YAML ({what}{where})") from None
     if not isinstance(data, dict):
         raise UpstreamsError(f"{source}: expected a mapping with 'pools' and 'workload'")
     try:
