@@ -83,11 +83,12 @@ def _post(host: str, port: int, path: str, body: dict) -> bytes:
             f"content-length: {len(data)}\r\n\r\n").encode() + data
 
 
-def proxy_requests(host: str, port: int) -> list[tuple[bytes, bool]]:
+def proxy_requests(host: str, port: int, max_tokens: int = 16) -> list[tuple[bytes, bool]]:
     """(request bytes, streaming) of the four kinds, used in turn."""
     chat = {"model": MODEL, "messages": [{"role": "user", "content": "soak test, please"}],
-            "max_tokens": 16}
-    comp = {"model": MODEL, "prompt": "soak test, please", "max_tokens": 16}
+            "max_tokens": max_tokens, "ignore_eos": True}
+    comp = {"model": MODEL, "prompt": "soak test, please", "max_tokens": max_tokens,
+            "ignore_eos": True}
     return [(_post(host, port, "/v1/chat/completions", {**chat, "stream": True}), True),
             (_post(host, port, "/v1/completions", comp), False),
             (_post(host, port, "/v1/completions", {**comp, "stream": True,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -11,6 +12,17 @@ from test_proxy_e2e import pools_yaml
 
 TOKEN = "reliability-admin-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+SOAK = Path(__file__).resolve().parents[2] / "bench" / "soak.py"
+
+
+def load_soak():
+    """bench/soak.py as a module (its load generator and stack are reused here)."""
+    spec = importlib.util.spec_from_file_location("soak", SOAK)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def rss_kib(pid: int) -> int:
@@ -59,5 +71,5 @@ def serve_proc(tmp: Path, sims_vllm: list[Proc], sims_sglang: list[Proc], *,
                      "ENGINE_ADVISOR_UPSTREAMS_WATCH_S": "0", **(env or {})})
 
 
-__all__ = ["AUTH", "TOKEN", "Proc", "metric_sum", "open_fds", "rss_kib", "serve_proc",
-           "start_all", "tcp_connections"]
+__all__ = ["AUTH", "TOKEN", "Proc", "load_soak", "metric_sum", "open_fds", "rss_kib",
+           "serve_proc", "start_all", "tcp_connections"]

@@ -4,21 +4,10 @@ service's resident memory, file descriptors and threads do not grow."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from rel_helpers import load_soak
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
-
-SOAK = Path(__file__).resolve().parents[2] / "bench" / "soak.py"
-
-
-def load_soak():
-    spec = importlib.util.spec_from_file_location("soak", SOAK)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_bounded_soak_no_errors_no_growth():
