@@ -9,31 +9,11 @@ from __future__ import annotations
 
 import argparse
 
-
-def _int_list(text: str) -> list[int]:
-    try:
-        vals = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers, got {text!r}") from None
-    if not vals or any(v <= 0 for v in vals):
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
-    return vals
-
-
-def _float_list(text: str) -> list[float]:
-    try:
-        vals = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated numbers, got {text!r}") from None
-    if not vals or any(not 0 < v <= 1 for v in vals):
-        raise argparse.ArgumentTypeError(f"expected fractions in (0, 1], got {text!r}")
-    return vals
+from cli.args import fraction_list, int_list
 
 
 def _fraction(text: str) -> float:
-    return _float_list(text)[0] if "," not in text else _bad_fraction(text)
+    return fraction_list(text)[0] if "," not in text else _bad_fraction(text)
 
 
 def _bad_fraction(text: str) -> float:
@@ -102,16 +82,16 @@ def _register_run(csub: argparse._SubParsersAction) -> None:
                             "without one)")
     p.add_argument("--model", help="model name sent in requests (default: the engine's first "
                                    "/v1/models entry)")
-    p.add_argument("--contexts", type=_int_list, required=True,
+    p.add_argument("--contexts", type=int_list, required=True,
                    help="prompt lengths in tokens, e.g. 8192,65536,131072,204800")
     p.add_argument("--output-tokens", type=_pos_int, default=256,
                    help="output tokens per request (default 256)")
-    p.add_argument("--batch-sizes", type=_int_list, default=[1],
+    p.add_argument("--batch-sizes", type=int_list, default=[1],
                    help="requests in flight at once per point (default 1)")
     p.add_argument("--repeats", type=_pos_int, default=1, help="repeats per point (default 1)")
-    p.add_argument("--dcp-size", "--dcp-sizes", dest="dcp_sizes", type=_int_list, default=[1],
+    p.add_argument("--dcp-size", "--dcp-sizes", dest="dcp_sizes", type=int_list, default=[1],
                    help="DCP size of the engine (--url: one value; --launch: a list)")
-    p.add_argument("--mem-fraction", "--mem-fractions", dest="mem_fractions", type=_float_list,
+    p.add_argument("--mem-fraction", "--mem-fractions", dest="mem_fractions", type=fraction_list,
                    default=[0.9], help="memory fraction (--url: one value; --launch: a list)")
     p.add_argument("--gpu", default="B300", help="GPU type (default B300)")
     p.add_argument("--num-gpus", type=_pos_int, default=8, help="GPUs = TP size (default 8)")
@@ -181,8 +161,8 @@ def _register_plan(csub: argparse._SubParsersAction) -> None:
     p.add_argument("--num-gpus", type=_pos_int, help="GPUs (default 8)")
     p.add_argument("--engines", type=lambda s: [x for x in s.split(",") if x],
                    help="restrict to these engines")
-    p.add_argument("--dcp-sizes", type=_int_list, help="restrict DCP sizes")
-    p.add_argument("--contexts", type=_int_list,
+    p.add_argument("--dcp-sizes", type=int_list, help="restrict DCP sizes")
+    p.add_argument("--contexts", type=int_list,
                    help="candidate contexts to scan (default: workload context / 8 .. x 8)")
     p.add_argument("--points", type=_pos_int, default=8, help="how many points (default 8)")
     p.add_argument("--include-uncalibrated", action="store_true",

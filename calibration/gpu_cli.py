@@ -13,16 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-
-def _ints(text: str) -> list[int]:
-    try:
-        vals = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers, got {text!r}") from None
-    if not vals or any(v <= 0 for v in vals):
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
-    return vals
+from cli.args import int_list
 
 
 def register_calibrate(csub: argparse._SubParsersAction) -> None:
@@ -57,10 +48,10 @@ def register_calibrate(csub: argparse._SubParsersAction) -> None:
     d.add_argument("--cpu", type=int, metavar="N",
                    help="run N processes on the CPU with gloo instead (a dry run of the code "
                         "path; times are not GPU times)")
-    d.add_argument("--dcp-sizes", type=_ints, help="DCP sizes (default 2, 4, 8 up to --gpus)")
-    d.add_argument("--batches", type=_ints, help="batch sizes (default 1..64)")
-    d.add_argument("--contexts", type=_ints, help="context lengths (default 1K..256K)")
-    d.add_argument("--mla-config", type=_ints, metavar="BH,BN,WARPS,STAGES",
+    d.add_argument("--dcp-sizes", type=int_list, help="DCP sizes (default 2, 4, 8 up to --gpus)")
+    d.add_argument("--batches", type=int_list, help="batch sizes (default 1..64)")
+    d.add_argument("--contexts", type=int_list, help="context lengths (default 1K..256K)")
+    d.add_argument("--mla-config", type=int_list, metavar="BH,BN,WARPS,STAGES",
                    help="Triton MLA kernel configuration (default: the tuned one of the GPU "
                         "profile beside --out, else 32,64,4,2)")
     d.add_argument("--gpu-name", help="GPU type to file the profile under")

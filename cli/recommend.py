@@ -6,6 +6,8 @@ import argparse
 
 from pydantic import ValidationError
 
+from cli.args import int_list
+
 FLAGS = {
     "context_tokens": "--context-tokens", "output_tokens": "--output-tokens",
     "batch_size": "--batch-size", "kv_bytes_per_token": "--kv-bytes-per-token",
@@ -13,14 +15,6 @@ FLAGS = {
     "gpu": "--gpu", "num_gpus": "--num-gpus", "engines": "--engines", "dcp_sizes": "--dcp-sizes",
     "model_weight_bytes": "--model-weight-bytes", "model": "--model-name",
 }
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers, got {text!r}") from None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="GPUs = tensor-parallel size (default 8)")
     p.add_argument("--engines", type=lambda s: [x for x in s.split(",") if x],
                    help="restrict to these engines, e.g. vllm,sglang")
-    p.add_argument("--dcp-sizes", type=_int_list, help="restrict DCP sizes, e.g. 1,2,4,8")
+    p.add_argument("--dcp-sizes", type=int_list, help="restrict DCP sizes, e.g. 1,2,4,8")
     p.add_argument("--model-weight-bytes", type=float, help="weight bytes (for KV capacity)")
     p.add_argument("--model-name", help="model name or path to put in the launch command")
     p.add_argument("--allow-extrapolation", action="store_true",
