@@ -93,7 +93,7 @@ class Prediction:
     total_hi: np.ndarray
     prefill: np.ndarray
     tpot: np.ndarray
-    step_parts: np.ndarray     # (n, 3): fixed, kv_read, dcp seconds of one decode step
+    step_parts: np.ndarray     # (interval rows, 3): fixed, kv_read, dcp seconds of a decode step
 
 
 @dataclass
@@ -178,6 +178,9 @@ class CostModel:
     def __getstate__(self):
         state = dict(self.__dict__)
         state.pop("_stack", None)
+        state.pop("_memory_choices", None)
+        state.pop("_config_arrays", None)
+        state.pop("_range_index", None)
         return state
 
     def predict(self, q: Query, rel_extra: np.ndarray | None = None, z: float = 1.645,
@@ -199,16 +202,19 @@ class CostModel:
         k = len(total) if interval_rows is None else interval_rows
         D = np.hstack([pre[:k], step[:k] * steps[:k, None]])
         eng = q.engine[:k]
-        param_var = np.empty(k)
-        for e in np.unique(eng):  # one matmul per engine beats a gathered (n, k, k) einsum
-            rows = eng == e
-            De = D[rows]
-            param_var[rows] = np.einsum("ij,ij->i", De @ cov[e], De)
+        if k <= 64:  # few rows (one recommendation): one gathered einsum
+            param_var = np.einsum("ij,ijk,ik->i", D, cov[eng], D)
+        else:  # many rows (batches): one matmul per engine, no (n, k, k) gather
+            param_var = np.empty(k)
+            for e in np.unique(eng):
+                rows = eng == e
+                De = D[rows]
+                param_var[rows] = np.einsum("ij,ij->i", De @ cov[e], De)
         r = rel[eng] if rel_extra is None else rel[eng] + rel_extra[:k]
         sd = np.zeros(len(total))
         sd[:k] = np.sqrt(np.maximum(param_var, 0.0) + (r * total[:k]) ** 2)
-        step_parts = np.column_stack([parts[:, 0] + parts[:, 1], parts[:, 2],
-                                      parts[:, 3] + parts[:, 4]])
+        pk = parts[:k]
+        step_parts = np.column_stack([pk[:, 0] + pk[:, 1], pk[:, 2], pk[:, 3] + pk[:, 4]])
         return Prediction(total, np.maximum(total - z * sd, 0.0), total + z * sd, prefill, tpot,
                           step_parts)
 
@@ -231,7 +237,12 @@ class CostModel:
     def coverage(self, engine: str, gpu: str, num_gpus: int, dcp: int,
                  values: dict[str, float]) -> tuple[bool, float]:
         """(calibrated, doublings outside the calibrated range) of one query."""
-        rng = self.ranges.get(config_key(engine, gpu, num_gpus, dcp))
+        index = self.__dict__.get("_range_index")
+        if index is None:  # tuple keys: no string formatting per query (hot path)
+            index = self.__dict__["_range_index"] = {
+                tuple(k.split("/")[:2]) + tuple(int(x) for x in k.split("/")[2:]): v
+                for k, v in self.ranges.items()}
+        rng = index.get((engine, gpu.upper(), num_gpus, dcp))
         if rng is None:
             return False, math.inf
         out = 0.0

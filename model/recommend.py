@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from pydantic import TypeAdapter
 
 from model.capabilities import exclusions as capability_exclusions
 from model.capabilities import prefill_factors
@@ -19,12 +20,13 @@ from model.costmodel import (
 )
 from model.hardware import dcp_comm_model, kv_read_model
 from model.kv import KvLayout
-from model.memory import MEM_FLAGS, choose_fraction, kv_capacity_tokens
+from model.memory import MEM_FLAGS, MemoryChoice, choose_fraction, kv_capacity_tokens
 from model.schemas import ConfigPrediction, Exclusion, Recommendation
 from model.workload import ENGINES, Config, Workload
 
 CROSSOVER_RANGE = (1024, 4 * 1024 * 1024)
 CROSSOVER_GRID = np.geomspace(*CROSSOVER_RANGE, 64)
+_PREDICTIONS = TypeAdapter(list[ConfigPrediction])
 
 
 class NoEligibleConfiguration(ValueError):
@@ -81,6 +83,32 @@ def dcp_constraint(engine: str, dcp: int, tp: int, layout: KvLayout) -> str | No
     return None
 
 
+def memory_choice(model: CostModel, engine: str, gpu: str) -> MemoryChoice:
+    """The memory fraction for ``engine`` on ``gpu`` (memoised per model: its data is fixed)."""
+    cache = model.__dict__.setdefault("_memory_choices", {})
+    key = (engine, gpu)
+    if key not in cache:
+        cache[key] = choose_fraction(engine, gpu, **model.safe_fractions(engine, gpu))
+    return cache[key]
+
+
+def _config_arrays(model: CostModel, configs: tuple[Config, ...], grid_configs: tuple[Config, ...],
+                   points: int) -> tuple[np.ndarray, np.ndarray]:
+    """Engine indices and DCP sizes of build_query's rows (memoised per model: hot path)."""
+    cache = model.__dict__.setdefault("_config_arrays", {})
+    key = (configs, grid_configs, points)
+    hit = cache.get(key)
+    if hit is None:
+        names = model.engine_names
+        rows = list(configs) + [c for c in grid_configs for _ in range(points)]
+        hit = (np.array([names.index(c.engine) for c in rows], dtype=np.intp),
+               np.array([c.dcp_size for c in rows], dtype=float))
+        if len(cache) > 1024:
+            cache.clear()
+        cache[key] = hit
+    return hit
+
+
 def build_query(model: CostModel, w: Workload, layout: KvLayout, configs: list[Config],
                 contexts: np.ndarray | None = None, grid_configs: list[Config] = ()) -> Query:
     """One row per config at the workload's context, or per (config, context) when
@@ -90,18 +118,13 @@ def build_query(model: CostModel, w: Workload, layout: KvLayout, configs: list[C
     if contexts is not None:
         configs, grid_configs, grid = [], configs, np.asarray(contexts, dtype=float)
     else:
-        grid = np.asarray(CROSSOVER_GRID if grid_configs else (), dtype=float)
+        grid = CROSSOVER_GRID if grid_configs else CROSSOVER_GRID[:0]
+    engine, dcp = _config_arrays(model, tuple(configs), tuple(grid_configs), len(grid))
     m, k = len(configs), len(grid_configs)
-    n = m + k * len(grid)
-    engine = np.array([names.index(c.engine) for c in configs]
-                      + [names.index(c.engine) for c in grid_configs], dtype=np.intp)
-    dcp = np.array([c.dcp_size for c in configs] + [c.dcp_size for c in grid_configs], dtype=float)
-    if k:
-        engine = np.concatenate([engine[:m], np.repeat(engine[m:], len(grid))])
-        dcp = np.concatenate([dcp[:m], np.repeat(dcp[m:], len(grid))])
+    n = len(engine)
     ctx = np.empty(n)
     ctx[:m] = w.context_tokens
-    ctx[m:] = np.tile(grid, k)
+    ctx[m:].reshape(k, len(grid))[:] = grid
     out = np.full(n, float(w.output_tokens))
     batch = np.full(n, float(w.batch_size))
     kv = np.full(n, layout.bytes_per_token / layout.shards(w.num_gpus))
@@ -144,24 +167,26 @@ def _evaluate(model: CostModel, w: Workload, layout: KvLayout, configs: list[Con
                       interval_rows=m)
     grid_totals = (p.total[m:].reshape(len(grid_configs), len(CROSSOVER_GRID))
                    if grid_configs else None)
-    mems = {e: choose_fraction(e, gpu.name, **model.safe_fractions(e, gpu.name))
-            for e in {c.engine for c in configs}}
+    mems = {e: memory_choice(model, e, gpu.name) for e in {c.engine for c in configs}}
     totals, prefills, tpots = p.total[:m].tolist(), p.prefill[:m].tolist(), p.tpot[:m].tolist()
     los, his, parts = p.total_lo[:m].tolist(), p.total_hi[:m].tolist(), p.step_parts[:m].tolist()
-    out: list[Evaluated] = []
+    rows = []
     for i, c in enumerate(configs):
         frac = mems[c.engine].fraction
         cap = kv_capacity_tokens(c.engine, frac, gpu.memory_bytes, layout.weight_bytes,
                                  w.num_gpus, kv_gpu, c.dcp_size)
         cal, dist = cover[i]
-        cp = ConfigPrediction(
-            engine=c.engine, dcp_size=c.dcp_size, total_s=totals[i], prefill_s=prefills[i],
-            decode_s=max(totals[i] - prefills[i], 0.0), tpot_s=tpots[i],
-            interval_s=(los[i], his[i]), calibrated=cal, extrapolated=(not cal) or dist > 0,
-            mem_fraction=frac, kv_capacity_tokens=cap, fits_in_memory=demand <= cap,
-            kv_read_source=kv_source)
-        step = dict(zip(("fixed", "kv_read", "dcp"), parts[i], strict=True))
-        out.append(Evaluated(c, cp, cal or w.allow_extrapolation, step))
+        rows.append({
+            "engine": c.engine, "dcp_size": c.dcp_size, "total_s": totals[i],
+            "prefill_s": prefills[i], "decode_s": max(totals[i] - prefills[i], 0.0),
+            "tpot_s": tpots[i], "interval_s": (los[i], his[i]), "calibrated": cal,
+            "extrapolated": (not cal) or dist > 0, "mem_fraction": frac,
+            "kv_capacity_tokens": cap, "fits_in_memory": demand <= cap,
+            "kv_read_source": kv_source})
+    preds = _PREDICTIONS.validate_python(rows)  # one pydantic-core call for all configs
+    out = [Evaluated(c, preds[i], cover[i][0] or w.allow_extrapolation,
+                     dict(zip(("fixed", "kv_read", "dcp"), parts[i], strict=True)))
+           for i, c in enumerate(configs)]
     return out, grid_configs, grid_totals
 
 
@@ -261,8 +286,7 @@ def recommend(model: CostModel, w: Workload, version: str) -> Recommendation:
         confidence = "high"
     cross = nearest_crossover(w, grid_totals)
     reasons = _reasons(w, best, rival, speedup, cross, confidence)
-    mem = choose_fraction(best.config.engine, w.gpu_spec().name,
-                          **model.safe_fractions(best.config.engine, w.gpu_spec().name))
+    mem = memory_choice(model, best.config.engine, w.gpu_spec().name)
     reasons.append(mem.reason)
     return Recommendation(
         engine=best.config.engine, dcp_size=best.config.dcp_size, mem_fraction=bp.mem_fraction,

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
@@ -128,9 +127,8 @@ class Workload(JsonModel):
         return layout
 
 
-@dataclass(frozen=True)
-class Config:
-    """One candidate serving configuration."""
+class Config(NamedTuple):
+    """One candidate serving configuration (a tuple: cheap to hash on the hot path)."""
 
     engine: str
     dcp_size: int
