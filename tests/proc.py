@@ -22,6 +22,16 @@ import httpx
 EXE = str(Path(sys.executable).with_name("engine-advisor"))
 
 
+def wait_for(cond, timeout: float, step: float = 0.02) -> bool:
+    """Poll ``cond()`` until it is true or ``timeout`` seconds pass; its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(step)
+    return cond()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

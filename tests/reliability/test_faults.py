@@ -24,6 +24,7 @@ import time
 import httpx
 import pytest
 import yaml
+from proc import wait_for
 from rel_helpers import (
     AUTH,
     Proc,
@@ -39,15 +40,6 @@ from svc_helpers import fit_artifact
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 soak = load_soak()
-
-
-def wait_for(cond, timeout: float, step: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(step)
-    return cond()
 
 
 @pytest.fixture(scope="module")

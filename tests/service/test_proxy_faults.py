@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 import yaml
-from proc import Proc, start_all
+from proc import Proc, start_all, wait_for
 from test_proxy_e2e import TOKEN, client, pools_yaml
 
 pytestmark = pytest.mark.timeout(120)
@@ -38,15 +38,6 @@ def metric_line(url: str, *needles: str) -> float | None:
         if not line.startswith("#") and all(n in line for n in needles):
             return float(line.rsplit(" ", 1)[1])
     return None
-
-
-def wait_for(cond, timeout: float, step: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(step)
-    return cond()
 
 
 # ----------------------------------------------------------------------------- retries
