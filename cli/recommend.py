@@ -95,9 +95,7 @@ def format_table(rec) -> str:
                      "context tokens")
     lines += ["", "Why:"] + [f"  - {r}" for r in rec.reasons]
     if rec.excluded:
-        lines += ["", "Excluded:"] + [
-            f"  - {e.engine}" + (f" dcp {e.dcp_size}" if e.dcp_size else "") + f": {e.reason}"
-            for e in rec.excluded]
+        lines += ["", "Excluded:"] + [f"  - {e.describe()}" for e in rec.excluded]
     lines += ["", "Launch:", "  " + " ".join(rec.launch_command), "",
               f"model {rec.model_version}"]
     return "\n".join(lines)

@@ -234,8 +234,7 @@ def _plan_class(model: CostModel, req: PlanRequest, i: int,
     w = req.workload(c)
     layout = w.kv_layout()
     configs, excluded = candidates(model, w, layout)
-    reasons = [f"{x.engine}" + (f" dcp {x.dcp_size}" if x.dcp_size else "") + f": {x.reason}"
-               for x in excluded]
+    reasons = [x.describe() for x in excluded]
     options = []
     for e1 in evaluate(model, w, layout, configs):
         if not e1.eligible:

@@ -259,14 +259,13 @@ def _overlap(a: ConfigPrediction, b: ConfigPrediction) -> bool:
 def recommend(model: CostModel, w: Workload, version: str) -> Recommendation:
     layout = w.kv_layout()
     configs, excluded = candidates(model, w, layout)
-    evals, _, grid_totals = _evaluate(model, w, layout, configs, curves=True)
-    eligible = sorted((e for e in evals if e.eligible), key=lambda e: e.pred.total_s)
     if not configs:
-        exc = NoEligibleConfiguration("every configuration is excluded: " + "; ".join(
-            f"{x.engine}" + (f" dcp {x.dcp_size}" if x.dcp_size else "") + f": {x.reason}"
-            for x in excluded))
+        exc = NoEligibleConfiguration("every configuration is excluded: "
+                                      + "; ".join(x.describe() for x in excluded))
         exc.field = "requirements" if w.requirements else "engines"
         raise exc
+    evals, _, grid_totals = _evaluate(model, w, layout, configs, curves=True)
+    eligible = sorted((e for e in evals if e.eligible), key=lambda e: e.pred.total_s)
     if not eligible:
         names = ", ".join(f"{e.config.engine} dcp {e.config.dcp_size}" for e in evals) or "none"
         raise NoEligibleConfiguration(

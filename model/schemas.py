@@ -26,6 +26,10 @@ class Exclusion(BaseModel):
     dcp_size: int | None = None
     reason: str
 
+    def describe(self) -> str:
+        """'engine[ dcp N]: reason', as messages and tables print it."""
+        return self.engine + (f" dcp {self.dcp_size}" if self.dcp_size else "") + f": {self.reason}"
+
 
 class Recommendation(BaseModel):
     engine: str
