@@ -22,12 +22,17 @@ async def get_holder(request: Request) -> ModelHolder:
     return request.app.state.holder
 
 
-async def get_model(request: Request) -> LoadedModel:
-    """A snapshot of the loaded model for the whole request (reloads swap the holder)."""
+def current_model(request: Request) -> LoadedModel:
+    """A snapshot of the loaded model for the whole request (reloads swap the holder); 503
+    before the lifespan has loaded it."""
     holder = getattr(request.app.state, "holder", None)
     if holder is None:
         raise ApiError(503, "the model is not loaded yet")
     return holder.current
+
+
+async def get_model(request: Request) -> LoadedModel:
+    return current_model(request)
 
 
 async def get_metrics(request: Request) -> Metrics:
@@ -38,9 +43,7 @@ def hot_state(request: Request) -> tuple[LoadedModel, Metrics, ResponseCache]:
     """What POST /v1/recommend needs, read directly: FastAPI's dependency solving costs about
     40 us per request, a tenth of the whole request (bench/bench_service.py)."""
     state = request.app.state
-    if getattr(state, "holder", None) is None:
-        raise ApiError(503, "the model is not loaded yet")
-    return state.holder.current, state.metrics, state.recommend_cache
+    return current_model(request), state.metrics, state.recommend_cache
 
 
 async def require_admin(request: Request) -> None:

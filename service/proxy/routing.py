@@ -57,13 +57,6 @@ def authorize(pools: Pools, request: Request) -> None:
                        headers={"WWW-Authenticate": "Bearer"})
 
 
-def loaded_model(request: Request) -> LoadedModel:
-    holder = getattr(request.app.state, "holder", None)
-    if holder is None:
-        raise ApiError(503, "the model is not loaded yet")
-    return holder.current
-
-
 def _why_unavailable(u: Upstream, now: float) -> str:
     if not u.healthy:
         return f"down ({u.last_error or 'failed health checks'})"

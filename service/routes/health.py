@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from service.deps import MetricsDep
-from service.errors import ApiError, error_responses
+from service.deps import MetricsDep, current_model
+from service.errors import error_responses
 from service.schemas import Health
 
 router = APIRouter(tags=["health"])
@@ -20,10 +20,7 @@ async def healthz() -> Health:
 @router.get("/readyz", response_model=Health, responses=error_responses(503),
             summary="Readiness: the model is loaded")
 async def readyz(request: Request) -> Health:
-    holder = getattr(request.app.state, "holder", None)
-    if holder is None:
-        raise ApiError(503, "the model is not loaded yet")
-    return Health(status="ready", model_version=holder.current.version)
+    return Health(status="ready", model_version=current_model(request).version)
 
 
 @router.get("/metrics", response_class=Response, summary="Prometheus metrics",

@@ -7,11 +7,11 @@ import time
 
 from fastapi import APIRouter, Request, Response
 
-from service.deps import AdminDep
+from service.deps import AdminDep, current_model
 from service.errors import ApiError, error_responses
 from service.proxy.forward import ProxyCall
 from service.proxy.request import CHAT, COMPLETIONS, parse
-from service.proxy.routing import NO_POOLS, authorize, current_pools, loaded_model, route
+from service.proxy.routing import NO_POOLS, authorize, current_pools, route
 from service.proxy.schemas import ModelCard, ModelList, ReloadResult, UpstreamsStatus
 
 router = APIRouter(tags=["proxy"])
@@ -30,7 +30,7 @@ async def handle(request: Request, path: str) -> Response:
     st, pools = current_pools(request)
     authorize(pools, request)
     req = parse(await request.body(), path)
-    routed = await route(st, pools, loaded_model(request), req)
+    routed = await route(st, pools, current_model(request), req)
     rid = request.scope.get("state", {}).get("request_id") or ""
     return ProxyCall(st, pools, req, routed.decision, routed.first, rid, routed.prompt_tokens)
 
@@ -68,9 +68,7 @@ async def list_models(request: Request) -> ModelList:
             responses=error_responses(401, 403, 503),
             summary="Pools, upstream health, circuit breakers and load (admin token)")
 async def list_upstreams(_: AdminDep, request: Request) -> UpstreamsStatus:
-    st = request.app.state.proxy
-    if st.pools is None:
-        raise ApiError(503, NO_POOLS)
+    st, _ = current_pools(request)
     return UpstreamsStatus.of(st, time.monotonic())
 
 

@@ -9,9 +9,10 @@ from fastapi import APIRouter, Request
 from pydantic import ValidationError
 
 from model.schemas import ConfigPrediction
+from service.deps import current_model
 from service.errors import ApiError, error_responses, validation_detail
 from service.proxy.request import CHAT, COMPLETIONS, ProxyRequest, parse
-from service.proxy.routing import authorize, current_pools, loaded_model, route
+from service.proxy.routing import authorize, current_pools, route
 from service.proxy.schemas import Alternative, Predicted, RouteDecision, RouteWorkload
 
 router = APIRouter(prefix="/v1/route", tags=["route"])
@@ -54,7 +55,7 @@ async def route_request(request: Request) -> RouteDecision:
     st, pools = current_pools(request)
     authorize(pools, request)
     req, context = _request(await request.body())
-    r = await route(st, pools, loaded_model(request), req, context)
+    r = await route(st, pools, current_model(request), req, context)
     d, up = r.decision, r.first
     alts = [Alternative(engine=g[0], dcp_size=g[1], predicted=_predicted(d.predictions.get(g)))
             for g in d.ranked if g != up.group]
