@@ -20,7 +20,7 @@ from sim import metrics, tokenizer
 from sim.config import SimConfig
 from sim.engine import EngineCore, SimRequest
 from sim.faults import FaultInjector, HeaderError, oom_message
-from sim.prefix import PrefixCache
+from sim.prefix import BLOCK, PrefixCache
 from sim.protocol import (
     DONE_EVENT,
     ApiError,
@@ -125,10 +125,11 @@ class _Cut(Response):
 class _Stream(Response):
     """SSE stream of one request; the client going away aborts the engine request at once."""
 
-    def __init__(self, core: EngineCore, req: SimRequest, writer: ChunkWriter, n: int,
-                 finish: str, drop_after: int | None, done: Callable[[], None]):
+    def __init__(self, core: EngineCore, req: SimRequest, writer: ChunkWriter,
+                 drop_after: int | None, done: Callable[[], None]):
         self.core, self.req, self.writer = core, req, writer
-        self.n, self.finish, self.drop_after, self.done = n, finish, drop_after, done
+        self.n, self.finish = writer.plan.n, writer.plan.finish_reason
+        self.drop_after, self.done = drop_after, done
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         core, req, writer = self.core, self.req, self.writer
@@ -212,7 +213,7 @@ def create_app(state: SimState) -> Starlette:
 
         if p.stream:
             writer = ChunkWriter(p, rid, cfg.model_name, plan)
-            return _Stream(core, req, writer, plan.n, plan.finish_reason, drop_after, done)
+            return _Stream(core, req, writer, drop_after, done)
         watcher = asyncio.ensure_future(_wait_disconnect(request.receive))
         answered = False
         try:
@@ -233,14 +234,12 @@ def create_app(state: SimState) -> Starlette:
                 done()
         if drop_after is not None:
             core.abort(req)
-            payload = json.dumps(full_response(p, rid, cfg.model_name, plan, plan.n,
-                                               plan.finish_reason)).encode()
+            payload = json.dumps(full_response(p, rid, cfg.model_name, plan)).encode()
             headers = [(b"content-type", b"application/json"),
                        (b"content-length", str(len(payload)).encode())]
             return _Cut(200, headers, payload[: len(payload) // 2], done)
         done()
-        return JSONResponse(full_response(p, rid, cfg.model_name, plan, plan.n,
-                                          plan.finish_reason))
+        return JSONResponse(full_response(p, rid, cfg.model_name, plan))
 
     async def completions(request: Request) -> Response:
         return await generate(request, chat=False)
@@ -302,8 +301,8 @@ def create_app(state: SimState) -> Starlette:
         return Response(status_code=200)
 
     async def metrics_route(request: Request) -> Response:
-        info = {"gpu_memory_utilization": str(cfg.mem_fraction), "block_size": "16",
-                "num_gpu_blocks": str(state.capacity // 16), "cache_dtype": "auto",
+        info = {"gpu_memory_utilization": str(cfg.mem_fraction), "block_size": str(BLOCK),
+                "num_gpu_blocks": str(state.capacity // BLOCK), "cache_dtype": "auto",
                 "enable_prefix_caching": str(not cfg.disable_prefix_caching),
                 "decode_context_parallel_size": str(cfg.dcp_size),
                 "tensor_parallel_size": str(cfg.num_gpus)}

@@ -166,8 +166,8 @@ class EngineCore:
 
     async def _prefill(self, loop: asyncio.AbstractEventLoop) -> None:
         batch = self.prefilling
-        new_tokens = [r.prompt_len - r.cached for r in batch]
-        ctx = sum(r.prompt_len for r in batch) / len(batch)
+        prompt = sum(r.prompt_len for r in batch)
+        ctx = prompt / len(batch)
         dur = self.timer.prefill_s(len(batch), ctx)
         cached = sum(r.cached for r in batch)
         if cached:   # a prefix-cache hit skips the cached share of the prefill work
@@ -180,7 +180,7 @@ class EngineCore:
             await asyncio.sleep(delay)
         now = loop.time()
         stats = self.stats
-        stats.prompt_tokens += sum(new_tokens) + cached
+        stats.prompt_tokens += prompt
         stats.cached_prompt_tokens += cached
         self.prefilling = []
         for r in batch:

@@ -212,8 +212,8 @@ def new_id(engine: str, chat: bool) -> str:
     return f"{'chatcmpl' if chat else 'cmpl'}-{hexid}"
 
 
-def full_response(p: GenParams, rid: str, model: str, plan: OutputPlan, n: int,
-                  reason: str) -> dict[str, Any]:
+def full_response(p: GenParams, rid: str, model: str, plan: OutputPlan) -> dict[str, Any]:
+    n, reason = plan.n, plan.finish_reason
     text = plan.text(0, n)
     created = int(time.time())
     u = usage(len(p.prompt_ids), n)

@@ -63,9 +63,9 @@ def encode(text: str) -> list[int]:
 
 def decode(ids: list[int]) -> str:
     """Text of token ids (invalid UTF-8 from byte tokens becomes U+FFFD)."""
-    for t in ids:
-        if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < VOCAB_SIZE:
-            raise TokenError(f"token id {t!r} is out of vocabulary (0 .. {VOCAB_SIZE - 1})")
+    why = check_ids(ids)
+    if why:
+        raise TokenError(why)
     return b"".join(_id_bytes(t) for t in ids).decode("utf-8", errors="replace")
 
 
