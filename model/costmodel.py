@@ -156,9 +156,11 @@ class CostModel:
 
     def _dcp_prior(self) -> dict[str, float]:
         fitted = [est.coefficients_ for est in self.engines.values()]
-        names = ("dcp_sync_s_per_log2", "dcp_combine_s_per_seq")
-        return {n: float(np.mean([c[n] for c in fitted])) for n in names
-                if fitted and np.mean([c[n] for c in fitted]) > 0}
+        if not fitted:
+            return {}
+        means = {n: float(np.mean([c[n] for c in fitted]))
+                 for n in ("dcp_sync_s_per_log2", "dcp_combine_s_per_seq")}
+        return {n: v for n, v in means.items() if v > 0}
 
     # ---------------------------------------------------------------- predicting
     @property

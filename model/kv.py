@@ -72,9 +72,8 @@ def _int(cfg: dict[str, Any], key: str, default: int | None = None) -> int:
     v = cfg.get(key, default)
     if v is None:
         raise KvConfigError(f"hf_config.{key}", "missing (needed to compute KV bytes per token)")
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-        raise KvConfigError(f"hf_config.{key}", f"must be a positive integer, got {v!r}")
-    if v <= 0 or int(v) != v:
+    if (isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)
+            or v <= 0 or int(v) != v):
         raise KvConfigError(f"hf_config.{key}", f"must be a positive integer, got {v!r}")
     return int(v)
 

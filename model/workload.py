@@ -132,7 +132,3 @@ class Config(NamedTuple):
 
     engine: str
     dcp_size: int
-
-
-def parse_workload(data: Any) -> Workload:
-    return Workload.model_validate(data)
