@@ -91,10 +91,7 @@ class WorkloadSpec(Strict):
         try:
             self.workload(1024, 1, 1, ["vllm"], [1])
         except ValidationError as exc:
-            err = exc.errors()[0]
-            loc = ".".join(str(p) for p in err["loc"])
-            msg = str(err["msg"]).removeprefix("Value error, ")
-            raise ValueError(f"{loc}: {msg}" if loc else msg) from None
+            raise ValueError(_describe(exc.errors()[0])) from None
         return self
 
 
@@ -166,6 +163,13 @@ class PoolsConfig(Strict):
         return self
 
 
+def _describe(err: dict[str, Any]) -> str:
+    """'path.to.field: reason' of one pydantic error."""
+    loc = ".".join(str(p) for p in err["loc"])
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    return f"{loc}: {msg}" if loc else msg
+
+
 class UpstreamsError(ValueError):
     """A pools file that cannot be used; the message names the file and the field."""
 
@@ -184,11 +188,7 @@ def parse(text: str, source: str = "<upstreams>") -> PoolsConfig:
     try:
         return PoolsConfig.model_validate(data)
     except ValidationError as exc:
-        parts = []
-        for err in exc.errors()[:5]:
-            loc = ".".join(str(p) for p in err["loc"])
-            msg = str(err["msg"]).removeprefix("Value error, ")
-            parts.append(f"{loc}: {msg}" if loc else msg)
+        parts = [_describe(err) for err in exc.errors()[:5]]
         raise UpstreamsError(f"{source}: " + "; ".join(parts)) from None
 
 
@@ -256,7 +256,6 @@ class Pools:
     loaded_at: float = field(default_factory=time.time)
 
     def __post_init__(self) -> None:
-        self.by_name = {u.name: u for u in self.upstreams}
         self.groups: dict[tuple[str, int], list[Upstream]] = {}
         for u in self.upstreams:
             self.groups.setdefault(u.group, []).append(u)

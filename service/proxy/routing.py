@@ -65,6 +65,12 @@ def _why_unavailable(u: Upstream, now: float) -> str:
     return f"circuit breaker {u.breaker.state}"
 
 
+def _unavailable(cands: list[Upstream]) -> ApiError:
+    now = time.monotonic()
+    return ApiError(503, "no upstream is available: " + "; ".join(
+        f"{u.name}: {_why_unavailable(u, now)}" for u in cands))
+
+
 async def route(st, pools: Pools, loaded: LoadedModel, req: ProxyRequest,
                 context_tokens: int | None = None) -> Routed:
     cfg = pools.config
@@ -78,11 +84,9 @@ async def route(st, pools: Pools, loaded: LoadedModel, req: ProxyRequest,
     now = time.monotonic()
     avail = [u for u in cands if u.available(now)]
     if not avail:
-        raise ApiError(503, "no upstream is available: " + "; ".join(
-            f"{u.name}: {_why_unavailable(u, now)}" for u in cands))
+        raise _unavailable(cands)
     out = req.max_tokens or cfg.workload.output_tokens
     batch = max(cfg.workload.batch_size, 1 + min(u.in_flight for u in avail))
-    decision = None
     if context_tokens is not None:
         n, method = context_tokens, "given"
     elif req.prompt_token_ids is not None:
@@ -107,8 +111,7 @@ async def route(st, pools: Pools, loaded: LoadedModel, req: ProxyRequest,
     st.seq += 1
     first = pick(pools, decision, req.model, [], None, st.seq)
     if first is None:     # every available upstream went away while we counted
-        raise ApiError(503, "no upstream is available: " + "; ".join(
-            f"{u.name}: {_why_unavailable(u, time.monotonic())}" for u in cands))
+        raise _unavailable(cands)
     engine, dcp = first.group
     st.metrics.child(st.metrics.decisions, engine, str(dcp)).inc()
     return Routed(decision, first, n, method, out, batch)
