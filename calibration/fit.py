@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from model.artifact import save
-from model.costmodel import CostModel
+from model.costmodel import MIN_CV_POINTS, CostModel
 from model.dataset import Measurement, read_csv
 
 DATASET_NAME = "dataset.csv"
@@ -56,7 +56,7 @@ def format_fit_summary(model: CostModel, meta: dict[str, Any], out: str) -> str:
                      f"  {', '.join(cfgs)}")
     lines.append("")
     lines.append("CV MAPE: leave-one-point-out error of each point's measured times "
-                 f"(n/a below {5} points)")
+                 f"(n/a below {MIN_CV_POINTS} points)")
     lines.append(f"wrote {out} (model {meta['model_version']}, data sha256 "
                  f"{meta['training_data_sha256'][:12]})")
     return "\n".join(lines)

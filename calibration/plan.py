@@ -54,7 +54,7 @@ def _phi(x: float) -> float:
     return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
 
 
-def candidate_contexts(model: CostModel, w: Workload, given: list[int] | None) -> list[int]:
+def candidate_contexts(w: Workload, given: list[int] | None) -> list[int]:
     if given:
         return sorted(set(given))
     c = w.context_tokens
@@ -76,7 +76,7 @@ def plan(model: CostModel, w: Workload, contexts: list[int] | None = None,
     cross = [x for x, _, _ in crossovers(CROSSOVER_GRID, total_curves(model, w, layout, configs,
                                                                       CROSSOVER_GRID))]
     scored: list[PlanPoint] = []
-    for ctx in candidate_contexts(model, w, contexts):
+    for ctx in candidate_contexts(w, contexts):
         wc = w.model_copy(update={"context_tokens": ctx})
         evals = evaluate(model, wc, layout, configs)
         if not evals:

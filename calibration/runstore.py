@@ -144,8 +144,7 @@ class RunStore:
                                  "without a newline)")
             raw = raw[:cut]
         lines = raw.decode("utf-8", errors="replace").splitlines(keepends=True)
-        if not lines:
-            raw = header_csv().encode()
+        if not lines:               # killed between creating the file and writing its header
             lines = [header_csv()]
         rows, keep = [], [lines[0]]
         if lines[0] != header_csv():

@@ -58,6 +58,15 @@ def test_a_torn_last_line_is_repaired(tmp_path, tail):
     assert [json.loads(s)["key"] for s in samples] == [key(1024).text()]
 
 
+def test_an_empty_dataset_gets_its_header_back(tmp_path):
+    RunStore(tmp_path, PARAMS)
+    (tmp_path / "dataset.csv").write_bytes(b"")     # a kill before the header reached the disk
+    store = RunStore(tmp_path, PARAMS)
+    store.append_point(key(1024), _row(key(1024)), [])
+    assert [r.context_tokens for r in read_csv(tmp_path / "dataset.csv")] == [1024]
+    assert RunStore(tmp_path, PARAMS).done == {key(1024)}
+
+
 def test_corruption_in_the_middle_is_refused(tmp_path):
     store = RunStore(tmp_path, PARAMS)
     store.append_point(key(1024), _row(key(1024)), [])
