@@ -150,8 +150,8 @@ class CostModel:
                                     "residual_rel_std": est.residual_rel_std_,
                                     "cv_mape": cv_mape(erows, estimator_params)}
         self.version = f"fit-{self.data_sha256[:12]}"
-        self.hardware = {r.gpu: kv_read_model(_gpu_or_none(r.gpu)).source
-                         for r in rows if _gpu_or_none(r.gpu) is not None}
+        self.hardware = {r.gpu: kv_read_model(gpu).source
+                         for r in rows if (gpu := _gpu_or_none(r.gpu)) is not None}
         return self
 
     def _dcp_prior(self) -> dict[str, float]:

@@ -47,7 +47,7 @@ def candidates(model: CostModel, w: Workload,
                layout: KvLayout) -> tuple[list[Config], list[Exclusion]]:
     engines = w.engines or list(ENGINES)
     tp = w.num_gpus
-    dcps = w.dcp_sizes or [d for d in range(1, tp + 1) if tp % d == 0]
+    dcps = dcp_sizes(w)
     ok, excluded = [], []
     blocked = capability_exclusions(w.requirements, layout)
     for engine in engines:
@@ -58,13 +58,19 @@ def candidates(model: CostModel, w: Workload,
         if engine in blocked:
             excluded.append(Exclusion(engine=engine, reason=blocked[engine]))
             continue
-        for dcp in sorted(set(dcps)):
+        for dcp in dcps:
             reason = dcp_constraint(engine, dcp, tp, layout)
             if reason:
                 excluded.append(Exclusion(engine=engine, dcp_size=dcp, reason=reason))
             else:
                 ok.append(Config(engine, dcp))
     return ok, excluded
+
+
+def dcp_sizes(w: Workload) -> list[int]:
+    """The DCP sizes to consider: the workload's, else every divisor of its TP size."""
+    tp = w.num_gpus
+    return sorted(set(w.dcp_sizes)) if w.dcp_sizes else [d for d in range(1, tp + 1) if tp % d == 0]
 
 
 def dcp_constraint(engine: str, dcp: int, tp: int, layout: KvLayout) -> str | None:
@@ -354,8 +360,7 @@ def _profile_reasons(w: Workload) -> list[str]:
                       "spec" if bw else ""))
     comm = dcp_comm_model(gpu)
     if comm is not None:
-        sizes = w.dcp_sizes or [d for d in range(2, w.num_gpus + 1) if w.num_gpus % d == 0]
-        extra = [d for d in sizes if d > 1 and d not in comm.measured]
+        extra = [d for d in dcp_sizes(w) if d > 1 and d not in comm.measured]
         out.append(f"DCP combine cost shaped by the measured {gpu.name} DCP profile "
                    f"({comm.file_name}; dcp {', '.join(map(str, comm.measured))} measured"
                    + (f", {', '.join(map(str, extra))} extrapolated" if extra else "") + ")")
