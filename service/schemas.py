@@ -114,7 +114,7 @@ class CrossoverResponse(BaseModel):
     points: list[int]
     best: list[ConfigRef] = Field(description="the fastest configuration at each point")
     curves: list[Curve] = Field(description="predicted total seconds at each point (prefix "
-                                            "reuse is not applied to the curves)")
+                                            "reuse applied, as in POST /v1/recommend)")
     excluded: list[Exclusion]
     model_version: str
 

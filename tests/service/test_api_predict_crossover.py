@@ -96,6 +96,15 @@ def test_crossover_at_requested_points_and_none_in_range(client):
     assert best == ["vllm", "vllm", "sglang"]
 
 
+def test_crossover_curves_apply_prefix_reuse(client):
+    base = client.post("/v1/crossover", json=NO_CTX).json()
+    reuse = client.post("/v1/crossover", json={
+        **NO_CTX, "requirements": {"prefix_reuse_share": 0.8}}).json()
+    assert [c["engine"] for c in reuse["curves"]] == [c["engine"] for c in base["curves"]]
+    for b, r in zip(base["curves"], reuse["curves"], strict=True):
+        assert all(x < y for x, y in zip(r["total_s"], b["total_s"], strict=True))
+
+
 def test_crossover_with_extrapolation_compares_all_configs(client):
     r = client.post("/v1/crossover", json={**NO_CTX, "allow_extrapolation": True})
     assert r.status_code == 200
