@@ -13,11 +13,9 @@ from cli.args import fraction_list, int_list
 
 
 def _fraction(text: str) -> float:
-    return fraction_list(text)[0] if "," not in text else _bad_fraction(text)
-
-
-def _bad_fraction(text: str) -> float:
-    raise argparse.ArgumentTypeError(f"expected one fraction in (0, 1], got {text!r}")
+    if "," in text:
+        raise argparse.ArgumentTypeError(f"expected one fraction in (0, 1], got {text!r}")
+    return fraction_list(text)[0]
 
 
 def _pos_int(text: str) -> int:

@@ -186,15 +186,6 @@ class Sample:
         return d
 
 
-async def stream_completion(client: httpx.AsyncClient, *, model: str, prompt: list[int] | str,
-                            output_tokens: int, timeout: float, prompt_tokens: int | None = None,
-                            index: int = 0, t_batch: float | None = None) -> Sample:
-    """One streamed ``/v1/completions`` request of exactly ``output_tokens`` tokens."""
-    body = request_body(model, prompt, output_tokens)
-    return await send_streaming(client, body, output_tokens=output_tokens, timeout=timeout,
-                                prompt_tokens=prompt_tokens, index=index, t_batch=t_batch)
-
-
 def request_body(model: str, prompt: list[int] | str, output_tokens: int) -> bytes:
     """The JSON body of one exact-length streamed completion (encoded ahead of the clock)."""
     return json.dumps({"model": model, "prompt": prompt, "max_tokens": output_tokens,
@@ -227,7 +218,7 @@ async def send_streaming(client: httpx.AsyncClient, body: bytes, *, output_token
             await _stream(client, body, s, t0, output_tokens, prompt_tokens)
     except (httpx.HTTPError, TimeoutError) as exc:
         s.ok, s.error = False, describe_http_error(exc, url, timeout)
-    s.oom = s.oom or is_oom(s.error)
+    s.oom = is_oom(s.error)
     return s
 
 

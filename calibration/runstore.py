@@ -128,7 +128,7 @@ class RunStore:
             raise RunStoreError(f"{self.folder} has a {DATASET} but no {MANIFEST}: not a run "
                                 "folder of `calibrate run`; choose another --out folder")
         manifest = {"sweep_id": self.id, "parameters": self.params,
-                    "created": _now(), "engines": {}, "runs": []}
+                    "created": utc_now(), "engines": {}, "runs": []}
         self._write_manifest(manifest)
         return manifest
 
@@ -212,11 +212,11 @@ class RunStore:
         self.done.add(key)
 
     def event(self, kind: str, message: str, **fields: Any) -> None:
-        rec = {"time": _now(), "kind": kind, "message": message, **fields}
+        rec = {"time": utc_now(), "kind": kind, "message": message, **fields}
         _fsync_append(self.folder / EVENTS, (json.dumps(rec, sort_keys=True) + "\n").encode())
 
 
-def _now() -> str:
+def utc_now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 

@@ -45,7 +45,7 @@ from calibration.client import (
     warm_connections,
 )
 from calibration.launcher import LaunchedEngine, LaunchTemplateError, format_command, free_port
-from calibration.runstore import PointKey, RunStore, RunStoreError
+from calibration.runstore import PointKey, RunStore, RunStoreError, utc_now
 from model.dataset import Measurement
 
 IDENTITY = ("engine", "model", "contexts", "output_tokens", "batch_sizes", "repeats",
@@ -158,7 +158,7 @@ class Sweep:
                 for combo in cfg.combos()]
         total = sum(len(cfg.points(*c)) for c in cfg.combos())
         remaining = sum(len(keys) for _, keys in todo)
-        run_rec = {"started": _now(), "status": "running", "points_total": total,
+        run_rec = {"started": utc_now(), "status": "running", "points_total": total,
                    "points_already_done": total - remaining}
         store.manifest.setdefault("runs", []).append(run_rec)
         store.update_manifest()
@@ -178,7 +178,7 @@ class Sweep:
             raise
         finally:
             self.bar.close()
-            run_rec.update(finished=_now(), status=status,
+            run_rec.update(finished=utc_now(), status=status,
                            points_recorded=sum(o.row is not None for o in self.outcomes),
                            points_failed=sum(o.row is None for o in self.outcomes))
             store.update_manifest()
@@ -199,7 +199,7 @@ class Sweep:
         try:
             pending_oom, error = self._start(engine, label)
             if error is not None:
-                self._failed_start(keys, engine, error, pending_oom)
+                self._failed_start(keys, error, pending_oom)
                 return
             target = Target(engine.url, self._info(engine.url, label, engine), engine)
             self._points(target, keys, label, pending_oom)
@@ -231,8 +231,7 @@ class Sweep:
                              log_tail=engine.log_tail()[-1000:])
         return ooms, error
 
-    def _failed_start(self, keys: list[PointKey], engine: LaunchedEngine, error: str,
-                      ooms: int) -> None:
+    def _failed_start(self, keys: list[PointKey], error: str, ooms: int) -> None:
         for key in keys:
             row = self._row(key, [], None, errors=1, oom_retries=ooms)
             self._record(key, row, [], "oom" if ooms else "failed-start", error)
@@ -278,7 +277,7 @@ class Sweep:
     def _points(self, target: Target, keys: list[PointKey], label: str,
                 pending_oom: int = 0) -> None:
         failed_in_a_row = 0
-        for key in keys:
+        for i, key in enumerate(keys):
             outcome = self._point(target, key, pending_oom)
             if outcome.row is not None:
                 pending_oom = 0
@@ -296,7 +295,7 @@ class Sweep:
                 failed_in_a_row = 0
             if target.engine is not None and outcome.status == "oom" and not target.engine.alive():
                 # the engine died of OOM and could not be brought back: the rest would fail too
-                for rest in keys[keys.index(key) + 1:]:
+                for rest in keys[i + 1:]:
                     row = self._row(rest, [], None, errors=1, oom_retries=1)
                     self._record(rest, row, [], "oom", "engine died of out-of-memory")
                 return
@@ -407,7 +406,7 @@ class Sweep:
     def _record(self, key: PointKey, row: Measurement, samples: list[dict[str, Any]],
                 status: str, message: str) -> Outcome:
         self.store.append_point(key, row, samples)
-        if status not in ("ok",):
+        if status != "ok":
             self.store.event(status, f"{key.text()}: {message or status}", key=key.text())
         self.bar.update(1)
         out = Outcome(key, status, row, message)
@@ -503,8 +502,3 @@ def run_from_args(args: argparse.Namespace) -> int:
           + (f"; {len(failed)} failed and will be retried by the same command "
              f"(details in {sweep.store.folder}/events.jsonl)" if failed else ""))
     return 1 if failed else 0
-
-
-def _now() -> str:
-    import datetime as dt
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
