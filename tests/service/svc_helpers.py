@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from proc import Proc
 
 from model.artifact import save
 from model.costmodel import CostModel
@@ -25,7 +20,6 @@ from service.settings import Settings
 SEED = {"context_tokens": 204_800, "output_tokens": 2048, "batch_size": 64,
         "kv_bytes_per_token": 70272, "gpu": "B300", "num_gpus": 8}
 TOKEN = "s3cret-admin-token"
-EXE = Path(sys.executable).parent / "engine-advisor"
 
 
 def make_client(**settings) -> TestClient:
@@ -53,57 +47,19 @@ def artifact_dir(tmp_path_factory) -> Path:
     return d
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    def __init__(self, args: list[str], env: dict[str, str] | None = None):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        full_env = {k: v for k, v in os.environ.items() if not k.startswith("ENGINE_ADVISOR_")}
-        self.log = tempfile.TemporaryFile()  # a file, not a pipe: a chatty server never blocks
-        self.proc = subprocess.Popen(
-            [str(EXE), "serve", "--port", str(self.port), "--log-level", "warning", *args],
-            env={**full_env, **(env or {})}, stdout=self.log, stderr=subprocess.STDOUT)
-
-    def wait_ready(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self.log.seek(0)
-                out = self.log.read().decode(errors="replace")
-                raise RuntimeError(f"server exited with {self.proc.returncode}: {out}")
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=1.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError("server not ready")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
+def serve(*args: str, env: dict[str, str] | None = None) -> Proc:
+    """``engine-advisor serve`` as a real process on a free loopback port (tests/proc.py)."""
+    return Proc("serve", "--log-level", "warning", *args, ready="/readyz", env=env)
 
 
 @pytest.fixture
 def start_server() -> Iterator:
-    started: list[Server] = []
+    started: list[Proc] = []
 
-    def start(*args: str, env: dict[str, str] | None = None) -> Server:
-        s = Server(list(args), env)
+    def start(*args: str, env: dict[str, str] | None = None) -> Proc:
+        s = serve(*args, env=env)
         started.append(s)
-        s.wait_ready()
-        return s
+        return s.start().wait_ready()
 
     yield start
     for s in started:

@@ -8,7 +8,8 @@ import subprocess
 
 import httpx
 import pytest
-from svc_helpers import EXE, SEED, TOKEN, assert_error, fit_artifact
+from proc import EXE
+from svc_helpers import SEED, TOKEN, assert_error, fit_artifact, serve
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -23,9 +24,7 @@ def cli_recommend(context: int) -> dict:
 
 @pytest.fixture(scope="module")
 def server():
-    from svc_helpers import Server
-
-    s = Server([])
+    s = serve().start()
     try:
         s.wait_ready()
         yield s
