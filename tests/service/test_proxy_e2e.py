@@ -12,13 +12,12 @@ import json
 import os
 import re
 import signal
-import time
 
 import httpx
 import openai
 import pytest
 import yaml
-from proc import Proc, start_all
+from proc import Proc, start_all, wait_for
 
 from model.dataset import parse_csv
 
@@ -266,12 +265,9 @@ def test_sighup_reloads_the_pools_file(cluster):
     try:
         path.write_text(yaml.safe_dump(doc))
         os.kill(proxy.proc.pid, signal.SIGHUP)
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            st = httpx.get(proxy.url + "/v1/upstreams", headers=auth).json()
-            if st["generation"] > before:
-                break
-            time.sleep(0.05)
+        wait_for(lambda: httpx.get(proxy.url + "/v1/upstreams", headers=auth)
+                 .json()["generation"] > before, 5, 0.05)
+        st = httpx.get(proxy.url + "/v1/upstreams", headers=auth).json()
         assert st["last_reload"]["trigger"] == "SIGHUP" and st["last_reload"]["ok"]
         assert "sg-hup" in {u["name"] for u in st["upstreams"]}
         assert proxy.proc.poll() is None

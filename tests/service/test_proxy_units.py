@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import io
-import time
 
 import pytest
 import yaml
 from fastapi.testclient import TestClient
+from proc import wait_for
 from svc_helpers import assert_error
 
 from model.default import default_model
@@ -224,9 +224,7 @@ def test_file_watch_reloads_and_a_bad_file_keeps_the_pools(tmp_path):
         return c.get("/v1/upstreams", headers=auth).json()
 
     def wait(c, cond):
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and not cond(status(c)):
-            time.sleep(0.05)
+        wait_for(lambda: cond(status(c)), 5, 0.05)
         return status(c)
 
     with TestClient(app) as c:
