@@ -125,9 +125,8 @@ def holdout_check(rows: Sequence[dict], fraction: float = HOLDOUT_FRACTION,
                                        r["context_tokens"], r["dcp"])))
         obs.append(r["total_s"])
     med, mx = median_rel_error(pred, obs)
-    return {"fraction": fraction, "seed": seed, "n_train": len(train) - sum(
-        1 for r in rows if r["kind"] == "dcp1"), "n_test": len(pred), "median_rel_err": med,
-        "max_rel_err": mx}
+    return {"fraction": fraction, "seed": seed, "n_train": len(steps) - n_test,
+            "n_test": len(pred), "median_rel_err": med, "max_rel_err": mx}
 
 
 def crossovers(rows: Sequence[dict]) -> dict:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import json
-import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -207,16 +206,3 @@ def summary(prof: dict) -> str:
     lines.append(f"hold-out ({h['n_test']} of {h['n_test'] + h['n_train']} points): median error "
                  f"{h['median_rel_err']:.1%}, max {h['max_rel_err']:.1%} ({h['worst_point']})")
     return "\n".join(lines)
-
-
-def is_finite_profile(prof: dict) -> bool:
-    def walk(v):
-        if isinstance(v, float):
-            return math.isfinite(v)
-        if isinstance(v, dict):
-            return all(walk(x) for x in v.values())
-        if isinstance(v, list):
-            return all(walk(x) for x in v)
-        return True
-
-    return walk(prof)
