@@ -22,7 +22,6 @@ import argparse
 import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -32,7 +31,9 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_proxy import EXE, ROOT, free_port, seconds  # noqa: E402
+
 BODY = ('{"context_tokens":204800,"output_tokens":2048,"batch_size":64,'
         '"kv_bytes_per_token":70272}')
 LUA_FIXED = f"""
@@ -52,12 +53,6 @@ end
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -72,18 +67,13 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
     raise SystemExit(f"server not ready at {url} after {timeout} s")
 
 
-def parse_duration(text: str) -> float:
-    value, unit = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text).groups()
-    return float(value) * {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}[unit]
-
-
 def run_wrk(url: str, lua: Path, connections: int, duration: int) -> dict[str, float]:
     out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency",
                           "-s", str(lua), url], capture_output=True, text=True, check=True,
                          timeout=duration + 30).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-    p50 = parse_duration(re.search(r"\s50%\s+(\S+)", out).group(1))
-    p99 = parse_duration(re.search(r"\s99%\s+(\S+)", out).group(1))
+    p50 = seconds(re.search(r"\s50%\s+(\S+)", out).group(1))
+    p99 = seconds(re.search(r"\s99%\s+(\S+)", out).group(1))
     bad = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
     errors = re.search(r"Socket errors: (.*)", out)
     if bad or errors:
@@ -122,18 +112,17 @@ def main() -> int:
         print("bench_service: wrk not found; install it (Debian: apt-get update && "
               "apt-get install -y wrk)", file=sys.stderr)
         return 2
-    exe = Path(sys.executable).parent / "engine-advisor"
     port, bare_port = free_port(), free_port()
     env = {**os.environ, "ENGINE_ADVISOR_BENCH_ROUTES": "1"}
     procs = [
-        subprocess.Popen([str(exe), "serve", "--port", str(port), "--log-level", "warning"],
+        subprocess.Popen([str(EXE), "serve", "--port", str(port), "--log-level", "warning"],
                          env=env, cwd=ROOT),
         subprocess.Popen([sys.executable, __file__, "--serve-bare", str(bare_port)], cwd=ROOT),
     ]
     try:
         wait_ready(f"http://127.0.0.1:{port}/readyz", procs[0])
         base = f"http://127.0.0.1:{port}"
-        for _ in range(200):  # the server process must give the CLI's answer before timing
+        for _ in range(200):  # warm-up: every request must succeed before timing starts
             assert httpx.post(f"{base}/v1/recommend", content=BODY,
                               headers={"content-type": "application/json"}).status_code == 200
         with tempfile.TemporaryDirectory() as tmp:
