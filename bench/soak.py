@@ -58,18 +58,20 @@ def start(cmd: list[str], log: Path, env: dict[str, str] | None = None):
 
 
 # ----------------------------------------------------------------------------- /proc
-def rss_kib(pid: int) -> int:
+def _status(pid: int, key: str) -> int:
+    """One number of /proc/PID/status (``VmRSS`` in KiB, ``Threads``)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(key + ":"):
             return int(line.split()[1])
-    raise KeyError("VmRSS")
+    raise KeyError(key)
+
+
+def rss_kib(pid: int) -> int:
+    return _status(pid, "VmRSS")
 
 
 def threads(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("Threads:"):
-            return int(line.split()[1])
-    raise KeyError("Threads")
+    return _status(pid, "Threads")
 
 
 def fds(pid: int) -> int:

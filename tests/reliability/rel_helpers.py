@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 from pathlib import Path
@@ -17,8 +18,9 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 SOAK = Path(__file__).resolve().parents[2] / "bench" / "soak.py"
 
 
+@functools.cache
 def load_soak():
-    """bench/soak.py as a module (its load generator and stack are reused here)."""
+    """bench/soak.py as a module (its load generator, stack and /proc readings are reused)."""
     spec = importlib.util.spec_from_file_location("soak", SOAK)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -27,14 +29,11 @@ def load_soak():
 
 def rss_kib(pid: int) -> int:
     """Resident memory of a process (VmRSS of /proc/PID/status), KiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise KeyError("VmRSS")
+    return load_soak().rss_kib(pid)
 
 
 def open_fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
+    return load_soak().fds(pid)
 
 
 def tcp_connections(pid: int) -> int:
