@@ -83,13 +83,18 @@ def require_torch_cuda(min_devices: int = 1):
     return torch
 
 
-def _load_raw(path: str) -> dict:
+def _load_raw(path: str, keys: tuple[str, ...]) -> dict:
+    """Saved raw measurements holding ``keys`` (those the profile builder reads)."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
         raise _error(f"--from-raw: cannot read {path}: {exc}") from None
     if not isinstance(data, dict) or "rows" not in data:
         raise _error(f"--from-raw: {path} holds no raw measurements (no 'rows')")
+    missing = [k for k in keys if k not in data]
+    if missing:
+        raise _error(f"--from-raw: {path} lacks {', '.join(map(repr, missing))} (raw "
+                     "measurements of the other command?)")
     return data
 
 
@@ -111,7 +116,7 @@ def run_gpu(args: argparse.Namespace) -> int:
     if out.suffix != ".json":
         raise _error(f"--out: {args.out!r} must be a .json path (the CSV is written beside it)")
     if args.from_raw:
-        data = _load_raw(args.from_raw)
+        data = _load_raw(args.from_raw, ("rows", "meta"))
     else:
         require_torch_cuda()
         from calibration.gpu_bench import run
@@ -147,7 +152,7 @@ def run_dcp(args: argparse.Namespace) -> int:
     if out.suffix != ".json":
         raise _error(f"--out: {args.out!r} must be a .json path (the CSV is written beside it)")
     if args.from_raw:
-        data = _load_raw(args.from_raw)
+        data = _load_raw(args.from_raw, ("rows", "gpu", "world"))
     else:
         if args.cpu is not None:
             try:

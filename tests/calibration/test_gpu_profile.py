@@ -143,6 +143,15 @@ def test_calibrate_gpu_bad_arguments(tmp_path):
     assert r.returncode == 2 and "--from-raw" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_calibrate_from_raw_of_the_wrong_kind_is_refused(tmp_path):
+    raw = tmp_path / "raw.json"
+    raw.write_text('{"rows": []}')
+    for name, missing in (("gpu", "'meta'"), ("dcp", "'gpu', 'world'")):
+        r = _cli(name, "--out", str(tmp_path / "x.json"), "--from-raw", str(raw))
+        assert r.returncode == 2 and f"lacks {missing}" in r.stderr
+        assert "Traceback" not in r.stderr
+
+
 INTERPRETER = textwrap.dedent("""
     import os, sys
     os.environ["TRITON_INTERPRET"] = "1"
