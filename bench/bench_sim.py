@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import socket
 import statistics
 import subprocess
@@ -130,7 +131,11 @@ def main() -> int:
         metrics = httpx.get(url + "/metrics").text
     finally:
         proc.terminate()
-        proc.wait(10)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
     ttft = f"{args.engine}:time_to_first_token_seconds"
     result = {
         "engine": args.engine, "requests": args.requests, "concurrency": args.concurrency,
@@ -156,7 +161,6 @@ def main() -> int:
 
 def _cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    import os
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
