@@ -44,6 +44,10 @@ class ApiError(Exception):
         return ErrorDetail(message=self.message, type=self.type, param=self.param,
                            code=self.status)
 
+    def response(self) -> JSONResponse:
+        return envelope(self.status, self.message, param=self.param, type=self.type,
+                        headers=self.headers)
+
 
 def envelope(status: int, message: str, *, param: str | None = None, type: str | None = None,
              headers: dict[str, str] | None = None) -> JSONResponse:
@@ -111,8 +115,7 @@ def validation_detail(errors: list[dict[str, Any]], prefix: str = "") -> tuple[s
 def install(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api(_: Request, exc: ApiError) -> JSONResponse:
-        return envelope(exc.status, exc.message, param=exc.param, type=exc.type,
-                        headers=exc.headers)
+        return exc.response()
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -59,8 +59,7 @@ class ProxyMiddleware:
         try:
             response = await self.handler(Request(scope, receive, send), path)
         except ApiError as exc:
-            response = envelope(exc.status, exc.message, param=exc.param, type=exc.type,
-                                headers=exc.headers)
+            response = exc.response()
         except HTTPException as exc:      # the body cap, raised while the body streams in
             response = envelope(exc.status_code, str(exc.detail), headers=exc.headers)
         await response(scope, receive, send)
