@@ -25,8 +25,11 @@ def predict_grid(model: CostModel, workloads: Sequence[Workload],
         layout = w.kv_layout()
         cols[:, i] = (w.context_tokens, w.output_tokens, w.batch_size,
                       layout.bytes_per_token / layout.shards(w.num_gpus), w.num_gpus, i)
-        reads.setdefault(w.gpu_spec().name, (kv_read_model(w.gpu_spec()), [], w.gpu_spec())
-                         )[1].append(i)
+        gpu = w.gpu_spec()
+        group = reads.get(gpu.name)
+        if group is None:  # the KV-read model once per GPU type, not per workload
+            group = reads[gpu.name] = (kv_read_model(gpu), [], gpu)
+        group[1].append(i)
     ctx, out, batch, kv = (np.repeat(c, m) for c in cols[:4])
     dcp = np.tile(np.array([float(c.dcp_size) for c in configs]), n)
     engine = np.tile(np.array([names.index(c.engine) for c in configs]), n)
