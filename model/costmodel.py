@@ -269,23 +269,27 @@ def _gpu_or_none(name: str) -> GpuSpec | None:
 
 def training_matrix(rows: Sequence[Measurement]) -> tuple[np.ndarray, np.ndarray]:
     """Estimator rows: one per measured quantity (total, TTFT, TPOT) of each dataset row."""
-    Xs, ys = [], []
+    gpus = []
     for r in rows:
         gpu = _gpu_or_none(r.gpu)
         if gpu is None:
             raise ValueError(f"row for GPU {r.gpu!r}: unknown GPU type (no bandwidth known)")
+        gpus.append(gpu)
+    # some GPUs have a DCP profile: NaN gives the others the spec shape (Query.rows)
+    profiled = any(dcp_comm_model(g) is not None for g in set(gpus))
+    Xs, ys = [], []
+    for r, gpu in zip(rows, gpus, strict=True):
         cols = [np.array([float(v)]) for v in (r.context_tokens, r.output_tokens, r.batch_size,
                                                 r.kv_bytes_per_token / r.kv_shards, r.dcp_size)]
+        combine = dcp_combine_features(gpu, cols[2], cols[4])
+        if combine is None and profiled:
+            combine = np.full(1, np.nan)
         q = Query(np.zeros(1, dtype=int), *cols, kv_read_seconds(kv_read_model(gpu), *cols),
-                  dcp_combine_features(gpu, cols[2], cols[4]))
+                  combine)
         for qty, val in ((QTY_TOTAL, r.total_s), (QTY_PREFILL, r.ttft_s), (QTY_TPOT, r.tpot_s)):
             if val is not None:
                 Xs.append(q.rows(qty))
                 ys.append(val)
-    if len({X.shape[1] for X in Xs}) > 1:   # some GPUs have a DCP profile: spec shape for others
-        Xs = [X if X.shape[1] == 8 else np.hstack([X, (X[:, 2] * (np.maximum(X[:, 4], 1) - 1)
-                                                       / np.maximum(X[:, 4], 1))[:, None]])
-              for X in Xs]
     return np.vstack(Xs), np.array(ys)
 
 
