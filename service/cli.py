@@ -34,6 +34,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     o.set_defaults(handler=run_openapi)
 
 
+# setting -> (argparse dest, option) of the serve options that override the environment
+FLAGS = {"host": ("host", "--host"), "port": ("port", "--port"),
+         "workers": ("workers", "--workers"), "model_path": ("model", "--model"),
+         "models_dir": ("models_dir", "--models-dir"), "log_level": ("log_level", "--log-level"),
+         "upstreams": ("upstreams", "--upstreams")}
+
+
 def _settings(args: argparse.Namespace):
     from pydantic import ValidationError
 
@@ -41,17 +48,12 @@ def _settings(args: argparse.Namespace):
     from cli.errors import CliError
     from service.settings import Settings
 
-    over = {k: v for k, v in (("host", args.host), ("port", args.port),
-                              ("workers", args.workers), ("model_path", args.model),
-                              ("models_dir", args.models_dir), ("log_level", args.log_level),
-                              ("upstreams", args.upstreams))
-            if v is not None}
+    over = {name: getattr(args, dest) for name, (dest, _) in FLAGS.items()
+            if getattr(args, dest) is not None}
     try:
         return Settings(**over)
     except ValidationError as exc:
-        flags = {"host": "--host", "port": "--port", "workers": "--workers",
-                 "model_path": "--model", "models_dir": "--models-dir",
-                 "upstreams": "--upstreams"}
+        flags = {name: flag for name, (_, flag) in FLAGS.items()}
         raise CliError(validation_message(exc, flags)) from None
 
 
