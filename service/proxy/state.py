@@ -104,11 +104,9 @@ class ProxyState:
         names = [u.name for u in pools.upstreams]
         self.metrics.track(names)
         for u in pools.upstreams:
-            name = u.name
-            u.breaker.on_change = lambda s, n=name: self.metrics.set_breaker(n, s)
-            self.metrics.set_breaker(name, u.breaker.state)
-            self.metrics.healthy.labels(name).set(1 if u.healthy else 0)
-            self.metrics.in_flight.labels(name).set(u.in_flight)
+            u.breaker.on_change = lambda s, n=u.name: self.metrics.set_breaker(n, s)
+            self.metrics.in_flight.labels(u.name).set(u.in_flight)
+        self._export_health(pools)
         if previous is not None:
             kept = {id(u) for u in pools.upstreams}
             for u in previous.upstreams:
