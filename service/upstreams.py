@@ -272,6 +272,7 @@ class Pools:
             return self.upstreams
         return [u for u in self.upstreams if u.spec.model == model]
 
-    def max_model_len(self) -> int | None:
-        lens = [u.spec.max_model_len for u in self.upstreams if u.spec.max_model_len]
+    def max_model_len(self, model: str | None = None) -> int | None:
+        """The longest context the upstreams serving ``model`` (default: all) accept."""
+        lens = [u.spec.max_model_len for u in self.serving(model) if u.spec.max_model_len]
         return max(lens) if lens else None

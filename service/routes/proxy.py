@@ -56,11 +56,9 @@ async def list_models(request: Request) -> ModelList:
     authorize(pools, request)
     cards = []
     for m in pools.models:
-        ups = pools.serving(m)
-        lens = [u.spec.max_model_len for u in ups if u.spec.max_model_len]
         cards.append(ModelCard(id=m, created=int(pools.loaded_at),
-                               engines=sorted({u.engine for u in ups}),
-                               max_model_len=max(lens) if lens else None))
+                               engines=sorted({u.engine for u in pools.serving(m)}),
+                               max_model_len=pools.max_model_len(m)))
     return ModelList(data=cards)
 
 

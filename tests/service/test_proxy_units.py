@@ -194,10 +194,13 @@ def test_proxy_body_cap_is_separate(tmp_path):
         assert r.status_code != 413
     # default: at least 32 MiB, more when the pools serve longer contexts
     doc = {**BASE, "pools": {"vllm": [{"url": "http://127.0.0.1:1", "model": "m",
-                                       "max_model_len": 4_194_304}]}}
+                                       "max_model_len": 4_194_304},
+                                      {"url": "http://127.0.0.1:2", "model": "n"}]}}
     app = create_app(Settings(_env_file=None, upstreams=write(tmp_path, doc)))
-    with TestClient(app):
+    with TestClient(app) as c:
         assert app.state.proxy.body_cap() == 4_194_304 * 16
+        cards = {m["id"]: m["max_model_len"] for m in c.get("/v1/models").json()["data"]}
+        assert cards == {"m": 4_194_304, "n": None}
     assert create_app(Settings(_env_file=None)).state.proxy.body_cap() == 32 << 20
 
 
