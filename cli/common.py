@@ -6,12 +6,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from cli.errors import CliError
 from model.artifact import ArtifactError, load
 from model.costmodel import CostModel
 from model.default import default_model
+from model.errors import validation_message  # noqa: F401 - the commands import it from here
 
 
 def load_model(path: str | None) -> CostModel:
@@ -22,18 +21,6 @@ def load_model(path: str | None) -> CostModel:
         return load(path)[0]
     except ArtifactError as exc:
         raise CliError(str(exc)) from None
-
-
-def validation_message(exc: ValidationError, flags: dict[str, str] | None = None) -> str:
-    """'--flag: reason' for each error, using CLI flag names where the field has one."""
-    out = []
-    for err in exc.errors():
-        loc = [str(p) for p in err["loc"]]
-        field = ".".join(loc)
-        name = (flags or {}).get(loc[0], field) if loc else ""
-        msg = err["msg"].removeprefix("Value error, ")
-        out.append(f"{name}: {msg}" if name else msg)
-    return "; ".join(out)
 
 
 def read_json_file(path: str, what: str) -> Any:

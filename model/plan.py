@@ -25,6 +25,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from model.costmodel import CostModel
+from model.errors import validation_message
 from model.hardware import GpuSpec
 from model.jsonnum import JsonModel
 from model.kv import KvDtype
@@ -105,9 +106,7 @@ class PlanRequest(JsonModel):
         try:
             self.workload(self.classes[0])
         except ValidationError as exc:
-            raise ValueError("; ".join(
-                (".".join(str(p) for p in e["loc"]) + ": " if e["loc"] else "")
-                + e["msg"].removeprefix("Value error, ") for e in exc.errors())) from None
+            raise ValueError(validation_message(exc)) from None
         return self
 
     def workload(self, c: TrafficClass) -> Workload:

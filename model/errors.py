@@ -1,0 +1,16 @@
+"""Pydantic validation errors as one readable line, shared by every layer that reports them."""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+
+def validation_message(exc: ValidationError, names: dict[str, str] | None = None) -> str:
+    """'field.path: reason; ...' for each error; ``names`` renames top-level fields (CLI flags)."""
+    out = []
+    for err in exc.errors():
+        loc = [str(p) for p in err["loc"]]
+        name = (names or {}).get(loc[0], ".".join(loc)) if loc else ""
+        msg = err["msg"].removeprefix("Value error, ")
+        out.append(f"{name}: {msg}" if name else msg)
+    return "; ".join(out)
