@@ -72,11 +72,17 @@ def _prompt_size(prompt: Any) -> tuple[int | None, int]:
                    param="prompt")
 
 
-def parse(raw: bytes, path: str) -> ProxyRequest:
+def decode(raw: bytes) -> Any:
     try:
-        body = json.loads(raw)
+        return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ApiError(400, f"request body: invalid JSON ({exc})") from None
+
+
+def parse(raw: bytes, path: str, body: Any = None) -> ProxyRequest:
+    """``body``: ``raw`` already decoded, when the caller has it."""
+    if body is None:
+        body = decode(raw)
     if not isinstance(body, dict):
         raise ApiError(400, "request body: expected a JSON object")
     model = body.get("model")

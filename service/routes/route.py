@@ -3,15 +3,13 @@ that route themselves)."""
 
 from __future__ import annotations
 
-import json
-
 from fastapi import APIRouter, Request
 from pydantic import ValidationError
 
 from model.schemas import ConfigPrediction
 from service.deps import current_model
 from service.errors import ApiError, error_responses, validation_detail
-from service.proxy.request import CHAT, COMPLETIONS, ProxyRequest, parse
+from service.proxy.request import CHAT, COMPLETIONS, ProxyRequest, decode, parse
 from service.proxy.routing import authorize, current_pools, route
 from service.proxy.schemas import Alternative, Predicted, RouteDecision, RouteWorkload
 
@@ -31,10 +29,7 @@ def _predicted(p: ConfigPrediction | None) -> Predicted | None:
 
 
 def _request(raw: bytes) -> tuple[ProxyRequest, int | None]:
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ApiError(400, f"request body: invalid JSON ({exc})") from None
+    data = decode(raw)
     if isinstance(data, dict) and "context_tokens" in data:
         try:
             w = RouteWorkload.model_validate(data)
@@ -44,7 +39,7 @@ def _request(raw: bytes) -> tuple[ProxyRequest, int | None]:
         return ProxyRequest(COMPLETIONS, raw, data, w.model, False, w.output_tokens, None,
                             0), w.context_tokens
     path = CHAT if isinstance(data, dict) and "messages" in data else COMPLETIONS
-    return parse(raw, path), None
+    return parse(raw, path, data), None
 
 
 @router.post("", response_model=RouteDecision, responses=error_responses(400, 401, 404, 413,
