@@ -28,6 +28,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from calibration.kernels.mla_torch import D_LAT, D_ROPE
+
 # NVLink multicast stays off (a shared host's GPUs can be put out of service by it).
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
             "NVSHMEM_DISABLE_NVLS": "1"}
@@ -36,7 +38,6 @@ DCP_COLUMNS = ("gpu", "kind", "backend", "dcp", "batch_size", "context_tokens", 
                "dcp1_s", "timing", "note")
 BACKENDS = ("ag", "a2a")
 HEADS = 128
-D_LAT, D_ROPE = 512, 64
 D_KV = D_LAT + D_ROPE
 BATCHES = (1, 2, 4, 8, 16, 32, 64)
 CONTEXTS = tuple(1024 * 2**i for i in range(9))            # 1K ... 256K

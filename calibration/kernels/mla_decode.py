@@ -1,4 +1,5 @@
-"""Split-KV (flash-decoding) MLA decode attention in Triton, and its PyTorch reference.
+"""Split-KV (flash-decoding) MLA decode attention in Triton (its PyTorch reference, in
+mla_torch.py, is re-exported here).
 
 The MLA decode shape: every sequence has one latent KV head of ``D_LAT + D_ROPE`` (512 + 64)
 values per token; ``H`` query heads (64-128) attend over it with the full 576-wide key and take
@@ -27,10 +28,12 @@ import torch
 import triton
 import triton.language as tl
 
-from calibration.kernels.mla_torch import mla_decode_reference  # noqa: F401 (re-export)
+from calibration.kernels.mla_torch import (
+    D_LAT,
+    D_ROPE,
+    mla_decode_reference,  # noqa: F401 (re-export)
+)
 
-D_LAT = 512
-D_ROPE = 64
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-D_LAT = 512
+D_LAT = 512     # latent (value) dims of the MLA KV
+D_ROPE = 64     # rotary key dims after them: 576 per token
 
 
 def mla_decode_reference(q: torch.Tensor, kv: torch.Tensor,
