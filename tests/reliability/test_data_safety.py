@@ -218,7 +218,10 @@ def _complete_lines_parse(path: Path) -> int:
     return len(parse_csv(whole, str(path))) if whole else 0
 
 
+# The kill times are wall-clock: on busy shared CPUs the ~1 s start-up can outlast all ten
+# (seen in a full run beside other suites: no point finished, [0] * 10); alone it passes.
 @pytest.mark.slow
+@pytest.mark.flaky(reruns=2)
 def test_calibration_killed_ten_times_then_resumed_has_every_point_once(tmp_path):
     sims = SimProcs(tmp_path)
     try:
