@@ -31,7 +31,15 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from model.hardware import GpuSpec
 from model.kv import KvDtype
@@ -58,6 +66,14 @@ class UpstreamSpec(Strict):
     max_connections: Annotated[int, Field(gt=0, le=100_000)] = 512
     max_model_len: Annotated[int, Field(gt=0, le=MAX_CONTEXT)] | None = Field(
         default=None, description="the engine's context limit (sizes the default body cap)")
+
+    @field_validator("url")
+    @classmethod
+    def _no_credentials(cls, v: str) -> str:
+        if "@" in v.split("://", 1)[-1].split("/", 1)[0]:
+            raise ValueError("credentials in the URL would show in /v1/route, /v1/upstreams, "
+                             "metrics and logs; give the key as api_key")
+        return v
 
     def base_url(self) -> str:
         u = self.url.rstrip("/")

@@ -76,6 +76,8 @@ def test_breaker_opens_half_opens_and_closes():
      "pools.trt"),
     ("pools: {vllm: [{url: 'ftp://a', model: m}]}\nworkload: {kv_bytes_per_token: 1}\n",
      "pools.vllm.0.url"),
+    ("pools: {vllm: [{url: 'http://user:secret@a:1', model: m}]}\n"
+     "workload: {kv_bytes_per_token: 1}\n", "give the key as api_key"),
     ("pools: {vllm: [{url: 'http://a:1', model: m, dcp_size: 3}]}\n"
      "workload: {kv_bytes_per_token: 1}\n", "dcp_size: 3 does not divide workload.num_gpus 8"),
     ("pools: {vllm: [{url: 'http://a:1', model: m, name: x}, {url: 'http://b:1', model: m, "
