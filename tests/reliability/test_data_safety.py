@@ -225,9 +225,14 @@ def _complete_lines_parse(path: Path) -> int:
 def test_calibration_killed_ten_times_then_resumed_has_every_point_once(tmp_path):
     sims = SimProcs(tmp_path)
     try:
-        # ~1 s of start-up, then ~0.4 s per point: kills land in start-up, mid-request and
-        # between points, and each run finishes about one point
+        # start-up (measured here, since it grows with the machine's load), then ~0.4 s per
+        # point: kills land in start-up, mid-request and between points, and each run
+        # finishes about one point
         url = sims.start("vllm", "--time-scale", "1", "--max-model-len", "65536")
+        t0 = time.monotonic()
+        subprocess.run([str(BIN), "calibrate", "run", "--help"], cwd=REPO, check=True,
+                       capture_output=True, timeout=60)
+        startup = time.monotonic() - t0
         out = tmp_path / "run"
         rng = random.Random(7)
         rows_seen = []
@@ -235,7 +240,7 @@ def test_calibration_killed_ten_times_then_resumed_has_every_point_once(tmp_path
             proc = subprocess.Popen([str(BIN), *command(url, out)], cwd=REPO,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             try:
-                time.sleep(rng.uniform(0.8, 2.8))
+                time.sleep(startup * rng.uniform(0.8, 1.3) + rng.uniform(0.0, 1.8))
             finally:
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(10)
