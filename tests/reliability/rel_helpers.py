@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import os
@@ -72,3 +73,23 @@ def serve_proc(tmp: Path, sims_vllm: list[Proc], sims_sglang: list[Proc], *,
 
 __all__ = ["AUTH", "TOKEN", "Proc", "load_soak", "metric_sum", "open_fds", "rss_kib",
            "serve_proc", "start_all", "tcp_connections"]
+
+
+@contextlib.contextmanager
+def full_stack(tmp: Path):
+    """The service with a good artifact in its models folder and two simulator pools (vLLM,
+    SGLang dcp 8) as real processes; yields the service's Proc and stops everything after."""
+    from svc_helpers import fit_artifact
+
+    (tmp / "models").mkdir()
+    fit_artifact(tmp / "models" / "good.joblib")
+    sims = [Proc("sim", "--engine", "vllm", "--time-scale", "0.001"),
+            Proc("sim", "--engine", "sglang", "--dcp-size", "8", "--time-scale", "0.001")]
+    srv = serve_proc(tmp, sims[:1], sims[1:],
+                     env={"ENGINE_ADVISOR_MODELS_DIR": str(tmp / "models")})
+    procs = start_all(*sims, srv)
+    try:
+        yield srv
+    finally:
+        for p in procs:
+            p.stop()

@@ -18,8 +18,8 @@ import subprocess
 import httpx
 import pytest
 from calib_helpers import BIN, REPO
-from rel_helpers import AUTH, Proc, serve_proc, start_all
-from svc_helpers import SEED, fit_artifact
+from rel_helpers import AUTH, full_stack
+from svc_helpers import SEED
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -161,20 +161,9 @@ HTTP = [
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("badinputs")
-    (tmp / "models").mkdir()
-    fit_artifact(tmp / "models" / "good.joblib")
-    sims = [Proc("sim", "--engine", "vllm", "--time-scale", "0.001"),
-            Proc("sim", "--engine", "sglang", "--dcp-size", "8", "--time-scale", "0.001")]
-    srv = serve_proc(tmp, sims[:1], sims[1:],
-                     env={"ENGINE_ADVISOR_MODELS_DIR": str(tmp / "models")})
-    procs = start_all(*sims, srv)
-    try:
-        with httpx.Client(base_url=srv.url, timeout=30) as h:
-            yield h
-    finally:
-        for p in procs:
-            p.stop()
+    with full_stack(tmp_path_factory.mktemp("badinputs")) as srv, \
+            httpx.Client(base_url=srv.url, timeout=30) as h:
+        yield h
 
 
 def send(h: httpx.Client, method: str, path: str, body, headers) -> httpx.Response:

@@ -27,10 +27,9 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
-from rel_helpers import AUTH, Proc, serve_proc, start_all
+from rel_helpers import AUTH, full_stack
 from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
-from svc_helpers import fit_artifact
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -42,19 +41,8 @@ EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "60"))
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("fuzz")
-    (tmp / "models").mkdir()
-    fit_artifact(tmp / "models" / "good.joblib")
-    sims = [Proc("sim", "--engine", "vllm", "--time-scale", "0.001"),
-            Proc("sim", "--engine", "sglang", "--dcp-size", "8", "--time-scale", "0.001")]
-    srv = serve_proc(tmp, sims[:1], sims[1:],
-                     env={"ENGINE_ADVISOR_MODELS_DIR": str(tmp / "models")})
-    procs = start_all(*sims, srv)
-    try:
+    with full_stack(tmp_path_factory.mktemp("fuzz")) as srv:
         yield srv
-    finally:
-        for p in procs:
-            p.stop()
 
 
 def _batch_items_failed(response) -> None:
