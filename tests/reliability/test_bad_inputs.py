@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import subprocess
 
 import httpx
@@ -235,6 +236,11 @@ def rec(*change: str) -> list[str]:
     return ["recommend", *args]
 
 
+# Relative paths that climb from the repository (the tests' working directory) to /etc,
+# however deep the checkout lies.
+UP_TO_ETC_PASSWD = os.path.relpath("/etc/passwd", REPO)
+UP_TO_ETC = os.path.relpath("/etc", REPO)
+
 CLI = [
     ("cli-negative-context", rec("--context-tokens", "-5"), ["context"]),
     ("cli-not-a-number", rec("--batch-size", "lots"), ["--batch-size", "lots"]),
@@ -242,9 +248,9 @@ CLI = [
     ("cli-huge", rec("--context-tokens", str(10**30)), ["--context-tokens", "less than"]),
     ("cli-unknown-gpu", rec("--gpu", "A100X"), ["unknown gpu"]),
     ("cli-unknown-engine", rec("--engines", "trtllm"), ["--engines", "vllm", "sglang"]),
-    ("cli-model-traversal", rec("--model", "../../etc/passwd"), ["metadata", "refusing"]),
+    ("cli-model-traversal", rec("--model", UP_TO_ETC_PASSWD), ["metadata", "refusing"]),
     ("cli-model-directory", rec("--model", "/etc"), ["no such file"]),
-    ("fit-directory-traversal", ["fit", "--out", "OUT/m.joblib", "../../../../etc"],
+    ("fit-directory-traversal", ["fit", "--out", "OUT/m.joblib", UP_TO_ETC],
      ["etc"]),
     ("fit-not-a-csv", ["fit", "--out", "OUT/m.joblib", "/etc/passwd"], ["passwd"]),
     ("serve-bad-upstreams", ["serve", "--port", "0", "--upstreams", "/etc/passwd"],
