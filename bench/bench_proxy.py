@@ -13,7 +13,7 @@ The comparison tools live in their own virtual environments (not in this project
 and the same with ``litellm[proxy]`` in /tmp/venv-litellm; a target whose tool is missing is
 reported with the reason and skipped, never faked.
 
-Two loads per target, in interleaved rounds (medians reported):
+Three loads per target, in interleaved rounds (medians reported):
 
 1. non-streaming POST /v1/completions (``max_tokens`` 1) with ``wrk`` (C; Debian: ``apt-get
    update && apt-get install -y wrk``) at ``--connections`` (32) for ``--duration`` s: req/s,
@@ -23,6 +23,10 @@ Two loads per target, in interleaved rounds (medians reported):
    for ``--stream-requests`` requests (bounded by ``--duration`` too): p50/p99 TTFT (first
    ``data:`` bytes) and total. The generator is checked against wrk on the direct target
    (non-streaming): its req/s and p50 are printed next to wrk's.
+3. the same streaming requests paced at ``--paced-rate`` req/s in all (default 1000) over
+   the same connections for ``--duration`` s: what a hop adds when nothing queues (loads 1
+   and 2 run every target at saturation, where three processes share this machine's CPUs and
+   any CPU the proxy spends shows up as queueing). Not run against LiteLLM (~75 req/s).
 
 Usage:  .venv/bin/python bench/bench_proxy.py [--rounds 3] [--duration 5] [--connections 32]
 """
@@ -150,8 +154,8 @@ async def _one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
     return (ttft if ttft is not None else total), total, status
 
 
-async def _load(url: str, body: str, connections: int, count: int,
-                duration: float) -> dict[str, float]:
+async def _load(url: str, body: str, connections: int, count: int, duration: float,
+                rate: float | None = None) -> dict[str, float]:
     host, port = url.removeprefix("http://").split(":")
     request = (f"POST /v1/completions HTTP/1.1\r\nhost: {host}:{port}\r\n"
                f"content-type: application/json\r\nauthorization: Bearer {KEY}\r\n"
@@ -162,11 +166,16 @@ async def _load(url: str, body: str, connections: int, count: int,
     left = count
     deadline = time.perf_counter() + duration
 
-    async def worker() -> None:
+    async def worker(i: int) -> None:
         nonlocal left, failed
         reader, writer = await asyncio.open_connection(host, int(port), limit=1 << 20)
+        # paced: connection i sends at t0 + (i + k * connections) / rate (k = 0, 1, ...)
+        next_at = time.perf_counter() + i / rate if rate else 0.0
         try:
             while left > 0 and time.perf_counter() < deadline:
+                if rate:
+                    await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
+                    next_at += connections / rate
                 left -= 1
                 ttft, total, status = await _one(reader, writer, request)
                 if status != 200:
@@ -177,7 +186,7 @@ async def _load(url: str, body: str, connections: int, count: int,
             writer.close()
 
     t0 = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(connections)))
+    await asyncio.gather(*(worker(i) for i in range(connections)))
     took = time.perf_counter() - t0
 
     def q(xs: list[float], p: float) -> float:
@@ -188,8 +197,15 @@ async def _load(url: str, body: str, connections: int, count: int,
             "p50": q(totals, 0.5), "p99": q(totals, 0.99), "n": len(totals), "failed": failed}
 
 
-def run_load(url: str, body: str, connections: int, count: int, duration: float) -> dict:
-    return asyncio.run(_load(url, body, connections, count, duration))
+def run_load(url: str, body: str, connections: int, count: int, duration: float,
+             rate: float | None = None) -> dict:
+    try:                           # libuv's loop: less of the load generator's CPU
+        import uvloop
+        factory = uvloop.new_event_loop
+    except ImportError:
+        factory = None
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(_load(url, body, connections, count, duration, rate))
 
 
 # ----------------------------------------------------------------------------- targets
@@ -221,13 +237,16 @@ def main() -> int:
     ap.add_argument("--connections", type=int, default=32, help="concurrency (default 32)")
     ap.add_argument("--stream-requests", type=int, default=3000,
                     help="streamed requests per target and round (default 3000)")
+    ap.add_argument("--paced-rate", type=float, default=1000.0,
+                    help="req/s of the paced streaming load (default 1000; 0: skip it)")
     ap.add_argument("--router-venv", type=Path, default=ROUTER_VENV)
     ap.add_argument("--litellm-venv", type=Path, default=LITELLM_VENV)
     args = ap.parse_args()
     if not (1 <= args.rounds <= 10 and 1 <= args.duration <= 60
-            and 1 <= args.connections <= 1024 and 1 <= args.stream_requests <= 100_000):
+            and 1 <= args.connections <= 1024 and 1 <= args.stream_requests <= 100_000
+            and 0 <= args.paced_rate <= 100_000):
         ap.error("--rounds 1..10, --duration 1..60, --connections 1..1024, "
-                 "--stream-requests 1..100000")
+                 "--stream-requests 1..100000, --paced-rate 0..100000")
     if shutil.which("wrk") is None:
         print("bench_proxy: wrk not found (Debian: apt-get update && apt-get install -y wrk)",
               file=sys.stderr)
@@ -295,6 +314,7 @@ def main() -> int:
                        f"{KEY}\"\nwrk.body = '{PLAIN}'\n")
         wrk_res: dict[str, list[dict]] = {t.name: [] for t in live}
         st_res: dict[str, list[dict]] = {t.name: [] for t in live}
+        paced: dict[str, list[dict]] = {t.name: [] for t in live}
         check: list[dict] = []
         load_before = os.getloadavg()[0]
         for r in range(args.rounds):
@@ -311,6 +331,14 @@ def main() -> int:
                       f"{s['p99'] * 1e3:7.2f} ms"
                       + (f" FAILED {w['failed']:.0f}+{s['failed']}" if w["failed"] or
                          s["failed"] else ""), flush=True)
+                if args.paced_rate and t.name != "litellm":   # LiteLLM: ~75 req/s at most
+                    pr = run_load(t.url, STREAM, args.connections, 100_000, args.duration,
+                                  args.paced_rate)
+                    paced[t.name].append(pr)
+                    print(f"round {r + 1} {t.name:<15} paced stream {pr['rps']:.0f} req/s "
+                          f"ttft p50 {pr['ttft_p50'] * 1e3:.2f} p99 {pr['ttft_p99'] * 1e3:.2f} "
+                          f"total p50 {pr['p50'] * 1e3:.2f} p99 {pr['p99'] * 1e3:.2f} ms"
+                          + (f" FAILED {pr['failed']}" if pr["failed"] else ""), flush=True)
             check.append(run_load(live[0].url, PLAIN, args.connections, 100_000,
                                   args.duration))
         load_after = os.getloadavg()[0]
@@ -336,6 +364,21 @@ def main() -> int:
               f"{(med(s, 'ttft_p50') - med(d_s, 'ttft_p50')) * 1e3:+.2f} |")
     for name, why in skipped.items():
         print(f"| {name} | not measured: {why[:300]} |")
+    if paced["direct"]:
+        d_p = paced["direct"]
+        print(f"\nstreaming, paced at {args.paced_rate:g} req/s over {args.connections} "
+              "connections (below every measured target's capacity but LiteLLM's, not run "
+              "there): the latency a hop adds when nothing queues\n")
+        print("| target | req/s | TTFT p50 ms | TTFT p99 ms | total p50 ms | total p99 ms | "
+              "added TTFT p50 ms | added total p50 ms |")
+        print("|---|---|---|---|---|---|---|---|")
+        for name, rows in paced.items():
+            if rows:
+                print(f"| {name} | {med(rows, 'rps'):.0f} | {med(rows, 'ttft_p50') * 1e3:.2f} | "
+                      f"{med(rows, 'ttft_p99') * 1e3:.2f} | {med(rows, 'p50') * 1e3:.2f} | "
+                      f"{med(rows, 'p99') * 1e3:.2f} | "
+                      f"{(med(rows, 'ttft_p50') - med(d_p, 'ttft_p50')) * 1e3:+.2f} | "
+                      f"{(med(rows, 'p50') - med(d_p, 'p50')) * 1e3:+.2f} |")
     print(f"\nload generator check (direct, non-streaming): asyncio {med(check, 'rps'):.0f} "
           f"req/s p50 {med(check, 'p50') * 1e3:.2f} ms vs wrk {med(d_w, 'rps'):.0f} req/s p50 "
           f"{med(d_w, 'p50') * 1e3:.2f} ms")

@@ -147,8 +147,13 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return envelope(500, "internal error; see the server log", type="server_error")
+        return internal_error(request.method, request.url.path)
+
+
+def internal_error(method: str, path: str) -> JSONResponse:
+    """The 500 of an unexpected exception, logged with its traceback (call it in ``except``)."""
+    log.exception("unhandled error on %s %s", method, path)
+    return envelope(500, "internal error; see the server log", type="server_error")
 
 
 def _is_json(content_type: str) -> bool:

@@ -9,13 +9,14 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from starlette.middleware import Middleware
+from starlette.types import Receive, Scope, Send
 
 from service import errors
 from service.cache import ResponseCache
 from service.holder import ModelHolder, load_artifact, load_default
 from service.metrics import Metrics
 from service.middleware import MetricsMiddleware, RequestIdMiddleware
-from service.proxy.asgi import ProxyMiddleware
+from service.proxy.asgi import DIRECT_PATHS, DirectPath, ProxyMiddleware
 from service.proxy.state import ProxyState, proxy_lifespan
 from service.routes import (
     admin,
@@ -57,11 +58,26 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
 
 
+class App(FastAPI):
+    """FastAPI, with ``POST /v1/chat/completions`` and ``/v1/completions`` dispatched before
+    FastAPI's own layers, to the proxy's direct path (service.proxy.asgi explains why)."""
+
+    direct: DirectPath | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" \
+                and scope["path"] in DIRECT_PATHS and self.direct is not None:
+            scope["app"] = self
+            await self.direct(scope, receive, send)
+        else:
+            await super().__call__(scope, receive, send)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     metrics = Metrics()
     proxy_state = ProxyState(settings, metrics.registry)
-    app = FastAPI(
+    app = App(
         title="engine-advisor",
         summary="Choose vLLM or SGLang, the DCP size and the memory fraction for long-context "
                 "serving, from a calibrated cost model.",
@@ -69,14 +85,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
         generate_unique_id_function=operation_id,
         middleware=[Middleware(RequestIdMiddleware), Middleware(MetricsMiddleware, metrics=metrics),
-                    Middleware(ProxyMiddleware, limit=settings.max_body_bytes, proxy=proxy_state,
-                               handler=proxy.handle)],
+                    Middleware(ProxyMiddleware, limit=settings.max_body_bytes, proxy=proxy_state)],
     )
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.recommend_cache = ResponseCache(settings.recommend_cache_size)
     app.state.holder = None
     app.state.proxy = proxy_state
+    app.direct = DirectPath(proxy_state, metrics, proxy.handle)
     errors.install(app)
     for router in ROUTERS:
         app.include_router(router)

@@ -29,6 +29,8 @@ class Metrics:
         self.reloads = Counter(
             "engine_advisor_model_reloads", "model reload attempts by result", ["result"],
             registry=self.registry)
+        # (method, route, status) -> (counter, histogram): bounded like the labels themselves
+        self._children: dict[tuple[str, str, int], tuple] = {}
 
     def set_model(self, version: str, source: str) -> None:
         self.model_info.clear()
@@ -36,6 +38,11 @@ class Metrics:
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         m = method if method in METHODS else "other"
-        code = str(status)
-        self.requests.labels(m, route, code).inc()
-        self.latency.labels(m, route, code).observe(seconds)
+        key = (m, route, status)
+        pair = self._children.get(key)
+        if pair is None:     # labels() costs microseconds: each label set is looked up once
+            code = str(status)
+            pair = self._children[key] = (self.requests.labels(m, route, code),
+                                          self.latency.labels(m, route, code))
+        pair[0].inc()
+        pair[1].observe(seconds)

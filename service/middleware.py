@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
 import time
-import uuid
 
 from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -32,7 +32,7 @@ class RequestIdMiddleware:
             if k == REQUEST_ID:
                 rid = v if SAFE_ID.fullmatch(v) else None
                 break
-        rid = rid or uuid.uuid4().hex.encode()
+        rid = rid or os.urandom(16).hex().encode()     # uuid4().hex costs 3x more
         scope.setdefault("state", {})["request_id"] = rid.decode()
 
         async def send_with_id(message: Message) -> None:

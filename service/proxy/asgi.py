@@ -1,28 +1,31 @@
-"""The proxy's ASGI middleware: its own body cap, and a direct path to the proxy handlers.
+"""The proxy's ASGI layers: its own body cap, and a direct path to the completion handlers.
 
 - Body cap: the service's global cap (``max_body_bytes``, 1 MiB) suits /v1/recommend; a
   proxied prompt of a long-context model is far larger. Proxy paths get
   ``ProxyState.body_cap()`` (the ``proxy_max_body_bytes`` setting, else enough for the longest
   context the pools serve, at least 32 MiB); every other path keeps the global cap. Both use
   service.middleware's BodyLimitMiddleware (413 at once on Content-Length, or while a chunked
-  body streams in).
-- Direct path: POST /v1/chat/completions and /v1/completions go straight to the handler the
-  FastAPI routes also use (service.routes.proxy.handle), skipping route matching, the
-  exception middleware and dependency solving (about a fifth of the proxy's CPU per request,
-  bench/bench_proxy.py). Request ids, metrics and the body cap still apply: this middleware
-  sits inside them. Errors become the same envelope.
+  body streams in). ``ProxyMiddleware`` applies it inside FastAPI; ``DirectPath`` on its own.
+- Direct path: ``POST /v1/chat/completions`` and ``/v1/completions`` are dispatched by the app
+  itself (service.main.App) before FastAPI sees them, to ``DirectPath``: request ids, metrics
+  and the body cap (the same middleware classes the app uses), then the handler the FastAPI
+  routes also call (service.routes.proxy.handle). FastAPI's own layers (telemetry checks,
+  server-error and exception middleware, route matching, dependency solving) cost about 40 %
+  of the proxy's CPU per request (bench/bench_proxy.py) and are skipped; errors become the
+  same envelope, and an unexpected exception a logged 500.
 """
 
 from __future__ import annotations
 
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.errors import ApiError, envelope
-from service.middleware import BodyLimitMiddleware
+from service.errors import ApiError, envelope, internal_error
+from service.middleware import BodyLimitMiddleware, MetricsMiddleware, RequestIdMiddleware
 
 PROXY_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/route"})
+DIRECT_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 
 
 class _Template:
@@ -34,14 +37,16 @@ class _Template:
         self.path = path
 
 
-ROUTES = {p: _Template(p) for p in PROXY_PATHS}
+ROUTES = {p: _Template(p) for p in DIRECT_PATHS}
 
 
 class ProxyMiddleware:
-    def __init__(self, app: ASGIApp, limit: int, proxy, handler=None):
+    """Inside FastAPI: the proxy's body cap on proxy paths, the global one elsewhere."""
+
+    def __init__(self, app: ASGIApp, limit: int, proxy):
         self.default = BodyLimitMiddleware(app, limit)
-        self.capped = BodyLimitMiddleware(self._direct, limit)
-        self.app, self.proxy, self.handler = app, proxy, handler
+        self.capped = BodyLimitMiddleware(app, limit)
+        self.proxy = proxy
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] in PROXY_PATHS:
@@ -50,16 +55,29 @@ class ProxyMiddleware:
         else:
             await self.default(scope, receive, send)
 
-    async def _direct(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope["path"]
-        if self.handler is None or scope["method"] != "POST" or path == "/v1/route":
-            await self.app(scope, receive, send)
-            return
-        scope["route"] = ROUTES[path]
+
+class DirectPath:
+    """ASGI app of the completion routes, called by service.main.App (see the docstring)."""
+
+    def __init__(self, proxy, metrics, handler):
+        self.proxy, self.handler = proxy, handler
+        self.capped = BodyLimitMiddleware(self._handle, 0)
+        self.app = RequestIdMiddleware(MetricsMiddleware(self.capped, metrics))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope["route"] = ROUTES[scope["path"]]
+        self.capped.limit = self.proxy.body_cap()
+        await self.app(scope, receive, send)
+
+    async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            response = await self.handler(Request(scope, receive, send), path)
+            response = await self.handler(Request(scope, receive, send), scope["path"])
         except ApiError as exc:
             response = exc.response()
         except HTTPException as exc:      # the body cap, raised while the body streams in
             response = envelope(exc.status_code, str(exc.detail), headers=exc.headers)
+        except ClientDisconnect:          # gone before its body arrived: nobody to answer
+            return
+        except Exception:
+            response = internal_error(scope["method"], scope["path"])
         await response(scope, receive, send)

@@ -121,6 +121,7 @@ class ProxyCall(Response):
         self.state, self.pools, self.req, self.decision = state, pools, req, decision
         self.first, self.request_id, self.prompt_tokens = first, request_id, prompt_tokens
         self.started = False
+        self.finished = False     # the client's response is complete (streams: [DONE] sent)
         self.final: tuple[str, str, int] | None = None   # engine, upstream, status
         self.background = None
 
@@ -239,13 +240,17 @@ class ProxyCall(Response):
         self.phase = "first"
         try:
             sent_at = time.perf_counter()
-            first_at = min(loop.time() + t.first_byte_s, deadline) if self.req.stream \
-                else deadline
-            async with asyncio.timeout_at(first_at) as cm:
-                resp = await up.fast.request("POST", self.req.path,
-                                             upstream_headers(scope, up, self.request_id),
-                                             self.req.raw, t.connect_s)
-                if not 200 <= resp.status < 300 or not self.req.stream:
+            headers = upstream_headers(scope, up, self.request_id)
+            if not self.req.stream:
+                async with asyncio.timeout_at(deadline):
+                    resp = await up.fast.request("POST", self.req.path, headers, self.req.raw,
+                                                 t.connect_s)
+                    body = await resp.read()
+                return await self._answer(send, up, resp, body, sent_at, batch)
+            async with asyncio.timeout_at(min(loop.time() + t.first_byte_s, deadline)) as cm:
+                resp = await up.fast.request("POST", self.req.path, headers, self.req.raw,
+                                             t.connect_s)
+                if not 200 <= resp.status < 300:
                     cm.reschedule(deadline)
                     self.phase = "total"
                     body = await resp.read()
@@ -283,9 +288,12 @@ class ProxyCall(Response):
 
     async def _failed_midway(self, send: Send, up: Upstream, f: Failure) -> Failure | None:
         """Before any byte reached the client: the failure (maybe retried). After: an error
-        event ends the stream."""
+        event ends the stream (unless the client's stream has already ended)."""
         if not self.started:
             return f
+        if self.finished:
+            log.info("upstream %s after [DONE]: %s", up.name, f.message)
+            return None
         log.warning("stream from %s cut: %s", up.name, f.message)
         err = b"data: " + error_bytes(f.status, f.message + "; the stream is incomplete",
                                       "upstream_error") + b"\n\n"
@@ -335,7 +343,9 @@ class ProxyCall(Response):
         last = b""
         ttft = None
         events = skipped = 0
-        async for chunk in resp.body():
+        ended = False
+        chunks = resp.body()
+        async for chunk in chunks:
             buf = pending + chunk if pending else chunk
             end = event_end(buf)
             if end == 0:
@@ -353,13 +363,27 @@ class ProxyCall(Response):
                             "headers": headers})
                 self.started = True
                 self.final = (up.engine, up.name, resp.status)
-            await send({"type": "http.response.body", "body": out, "more_body": True})
+            # [DONE] ends the client's stream in the same write (the upstream's chunked
+            # terminator is still read below, so its connection can be reused)
+            ended = DONE in out
+            await send({"type": "http.response.body", "body": out, "more_body": not ended})
             events += out.count(b"\n\n") or out.count(b"\r\n\r\n")
             skipped += out.count(b'"choices":[]') + out.count(b'"content":""') \
                 + out.count(DONE)
             last = out
+            if ended:
+                break
             self.phase = "idle" if loop.time() + t.idle_s < deadline else "total"
             cm.reschedule(min(loop.time() + t.idle_s, deadline))
+        if ended:
+            self.finished, pending = True, b""
+            self.phase = "total"
+            cm.reschedule(deadline)
+            try:                   # the chunked terminator, so the connection is reused
+                async for _ in chunks:
+                    pass
+            except httpx.HTTPError:
+                pass               # not reused: release() closes it
         cm.reschedule(None)
         if pending:   # an unterminated last event: pass it on as it came
             if not self.started:
@@ -374,7 +398,8 @@ class ProxyCall(Response):
             return await self._failed_midway(send, up, Failure(
                 "read", f"upstream {up.name} ended the stream before [DONE]", False, 502))
         up.breaker.success()
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        if not ended:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
         self.state.metrics.count(up.engine, up.name, resp.status)
         total = time.perf_counter() - sent_at
         m = COMPLETION.findall(last)

@@ -63,15 +63,20 @@ class Response:
         r = self._conn.reader
         try:
             if self._mode == CHUNKED:
-                while True:
-                    line = await r.readuntil(b"\r\n")
-                    size = int(line.split(b";", 1)[0], 16)
-                    if size == 0:
-                        while await r.readuntil(b"\r\n") != b"\r\n":    # trailers
-                            pass
-                        break
-                    data = await r.readexactly(size + 2)
-                    yield data[:-2]
+                # Every complete chunk that has arrived, in one piece per read: a stream of
+                # small events costs one await and one client write per read, not per chunk.
+                buf, done = b"", False
+                while not done:
+                    data = await r.read(1 << 16)
+                    if not data:
+                        raise asyncio.IncompleteReadError(buf, None)
+                    buf = buf + data if buf else data
+                    pieces, used, done = unchunk(buf)
+                    buf = buf[used:]
+                    if pieces:
+                        yield pieces[0] if len(pieces) == 1 else b"".join(pieces)
+                if buf:            # bytes after the last chunk: the connection is not reusable
+                    self._keep = False
             elif self._mode == SIZED:
                 left = self._length
                 while left > 0:
@@ -93,13 +98,53 @@ class Response:
         self._done = True
 
     async def read(self) -> bytes:
-        return b"".join([c async for c in self.body()])
+        if self._mode != SIZED or self._done:
+            return b"".join([c async for c in self.body()])
+        try:           # the common case in one call, without the generator's overhead
+            data = await self._conn.reader.readexactly(self._length)
+        except asyncio.IncompleteReadError as exc:
+            raise httpx.RemoteProtocolError(
+                f"connection closed with {self._length - len(exc.partial)} body bytes "
+                "missing") from None
+        except OSError as exc:
+            raise httpx.ReadError(f"{type(exc).__name__}: {exc}") from None
+        self._done = True
+        return data
 
     def release(self) -> None:
         """Give the connection back (reused only after a complete body), exactly once."""
         conn, self._conn = self._conn, None
         if conn is not None:
             self._pool._put(conn, self._done and self._keep)
+
+
+def unchunk(buf: bytes) -> tuple[list[bytes], int, bool]:
+    """Decode the complete chunks at the start of a chunked body: (their data, bytes used,
+    whether the last chunk and its trailers were among them). ValueError when malformed."""
+    pieces: list[bytes] = []
+    pos, n = 0, len(buf)
+    while True:
+        nl = buf.find(b"\r\n", pos)
+        if nl < 0:
+            if n - pos > READ_LIMIT:
+                raise ValueError("chunk-size line too long")
+            return pieces, pos, False
+        size = int(buf[pos:nl].split(b";", 1)[0], 16)
+        if size < 0:
+            raise ValueError(f"negative chunk size {size}")
+        if size == 0:                      # the last chunk, then trailers and an empty line
+            end = buf.find(b"\r\n\r\n", nl)
+            if end < 0:
+                return pieces, pos, False
+            return pieces, end + 4, True
+        start = nl + 2
+        stop = start + size
+        if n < stop + 2:
+            return pieces, pos, False
+        if buf[stop:stop + 2] != b"\r\n":
+            raise ValueError("chunk data not followed by CRLF")
+        pieces.append(buf[start:stop])
+        pos = stop + 2
 
 
 def _head(method: str, target: bytes, host: bytes, headers: list[tuple[bytes, bytes]],

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request, Response
 from service.deps import AdminDep, current_model
 from service.errors import ApiError, error_responses
 from service.proxy.forward import ProxyCall
-from service.proxy.request import CHAT, COMPLETIONS, parse
+from service.proxy.request import CHAT, COMPLETIONS, parse, read_body
 from service.proxy.routing import NO_POOLS, authorize, current_pools, route
 from service.proxy.schemas import ModelCard, ModelList, ReloadResult, UpstreamsStatus
 
@@ -29,7 +29,7 @@ async def handle(request: Request, path: str) -> Response:
     """Both completion routes (also called directly by service.proxy.asgi)."""
     st, pools = current_pools(request)
     authorize(pools, request)
-    req = parse(await request.body(), path)
+    req = parse(await read_body(request.receive), path)
     routed = await route(st, pools, current_model(request), req)
     rid = request.scope.get("state", {}).get("request_id") or ""
     return ProxyCall(st, pools, req, routed.decision, routed.first, rid, routed.prompt_tokens)

@@ -19,6 +19,7 @@ from service.holder import LoadedModel
 from service.main import create_app
 from service.proxy.decide import Decider, bucket, representative
 from service.proxy.forward import event_end, retry_after
+from service.proxy.http1 import unchunk
 from service.proxy.request import CHAT, COMPLETIONS, parse
 from service.settings import Settings
 from service.upstreams import Pools, Upstream, UpstreamsError, read
@@ -155,6 +156,20 @@ def test_event_end_and_retry_after():
     assert retry_after("Wed, 21 Oct 2015 07:28:00 GMT") is None and retry_after(None) is None
 
 
+def test_unchunk_decodes_whatever_has_arrived():
+    body = b"5\r\nhello\r\n3;ext=1\r\nabc\r\n0\r\nx-trailer: 1\r\n\r\n"
+    assert unchunk(body) == ([b"hello", b"abc"], len(body), True)
+    for cut in range(len(body)):          # split anywhere: complete chunks only, never done
+        pieces, used, done = unchunk(body[:cut])
+        assert not done and b"".join(pieces) == b"helloabc"[:len(b"".join(pieces))]
+        rest, used2, done2 = unchunk(body[used:])
+        assert done2 and b"".join(pieces + rest) == b"helloabc"
+    assert unchunk(b"0\r\n\r\n") == ([], 5, True)
+    for bad in (b"zz\r\nhi\r\n", b"2\r\nhiX\r\n", b"-2\r\nhi\r\n"):
+        with pytest.raises(ValueError):
+            unchunk(bad)
+
+
 def test_request_parsing():
     r = parse(b'{"model":"m","messages":[{"role":"user","content":"h\\u00e9llo"}],'
               b'"max_completion_tokens":5,"stream":true}', CHAT)
@@ -204,6 +219,33 @@ def test_proxy_body_cap_is_separate(tmp_path):
         cards = {m["id"]: m["max_model_len"] for m in c.get("/v1/models").json()["data"]}
         assert cards == {"m": 4_194_304, "n": None}
     assert create_app(Settings(_env_file=None)).state.proxy.body_cap() == 32 << 20
+
+
+def test_direct_path_keeps_request_ids_metrics_and_the_error_envelope(tmp_path, caplog):
+    """The completion routes bypass FastAPI (service.main.App): its layers' duties still hold."""
+    app = create_app(Settings(_env_file=None, upstreams=write(tmp_path, BASE)))
+    with TestClient(app, raise_server_exceptions=False) as c:
+        r = c.post("/v1/completions", json={"model": "m", "prompt": 5},
+                   headers={"x-request-id": "abc-123"})
+        assert_error(r, 400, param="prompt")
+        assert r.headers["x-request-id"] == "abc-123"
+        r = c.post("/v1/chat/completions", content=b"{nope")
+        assert_error(r, 400, contains="invalid JSON")
+        assert len(r.headers["x-request-id"]) == 32            # created when not given
+
+        async def broken(request, path):
+            raise RuntimeError("boom")
+
+        app.direct.handler = broken
+        r = c.post("/v1/completions", json={"model": "m", "prompt": "hi"})
+        assert_error(r, 500, contains="internal error")
+        assert "x-request-id" in r.headers
+        assert "boom" in caplog.text                            # logged with its traceback
+        metrics = c.get("/metrics").text
+    for path, status in (("/v1/completions", 400), ("/v1/chat/completions", 400),
+                         ("/v1/completions", 500)):
+        assert (f'engine_advisor_http_requests_total{{method="POST",route="{path}",'
+                f'status="{status}"}} 1.0') in metrics
 
 
 def test_client_api_keys(tmp_path):
