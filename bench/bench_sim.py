@@ -53,6 +53,9 @@ async def one(client: httpx.AsyncClient, i: int, args, out: dict) -> None:
             async for chunk in r.aiter_raw():
                 buf = rest + chunk
                 cut = buf.rfind(b"\n\n") + 2          # complete events only
+                if cut < 2:                             # none yet: keep reading
+                    rest = buf
+                    continue
                 events, rest = buf[:cut], buf[cut:]
                 n = events.count(TOKEN_MARK)
                 if n and ttft is None:
