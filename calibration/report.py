@@ -1,10 +1,11 @@
 """The fit report: cross-validated error per engine and DCP size, interval coverage, calibrated
 ranges, crossovers, and plots (``fit --report DIR``).
 
-Cross-validation leaves out one grid point at a time (all repeats and memory fractions of the
-same engine, DCP, context, batch, output and KV size together, so a repeat cannot vouch for its
-twin), refits that engine's estimator on the rest and predicts the held-out TTFT, TPOT and total
-time with a 90 % interval. MAPE is the mean absolute percentage error of those predictions;
+Cross-validation is ``model.costmodel.cross_validate`` (the same that gives ``fit``'s CV MAPE):
+it leaves out one grid point at a time (all repeats and memory fractions of the same engine,
+DCP, context, batch, output and KV size together, so a repeat cannot vouch for its twin),
+refits that engine's estimator on the rest and predicts the held-out TTFT, TPOT and total
+time, here with a 90 % interval. MAPE is the mean absolute percentage error of those predictions;
 coverage is the share of held-out measurements inside their interval.
 """
 
@@ -24,14 +25,13 @@ from model.costmodel import (
     EXTRAPOLATION_REL_SIGMA,
     UNCALIBRATED_REL_SIGMA,
     CostModel,
-    training_matrix,
+    cross_validate,
+    trainable,
 )
 from model.dataset import Measurement
-from model.estimator import QTY_PREFILL, QTY_TOTAL, QTY_TPOT, EngineCostModel
 from model.recommend import build_query, crossovers
 from model.workload import Config, Workload
 
-QTY_NAMES = {QTY_TOTAL: "total", QTY_PREFILL: "ttft", QTY_TPOT: "tpot"}
 CV_BOOTSTRAP = 30
 CURVE_POINTS = 96
 
@@ -41,42 +41,8 @@ def config_label(engine: str, dcp: int) -> str:
 
 
 def usable(rows: Sequence[Measurement]) -> list[Measurement]:
-    """Rows the cost model trains on (timed and without OOM), as ``CostModel.fit`` filters."""
-    return [r for r in rows if not r.unsafe and not (r.total_s is None and r.tpot_s is None
-                                                     and r.ttft_s is None)]
-
-
-def _group(r: Measurement) -> tuple:
-    return (r.engine, r.gpu, r.num_gpus, r.dcp_size, r.context_tokens, r.batch_size,
-            r.output_tokens, r.kv_bytes_per_token, r.kv_shards)
-
-
-def cross_validate(rows: Sequence[Measurement], estimator_params: dict | None = None
-                   ) -> list[dict[str, Any]]:
-    """One record per held-out measured quantity: engine, dcp, quantity, measured, predicted,
-    interval, context, batch."""
-    by_engine: dict[str, list[Measurement]] = defaultdict(list)
-    for r in usable(rows):
-        by_engine[r.engine].append(r)
-    out: list[dict[str, Any]] = []
-    params = {**(estimator_params or {}), "n_bootstrap": CV_BOOTSTRAP}
-    for engine, erows in sorted(by_engine.items()):
-        groups = sorted({_group(r) for r in erows})
-        if len(groups) < 2:
-            continue
-        for g in groups:
-            held = [r for r in erows if _group(r) == g]
-            rest = [r for r in erows if _group(r) != g]
-            X, y = training_matrix(rest)
-            est = EngineCostModel(**params).fit(X, y)
-            Xh, yh = training_matrix(held)
-            pred, lo, hi = est.predict_interval(Xh)
-            for i in range(len(yh)):
-                out.append({"engine": engine, "dcp_size": g[3], "context_tokens": g[4],
-                            "batch_size": g[5], "output_tokens": g[6],
-                            "quantity": QTY_NAMES[int(Xh[i, 6])], "measured": float(yh[i]),
-                            "predicted": float(pred[i]), "lo": float(lo[i]), "hi": float(hi[i])})
-    return out
+    """Rows the cost model trains on."""
+    return [r for r in rows if trainable(r)]
 
 
 def summarise(cv: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -264,7 +230,7 @@ def plot_total_vs_context(model: CostModel, rows: Sequence[Measurement],
 
 # ------------------------------------------------------------------------ the report
 def build_report(model: CostModel, rows: Sequence[Measurement]) -> tuple[dict[str, Any], list]:
-    cv = cross_validate(rows)
+    cv = cross_validate(rows, n_bootstrap=CV_BOOTSTRAP)
     summary = summarise(cv)
     refs = reference_workloads(rows)
     grid = context_grid(rows) if refs else np.array([])

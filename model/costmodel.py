@@ -29,6 +29,7 @@ RANGE_DIMS = ("context_tokens", "batch_size", "kv_bytes_per_token", "output_toke
 UNCALIBRATED_REL_SIGMA = 0.25   # added relative sd for a configuration with no data at all
 EXTRAPOLATION_REL_SIGMA = 0.05  # added relative sd per doubling outside the calibrated range
 MIN_CV_POINTS = 5
+QTY_NAMES = {QTY_TOTAL: "total", QTY_PREFILL: "ttft", QTY_TPOT: "tpot"}
 
 
 def config_key(engine: str, gpu: str, num_gpus: int, dcp: int) -> str:
@@ -121,7 +122,7 @@ class CostModel:
             bucket = "unsafe" if r.unsafe else "safe"
             if r.mem_fraction not in mem[bucket]:
                 mem[bucket].append(r.mem_fraction)
-            if r.unsafe or (r.total_s is None and r.tpot_s is None and r.ttft_s is None):
+            if not trainable(r):
                 continue
             by_engine[r.engine].append(r)
             key = config_key(r.engine, r.gpu, r.num_gpus, r.dcp_size)
@@ -293,15 +294,59 @@ def training_matrix(rows: Sequence[Measurement]) -> tuple[np.ndarray, np.ndarray
     return np.vstack(Xs), np.array(ys)
 
 
+def trainable(r: Measurement) -> bool:
+    """Rows the estimators train on: timed, and not an OOM or crash."""
+    return not r.unsafe and not (r.total_s is None and r.tpot_s is None and r.ttft_s is None)
+
+
+def point_key(r: Measurement) -> tuple:
+    """One grid point: its repeats and memory fractions share it (and stay together in CV)."""
+    return (r.engine, r.gpu, r.num_gpus, r.dcp_size, r.context_tokens, r.batch_size,
+            r.output_tokens, r.kv_bytes_per_token, r.kv_shards)
+
+
+def cross_validate(rows: Sequence[Measurement], estimator_params: dict | None = None,
+                   n_bootstrap: int = 0) -> list[dict]:
+    """Leave one grid point out at a time (all its repeats together, so a repeat cannot vouch
+    for its twin), refit that engine's estimator on the rest, predict the held-out times.
+
+    One record per held-out measured quantity: engine, dcp_size, context_tokens, batch_size,
+    output_tokens, quantity ("total", "ttft", "tpot"), measured, predicted, and with
+    ``n_bootstrap`` > 0 a 90 % interval (lo, hi). Engines with fewer than two points are
+    skipped."""
+    by_engine: dict[str, list[Measurement]] = defaultdict(list)
+    for r in rows:
+        if trainable(r):
+            by_engine[r.engine].append(r)
+    params = {**(estimator_params or {}), "n_bootstrap": n_bootstrap}
+    out: list[dict] = []
+    for engine, erows in sorted(by_engine.items()):
+        points = sorted({point_key(r) for r in erows})
+        if len(points) < 2:
+            continue
+        for p in points:
+            X, y = training_matrix([r for r in erows if point_key(r) != p])
+            est = EngineCostModel(**params).fit(X, y)
+            Xh, yh = training_matrix([r for r in erows if point_key(r) == p])
+            if n_bootstrap:
+                pred, lo, hi = est.predict_interval(Xh)
+            else:
+                pred, lo, hi = est.predict_rows(Xh), None, None
+            for i in range(len(yh)):
+                rec = {"engine": engine, "dcp_size": p[3], "context_tokens": p[4],
+                       "batch_size": p[5], "output_tokens": p[6],
+                       "quantity": QTY_NAMES[int(Xh[i, 6])], "measured": float(yh[i]),
+                       "predicted": float(pred[i])}
+                if lo is not None:
+                    rec["lo"], rec["hi"] = float(lo[i]), float(hi[i])
+                out.append(rec)
+    return out
+
+
 def cv_mape(rows: Sequence[Measurement], estimator_params: dict | None) -> float | None:
-    """Leave-one-point-out mean absolute percentage error of total (or TPOT) time."""
-    if len(rows) < MIN_CV_POINTS:
+    """Mean absolute percentage error of ``cross_validate`` over all held-out times (None
+    below MIN_CV_POINTS grid points)."""
+    if len({point_key(r) for r in rows if trainable(r)}) < MIN_CV_POINTS:
         return None
-    errs = []
-    for i, held in enumerate(rows):
-        rest = [r for j, r in enumerate(rows) if j != i]
-        X, y = training_matrix(rest)
-        est = EngineCostModel(**{**(estimator_params or {}), "n_bootstrap": 0}).fit(X, y)
-        Xh, yh = training_matrix([held])
-        errs.extend(np.abs(est.predict_rows(Xh) - yh) / yh)
-    return float(np.mean(errs))
+    recs = cross_validate(rows, estimator_params)
+    return float(np.mean([abs(r["predicted"] - r["measured"]) / r["measured"] for r in recs]))
