@@ -5,10 +5,12 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 
-def validation_message(exc: ValidationError, names: dict[str, str] | None = None) -> str:
-    """'field.path: reason; ...' for each error; ``names`` renames top-level fields (CLI flags)."""
+def validation_message(exc: ValidationError, names: dict[str, str] | None = None,
+                       limit: int | None = None) -> str:
+    """'field.path: reason; ...' for each error (the first ``limit``); ``names`` renames
+    top-level fields (CLI flags)."""
     out = []
-    for err in exc.errors():
+    for err in exc.errors()[:limit]:
         loc = [str(p) for p in err["loc"]]
         name = (names or {}).get(loc[0], ".".join(loc)) if loc else ""
         msg = err["msg"].removeprefix("Value error, ")

@@ -41,6 +41,7 @@ from pydantic import (
     model_validator,
 )
 
+from model.errors import validation_message
 from model.hardware import GpuSpec
 from model.kv import KvDtype
 from model.workload import MAX_CONTEXT, MAX_GPUS, Engine, Workload
@@ -107,7 +108,7 @@ class WorkloadSpec(Strict):
         try:
             self.workload(1024, 1, 1, ["vllm"], [1])
         except ValidationError as exc:
-            raise ValueError(_describe(exc.errors()[0])) from None
+            raise ValueError(validation_message(exc, limit=1)) from None
         return self
 
 
@@ -179,13 +180,6 @@ class PoolsConfig(Strict):
         return self
 
 
-def _describe(err: dict[str, Any]) -> str:
-    """'path.to.field: reason' of one pydantic error."""
-    loc = ".".join(str(p) for p in err["loc"])
-    msg = str(err["msg"]).removeprefix("Value error, ")
-    return f"{loc}: {msg}" if loc else msg
-
-
 class UpstreamsError(ValueError):
     """A pools file that cannot be used; the message names the file and the field."""
 
@@ -204,8 +198,7 @@ def parse(text: str, source: str = "<upstreams>") -> PoolsConfig:
     try:
         return PoolsConfig.model_validate(data)
     except ValidationError as exc:
-        parts = [_describe(err) for err in exc.errors()[:5]]
-        raise UpstreamsError(f"{source}: " + "; ".join(parts)) from None
+        raise UpstreamsError(f"{source}: {validation_message(exc, limit=5)}") from None
 
 
 def read(path: Path) -> tuple[PoolsConfig, str]:
