@@ -90,3 +90,19 @@ def test_scheduler_queues_beyond_max_running_and_capacity():
         await core.stop()
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_cli_defaults_are_the_configs_defaults():
+    """`engine-advisor sim` keeps its defaults as literals (importing sim.config would slow
+    every CLI command's start-up by ~170 ms): they must not drift from SimConfig's."""
+    import dataclasses
+
+    from cli.main import build_parser
+    from sim.config import SimConfig
+
+    args = vars(build_parser().parse_args(["sim", "--engine", "vllm", "--port", "1"]))
+    renamed = {"model_artifact": "model"}
+    for f in dataclasses.fields(SimConfig):
+        if f.name in ("engine", "port"):
+            continue
+        assert args[renamed.get(f.name, f.name)] == f.default, f.name
