@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from model.costmodel import CostModel, Query, kv_read_seconds
+from model.costmodel import CostModel, Query, dcp_combine_features, kv_read_seconds
 from model.hardware import GpuSpec, kv_read_model
 
 
@@ -22,7 +22,7 @@ class StepTimer:
                              f"(it has {', '.join(model.engine_names)})")
         self.model = model
         self.engine_index = np.array([model.engine_names.index(engine)])
-        self.read = kv_read_model(gpu)
+        self.gpu, self.read = gpu, kv_read_model(gpu)
         self.kv_per_gpu = np.array([float(kv_bytes_per_token) / kv_shards])
         self.dcp = np.array([float(dcp)])
 
@@ -30,8 +30,10 @@ class StepTimer:
         ctx, out = np.array([float(context)]), np.array([float(output)])
         b = np.array([float(batch)])
         read = kv_read_seconds(self.read, ctx, out, b, self.kv_per_gpu, self.dcp)
+        # the GPU's measured DCP profile shapes the combine cost, as in model.recommend
         return self.model.predict(Query(self.engine_index, ctx, out, b, self.kv_per_gpu,
-                                        self.dcp, read))
+                                        self.dcp, read, dcp_combine_features(self.gpu, b,
+                                                                             self.dcp)))
 
     def prefill_s(self, batch: int, context: float) -> float:
         """Prefill (TTFT) of ``batch`` sequences of ``context`` prompt tokens each."""

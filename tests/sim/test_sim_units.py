@@ -106,3 +106,20 @@ def test_cli_defaults_are_the_configs_defaults():
         if f.name in ("engine", "port"):
             continue
         assert args[renamed.get(f.name, f.name)] == f.default, f.name
+
+
+@pytest.mark.parametrize("gpu", ["B300", "H200"])     # H200: a measured DCP profile exists
+def test_step_time_is_the_recommenders_tpot(gpu):
+    """The simulator's decode step is what the recommender predicts as TPOT for the same
+    workload, including the combine cost a GPU's measured DCP profile shapes."""
+    from model.recommend import recommend
+    from model.workload import Workload
+
+    m = default_model()
+    w = Workload(context_tokens=131_072, output_tokens=2, batch_size=16,
+                 kv_bytes_per_token=70_272, gpu=gpu, num_gpus=8, engines=["sglang"],
+                 dcp_sizes=[8], allow_extrapolation=True)
+    tpot = next(p.tpot_s for p in recommend(m, w, "v").predictions if p.dcp_size == 8)
+    timer = StepTimer(m, "sglang", builtin_gpu(gpu), 70_272, dcp=8)
+    # the recommender reads KV at the mean decode context: context + output / 2
+    assert timer.step_s(16, 131_073) == pytest.approx(tpot, rel=1e-9)
