@@ -65,13 +65,14 @@ class Response:
             if self._mode == CHUNKED:
                 # Every complete chunk that has arrived, in one piece per read: a stream of
                 # small events costs one await and one client write per read, not per chunk.
-                buf, done = b"", False
+                buf, done, need = b"", False, 0
                 while not done:
-                    data = await r.read(1 << 16)
+                    # a large chunk under way: the rest of it in one read (no re-scanning)
+                    data = await (r.readexactly(need) if need > 1 << 16 else r.read(1 << 16))
                     if not data:
                         raise asyncio.IncompleteReadError(buf, None)
                     buf = buf + data if buf else data
-                    pieces, used, done = unchunk(buf)
+                    pieces, used, done, need = unchunk(buf)
                     buf = buf[used:]
                     if pieces:
                         yield pieces[0] if len(pieces) == 1 else b"".join(pieces)
@@ -118,9 +119,10 @@ class Response:
             self._pool._put(conn, self._done and self._keep)
 
 
-def unchunk(buf: bytes) -> tuple[list[bytes], int, bool]:
+def unchunk(buf: bytes) -> tuple[list[bytes], int, bool, int]:
     """Decode the complete chunks at the start of a chunked body: (their data, bytes used,
-    whether the last chunk and its trailers were among them). ValueError when malformed."""
+    whether the last chunk and its trailers were among them, bytes still missing of the chunk
+    under way when its size is known, else 0). ValueError when malformed."""
     pieces: list[bytes] = []
     pos, n = 0, len(buf)
     while True:
@@ -128,19 +130,19 @@ def unchunk(buf: bytes) -> tuple[list[bytes], int, bool]:
         if nl < 0:
             if n - pos > READ_LIMIT:
                 raise ValueError("chunk-size line too long")
-            return pieces, pos, False
+            return pieces, pos, False, 0
         size = int(buf[pos:nl].split(b";", 1)[0], 16)
         if size < 0:
             raise ValueError(f"negative chunk size {size}")
         if size == 0:                      # the last chunk, then trailers and an empty line
             end = buf.find(b"\r\n\r\n", nl)
             if end < 0:
-                return pieces, pos, False
-            return pieces, end + 4, True
+                return pieces, pos, False, 0
+            return pieces, end + 4, True, 0
         start = nl + 2
         stop = start + size
         if n < stop + 2:
-            return pieces, pos, False
+            return pieces, pos, False, stop + 2 - n
         if buf[stop:stop + 2] != b"\r\n":
             raise ValueError("chunk data not followed by CRLF")
         pieces.append(buf[start:stop])

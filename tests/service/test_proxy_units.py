@@ -158,13 +158,15 @@ def test_event_end_and_retry_after():
 
 def test_unchunk_decodes_whatever_has_arrived():
     body = b"5\r\nhello\r\n3;ext=1\r\nabc\r\n0\r\nx-trailer: 1\r\n\r\n"
-    assert unchunk(body) == ([b"hello", b"abc"], len(body), True)
+    assert unchunk(body) == ([b"hello", b"abc"], len(body), True, 0)
     for cut in range(len(body)):          # split anywhere: complete chunks only, never done
-        pieces, used, done = unchunk(body[:cut])
+        pieces, used, done, _ = unchunk(body[:cut])
         assert not done and b"".join(pieces) == b"helloabc"[:len(b"".join(pieces))]
-        rest, used2, done2 = unchunk(body[used:])
+        rest, _, done2, _ = unchunk(body[used:])
         assert done2 and b"".join(pieces + rest) == b"helloabc"
-    assert unchunk(b"0\r\n\r\n") == ([], 5, True)
+    assert unchunk(b"0\r\n\r\n") == ([], 5, True, 0)
+    # a chunk under way: how much of it (and its CRLF) is still missing
+    assert unchunk(b"2\r\nhi\r\n100000\r\nxy") == ([b"hi"], 7, False, 0x100000 + 2 - 2)
     for bad in (b"zz\r\nhi\r\n", b"2\r\nhiX\r\n", b"-2\r\nhi\r\n"):
         with pytest.raises(ValueError):
             unchunk(bad)
