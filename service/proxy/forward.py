@@ -82,6 +82,14 @@ def event_end(buf: bytes) -> int:
     return max(a + 2 if a >= 0 else 0, b + 4 if b >= 0 else 0)
 
 
+def ends_with_done(events: bytes) -> bool:
+    """Whether the last of these complete events is ``data: [DONE]`` (not a token whose text
+    happens to contain it)."""
+    body = events.rstrip(b"\r\n")
+    k = len(body) - len(DONE)
+    return body.endswith(DONE) and (k == 0 or body[k - 1] == 0x0A)
+
+
 def upstream_headers(scope: Scope, up: Upstream, request_id: str) -> list[tuple[bytes, bytes]]:
     out = [(k, v) for k, v in scope["headers"] if k not in DROP_REQUEST]
     out.append((b"accept-encoding", b"identity"))
@@ -365,7 +373,7 @@ class ProxyCall(Response):
                 self.final = (up.engine, up.name, resp.status)
             # [DONE] ends the client's stream in the same write (the upstream's chunked
             # terminator is still read below, so its connection can be reused)
-            ended = DONE in out
+            ended = ends_with_done(out)
             await send({"type": "http.response.body", "body": out, "more_body": not ended})
             events += out.count(b"\n\n") or out.count(b"\r\n\r\n")
             skipped += out.count(b'"choices":[]') + out.count(b'"content":""') \
@@ -393,7 +401,7 @@ class ProxyCall(Response):
         if not self.started:
             return Failure("read", f"upstream {up.name} ended the stream without an event",
                            True, 502)
-        if DONE not in last:
+        if not ends_with_done(last):
             up.breaker.failure()
             return await self._failed_midway(send, up, Failure(
                 "read", f"upstream {up.name} ended the stream before [DONE]", False, 502))

@@ -18,7 +18,7 @@ from service.errors import ApiError
 from service.holder import LoadedModel
 from service.main import create_app
 from service.proxy.decide import Decider, bucket, representative
-from service.proxy.forward import event_end, retry_after
+from service.proxy.forward import ends_with_done, event_end, retry_after
 from service.proxy.http1 import unchunk
 from service.proxy.request import CHAT, COMPLETIONS, parse
 from service.settings import Settings
@@ -154,6 +154,17 @@ def test_event_end_and_retry_after():
     assert event_end(b"data: 1\r\n\r\n") == len(b"data: 1\r\n\r\n")
     assert retry_after("2") == 2.0 and retry_after("0.5") == 0.5
     assert retry_after("Wed, 21 Oct 2015 07:28:00 GMT") is None and retry_after(None) is None
+
+
+def test_only_a_final_done_event_ends_a_stream():
+    assert ends_with_done(b"data: [DONE]\n\n")
+    assert ends_with_done(b'data: {"choices":[]}\n\ndata: [DONE]\n\n')
+    assert ends_with_done(b'data: {"x":1}\r\n\r\ndata: [DONE]\r\n\r\n')
+    # a token whose text is "data: [DONE]" is not the end of the stream
+    assert not ends_with_done(b'data: {"choices":[{"text":"data: [DONE]"}]}\n\n')
+    assert not ends_with_done(b'data: {"t":"\\ndata: [DONE]"}\n\n')
+    assert not ends_with_done(b"data: [DONE]\n\ndata: {\"late\":1}\n\n")
+    assert not ends_with_done(b"")
 
 
 def test_unchunk_decodes_whatever_has_arrived():
