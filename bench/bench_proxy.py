@@ -129,14 +129,15 @@ def run_wrk(url: str, lua: Path, connections: int, duration: int) -> dict[str, f
 
 
 # ----------------------------------------------------------------------------- asyncio load
-async def _one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-               request: bytes) -> tuple[float, float, int]:
-    """Send one request on a kept-alive connection: (ttft, total, status)."""
+async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                   request: bytes) -> tuple[int, bytes, float, float, bool]:
+    """One request on a kept-alive connection: (status, body, ttft, total, keep-alive)."""
     t0 = time.perf_counter()
     writer.write(request)
     head = await reader.readuntil(b"\r\n\r\n")
     status = int(head.split(b" ", 2)[1])
     low = head.lower()
+    parts: list[bytes] = []
     ttft = None
     if b"transfer-encoding: chunked" in low:
         while True:
@@ -144,14 +145,16 @@ async def _one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
             if size == 0:
                 await reader.readuntil(b"\r\n")
                 break
-            data = await reader.readexactly(size + 2)
-            if ttft is None and b"data:" in data:
+            if ttft is None:
                 ttft = time.perf_counter() - t0
+            parts.append((await reader.readexactly(size + 2))[:-2])
     else:
-        n = int(re.search(rb"content-length:\s*(\d+)", low).group(1))
-        await reader.readexactly(n)
+        i = low.index(b"content-length:") + 15
+        n = int(low[i:low.index(b"\r\n", i)])
+        parts.append(await reader.readexactly(n))
     total = time.perf_counter() - t0
-    return (ttft if ttft is not None else total), total, status
+    return status, b"".join(parts), (ttft if ttft is not None else total), total, \
+        b"connection: close" not in low
 
 
 async def _load(url: str, body: str, connections: int, count: int, duration: float,
@@ -177,7 +180,7 @@ async def _load(url: str, body: str, connections: int, count: int, duration: flo
                     await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
                     next_at += connections / rate
                 left -= 1
-                ttft, total, status = await _one(reader, writer, request)
+                status, _, ttft, total, _ = await exchange(reader, writer, request)
                 if status != 200:
                     failed += 1
                 ttfts.append(ttft)

@@ -42,7 +42,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_proxy import EXE, ROOT, free_port, stop  # noqa: E402
+from bench_proxy import EXE, ROOT, exchange, free_port, stop  # noqa: E402
 
 MODEL = "kimi-k3"
 ADMIN = "soak-admin-token"
@@ -121,34 +121,6 @@ def ok_recommend(status: int, body: bytes, streaming: bool) -> bool:
 
 
 # ----------------------------------------------------------------------------- load generator
-async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                   request: bytes) -> tuple[int, bytes, float, float, bool]:
-    """One request on a kept-alive connection: (status, body, ttft, total, keep-alive)."""
-    t0 = time.perf_counter()
-    writer.write(request)
-    head = await reader.readuntil(b"\r\n\r\n")
-    status = int(head.split(b" ", 2)[1])
-    low = head.lower()
-    parts: list[bytes] = []
-    ttft = None
-    if b"transfer-encoding: chunked" in low:
-        while True:
-            size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
-            if size == 0:
-                await reader.readuntil(b"\r\n")
-                break
-            if ttft is None:
-                ttft = time.perf_counter() - t0
-            parts.append((await reader.readexactly(size + 2))[:-2])
-    else:
-        i = low.index(b"content-length:") + 15
-        n = int(low[i:low.index(b"\r\n", i)])
-        parts.append(await reader.readexactly(n))
-    total = time.perf_counter() - t0
-    return status, b"".join(parts), (ttft if ttft is not None else total), total, \
-        b"connection: close" not in low
-
-
 async def drive(url: str, requests: list[tuple[bytes, bool]], n: int, concurrency: int,
                 check, pid: int) -> dict:
     """``n`` requests (``requests`` in turn) over ``concurrency`` connections."""
