@@ -193,16 +193,11 @@ def run_dcp(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m calibration.gpu_cli gpu|dcp ...`` without the full CLI's dependencies."""
-    from cli.errors import CliError
+    from cli.errors import run_handler
 
     parser = argparse.ArgumentParser(prog="engine-advisor calibrate")
     register_calibrate(parser.add_subparsers(dest="calibrate_command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return int(args.handler(args) or 0)
-    except CliError as exc:
-        print(f"engine-advisor: error: {exc}", file=sys.stderr)
-        return 2
+    return run_handler(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

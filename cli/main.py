@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 
-from cli.errors import CliError
+from cli.errors import run_handler
 
 # Modules with a ``register(subparsers)`` function, in help order.
 COMMAND_MODULES = ("cli.recommend", "calibration.cli", "service.cli", "sim.cli")
@@ -33,18 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        return int(args.handler(args) or 0)
-    except CliError as exc:
-        print(f"engine-advisor: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("engine-advisor: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # output piped into `head` and the like: stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
+    return run_handler(parser.parse_args(argv))
 
 
 if __name__ == "__main__":
