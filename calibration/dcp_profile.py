@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import nnls
 
-from model.hardware import BUILTIN_GPUS
+from model.gpus import BUILTIN_GPUS
 from model.hwprofile import (
     KIND_DCP,
     dcp_recv_bytes,

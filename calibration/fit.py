@@ -55,6 +55,8 @@ def format_fit_summary(model: CostModel, meta: dict[str, Any], out: str) -> str:
                      f"{(f'{cv:.1%}' if cv is not None else 'n/a'):>9}"
                      f"  {', '.join(cfgs)}")
     lines.append("")
+    for warning in model.roofline_warnings:
+        lines.append(f"warning: {warning}")
     lines.append("CV MAPE: leave-one-point-out error of each point's measured times "
                  f"(n/a below {MIN_CV_POINTS} points)")
     lines.append(f"wrote {out} (model {meta['model_version']}, data sha256 "

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from model.hardware import BUILTIN_GPUS
+from model.gpus import BUILTIN_GPUS
 from model.hwprofile import KIND_GPU, eval_read_curve, fit_read_curve, gpu_key, median_rel_error
 
 INT_COLS = ("batch_size", "context_tokens", "q_heads", "kv_heads", "head_dim", "v_dim",

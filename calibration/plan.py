@@ -65,7 +65,7 @@ def candidate_contexts(w: Workload, given: list[int] | None) -> list[int]:
 
 def plan(model: CostModel, w: Workload, contexts: list[int] | None = None,
          n_points: int = 8, include_uncalibrated: bool = False) -> list[PlanPoint]:
-    layout = w.kv_layout()
+    layout = w.model_shape()
     configs, _ = candidates(model, w, layout)
     if not include_uncalibrated:
         gpu = w.gpu_spec().name
@@ -129,7 +129,7 @@ def commands(points: list[PlanPoint], w: Workload) -> list[str]:
     for p in points:
         groups.setdefault((p.engine, p.dcp_size), []).append(p.context_tokens)
     gpu = w.gpu_spec().name
-    kv = w.kv_layout().bytes_per_token
+    kv = int(w.model_shape().kv_bytes_per_token)
     return [f"engine-advisor calibrate run --engine {e} --dcp-size {d} --contexts "
             f"{','.join(map(str, sorted(c)))} --batch-sizes {w.batch_size} --output-tokens "
             f"{w.output_tokens} --kv-bytes-per-token {kv} --gpu {gpu} --num-gpus {w.num_gpus} "

@@ -23,13 +23,16 @@ import numpy as np
 from model.artifact import atomic_write
 from model.costmodel import (
     EXTRAPOLATION_REL_SIGMA,
+    TRANSFERRED_REL_SIGMA,
     UNCALIBRATED_REL_SIGMA,
     CostModel,
     cross_validate,
     trainable,
 )
+from model.arch import PRESETS
 from model.dataset import Measurement
-from model.recommend import build_query, crossovers
+from model.predictor import predictor_for
+from model.recommend import build_case, crossovers
 from model.workload import Config, Workload
 
 CV_BOOTSTRAP = 30
@@ -78,37 +81,42 @@ def reference_workloads(rows: Sequence[Measurement]) -> list[dict[str, Any]]:
     timed = usable(rows)
     if not timed:
         return []
-    common = Counter((r.gpu, r.num_gpus, r.output_tokens, r.kv_bytes_per_token) for r in timed)
-    (gpu, n, out, kv), _ = common.most_common(1)[0]
+    common = Counter((r.gpu, r.num_gpus, r.output_tokens, r.kv_bytes_per_token, r.model,
+                      r.kv_cache_dtype) for r in timed)
+    top, _ = common.most_common(1)[0]
+    gpu, n, out, kv, name, dtype = top
     batches = sorted({r.batch_size for r in timed if (r.gpu, r.num_gpus, r.output_tokens,
-                                                      r.kv_bytes_per_token) == (gpu, n, out, kv)})
+                                                      r.kv_bytes_per_token, r.model,
+                                                      r.kv_cache_dtype) == top})
     picked = sorted({batches[0], batches[len(batches) // 2], batches[-1]})
-    return [{"gpu": gpu, "num_gpus": n, "output_tokens": out, "kv_bytes_per_token": kv,
-             "batch_size": b} for b in picked]
+    served = ({"preset": name, "kv_cache_dtype": dtype} if name in PRESETS
+              else {"kv_bytes_per_token": kv})
+    return [{"gpu": gpu, "num_gpus": n, "output_tokens": out, **served, "batch_size": b}
+            for b in picked]
 
 
 def curves(model: CostModel, ref: dict[str, Any], contexts: np.ndarray) -> dict[str, Any]:
     """Predicted total (and 90 % interval) vs context for every calibrated configuration."""
-    w = Workload(context_tokens=int(contexts[0]), output_tokens=ref["output_tokens"],
-                 batch_size=ref["batch_size"], kv_bytes_per_token=ref["kv_bytes_per_token"],
-                 gpu=ref["gpu"], num_gpus=ref["num_gpus"])
-    layout = w.kv_layout()
+    w = Workload(context_tokens=int(contexts[0]), **ref)
+    layout = w.model_shape()
     configs = sorted({Config(k.split("/")[0], int(k.split("/")[3])) for k in model.ranges
                       if k.split("/")[1] == ref["gpu"] and int(k.split("/")[2]) == ref["num_gpus"]
                       and k.split("/")[0] in model.engines},
                      key=lambda c: (c.engine, c.dcp_size))
     if not configs:
         return {"configs": [], "contexts": contexts.tolist()}
-    q = build_query(model, w, layout, configs, contexts)
+    case = build_case(model, w, layout, configs, contexts)
     extra = []
     for c in configs:
         for ctx in contexts:
-            cal, dist = model.coverage(c.engine, ref["gpu"], ref["num_gpus"], c.dcp_size,
-                                       {"context_tokens": ctx, "batch_size": ref["batch_size"],
-                                        "kv_bytes_per_token": ref["kv_bytes_per_token"],
-                                        "output_tokens": ref["output_tokens"]})
-            extra.append(UNCALIBRATED_REL_SIGMA if not cal else EXTRAPOLATION_REL_SIGMA * dist)
-    p = model.predict(q, np.array(extra))
+            status, dist = model.coverage(c.engine, ref["gpu"], ref["num_gpus"], c.dcp_size,
+                                          layout.key, {"context_tokens": ctx,
+                                                       "batch_size": ref["batch_size"],
+                                                       "output_tokens": ref["output_tokens"]})
+            extra.append({"calibrated": EXTRAPOLATION_REL_SIGMA * dist,
+                          "transferred": TRANSFERRED_REL_SIGMA}.get(status,
+                                                                   UNCALIBRATED_REL_SIGMA))
+    p = predictor_for(model).predict(case, np.array(extra))
     m = len(contexts)
     shape = (len(configs), m)
     totals = p.total.reshape(shape)
@@ -201,7 +209,9 @@ def plot_total_vs_context(model: CostModel, rows: Sequence[Measurement],
             meas = [r for r in usable(rows) if r.engine == c.engine and r.dcp_size == c.dcp_size
                     and r.batch_size == ref["batch_size"] and r.total_s is not None
                     and r.output_tokens == ref["output_tokens"]
-                    and r.kv_bytes_per_token == ref["kv_bytes_per_token"]]
+                    and r.kv_bytes_per_token == ref.get("kv_bytes_per_token",
+                                                        r.kv_bytes_per_token)
+                    and (r.model == ref["preset"] if "preset" in ref else True)]
             if meas:
                 ax.plot([r.context_tokens for r in meas], [r.total_s for r in meas], "o",
                         color=color, mec="black", mew=0.6, ms=6, label=f"{lab} measured")
@@ -247,8 +257,10 @@ def build_report(model: CostModel, rows: Sequence[Measurement]) -> tuple[dict[st
         "memory_fractions": model.memory,
         "coefficients": {e: est.coefficients_ for e, est in model.engines.items()},
         "residual_rel_std": {e: est.residual_rel_std_ for e, est in model.engines.items()},
+        "roofline_warnings": model.roofline_warnings,
         "crossovers": [{**x, **{k: ref[k] for k in ("batch_size", "output_tokens",
-                                                    "kv_bytes_per_token", "gpu", "num_gpus")}}
+                                                    "kv_bytes_per_token", "preset", "gpu",
+                                                    "num_gpus") if k in ref}}
                        for ref, cur in panels for x in cur["crossovers"]],
         "held_out": cv,
     }
@@ -307,15 +319,16 @@ def markdown(report: dict[str, Any]) -> str:
     if not cv:
         lines.append("| (fewer than two grid points per engine: no cross-validation) | | | | | | |")
     lines += ["", "## Calibrated ranges", "",
-              "| configuration (engine/GPU/GPUs/DCP) | points | context tokens | batch | output | "
-              "KV B/token |", "|---|---:|---|---|---|---|"]
-    for key, rng in sorted(report["calibrated_ranges"].items()):
-        def span(d: str, r: dict = rng) -> str:
-            lo, hi = r[d]
-            return f"{lo:,.0f}" if lo == hi else f"{lo:,.0f} .. {hi:,.0f}"
-        lines.append(f"| {key} | {report['calibrated_points'].get(key, 0)} | "
-                     f"{span('context_tokens')} | {span('batch_size')} | {span('output_tokens')} | "
-                     f"{span('kv_bytes_per_token')} |")
+              "| configuration (engine/GPU/GPUs/DCP) | served model | points | context tokens "
+              "| batch | output |", "|---|---|---:|---|---|---|"]
+    for key, per_model in sorted(report["calibrated_ranges"].items()):
+        for served, rng in sorted(per_model.items()):
+            def span(d: str, r: dict = rng) -> str:
+                lo, hi = r[d]
+                return f"{lo:,.0f}" if lo == hi else f"{lo:,.0f} .. {hi:,.0f}"
+            lines.append(f"| {key} | {served} | {report['calibrated_points'].get(key, 0)} | "
+                         f"{span('context_tokens')} | {span('batch_size')} | "
+                         f"{span('output_tokens')} |")
     lines += ["", "## Memory fractions", ""]
     for key, mem in sorted(report["memory_fractions"].items()):
         lines.append(f"- {key}: safe {mem['safe'] or 'none'}, "

@@ -108,7 +108,7 @@ class SweepConfig:
             raise ValueError("--retries: must be >= 0")
         if self.launch:
             format_command(self.launch, **self._placeholders(1, 0.9, 8000))
-        from model.hardware import builtin_gpu
+        from model.gpus import builtin_gpu
         try:
             builtin_gpu(self.gpu)
         except KeyError:

@@ -21,7 +21,7 @@ import sklearn
 
 from model.costmodel import CostModel
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2   # 2: efficiencies over physical terms (model.terms); 1 is refused
 
 
 class ArtifactError(ValueError):

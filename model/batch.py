@@ -6,8 +6,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from model.costmodel import CostModel, Prediction, Query, dcp_combine_features, kv_read_seconds
-from model.hardware import kv_read_model
+from model.capabilities import effective_share
+from model.costmodel import Case, CostModel, Prediction
+from model.predictor import predictor_for
+from model.recommend import memory_choice
+from model.silicon import silicon_for
 from model.workload import Config, Workload
 
 
@@ -15,32 +18,45 @@ def predict_grid(model: CostModel, workloads: Sequence[Workload],
                  configs: Sequence[Config]) -> Prediction:
     """Predictions for every (workload, config) pair, workload-major: row i*len(configs)+j.
 
-    No coverage widening or feasibility checks: callers that need those use ``recommend``.
-    """
+    Workloads serving the same model on the same GPU type and TP size are predicted as one
+    ``Case``. No coverage widening or feasibility checks: callers that need those use
+    ``recommend``."""
     n, m = len(workloads), len(configs)
-    names = model.engine_names
-    cols = np.empty((6, n))
-    reads = {}
+    pred = predictor_for(model)
+    groups: dict[tuple, list[int]] = {}
+    shapes, gpus = {}, {}
     for i, w in enumerate(workloads):
-        layout = w.kv_layout()
-        cols[:, i] = (w.context_tokens, w.output_tokens, w.batch_size,
-                      layout.bytes_per_token / layout.shards(w.num_gpus), w.num_gpus, i)
+        shape = w.model_shape()
         gpu = w.gpu_spec()
-        group = reads.get(gpu.name)
-        if group is None:  # the KV-read model once per GPU type, not per workload
-            group = reads[gpu.name] = (kv_read_model(gpu), [], gpu)
-        group[1].append(i)
-    ctx, out, batch, kv = (np.repeat(c, m) for c in cols[:4])
-    dcp = np.tile(np.array([float(c.dcp_size) for c in configs]), n)
-    engine = np.tile(np.array([names.index(c.engine) for c in configs]), n)
-    read_s = np.empty(n * m)
-    combine = np.full(n * m, np.nan)      # measured DCP combine feature where a profile exists
-    for reader, idx, gpu in reads.values():
+        key = (shape.key, shape.weight_bytes, gpu, w.num_gpus)
+        shapes.setdefault(key, shape)
+        gpus.setdefault(key, gpu)
+        groups.setdefault(key, []).append(i)
+    eng = np.array([c.engine for c in configs], dtype=object)
+    dcp = np.array([float(c.dcp_size) for c in configs])
+    out = {f: np.empty(n * m) for f in ("total", "total_lo", "total_hi", "prefill",
+                                        "prefill_all", "tpot", "running", "capacity")}
+    out["feasible"] = np.empty(n * m, dtype=bool)
+    parts = None
+    for key, idx in groups.items():
+        gpu, tp = gpus[key], key[3]
+        ws = [workloads[i] for i in idx]
+        k = len(ws)
+        frac = np.array([memory_choice(model, c.engine, gpu.name).fraction for c in configs])
+        share = np.array([[effective_share(c.engine, w.requirements.prefix_reuse_share,
+                                           w.context_tokens)
+                           if w.requirements else 0.0 for c in configs] for w in ws]).ravel()
+        col = lambda attr: np.repeat(np.array([float(getattr(w, attr)) for w in ws]), m)  # noqa
+        case = Case(shapes[key], silicon_for(gpu), tp, np.tile(eng, k), col("batch_size"),
+                    col("context_tokens"), col("output_tokens"), np.tile(dcp, k),
+                    np.tile(frac, k), share)
+        p = pred.predict(case)
         rows = (np.array(idx)[:, None] * m + np.arange(m)).ravel()
-        read_s[rows] = kv_read_seconds(reader, ctx[rows], out[rows], batch[rows], kv[rows],
-                                       dcp[rows])
-        measured = dcp_combine_features(gpu, batch[rows], dcp[rows])
-        if measured is not None:
-            combine[rows] = measured
-    return model.predict(Query(engine, ctx, out, batch, kv, dcp, read_s,
-                               combine if np.isfinite(combine).any() else None))
+        for f in out:
+            out[f][rows] = getattr(p, f)
+        if parts is None:
+            parts = np.empty((n * m, p.step_parts.shape[1]))
+        parts[rows] = p.step_parts
+    return Prediction(out["total"], out["total_lo"], out["total_hi"], out["prefill"],
+                      out["prefill_all"], out["tpot"], parts, out["running"], out["capacity"],
+                      out["feasible"])

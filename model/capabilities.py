@@ -10,10 +10,9 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from model.kv import KvLayout
+from model.shape import ModelShape
 from model.workload import Requirements
 
 CAPABILITIES_JSON = Path(__file__).parent / "data" / "capabilities.json"
@@ -21,7 +20,8 @@ CAPABILITIES_JSON = Path(__file__).parent / "data" / "capabilities.json"
 
 class PrefixReuse(BaseModel):
     kind: str
-    effectiveness: float = Field(ge=0.0, le=1.0)
+    block_tokens: int = Field(ge=1, description="granularity of cache hits: a cached prefix "
+                              "counts in whole blocks of this many tokens")
 
 
 class Incompatibility(BaseModel):
@@ -67,7 +67,7 @@ def _active(req: Requirements) -> set[str]:
     return on
 
 
-def engine_exclusion(engine: str, req: Requirements, layout: KvLayout,
+def engine_exclusion(engine: str, req: Requirements, layout: ModelShape,
                      caps: Capabilities | None = None) -> str | None:
     """Why ``engine`` cannot meet ``req``, or None when it can."""
     caps = caps or load_capabilities()
@@ -93,7 +93,7 @@ def engine_exclusion(engine: str, req: Requirements, layout: KvLayout,
     if req.dp_attention:
         if not c.dp_attention:
             return f"{engine} has no DP-attention (data-parallel attention for MLA models)"
-        if layout.attention == "gqa":
+        if layout.attention in ("gqa", "mha"):
             return "DP-attention applies to MLA models; this model uses GQA attention"
     on = _active(req)
     for rule in c.incompatible:
@@ -102,7 +102,7 @@ def engine_exclusion(engine: str, req: Requirements, layout: KvLayout,
     return None
 
 
-def exclusions(req: Requirements | None, layout: KvLayout) -> dict[str, str]:
+def exclusions(req: Requirements | None, layout: ModelShape) -> dict[str, str]:
     """engine -> reason for every engine in the capability data that cannot meet ``req``."""
     if req is None:
         return {}
@@ -115,10 +115,12 @@ def exclusions(req: Requirements | None, layout: KvLayout) -> dict[str, str]:
     return out
 
 
-def prefill_factors(engines: list[str], share: float) -> np.ndarray:
-    """Multiplier of predicted prefill per engine when ``share`` of the prompt tokens are a
-    prefix already in the cache: 1 - share x effectiveness (effectiveness per engine)."""
-    caps = load_capabilities()
-    eff = np.array([caps.engines[e].prefix_reuse.effectiveness if e in caps.engines else 0.0
-                    for e in engines])
-    return 1.0 - share * eff
+def effective_share(engine: str, share: float, context_tokens: float) -> float:
+    """The share of a prompt an engine finds in its prefix cache when ``share`` of it could be:
+    whole cache blocks only (vLLM hashes blocks of 16 tokens, SGLang's radix tree is
+    token-granular), so a partial last block is recomputed."""
+    c = load_capabilities().engines.get(engine)
+    if c is None or share <= 0 or context_tokens <= 0:
+        return 0.0
+    block = c.prefix_reuse.block_tokens
+    return (share * context_tokens // block) * block / context_tokens

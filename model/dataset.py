@@ -12,7 +12,7 @@ import io
 import math
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -20,7 +20,8 @@ from model.workload import ENGINES
 
 COLUMNS = ("engine", "engine_version", "gpu", "num_gpus", "dcp_size", "mem_fraction",
            "context_tokens", "output_tokens", "batch_size", "kv_bytes_per_token", "kv_shards",
-           "ttft_s", "tpot_s", "total_s", "oom_retries", "errors", "source")
+           "ttft_s", "tpot_s", "total_s", "oom_retries", "errors", "source", "model",
+           "kv_cache_dtype", "prefix_share")
 
 OptPosFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)] | None
 
@@ -47,6 +48,11 @@ class Measurement(BaseModel):
     oom_retries: Annotated[int, Field(ge=0)] = 0
     errors: Annotated[int, Field(ge=0)] = 0
     source: str = ""
+    # the served model: a preset name (its architecture gives the physics) or any other name
+    # (then only kv_bytes_per_token is known); the KV dtype and the prompts' prefix-cache share
+    model: Annotated[str, Field(max_length=256)] = ""
+    kv_cache_dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
+    prefix_share: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)] = 0.0
 
     @field_validator("engine")
     @classmethod

@@ -1,14 +1,14 @@
 """Measured hardware profiles: the JSON files ``engine-advisor calibrate gpu|dcp`` writes.
 
 Pure numpy: the curve fits used both to build a profile (in calibration/) and to evaluate one
-(model/hardware.py), and the loader that finds a GPU's profile by path. The profiles directory is
+(model/silicon.py), and the loader that finds a GPU's profile by path. The profiles directory is
 ``$ENGINE_ADVISOR_PROFILES_DIR`` or, by default, ``calibration/profiles`` beside this package;
 a missing directory means "no profiles" (the spec sheet is used). Each directory is read once
 per process (``clear_profile_cache`` forgets it).
 
 Read curve: seconds of one call that reads ``b`` bytes, ``t(b)``, stored as knots (bytes,
 seconds) fitted from measurements: medians in half-octave bins of bytes, made non-decreasing by
-isotonic regression (pool adjacent violators) and then strictly increasing. Between knots
+isotonic regression (scikit-learn's) and then strictly increasing. Between knots
 ``log t`` is linear in ``log b``; below the first knot ``t`` rises linearly from the fixed
 per-call overhead; above the last it grows at the asymptotic bandwidth of the largest reads.
 """
@@ -18,9 +18,11 @@ from __future__ import annotations
 import json
 import math
 import os
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+from sklearn.isotonic import isotonic_regression
 
 PROFILES_ENV = "ENGINE_ADVISOR_PROFILES_DIR"
 DEFAULT_PROFILES_DIR = Path(__file__).resolve().parent.parent / "calibration" / "profiles"
@@ -35,22 +37,6 @@ def profiles_dir() -> Path:
 
 
 # ------------------------------------------------------------------------------ read curves
-def _pava(y: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Weighted isotonic (non-decreasing) regression by pooling adjacent violators."""
-    vals, wts, sizes = [], [], []
-    for yi, wi in zip(y.tolist(), w.tolist(), strict=True):
-        vals.append(yi)
-        wts.append(wi)
-        sizes.append(1)
-        while len(vals) > 1 and vals[-2] > vals[-1]:
-            v2, w2, s2 = vals.pop(), wts.pop(), sizes.pop()
-            v1, w1, s1 = vals.pop(), wts.pop(), sizes.pop()
-            vals.append((v1 * w1 + v2 * w2) / (w1 + w2))
-            wts.append(w1 + w2)
-            sizes.append(s1 + s2)
-    return np.repeat(vals, sizes)
-
-
 def fit_read_curve(nbytes, seconds, overhead_s: float | None = None) -> dict:
     """Fit a monotone read curve to measured (bytes per call, seconds per call) points."""
     b = np.asarray(nbytes, dtype=float)
@@ -66,7 +52,8 @@ def fit_read_curve(nbytes, seconds, overhead_s: float | None = None) -> dict:
         kb.append(float(np.exp(np.mean(np.log(b[sel])))))
         kt.append(float(np.median(t[sel])))
         kw.append(float(sel.sum()))
-    kb_arr, kt_arr = np.array(kb), _pava(np.array(kt), np.array(kw))
+    kb_arr = np.array(kb)
+    kt_arr = isotonic_regression(np.array(kt), sample_weight=np.array(kw), increasing=True)
     for i in range(1, len(kt_arr)):  # strictly increasing
         kt_arr[i] = max(kt_arr[i], kt_arr[i - 1] * (1 + 1e-6))
     floor = float(kt_arr[0]) if overhead_s is None else min(float(overhead_s), float(kt_arr[0]))
@@ -148,7 +135,6 @@ def eval_dcp_layer(profile: dict, backend: str, batch, dcp) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------ loading
-_CACHE: dict[str, dict[tuple[str, str], tuple[str, dict]]] = {}
 _GENERATION = [0]  # bumped by clear_profile_cache, so derived caches know to refresh
 
 
@@ -158,19 +144,17 @@ def cache_generation() -> int:
 
 def clear_profile_cache() -> None:
     """Forget the profiles read so far (they are read once per directory and process)."""
-    _CACHE.clear()
+    _scan.cache_clear()
     _GENERATION[0] += 1
 
 
-def _scan(directory: Path) -> dict[tuple[str, str], tuple[str, dict]]:
-    cached = _CACHE.get(str(directory))
-    if cached is not None:
-        return cached
+@lru_cache(maxsize=8)
+def _scan(directory: Path) -> dict[tuple[str, str], list[tuple[str, dict]]]:
     try:
         files = sorted(p for p in directory.glob("*.json") if p.is_file())
     except OSError:
         files = []
-    found: dict[tuple[str, str], tuple[str, dict]] = {}
+    found: dict[tuple[str, str], list[tuple[str, dict]]] = {}
     for p in files:
         try:
             data = json.loads(p.read_text())
@@ -179,15 +163,20 @@ def _scan(directory: Path) -> dict[tuple[str, str], tuple[str, dict]]:
         if not isinstance(data, dict) or data.get("kind") not in (KIND_GPU, KIND_DCP):
             continue
         gpu = str(data.get("gpu_key", "")).upper()
-        if gpu and (gpu, data["kind"]) not in found:
-            found[(gpu, data["kind"])] = (p.name, data)
-    _CACHE[str(directory)] = found
+        if gpu:
+            found.setdefault((gpu, data["kind"]), []).append((p.name, data))
     return found
 
 
+def find_profiles(gpu_name: str, kind: str = KIND_GPU) -> list[tuple[str, dict]]:
+    """(file name, profile) of every profile of this kind for this GPU type, by file name."""
+    return list(_scan(profiles_dir()).get((gpu_name.upper(), kind), ()))
+
+
 def find_profile(gpu_name: str, kind: str = KIND_GPU) -> tuple[str, dict] | None:
-    """(file name, profile) of the first profile (by file name) for this GPU type, or None."""
-    return _scan(profiles_dir()).get((gpu_name.upper(), kind))
+    """The first profile (by file name) of this kind for this GPU type, or None."""
+    found = find_profiles(gpu_name, kind)
+    return found[0] if found else None
 
 
 def gpu_key(device_name: str, known: list[str] | tuple[str, ...]) -> str:

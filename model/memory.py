@@ -1,17 +1,25 @@
-"""Memory fraction and KV capacity per engine (reference.md section 2).
+"""Memory fraction, KV capacity and how many sequences run at once (reference.md section 2).
 
-vLLM's ``--gpu-memory-utilization`` budgets the whole instance (weights, activations, KV, CUDA
-graphs); SGLang's ``--mem-fraction-static`` covers weights + KV pool, activations live outside.
+vLLM's ``--gpu-memory-utilization`` budgets the whole instance (weights, activations, CUDA
+graphs, KV); SGLang's ``--mem-fraction-static`` covers weights + KV pool, activations live
+outside it. Per GPU: ``KV budget = fraction x memory - weights / tp - reserve(engine)`` and
+``capacity = budget / (KV bytes per token per GPU / dcp)``; linear-attention state is held per
+running sequence. When a batch does not fit, the engine runs what fits and queues the rest
+(``waves``); the simulator's scheduler admits requests by the same capacity.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 MEM_FLAGS = {"vllm": "--gpu-memory-utilization", "sglang": "--mem-fraction-static"}
 DEFAULT_FRACTION = 0.90          # used when calibration says nothing about this engine and GPU
 OOM_THRESHOLD = 0.95             # published: 0.95 gave OOM retries on B300 for both engines
-VLLM_ACTIVATION_RESERVE = 0.03   # share of GPU memory vLLM's budget spends outside weights + KV
+# Share of GPU memory vLLM's budget spends outside weights + KV (activation peak of a chunked-
+# prefill pass and CUDA graphs); SGLang keeps these outside its static fraction.
+ENGINE_RESERVE = {"vllm": 0.03, "sglang": 0.0}
 
 
 @dataclass(frozen=True)
@@ -38,12 +46,35 @@ def choose_fraction(engine: str, gpu: str, safe: list[float], unsafe: list[float
     return MemoryChoice(frac, why)
 
 
-def kv_capacity_tokens(engine: str, fraction: float, gpu_memory: float, weight_bytes: float | None,
-                       num_gpus: int, kv_bytes_per_gpu_token: float, dcp: int) -> int:
-    """Tokens of KV one instance holds; weights unknown count as zero (an upper bound)."""
-    budget = fraction * gpu_memory - (weight_bytes or 0.0) / num_gpus
-    if engine == "vllm":
-        budget -= VLLM_ACTIVATION_RESERVE * gpu_memory
-    if budget <= 0:
-        return 0
+def kv_budget_bytes(engine: str, fraction: float, gpu_memory: float, weight_bytes: float,
+                    tp: int) -> float:
+    """Bytes per GPU left for the KV cache (and per-sequence state)."""
+    return (fraction - ENGINE_RESERVE.get(engine, 0.0)) * gpu_memory - weight_bytes / tp
+
+
+def kv_capacity_tokens(engine: str, fraction: float, gpu_memory: float, weight_bytes: float,
+                       tp: int, kv_bytes_per_gpu_token: float, dcp: int) -> int:
+    """Tokens of KV one instance holds (weights of 0 give an upper bound)."""
+    budget = kv_budget_bytes(engine, fraction, gpu_memory, weight_bytes, tp)
+    if budget <= 0 or kv_bytes_per_gpu_token <= 0:
+        return 0 if budget <= 0 else 2 ** 62
     return int(budget / (kv_bytes_per_gpu_token / dcp))
+
+
+def sequences_at_once(capacity_tokens, batch, context, output, share=0.0,
+                      state_tokens=0.0) -> np.ndarray:
+    """How many of ``batch`` sequences fit at once: each holds its uncached prompt, its
+    output and its state (in token-equivalents); a cached shared prefix is held once."""
+    cap = np.asarray(capacity_tokens, dtype=float)
+    shared = np.asarray(share, dtype=float) * np.asarray(context, dtype=float)
+    per_seq = (np.asarray(context, dtype=float) - shared + np.asarray(output, dtype=float)
+               + np.asarray(state_tokens, dtype=float))
+    fit = np.floor((cap - shared) / np.maximum(per_seq, 1.0))
+    return np.clip(fit, 0, np.asarray(batch, dtype=float))
+
+
+def kv_demand_tokens(batch, context, output, share=0.0) -> np.ndarray:
+    """KV tokens a whole batch holds when all of it runs at once (shared prefix once)."""
+    shared = np.asarray(share, dtype=float) * np.asarray(context, dtype=float)
+    return shared + np.asarray(batch, dtype=float) * (np.asarray(context, dtype=float) - shared
+                                                      + np.asarray(output, dtype=float))

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from model.costmodel import CostModel
 from model.errors import validation_message
-from model.hardware import GpuSpec
+from model.gpus import GpuSpec
 from model.jsonnum import JsonModel
 from model.kv import KvDtype
 from model.memory import MEM_FLAGS
@@ -231,11 +231,16 @@ def _best_concurrency(model: CostModel, w: Workload, layout, e1: Evaluated, req:
 def _plan_class(model: CostModel, req: PlanRequest, i: int,
                 c: TrafficClass) -> ClassPlan | Unserved:
     w = req.workload(c)
-    layout = w.kv_layout()
+    layout = w.model_shape()
     configs, excluded = candidates(model, w, layout)
     reasons = [x.describe() for x in excluded]
     options = []
     for e1 in evaluate(model, w, layout, configs):
+        label = f"{e1.config.engine} dcp {e1.config.dcp_size}"
+        if e1.pred.running_sequences == 0:
+            reasons.append(f"{label}: one sequence needs {w.context_tokens + w.output_tokens:,} "
+                           f"KV tokens, the instance holds {e1.pred.kv_capacity_tokens:,}")
+            continue
         if not e1.eligible:
             reasons.append(f"{e1.config.engine} dcp {e1.config.dcp_size}: not calibrated for "
                            f"{w.gpu_spec().name} x {w.num_gpus} (allow_extrapolation)")

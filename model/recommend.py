@@ -3,30 +3,34 @@
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 from pydantic import TypeAdapter
 
+from model.capabilities import effective_share
 from model.capabilities import exclusions as capability_exclusions
-from model.capabilities import prefill_factors
 from model.costmodel import (
     EXTRAPOLATION_REL_SIGMA,
+    TRANSFERRED_REL_SIGMA,
     UNCALIBRATED_REL_SIGMA,
+    Case,
     CostModel,
-    Query,
-    dcp_combine_features,
-    kv_read_seconds,
 )
-from model.hardware import dcp_comm_model, kv_read_model
-from model.kv import KvLayout
-from model.memory import MEM_FLAGS, MemoryChoice, choose_fraction, kv_capacity_tokens
+from model.memory import MEM_FLAGS, MemoryChoice, choose_fraction, kv_demand_tokens
+from model.predictor import Predictor, predictor_for
 from model.schemas import ConfigPrediction, Exclusion, Recommendation
+from model.shape import ModelShape
+from model.silicon import silicon_for
+from model.terms import DECODE_TERMS
 from model.workload import ENGINES, Config, Workload
 
 CROSSOVER_RANGE = (1024, 4 * 1024 * 1024)
 CROSSOVER_GRID = np.geomspace(*CROSSOVER_RANGE, 64)
+BARE_REL_SIGMA = 0.05     # added relative sd when only KV bytes are known (no weights, FLOPs)
 _PREDICTIONS = TypeAdapter(list[ConfigPrediction])
+_CROSSOVER_CACHE_SIZE = 1024
 
 
 class NoEligibleConfiguration(ValueError):
@@ -44,22 +48,17 @@ class Evaluated:
 
 
 def candidates(model: CostModel, w: Workload,
-               layout: KvLayout) -> tuple[list[Config], list[Exclusion]]:
+               shape: ModelShape) -> tuple[list[Config], list[Exclusion]]:
     engines = w.engines or list(ENGINES)
     tp = w.num_gpus
-    dcps = dcp_sizes(w)
     ok, excluded = [], []
-    blocked = capability_exclusions(w.requirements, layout)
+    blocked = capability_exclusions(w.requirements, shape)
     for engine in engines:
-        if engine not in model.engines:
-            excluded.append(Exclusion(engine=engine, reason=f"the loaded model has no calibration "
-                                      f"data for {engine}"))
-            continue
         if engine in blocked:
             excluded.append(Exclusion(engine=engine, reason=blocked[engine]))
             continue
-        for dcp in dcps:
-            reason = dcp_constraint(engine, dcp, tp, layout)
+        for dcp in dcp_sizes(w):
+            reason = dcp_constraint(engine, dcp, tp, shape)
             if reason:
                 excluded.append(Exclusion(engine=engine, dcp_size=dcp, reason=reason))
             else:
@@ -73,166 +72,147 @@ def dcp_sizes(w: Workload) -> list[int]:
     return sorted(set(w.dcp_sizes)) if w.dcp_sizes else [d for d in range(1, tp + 1) if tp % d == 0]
 
 
-def dcp_constraint(engine: str, dcp: int, tp: int, layout: KvLayout) -> str | None:
+def dcp_constraint(engine: str, dcp: int, tp: int, shape: ModelShape) -> str | None:
     """Why ``engine`` cannot run DCP ``dcp`` with TP ``tp`` on this model, or None."""
     if tp % dcp:
         return f"dcp {dcp} does not divide the tensor-parallel size {tp}"
-    if dcp == 1 or layout.attention == "unknown":
+    if dcp == 1 or shape.attention == "unknown":
         return None
-    if layout.attention == "gqa":
+    if shape.attention in ("gqa", "mha"):
         if engine == "sglang":
             return "SGLang implements DCP for MLA attention only; this model uses GQA"
-        replicas = tp // layout.kv_heads if layout.kv_heads and layout.kv_heads < tp else 1
+        replicas = tp // shape.kv_heads if shape.kv_heads and shape.kv_heads < tp else 1
         if replicas % dcp:
-            return (f"vLLM needs (tp // kv_heads) % dcp == 0: KV heads {layout.kv_heads} on tp "
+            return (f"vLLM needs (tp // kv_heads) % dcp == 0: KV heads {shape.kv_heads} on tp "
                     f"{tp} are replicated {replicas}x, so dcp {dcp} cannot stripe them")
     return None
 
 
 def memory_choice(model: CostModel, engine: str, gpu: str) -> MemoryChoice:
-    """The memory fraction for ``engine`` on ``gpu`` (memoised per model: its data is fixed)."""
-    cache = model.__dict__.setdefault("_memory_choices", {})
+    """The memory fraction for ``engine`` on ``gpu`` (memoised in the model's predictor)."""
+    cache = predictor_for(model).cache.setdefault("memory", {})
     key = (engine, gpu)
     if key not in cache:
         cache[key] = choose_fraction(engine, gpu, **model.safe_fractions(engine, gpu))
     return cache[key]
 
 
-def _config_arrays(model: CostModel, configs: tuple[Config, ...], grid_configs: tuple[Config, ...],
-                   points: int) -> tuple[np.ndarray, np.ndarray]:
-    """Engine indices and DCP sizes of build_query's rows (memoised per model: hot path)."""
-    cache = model.__dict__.setdefault("_config_arrays", {})
-    key = (configs, grid_configs, points)
-    hit = cache.get(key)
-    if hit is None:
-        names = model.engine_names
-        rows = list(configs) + [c for c in grid_configs for _ in range(points)]
-        hit = (np.array([names.index(c.engine) for c in rows], dtype=np.intp),
-               np.array([c.dcp_size for c in rows], dtype=float))
-        if len(cache) > 1024:
-            cache.clear()
-        cache[key] = hit
-    return hit
-
-
-def build_query(model: CostModel, w: Workload, layout: KvLayout, configs: list[Config],
-                contexts: np.ndarray | None = None, grid_configs: list[Config] = ()) -> Query:
-    """One row per config at the workload's context, or per (config, context) when
-    ``contexts`` is given (config-major); ``grid_configs`` appends (config, context) rows for
-    those configs after the per-config rows (one prediction pass for table and curves)."""
-    names = model.engine_names
-    if contexts is not None:
-        configs, grid_configs, grid = [], configs, np.asarray(contexts, dtype=float)
-    else:
-        grid = CROSSOVER_GRID if grid_configs else CROSSOVER_GRID[:0]
-    engine, dcp = _config_arrays(model, tuple(configs), tuple(grid_configs), len(grid))
-    m, k = len(configs), len(grid_configs)
-    n = len(engine)
-    ctx = np.empty(n)
-    ctx[:m] = w.context_tokens
-    ctx[m:].reshape(k, len(grid))[:] = grid
-    out = np.full(n, float(w.output_tokens))
-    batch = np.full(n, float(w.batch_size))
-    kv = np.full(n, layout.bytes_per_token / layout.shards(w.num_gpus))
+def build_case(model: CostModel, w: Workload, shape: ModelShape, configs: list[Config],
+               contexts: np.ndarray | None = None) -> Case:
+    """The one place a query is built: one row per config at the workload's context, or per
+    (config, context) config-major when ``contexts`` is given."""
     gpu = w.gpu_spec()
-    read = kv_read_seconds(kv_read_model(gpu), ctx, out, batch, kv, dcp)
-    scale = None
-    share = w.requirements.prefix_reuse_share if w.requirements else 0.0
-    if share > 0:  # cached prefix tokens skip prefill (model/capabilities.py, per engine)
-        scale = prefill_factors(names, share)[engine]
-    return Query(engine, ctx, out, batch, kv, dcp, read, dcp_combine_features(gpu, batch, dcp),
-                 scale)
+    grid = (np.array([float(w.context_tokens)]) if contexts is None
+            else np.asarray(contexts, dtype=float))
+    k = len(grid)
+    engine = np.repeat(np.array([c.engine for c in configs], dtype=object), k)
+    dcp = np.repeat(np.array([float(c.dcp_size) for c in configs]), k)
+    frac = np.repeat(np.array([memory_choice(model, c.engine, gpu.name).fraction
+                               for c in configs]), k)
+    share_in = w.requirements.prefix_reuse_share if w.requirements else 0.0
+    share = (np.array([effective_share(c.engine, share_in, x) for c in configs for x in grid])
+             if share_in > 0 else 0.0)
+    n = len(engine)
+    return Case(shape, silicon_for(gpu), w.num_gpus, engine, np.full(n, float(w.batch_size)),
+                np.tile(grid, len(configs)), np.full(n, float(w.output_tokens)), dcp, frac, share)
 
 
-def evaluate(model: CostModel, w: Workload, layout: KvLayout,
+def evaluate(model: CostModel, w: Workload, shape: ModelShape,
              configs: list[Config]) -> list[Evaluated]:
     """Every config's prediction, memory and calibration status at the workload's context."""
-    return _evaluate(model, w, layout, configs, curves=False)[0]
-
-
-def _evaluate(model: CostModel, w: Workload, layout: KvLayout, configs: list[Config],
-              curves: bool) -> tuple[list[Evaluated], list[Config], np.ndarray | None]:
-    """``evaluate`` plus, when ``curves``, the eligible configs' totals on CROSSOVER_GRID
-    (shape (eligible, grid)), from the same prediction pass."""
     if not configs:
-        return [], [], None
+        return []
+    pred = predictor_for(model)
     gpu = w.gpu_spec()
-    kv_source = kv_read_model(gpu).source
-    kv_gpu = layout.bytes_per_token / layout.shards(w.num_gpus)
-    demand = w.batch_size * (w.context_tokens + w.output_tokens)
     values = {"context_tokens": w.context_tokens, "batch_size": w.batch_size,
-              "kv_bytes_per_token": layout.bytes_per_token, "output_tokens": w.output_tokens}
-    cover = [model.coverage(c.engine, gpu.name, w.num_gpus, c.dcp_size, values) for c in configs]
-    eligible = [c for c, (cal, _) in zip(configs, cover, strict=True)
-                if cal or w.allow_extrapolation]
-    grid_configs = eligible if curves and len(eligible) > 1 else []
-    m = len(configs)
-    extra = np.array([UNCALIBRATED_REL_SIGMA if not cal else EXTRAPOLATION_REL_SIGMA * d
-                      for cal, d in cover])
-    p = model.predict(build_query(model, w, layout, configs, grid_configs=grid_configs), extra,
-                      interval_rows=m)
-    grid_totals = (p.total[m:].reshape(len(grid_configs), len(CROSSOVER_GRID))
-                   if grid_configs else None)
-    mems = {e: memory_choice(model, e, gpu.name) for e in {c.engine for c in configs}}
-    totals, prefills, tpots = p.total[:m].tolist(), p.prefill[:m].tolist(), p.tpot[:m].tolist()
-    los, his, parts = p.total_lo[:m].tolist(), p.total_hi[:m].tolist(), p.step_parts[:m].tolist()
-    rows = []
+              "output_tokens": w.output_tokens}
+    cover = [model.coverage(c.engine, gpu.name, w.num_gpus, c.dcp_size, shape.key, values)
+             for c in configs]
+    extra = np.array([_extra_sigma(status, dist, shape) for status, dist in cover])
+    p = pred.predict(build_case(model, w, shape, configs), extra)
+    demand = float(kv_demand_tokens(w.batch_size, w.context_tokens, w.output_tokens,
+                                    w.requirements.prefix_reuse_share if w.requirements else 0))
+    source = silicon_for(gpu).read_source("gqa" if shape.attention in ("gqa", "mha") else "mla",
+                                          shape.kv_dtype)
+    rows, parts = [], []
     for i, c in enumerate(configs):
-        frac = mems[c.engine].fraction
-        cap = kv_capacity_tokens(c.engine, frac, gpu.memory_bytes, layout.weight_bytes,
-                                 w.num_gpus, kv_gpu, c.dcp_size)
-        cal, dist = cover[i]
+        status, dist = cover[i]
+        terms = dict(zip(DECODE_TERMS, p.step_parts[i].tolist(), strict=True))
+        parts.append(terms)
         rows.append({
-            "engine": c.engine, "dcp_size": c.dcp_size, "total_s": totals[i],
-            "prefill_s": prefills[i], "decode_s": max(totals[i] - prefills[i], 0.0),
-            "tpot_s": tpots[i], "interval_s": (los[i], his[i]), "calibrated": cal,
-            "extrapolated": (not cal) or dist > 0, "mem_fraction": frac,
-            "kv_capacity_tokens": cap, "fits_in_memory": demand <= cap,
-            "kv_read_source": kv_source})
-    preds = _PREDICTIONS.validate_python(rows)  # one pydantic-core call for all configs
-    out = [Evaluated(c, preds[i], cover[i][0] or w.allow_extrapolation,
-                     dict(zip(("fixed", "kv_read", "dcp"), parts[i], strict=True)))
-           for i, c in enumerate(configs)]
-    return out, grid_configs, grid_totals
+            "engine": c.engine, "dcp_size": c.dcp_size, "total_s": float(p.total[i]),
+            "prefill_s": float(p.prefill_all[i]),
+            "decode_s": max(float(p.total[i]) - float(p.prefill_all[i]), 0.0),
+            "tpot_s": float(p.tpot[i]), "interval_s": (float(p.total_lo[i]),
+                                                       float(p.total_hi[i])),
+            "calibrated": status == "calibrated", "transferred": status == "transferred",
+            "extrapolated": status != "calibrated" or dist > 0,
+            "mem_fraction": memory_choice(model, c.engine, gpu.name).fraction,
+            "kv_capacity_tokens": int(min(p.capacity[i], 2 ** 62)),
+            "fits_in_memory": demand <= p.capacity[i],
+            "running_sequences": int(p.running[i]) if p.feasible[i] else 0,
+            "kv_read_source": source, "step_terms_s": terms})
+    preds = _PREDICTIONS.validate_python(rows)
+    return [Evaluated(c, preds[i], (cover[i][0] != "uncalibrated" or w.allow_extrapolation)
+                      and bool(p.feasible[i]), parts[i])
+            for i, c in enumerate(configs)]
 
 
-def total_curves(model: CostModel, w: Workload, layout: KvLayout, configs: list[Config],
+def _extra_sigma(status: str, dist: float, shape: ModelShape) -> float:
+    extra = {"calibrated": EXTRAPOLATION_REL_SIGMA * dist, "transferred": TRANSFERRED_REL_SIGMA,
+             "uncalibrated": UNCALIBRATED_REL_SIGMA}[status]
+    return extra + (0.0 if shape.weights_known else BARE_REL_SIGMA)
+
+
+def total_curves(model: CostModel, w: Workload, shape: ModelShape, configs: list[Config],
                  contexts: np.ndarray) -> np.ndarray:
-    """Predicted total seconds, shape (len(configs), len(contexts))."""
-    q = build_query(model, w, layout, configs, contexts)
-    return model.predict_total(q).reshape(len(configs), len(contexts))
+    """Predicted total seconds, shape (len(configs), len(contexts)); NaN where not even one
+    sequence fits."""
+    p = predictor_for(model).predict(build_case(model, w, shape, configs, contexts))
+    total = np.where(p.feasible, p.total, np.nan)
+    return total.reshape(len(configs), len(contexts))
 
 
 def crossovers(contexts: np.ndarray, totals: np.ndarray) -> list[tuple[int, int, int]]:
     """Where the argmin of ``totals`` changes: (context, config index before, after)."""
-    best = np.argmin(totals, axis=0)
-    flips = np.nonzero(best[1:] != best[:-1])[0]
+    safe = np.where(np.isfinite(totals), totals, np.inf)
+    usable = np.isfinite(safe).any(axis=0)
+    best = np.argmin(safe, axis=0)
+    flips = [i for i in np.nonzero(best[1:] != best[:-1])[0] if usable[i] and usable[i + 1]]
     found = []
     for i in flips:
         a, b = best[i], best[i + 1]
-        d0 = totals[a, i] - totals[b, i]
-        d1 = totals[a, i + 1] - totals[b, i + 1]
-        # interpolate the root of (a - b) in log-context between the two grid points
-        t = d0 / (d0 - d1) if d0 != d1 else 0.5
+        d0 = safe[a, i] - safe[b, i]
+        d1 = safe[a, i + 1] - safe[b, i + 1]
         lo, hi = math.log(contexts[i]), math.log(contexts[i + 1])
-        x = math.exp(lo + t * (hi - lo))
-        found.append((int(round(x)), int(a), int(b)))
+        if np.isfinite(d0) and np.isfinite(d1) and d0 != d1:
+            t = d0 / (d0 - d1)
+        else:  # one side runs out of memory between the two grid points
+            t = 0.5
+        found.append((int(round(math.exp(lo + t * (hi - lo)))), int(a), int(b)))
     return found
 
 
-def crossover_near(model: CostModel, w: Workload, layout: KvLayout,
+def crossover_near(model: CostModel, w: Workload, shape: ModelShape,
                    configs: list[Config]) -> int | None:
-    """The context nearest the workload's where the best of ``configs`` changes, or None."""
+    """The context nearest the workload's where the best of ``configs`` changes, or None.
+
+    The scan over CROSSOVER_GRID does not depend on the workload's context: it is cached per
+    (workload without its context, configs) in the model's predictor."""
     if len(configs) < 2:
         return None
-    return nearest_crossover(w, total_curves(model, w, layout, configs, CROSSOVER_GRID))
-
-
-def nearest_crossover(w: Workload, grid_totals: np.ndarray | None) -> int | None:
-    """The crossover on CROSSOVER_GRID nearest to the workload's context, or None."""
-    if grid_totals is None:
-        return None
-    found = crossovers(CROSSOVER_GRID, grid_totals)
+    pred: Predictor = predictor_for(model)
+    cache: OrderedDict = pred.cache.setdefault("crossover", OrderedDict())
+    key = (w.model_dump_json(exclude={"context_tokens"}), tuple(configs))
+    found = cache.get(key)
+    if found is None:
+        found = crossovers(CROSSOVER_GRID, total_curves(model, w, shape, configs,
+                                                        CROSSOVER_GRID))
+        cache[key] = found
+        if len(cache) > _CROSSOVER_CACHE_SIZE:
+            cache.popitem(last=False)
+    else:
+        cache.move_to_end(key)
     if not found:
         return None
     return min(found, key=lambda f: abs(math.log(f[0] / w.context_tokens)))[0]
@@ -263,17 +243,30 @@ def _overlap(a: ConfigPrediction, b: ConfigPrediction) -> bool:
 
 
 def recommend(model: CostModel, w: Workload, version: str) -> Recommendation:
-    layout = w.kv_layout()
-    configs, excluded = candidates(model, w, layout)
+    shape = w.model_shape()
+    configs, excluded = candidates(model, w, shape)
     if not configs:
         exc = NoEligibleConfiguration("every configuration is excluded: "
                                       + "; ".join(x.describe() for x in excluded))
         exc.field = "requirements" if w.requirements else "engines"
         raise exc
-    evals, _, grid_totals = _evaluate(model, w, layout, configs, curves=True)
+    evals = evaluate(model, w, shape, configs)
+    for e in evals:
+        if e.pred.running_sequences == 0:
+            excluded.append(Exclusion(
+                engine=e.config.engine, dcp_size=e.config.dcp_size,
+                reason=f"not even one sequence of {w.context_tokens + w.output_tokens:,} tokens "
+                       f"fits its KV capacity of {e.pred.kv_capacity_tokens:,} tokens"))
     eligible = sorted((e for e in evals if e.eligible), key=lambda e: e.pred.total_s)
     if not eligible:
         names = ", ".join(f"{e.config.engine} dcp {e.config.dcp_size}" for e in evals) or "none"
+        if all(e.pred.running_sequences == 0 for e in evals):
+            exc = NoEligibleConfiguration(
+                f"the model does not fit: no configuration holds one sequence of "
+                f"{w.context_tokens + w.output_tokens:,} tokens on {w.gpu_spec().name} x "
+                f"{w.num_gpus} (candidates: {names})")
+            exc.field = "context_tokens"
+            raise exc
         raise NoEligibleConfiguration(
             f"no configuration is calibrated for {w.gpu_spec().name} x {w.num_gpus} "
             f"(candidates: {names}); set allow_extrapolation to rank them on the physics prior, "
@@ -283,14 +276,14 @@ def recommend(model: CostModel, w: Workload, version: str) -> Recommendation:
     others = [e for e in eligible[1:] if e.config.engine != best.config.engine] or eligible[1:]
     rival = others[0] if others else None
     speedup = rival.pred.total_s / bp.total_s if rival else None
-    if not bp.calibrated or (rival and _overlap(bp, rival.pred)):
+    if not (bp.calibrated or bp.transferred) or (rival and _overlap(bp, rival.pred)):
         confidence = "low"
-    elif bp.extrapolated or not bp.fits_in_memory:
+    elif (bp.extrapolated or not bp.fits_in_memory or not shape.weights_known):
         confidence = "medium"
     else:
         confidence = "high"
-    cross = nearest_crossover(w, grid_totals)
-    reasons = _reasons(w, best, rival, speedup, cross, confidence)
+    cross = crossover_near(model, w, shape, [e.config for e in eligible])
+    reasons = _reasons(w, shape, best, rival, speedup, cross, confidence)
     mem = memory_choice(model, best.config.engine, w.gpu_spec().name)
     reasons.append(mem.reason)
     return Recommendation(
@@ -307,61 +300,68 @@ def _label(e: Evaluated) -> str:
     return f"{e.config.engine} dcp {e.config.dcp_size}"
 
 
-def _reasons(w: Workload, best: Evaluated, rival: Evaluated | None, speedup: float | None,
-             cross: int | None, confidence: str) -> list[str]:
+def _ms(x: float) -> str:
+    return f"{x * 1e3:.1f} ms"
+
+
+def step_story(parts: dict[str, float]) -> str:
+    """'weights 12.0 ms, KV reads 4.1 ms, ...' of one decode step, largest first."""
+    names = {"gemm": "weights/GEMMs", "kv_read": "KV reads", "state": "linear-attention state",
+             "tp_comm": "TP all-reduce", "dcp_comm": "DCP collectives",
+             "layer_fixed": "per-layer fixed", "seq_fixed": "per-sequence", "step_fixed":
+             "per-step fixed"}
+    items = sorted(((v, k) for k, v in parts.items() if v > 0), reverse=True)
+    return ", ".join(f"{names[k]} {_ms(v)}" for v, k in items)
+
+
+def _reasons(w: Workload, shape: ModelShape, best: Evaluated, rival: Evaluated | None,
+             speedup: float | None, cross: int | None, confidence: str) -> list[str]:
     bp = best.pred
     r = [f"{_label(best)} is predicted fastest: {bp.total_s:.1f} s for {w.batch_size} sequences "
          f"of {w.context_tokens:,} + {w.output_tokens:,} tokens"
          + (f", {speedup:.2f}x faster than {_label(rival)} ({rival.pred.total_s:.1f} s)"
             if rival and speedup else "")]
-    parts = best.step_parts
-    step = sum(parts.values()) or 1.0
-    share = parts["kv_read"] / step
-    r.append(f"decode is {bp.decode_s / max(bp.total_s, 1e-12):.0%} of the time; reading the KV "
-             f"cache is {share:.0%} of each {step * 1e3:.1f} ms decode step"
-             + (f", DCP {best.config.dcp_size} spreads those reads over {best.config.dcp_size} "
-                f"GPUs for {parts['dcp'] * 1e3:.1f} ms of combine per step"
-                if best.config.dcp_size > 1
-                else ", with no DCP combine cost"))
-    if rival and rival.config.dcp_size != best.config.dcp_size:
-        rp = rival.step_parts
-        r.append(f"{_label(rival)}: KV reads {rp['kv_read'] * 1e3:.1f} ms, DCP combine "
-                 f"{rp['dcp'] * 1e3:.1f} ms, fixed {rp['fixed'] * 1e3:.1f} ms per step")
+    step = sum(best.step_parts.values()) or 1e-12
+    r.append(f"decode is {bp.decode_s / max(bp.total_s, 1e-12):.0%} of the time; one decode "
+             f"step of {bp.running_sequences} sequences takes {_ms(step)}: "
+             f"{step_story(best.step_parts)}")
+    if rival:
+        rstep = sum(rival.step_parts.values())
+        r.append(f"{_label(rival)}: {_ms(rstep)} per step of {rival.pred.running_sequences} "
+                 f"sequences: {step_story(rival.step_parts)}")
+    if bp.running_sequences < w.batch_size:
+        waves = math.ceil(w.batch_size / max(bp.running_sequences, 1))
+        r.append(f"KV capacity {bp.kv_capacity_tokens:,} tokens holds {bp.running_sequences} of "
+                 f"the {w.batch_size} sequences at once: the engine runs them in {waves} waves "
+                 "(queueing the rest), which the prediction includes")
+    if rival and rival.pred.running_sequences < w.batch_size and rival.pred.running_sequences:
+        r.append(f"{_label(rival)} holds {rival.pred.running_sequences} of {w.batch_size} "
+                 f"sequences at once ({rival.pred.kv_capacity_tokens:,} KV tokens)")
     if cross:
         r.append(f"the best engine changes near {cross:,} context tokens")
-    if not bp.calibrated:
+    if not shape.weights_known:
+        r.append("only KV bytes per token are known (no preset or config.json): weights, "
+                 "FLOPs and per-layer costs are not modelled, so KV capacity is an upper bound "
+                 "and the interval is widened")
+    if bp.transferred:
+        r.append(f"{_label(best)} is calibrated on {w.gpu_spec().name} x {w.num_gpus} for other "
+                 f"models: this model's physics with the engine's fitted efficiencies "
+                 "(transferred; interval widened)")
+    elif not bp.calibrated:
         r.append(f"{_label(best)} has no calibration data on {w.gpu_spec().name} x {w.num_gpus}: "
                  "extrapolated from the physics prior (allow_extrapolation)")
     elif bp.extrapolated:
         r.append("the workload lies outside the calibrated range: the interval is widened")
-    if not bp.fits_in_memory:
-        demand = w.batch_size * (w.context_tokens + w.output_tokens)
-        r.append(f"KV demand {demand:,} tokens exceeds "
-                 f"the {bp.kv_capacity_tokens:,} tokens this configuration holds: the engine will "
-                 "queue or preempt sequences, so real times will be longer")
     if confidence == "low" and rival:
         r.append(f"low confidence: the prediction intervals of {_label(best)} and "
                  f"{_label(rival)} overlap")
-    r.extend(_profile_reasons(w))
+    r.extend(_silicon_reasons(w))
     return r
 
 
-def _profile_reasons(w: Workload) -> list[str]:
-    """Which measured hardware profiles the physics used (none: the spec sheet)."""
-    gpu = w.gpu_spec()
-    out = []
-    read = kv_read_model(gpu)
-    if read.source != "spec":
-        bw = getattr(read, "asymptotic_bandwidth", None)
-        out.append(f"KV-read physics from the measured {gpu.name} profile "
-                   f"({read.source.removeprefix('profile:')})"
-                   + (f": {bw / 1e12:.2f} TB/s effective on large reads, "
-                      f"{bw / gpu.hbm_bandwidth:.0%} of the {gpu.hbm_bandwidth / 1e12:.1f} TB/s "
-                      "spec" if bw else ""))
-    comm = dcp_comm_model(gpu)
-    if comm is not None:
-        extra = [d for d in dcp_sizes(w) if d > 1 and d not in comm.measured]
-        out.append(f"DCP combine cost shaped by the measured {gpu.name} DCP profile "
-                   f"({comm.file_name}; dcp {', '.join(map(str, comm.measured))} measured"
-                   + (f", {', '.join(map(str, extra))} extrapolated" if extra else "") + ")")
-    return out
+def _silicon_reasons(w: Workload) -> list[str]:
+    """Where the GPU physics came from: measured profiles or the spec sheet."""
+    si = silicon_for(w.gpu_spec())
+    parts = [f"{k.replace('_', ' ')} from {v.removeprefix('profile:')}"
+             for k, v in sorted(si.sources.items())]
+    return [f"{si.name} physics: " + "; ".join(parts)]

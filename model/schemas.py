@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 
 class ConfigPrediction(BaseModel):
@@ -15,10 +15,18 @@ class ConfigPrediction(BaseModel):
     interval_s: tuple[float, float]
     calibrated: bool
     extrapolated: bool
+    transferred: bool = Field(
+        default=False, description="the engine's efficiencies were fitted on this hardware "
+        "configuration but for other models: physics of this model, wider interval")
     mem_fraction: float
     kv_capacity_tokens: int
     fits_in_memory: bool
+    running_sequences: int = Field(
+        default=0, description="sequences the KV capacity lets run at once (the rest queue)")
     kv_read_source: str
+    step_terms_s: dict[str, float] = Field(
+        default_factory=dict, description="seconds of each physical term of one decode step "
+        "at the workload's mean context (model.terms.DECODE_TERMS)")
 
 
 class Exclusion(BaseModel):

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+from functools import lru_cache
 from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from model.hardware import BUILTIN_GPUS, GpuSpec
+from model.gpus import BUILTIN_GPUS, GpuSpec
 from model.jsonnum import JsonModel
-from model.kv import PRESETS, KvConfigError, KvDtype, KvLayout, from_hf_config, from_preset
+from model.arch import PRESETS, ArchConfigError, from_hf_config, preset
+from model.kv import KvDtype
+from model.shape import ModelShape, bare, from_architecture
 
 Engine = Literal["vllm", "sglang"]
 ENGINES: tuple[str, ...] = ("vllm", "sglang")
@@ -86,8 +90,8 @@ class Workload(JsonModel):
     def _usable_config(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
         if v is not None:
             try:
-                from_hf_config(v, "bf16")
-            except KvConfigError as exc:
+                from_hf_config(v)
+            except ArchConfigError as exc:
                 raise ValueError(str(exc)) from None
         return v
 
@@ -114,17 +118,38 @@ class Workload(JsonModel):
     def gpu_spec(self) -> GpuSpec:
         return BUILTIN_GPUS[self.gpu.upper()] if isinstance(self.gpu, str) else self.gpu
 
-    def kv_layout(self) -> KvLayout:
+    def model_shape(self) -> ModelShape:
+        """The served model's physics at this workload's KV dtype (model.shape)."""
         if self.preset is not None:
-            layout = from_preset(self.preset, self.kv_cache_dtype)
+            shape = preset_shape(self.preset, self.kv_cache_dtype)
         elif self.hf_config is not None:
-            layout = from_hf_config(self.hf_config, self.kv_cache_dtype)
+            shape = from_architecture(from_hf_config(self.hf_config, name=self.model),
+                                      self.kv_cache_dtype)
         else:
-            layout = KvLayout(int(self.kv_bytes_per_token or 0))
+            shape = bare(int(self.kv_bytes_per_token or 0), self.kv_cache_dtype)
         if self.model_weight_bytes is not None:
-            layout = KvLayout(layout.bytes_per_token, layout.attention, layout.kv_heads,
-                              self.model_weight_bytes)
-        return layout
+            shape = dataclasses.replace(shape, weight_bytes=self.model_weight_bytes,
+                                        weights_known=True)
+        return shape
+
+
+@lru_cache(maxsize=64)
+def preset_shape(name: str, kv_dtype: str) -> ModelShape:
+    return from_architecture(preset(name), kv_dtype)
+
+
+def shape_of(model: str, kv_dtype: str, kv_bytes_per_token: int, kv_shards: int = 1) -> ModelShape:
+    """The served model of a dataset row: its preset when ``model`` names one (its KV bytes
+    must agree), else a bare shape from the KV bytes (``kv_shards`` > 1: GQA heads split)."""
+    if model in PRESETS:
+        shape = preset_shape(model, kv_dtype)
+        if abs(shape.kv_bytes_per_token - kv_bytes_per_token) > 0.5:
+            raise ValueError(f"kv_bytes_per_token: {kv_bytes_per_token} disagrees with preset "
+                             f"{model!r} at {kv_dtype} ({shape.kv_bytes_per_token:.0f})")
+        return shape
+    if kv_shards > 1:
+        return bare(kv_bytes_per_token, kv_dtype, "gqa", kv_shards)
+    return bare(kv_bytes_per_token, kv_dtype)
 
 
 class Config(NamedTuple):

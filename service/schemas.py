@@ -46,9 +46,16 @@ class PredictRequest(JsonModel):
 
 
 class StepSeconds(BaseModel):
-    fixed: float
+    """Seconds of each physical term of one decode step (model.terms)."""
+
+    gemm: float
     kv_read: float
-    dcp: float
+    state: float
+    tp_comm: float
+    dcp_comm: float
+    layer_fixed: float
+    seq_fixed: float
+    step_fixed: float
 
 
 class PredictResponse(BaseModel):

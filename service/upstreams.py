@@ -42,7 +42,7 @@ from pydantic import (
 )
 
 from model.errors import validation_message
-from model.hardware import GpuSpec
+from model.gpus import GpuSpec
 from model.kv import KvDtype
 from model.workload import MAX_CONTEXT, MAX_GPUS, Engine, Workload
 from service.breaker import CircuitBreaker

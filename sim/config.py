@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from model.hardware import BUILTIN_GPUS, GpuSpec
+from model.gpus import BUILTIN_GPUS, GpuSpec
 from model.memory import OOM_THRESHOLD, kv_capacity_tokens
+from model.shape import ModelShape
 
 ENGINE_VERSIONS = {"vllm": "0.11.0+sim", "sglang": "0.5.3+sim"}
-DEFAULT_KV_BYTES = 70_272        # Kimi-K2 / DeepSeek-V3 MLA layout, bf16 (reference.md section 5)
+DEFAULT_KV_BYTES = 27_648        # Kimi-K3 (the default --model-name): 24 MLA layers x 576 x 2 B
 
 
 @dataclass
@@ -86,10 +87,23 @@ class SimConfig:
     def kv_bytes_per_gpu_token(self) -> float:
         return self.kv_bytes_per_token / self.kv_shards
 
+    def shape(self) -> ModelShape:
+        """The served model: the preset --model-name names when its KV bytes per token match
+        --kv-bytes-per-token (weights and FLOPs known), else the KV bytes alone."""
+        from model.workload import shape_of
+
+        try:
+            return shape_of(self.model_name, "bf16", self.kv_bytes_per_token, self.kv_shards)
+        except ValueError:
+            return shape_of("", "bf16", self.kv_bytes_per_token, self.kv_shards)
+
+    def weights(self) -> float:
+        return self.weight_bytes if self.weight_bytes is not None else self.shape().weight_bytes
+
     def kv_capacity(self) -> int:
         """KV tokens the instance holds (model.memory.kv_capacity_tokens)."""
         return kv_capacity_tokens(self.engine, self.mem_fraction, self.gpu_spec.memory_bytes,
-                                  self.weight_bytes, self.num_gpus, self.kv_bytes_per_gpu_token,
+                                  self.weights(), self.num_gpus, self.kv_bytes_per_gpu_token,
                                   self.dcp_size)
 
     @property

@@ -78,8 +78,7 @@ def serve(cfg: SimConfig, model: CostModel) -> int:
             f"{cfg.oom_threshold} left no room for CUDA graphs.", level="ERROR", where="core.py")
         return 1
     try:
-        timer = StepTimer(model, cfg.engine, gpu, cfg.kv_bytes_per_token, cfg.kv_shards,
-                          cfg.dcp_size)
+        timer = StepTimer(model, cfg.engine, gpu, cfg.shape(), cfg.num_gpus, cfg.dcp_size)
     except ValueError as exc:
         log(str(exc), level="ERROR")
         return 1

@@ -31,7 +31,7 @@ async def crossover(body: CrossoverRequest, loaded: ModelDep) -> CrossoverRespon
     model = loaded.model
     lo, hi = body.context_range
     w = body.model_copy(update={"context_tokens": lo})
-    layout = w.kv_layout()
+    layout = w.model_shape()
     configs, excluded = candidates(model, w, layout)
     evals = evaluate(model, w, layout, configs)
     ok = [e for e in evals if e.eligible]

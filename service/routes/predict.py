@@ -16,7 +16,7 @@ router = APIRouter(prefix="/v1/predict", tags=["predict"])
              summary="Predict times (with a 90 % interval) of one configuration")
 async def predict(body: PredictRequest, loaded: ModelDep) -> PredictResponse:
     w = body.workload.model_copy(update={"engines": [body.engine], "dcp_sizes": [body.dcp_size]})
-    layout = w.kv_layout()
+    layout = w.model_shape()
     configs, excluded = candidates(loaded.model, w, layout)
     if not configs:
         x = excluded[0]

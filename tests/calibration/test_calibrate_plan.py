@@ -27,7 +27,7 @@ def workload(ctx: int = 8192) -> Workload:
 
 def test_top_suggestions_sit_at_the_crossover(model):
     w = workload()
-    cross = crossover_near(model, w, w.kv_layout(), [Config("vllm", 1), Config("sglang", 8)])
+    cross = crossover_near(model, w, w.model_shape(), [Config("vllm", 1), Config("sglang", 8)])
     points = plan(model, w, n_points=4)
     top = points[:2]
     assert {(p.engine, p.dcp_size) for p in top} == {("vllm", 1), ("sglang", 8)}

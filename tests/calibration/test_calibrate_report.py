@@ -27,7 +27,7 @@ def true_crossover(batch: int, out: int) -> int:
     w = Workload(context_tokens=8192, output_tokens=out, batch_size=batch, kv_bytes_per_token=KV)
     grid = np.geomspace(1024, 262144, 400)
     cfg = [Config("sglang", 8), Config("vllm", 1)]
-    return crossovers(grid, total_curves(model, w, w.kv_layout(), cfg, grid))[0][0]
+    return crossovers(grid, total_curves(model, w, w.model_shape(), cfg, grid))[0][0]
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,8 @@ import pytest
 from model import artifact
 from model.artifact import ArtifactError, load, metadata_path, save
 from model.default import default_model
-from model.recommend import build_query, recommend
+from model.predictor import predictor_for
+from model.recommend import build_case, recommend
 from model.workload import Workload
 
 W = Workload(context_tokens=131072, output_tokens=2048, batch_size=64, kv_bytes_per_token=70272)
@@ -21,11 +22,11 @@ def test_fit_save_load_gives_identical_predictions(tmp_path):
     assert loaded.version == meta["model_version"] == meta["artifact_sha256"][:12]
     a, b = recommend(m, W, "v"), recommend(loaded, W, "v")
     assert a.model_dump() == b.model_dump()
-    layout = W.kv_layout()
+    layout = W.model_shape()
     from model.recommend import candidates
     cfgs, _ = candidates(m, W, layout)
-    pa = m.predict(build_query(m, W, layout, cfgs))
-    pb = loaded.predict(build_query(loaded, W, layout, cfgs))
+    pa = predictor_for(m).predict(build_case(m, W, layout, cfgs))
+    pb = predictor_for(loaded).predict(build_case(loaded, W, layout, cfgs))
     np.testing.assert_array_equal(pa.total, pb.total)
     np.testing.assert_array_equal(pa.total_hi, pb.total_hi)
 
@@ -65,7 +66,7 @@ def test_wrong_schema_version_is_refused(tmp_path):
     meta = json.loads(mp.read_text())
     meta["schema_version"] = 99
     mp.write_text(json.dumps(meta))
-    with pytest.raises(ArtifactError, match="schema version 99.*reads 1.*refit"):
+    with pytest.raises(ArtifactError, match="schema version 99.*reads 2.*refit"):
         load(path)
 
 

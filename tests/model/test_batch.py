@@ -18,7 +18,7 @@ def test_grid_matches_the_recommender_row_by_row():
     grid = predict_grid(m, workloads, configs)
     assert grid.total.shape == (len(workloads) * len(configs),)
     for i, w in enumerate(workloads):
-        want = [e.pred for e in evaluate(m, w, w.kv_layout(), configs)]
+        want = [e.pred for e in evaluate(m, w, w.model_shape(), configs)]
         got = slice(i * len(configs), (i + 1) * len(configs))
         np.testing.assert_allclose(grid.total[got], [p.total_s for p in want], rtol=1e-12)
         np.testing.assert_allclose(grid.tpot[got], [p.tpot_s for p in want], rtol=1e-12)

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from model.capabilities import engine_exclusion, exclusions, load_capabilities, prefill_factors
+from model.capabilities import effective_share, engine_exclusion, exclusions, load_capabilities
 from model.default import default_model
-from model.kv import KvLayout
 from model.recommend import NoEligibleConfiguration, recommend
+from model.shape import bare
 from model.workload import Requirements, Workload
 
-MLA = KvLayout(70272, "mla")
-GQA = KvLayout(262144, "gqa", 8)
+MLA = bare(70272, attention="mla")
+GQA = bare(262144, attention="gqa", kv_heads=8)
 SEED = dict(context_tokens=204_800, output_tokens=2048, batch_size=64, kv_bytes_per_token=70272)
 
 
@@ -20,10 +21,10 @@ def test_data_file_names_its_source_and_both_engines():
     assert "004_" in caps.source
     assert set(caps.engines) == {"vllm", "sglang"}
     for c in caps.engines.values():
-        assert 0 < c.prefix_reuse.effectiveness <= 1
+        assert c.prefix_reuse.block_tokens >= 1
     # the radix tree is token-granular, vLLM's prefix cache block-granular
-    assert (caps.engines["sglang"].prefix_reuse.effectiveness
-            > caps.engines["vllm"].prefix_reuse.effectiveness)
+    assert (caps.engines["sglang"].prefix_reuse.block_tokens
+            < caps.engines["vllm"].prefix_reuse.block_tokens)
 
 
 def test_no_requirements_excludes_nothing():
@@ -86,42 +87,53 @@ def test_recommend_with_everything_excluded_says_why():
         recommend(m, w, m.version)
 
 
-def test_prefill_factors():
-    f = prefill_factors(["vllm", "sglang"], 0.5)
-    caps = load_capabilities()
-    assert f[0] == pytest.approx(1 - 0.5 * caps.engines["vllm"].prefix_reuse.effectiveness)
-    assert f[1] == pytest.approx(1 - 0.5 * caps.engines["sglang"].prefix_reuse.effectiveness)
-    assert list(prefill_factors(["vllm"], 0.0)) == [1.0]
+def test_effective_share_counts_whole_cache_blocks():
+    # 1,000 of 2,000 tokens reusable: vLLM finds 62 blocks of 16 (992 tokens), SGLang all 1,000
+    assert effective_share("vllm", 0.5, 2000) == pytest.approx(992 / 2000)
+    assert effective_share("sglang", 0.5, 2000) == pytest.approx(0.5)
+    assert effective_share("vllm", 0.0, 2000) == 0.0
 
 
-def test_prefix_reuse_lowers_prefill_and_total_by_the_same_amount():
+def test_prefix_reuse_lowers_prefill_not_the_decode_of_a_batch_that_fits():
     m = default_model()
-    base = recommend(m, Workload.model_validate(SEED), m.version)
-    share = 0.6
+    small = {**SEED, "batch_size": 4, "context_tokens": 32768}
+    base = recommend(m, Workload.model_validate(small), m.version)
     reuse = recommend(m, Workload.model_validate(
-        {**SEED, "requirements": {"prefix_reuse_share": share}}), m.version)
+        {**small, "requirements": {"prefix_reuse_share": 0.6}}), m.version)
     before = {(p.engine, p.dcp_size): p for p in base.predictions}
-    caps = load_capabilities()
     for p in reuse.predictions:
         b = before[(p.engine, p.dcp_size)]
-        eff = caps.engines[p.engine].prefix_reuse.effectiveness
-        assert p.prefill_s == pytest.approx(b.prefill_s * (1 - share * eff))
-        saved = b.prefill_s - p.prefill_s
-        assert saved > 0
-        assert p.total_s == pytest.approx(b.total_s - saved)
+        assert p.running_sequences == b.running_sequences == 4
+        assert p.prefill_s < b.prefill_s
+        assert p.total_s == pytest.approx(b.total_s - (b.prefill_s - p.prefill_s))
         assert p.decode_s == pytest.approx(b.decode_s)
-        assert p.interval_s[0] <= p.total_s <= p.interval_s[1] < b.interval_s[1]
+
+
+def test_prefix_reuse_lets_more_sequences_share_the_kv_cache():
+    m = default_model()
+    w = Workload.model_validate({**SEED, "engines": ["vllm"], "dcp_sizes": [1]})
+    shared = Workload.model_validate({**SEED, "engines": ["vllm"], "dcp_sizes": [1],
+                                      "requirements": {"prefix_reuse_share": 0.9}})
+    a = recommend(m, w, m.version).predictions[0]
+    b = recommend(m, shared, m.version).predictions[0]
+    assert a.running_sequences < b.running_sequences
+    assert b.total_s < a.total_s
 
 
 def test_prefix_reuse_also_moves_the_crossover_curves():
     # The crossover is computed from the same (prefix-reused) predictions as the table.
     m = default_model()
-    w = Workload.model_validate({**SEED, "requirements": {"prefix_reuse_share": 0.9}})
+    kimi = {**SEED, "kv_bytes_per_token": None, "preset": "kimi-k3"}
+    kimi = {k: v for k, v in kimi.items() if v is not None}
+    w = Workload.model_validate({**kimi, "requirements": {"prefix_reuse_share": 0.9}})
     from model.recommend import CROSSOVER_GRID, crossover_near, total_curves
     from model.workload import Config
     cfgs = [Config("vllm", 1), Config("sglang", 8)]
-    curves = total_curves(m, w, w.kv_layout(), cfgs, CROSSOVER_GRID)
-    plain = Workload.model_validate(SEED)
-    assert (curves < total_curves(m, plain, plain.kv_layout(), cfgs, CROSSOVER_GRID)).all()
+    curves = total_curves(m, w, w.model_shape(), cfgs, CROSSOVER_GRID)
+    plain = Workload.model_validate(kimi)
+    before = total_curves(m, plain, plain.model_shape(), cfgs, CROSSOVER_GRID)
+    both = np.isfinite(curves) & np.isfinite(before)    # NaN: not even one sequence fits
+    assert both.sum() > 100 and (curves[both] < before[both]).all()
+    assert np.isfinite(curves).sum() >= np.isfinite(before).sum()   # sharing frees KV
     rec = recommend(m, w, m.version)
-    assert rec.crossover_context_tokens == crossover_near(m, w, w.kv_layout(), cfgs)
+    assert rec.crossover_context_tokens == crossover_near(m, w, w.model_shape(), cfgs)

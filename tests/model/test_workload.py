@@ -3,7 +3,7 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from model.hardware import GpuSpec
+from model.gpus import GpuSpec
 from model.workload import Workload
 
 BASE = {"context_tokens": 65536, "output_tokens": 2048, "batch_size": 64,
@@ -19,7 +19,7 @@ BAD = [
     ("unknown preset", {"kv_bytes_per_token": None, "preset": "gpt-9"}, "preset",
      "unknown preset 'gpt-9'"),
     ("malformed config", {"kv_bytes_per_token": None, "hf_config": {"num_hidden_layers": "x"}},
-     "hf_config.num_hidden_layers", "positive integer"),
+     "hf_config.num_hidden_layers", "must be an integer"),
     ("nan context", {"context_tokens": math.nan}, "context_tokens", "finite number"),
     ("inf batch", {"batch_size": math.inf}, "batch_size", "finite number"),
     ("absurd context", {"context_tokens": 10**12}, "context_tokens", "less than or equal"),
@@ -63,6 +63,25 @@ def test_gpu_names_are_case_insensitive():
 def test_weight_bytes_from_preset_and_override():
     w = Workload.model_validate({**BASE, "kv_bytes_per_token": None, "preset": "kimi-k2"} |
                                 {"kv_bytes_per_token": None})
-    assert w.kv_layout().weight_bytes == pytest.approx(1.03e12)
+    shape = w.model_shape()
+    assert shape.weights_known and shape.weight_bytes == pytest.approx(1.03e12, rel=0.05)
+    assert shape.key.startswith("kimi-k2@")
+    bare = Workload.model_validate(BASE).model_shape()
+    assert not bare.weights_known and bare.weight_bytes == 0
     w2 = Workload.model_validate({**BASE, "model_weight_bytes": 5e11})
-    assert w2.kv_layout().weight_bytes == 5e11
+    assert w2.model_shape().weight_bytes == 5e11 and w2.model_shape().weights_known
+
+
+def test_hf_config_and_preset_give_the_same_physics():
+    import json
+
+    from model.arch.presets import PRESET_DIR
+    cfg = json.loads((PRESET_DIR / "llama-3.1-8b.json").read_text())
+    cfg.pop("_source", None)
+    a = Workload.model_validate({**BASE, "kv_bytes_per_token": None, "hf_config": cfg,
+                                 "model": "llama-3.1-8b"}).model_shape()
+    b = Workload.model_validate({**BASE, "kv_bytes_per_token": None,
+                                 "preset": "llama-3.1-8b"}).model_shape()
+    assert a.kv_bytes_per_token == b.kv_bytes_per_token == 2 * 32 * 8 * 128 * 2
+    assert a.weight_bytes == pytest.approx(b.weight_bytes)
+    assert a.matmul_flops == b.matmul_flops

@@ -19,7 +19,7 @@ def test_predict_matches_evaluate_and_the_seed(client, engine, dcp, published):
     body = r.json()
     m = default_model()
     w = Workload.model_validate(SEED)
-    e = evaluate(m, w, w.kv_layout(), [Config(engine, dcp)])[0]
+    e = evaluate(m, w, w.model_shape(), [Config(engine, dcp)])[0]
     assert body["prediction"] == e.pred.model_dump(mode="json")
     assert body["model_version"] == m.version
     p = body["prediction"]

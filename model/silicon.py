@@ -1,0 +1,252 @@
+"""The GPU's physics: what one call of each operation costs on one GPU type.
+
+A ``Silicon`` answers, in seconds, the questions the cost model's terms ask:
+
+- ``attn_read_s(family, dtype, bytes)``: one decode-attention call (one layer, the whole batch on
+  this GPU) that reads ``bytes`` of KV cache;
+- ``weight_read_Bps``: bytes/s at which small-batch GEMMs stream their weights;
+- ``gemm_flops(dtype)`` / ``attn_flops``: achievable FLOP/s of large GEMMs and prefill attention;
+- ``all_reduce_s(bytes, n)`` / ``all_gather_s(bytes, n)``: one collective over ``n`` GPUs.
+
+Each answer comes from a measured profile when one covers it (``calibration/profiles/*.json``:
+the project's own kernel measurements, or NVIDIA's per-op tables imported from aiconfigurator)
+and from the spec sheet otherwise; ``sources`` says which, per quantity, and predictions quote it.
+Spec-sheet values are peaks: the engines' fitted efficiencies (model.estimator) scale them.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from model.gpus import GpuSpec
+from model.hwprofile import (
+    KIND_DCP,
+    KIND_GPU,
+    cache_generation,
+    eval_read_curve,
+    find_profiles,
+    profiles_dir,
+)
+
+# Spec fallbacks where a GPU entry or profile is silent (documented in docs/cost-model.md).
+FLOPS_PER_HBM_BYTE = 280.0      # dense BF16 FLOP/s per HBM byte/s of H100..B300 (281-295)
+SPEC_COLLECTIVE_LATENCY_S = 8e-6  # one NCCL / custom all-reduce step on NVLink, small message
+SPEC_NVLINK_BPS = 450e9         # per direction, when a custom GPU gives no NVLink bandwidth
+ATTENTION_FAMILIES = ("mla", "gqa")
+DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "fp8_block": "fp8_block"}
+# Share of a spec-sheet peak that well-tuned kernels reach (measured profiles replace these):
+# HBM reads 85 % (the H200 profile measures 96 % for plain reads, 80-90 % for GEMV / attention),
+# large GEMMs 70 % of dense peak, prefill attention 60 % (FlashAttention-3 class kernels).
+SPEC_EFFICIENCY = {"hbm": 0.85, "gemm": 0.70, "attn": 0.60}
+
+
+def _valid_curve(curve) -> bool:
+    try:
+        kb, kt = np.asarray(curve["bytes"], float), np.asarray(curve["seconds"], float)
+        return (len(kb) >= 1 and len(kb) == len(kt) and bool(np.all(np.diff(kb) > 0))
+                and bool(np.all(np.diff(kt) > 0)) and float(curve["overhead_s"]) >= 0
+                and float(curve["asymptotic_Bps"]) > 0 and bool(np.all(kt > 0)))
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+def _family_of_shape(shape: str) -> tuple[str, str] | None:
+    """'mla-128h/bf16' -> ('mla', 'bf16'); the shapes of a ``calibrate gpu`` profile."""
+    name, _, dtype = shape.partition("/")
+    family = name.split("-")[0]
+    return (family, dtype or "bf16") if family in ATTENTION_FAMILIES else None
+
+
+class Silicon:
+    """Per-call costs of one GPU type (see module docstring)."""
+
+    def __init__(self, gpu: GpuSpec, profiles: list[tuple[str, dict]] = (),
+                 dcp_profile: tuple[str, dict] | None = None, peak: bool = False):
+        """``peak``: spec-sheet peaks, no profile (the roofline: nothing can be faster)."""
+        self.gpu = gpu
+        self.eff = {k: 1.0 for k in SPEC_EFFICIENCY} if peak else dict(SPEC_EFFICIENCY)
+        self.name = gpu.name.upper()
+        self.sources: dict[str, str] = {}
+        self._curves: dict[tuple[str, str], dict] = {}
+        self._curve_src: dict[tuple[str, str], str] = {}
+        self._gemm: dict[str, dict] = {}
+        self._coll: dict[str, dict[int, tuple[float, float]]] = {}
+        self._attn_flops: float | None = None
+        # Engine-kernel tables (schema 2, imported) before the project's own kernels: the
+        # engines run FlashMLA / FlashInfer / TRT-LLM kernels, ours is a Triton stand-in.
+        ranked = sorted(profiles, key=lambda p: (0 if p[1].get("source", {}).get("engine")
+                                                 else 1, p[0]))
+        for file_name, prof in ranked:
+            self._absorb(file_name, prof)
+        if dcp_profile is not None:
+            self._absorb_dcp(*dcp_profile)
+        self.sources.setdefault("kv_read", "spec")
+        self.sources.setdefault("gemm", "spec")
+        self.sources.setdefault("collectives", "spec")
+
+    # ------------------------------------------------------------------ profile reading
+    def _absorb(self, file_name: str, prof: dict) -> None:
+        src = f"profile:{file_name}"
+        found = []
+        for family, by_dtype in (prof.get("attention") or {}).items():
+            for dtype, curve in (by_dtype or {}).items():
+                found.append(((family, dtype), curve))
+        for shape, entry in (prof.get("shapes") or {}).items():
+            key = _family_of_shape(shape)
+            if key is not None and isinstance(entry, dict):
+                found.append((key, entry.get("curve")))
+        for key, curve in found:
+            if key not in self._curves and _valid_curve(curve):
+                self._curves[key] = curve
+                self._curve_src[key] = src
+        if self._curves and "kv_read" not in self.sources:
+            self.sources["kv_read"] = src
+        for dtype, g in (prof.get("gemm") or {}).items():
+            dtype = DTYPE_ALIASES.get(dtype, dtype)
+            if dtype not in self._gemm and isinstance(g, dict):
+                self._gemm[dtype] = g
+                self.sources.setdefault("gemm", src)
+        for op, by_n in (prof.get("collectives") or {}).items():
+            table = self._coll.setdefault(op, {})
+            for n, fit in (by_n or {}).items():
+                try:
+                    lat, bw = float(fit["latency_s"]), float(fit["bandwidth_Bps"])
+                except (KeyError, TypeError, ValueError):
+                    continue
+                if int(n) not in table and lat >= 0 and bw > 0:
+                    table[int(n)] = (lat, bw)
+                    self.sources.setdefault("collectives", src)
+        ca = prof.get("context_attention") or {}
+        for family in ATTENTION_FAMILIES:
+            f = (ca.get(family) or {}).get("bf16", {}).get("achievable_flops")
+            if self._attn_flops is None and f:
+                self._attn_flops = float(f)
+                self.sources.setdefault("attn_flops", src)
+
+    def _absorb_dcp(self, file_name: str, prof: dict) -> None:
+        """A ``calibrate dcp`` profile: its measured all-gather fits the DCP collectives."""
+        for op, key in (("all_gather", "all_gather"), ("all_to_all", "alltoall")):
+            for n, fit in (prof.get("collectives", {}).get(op) or {}).items():
+                table = self._coll.setdefault(key, {})
+                if int(n) not in table:
+                    table[int(n)] = (float(fit["latency_s"]), float(fit["bandwidth_Bps"]))
+                    self.sources["dcp_collectives"] = f"profile:{file_name}"
+
+    # ------------------------------------------------------------------ attention reads
+    def read_source(self, family: str, dtype: str) -> str:
+        return self._curve_src.get(self._curve_key(family, dtype) or ("", ""), "spec")
+
+    def _curve_key(self, family: str, dtype: str) -> tuple[str, str] | None:
+        fam = family if family in ATTENTION_FAMILIES else "mla"
+        for key in ((fam, dtype), (fam, "bf16")):
+            if key in self._curves:
+                return key
+        return None
+
+    def attn_read_s(self, family: str, dtype: str, nbytes) -> np.ndarray:
+        """Seconds of one decode-attention call reading ``nbytes`` of KV (array-like).
+
+        A measured curve of another KV dtype of the same family is used at the same bytes
+        (fp8 reads half the bytes of bf16 for the same tokens)."""
+        x = np.asarray(nbytes, dtype=float)
+        key = self._curve_key(family, dtype)
+        if key is None:
+            return x / (self.gpu.hbm_bandwidth * self.eff["hbm"])
+        return eval_read_curve(self._curves[key], np.atleast_1d(x)).reshape(x.shape)
+
+    def asymptotic_read_Bps(self, family: str, dtype: str) -> float:
+        key = self._curve_key(family, dtype)
+        return (float(self._curves[key]["asymptotic_Bps"]) if key
+                else float(self.gpu.hbm_bandwidth) * self.eff["hbm"])
+
+    # ------------------------------------------------------------------ GEMMs
+    def _gemm_entry(self, dtype: str) -> dict | None:
+        for key in (dtype, {"fp4": "nvfp4", "mxfp4": "nvfp4"}.get(dtype, dtype), "bf16"):
+            if key in self._gemm:
+                return self._gemm[key]
+        return None
+
+    @property
+    def weight_read_Bps(self) -> float:
+        g = self._gemm_entry("bf16")
+        bw = g.get("weight_read_Bps") if g else None
+        return float(bw) if bw else float(self.gpu.hbm_bandwidth) * self.eff["hbm"]
+
+    def gemm_flops(self, dtype: str) -> float:
+        """Achievable (measured) or peak (spec) dense FLOP/s of GEMMs in ``dtype``."""
+        g = self._gemm.get(dtype) or self._gemm.get({"fp4": "nvfp4"}.get(dtype, dtype))
+        if g and g.get("achievable_flops"):
+            return float(g["achievable_flops"])
+        spec = self.spec_flops(dtype)
+        base = self._gemm.get("bf16")
+        if base and base.get("achievable_flops"):  # measured bf16 efficiency carried over
+            return spec * float(base["achievable_flops"]) / self.spec_flops("bf16")
+        return spec * self.eff["gemm"]
+
+    def spec_flops(self, dtype: str) -> float:
+        bf16 = self.gpu.flops_bf16 or FLOPS_PER_HBM_BYTE * self.gpu.hbm_bandwidth
+        if dtype in ("fp4", "mxfp4", "nvfp4", "int4"):
+            # int4 weights are dequantised to bf16 / fp8 math on NVIDIA; fp4 math where it exists
+            return float(self.gpu.flops_fp4 or self.gpu.flops_fp8 or 2 * bf16) \
+                if dtype != "int4" else float(bf16)
+        if dtype == "fp8":
+            return float(self.gpu.flops_fp8 or 2 * bf16)
+        return float(bf16)
+
+    @property
+    def attn_flops(self) -> float:
+        return self._attn_flops or self.spec_flops("bf16") * self.eff["attn"]
+
+    # ------------------------------------------------------------------ collectives
+    def _link(self, op: str, n) -> tuple[np.ndarray, np.ndarray]:
+        """(latency, bandwidth) per element of ``n``: measured where the profile has that
+        group size (nearest measured size otherwise), else the spec sheet."""
+        n_arr = np.asarray(n, dtype=float)
+        table = self._coll.get(op) or (self._coll.get("all_reduce") if op != "all_reduce"
+                                       else None)
+        if not table:
+            bw = float(self.gpu.nvlink_bandwidth or 2 * SPEC_NVLINK_BPS) / 2  # per direction
+            return np.full(n_arr.shape, SPEC_COLLECTIVE_LATENCY_S), np.full(n_arr.shape, bw)
+        sizes = np.array(sorted(table))
+        idx = np.abs(np.log2(np.maximum(n_arr, 1))[..., None] - np.log2(sizes)).argmin(axis=-1)
+        lat = np.array([table[s][0] for s in sizes])[idx]
+        bw = np.array([table[s][1] for s in sizes])[idx]
+        return lat, bw
+
+    def all_reduce_s(self, nbytes, n) -> np.ndarray:
+        """One all-reduce of ``nbytes`` per rank over ``n`` GPUs (0 for n = 1).
+
+        Spec: latency + 2 (n-1)/n x bytes / link bandwidth (ring); measured: the profile's
+        latency + bytes / its fitted bandwidth (bytes as its table defines them)."""
+        n_arr = np.asarray(n, dtype=float)
+        b = np.asarray(nbytes, dtype=float)
+        lat, bw = self._link("all_reduce", n_arr)
+        moved = b if "all_reduce" in self._coll else 2.0 * (n_arr - 1) / np.maximum(n_arr, 1) * b
+        return np.where(n_arr > 1, lat + moved / bw, 0.0)
+
+    def all_gather_s(self, nbytes, n) -> np.ndarray:
+        """One all-gather whose gathered result is ``nbytes`` per rank, over ``n`` GPUs."""
+        n_arr = np.asarray(n, dtype=float)
+        b = np.asarray(nbytes, dtype=float)
+        lat, bw = self._link("all_gather", n_arr)
+        received = (n_arr - 1) / np.maximum(n_arr, 1) * b
+        return np.where(n_arr > 1, lat + received / bw, 0.0)
+
+
+def roofline_silicon(gpu: GpuSpec) -> Silicon:
+    """Spec-sheet peaks only: times on it are lower bounds (``fit`` warns below them)."""
+    return Silicon(gpu, peak=True)
+
+
+def silicon_for(gpu: GpuSpec) -> Silicon:
+    """The Silicon of a GPU type: its profiles in the profiles directory, else spec only.
+    Cached per process and profile-cache generation (``clear_profile_cache`` refreshes)."""
+    return _silicon(gpu, str(profiles_dir()), cache_generation())
+
+
+@lru_cache(maxsize=64)
+def _silicon(gpu: GpuSpec, directory: str, generation: int) -> Silicon:
+    dcp = find_profiles(gpu.name, KIND_DCP)
+    return Silicon(gpu, find_profiles(gpu.name, KIND_GPU), dcp[0] if dcp else None)

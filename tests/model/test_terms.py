@@ -1,0 +1,157 @@
+"""Each physical term of model.terms in seconds, against hand-computed values."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from model.costmodel import Case, case_features
+from model.gpus import GpuSpec
+from model.memory import kv_capacity_tokens, sequences_at_once
+from model.shape import bare
+from model.silicon import SPEC_EFFICIENCY, Silicon
+from model.terms import CHUNK_TOKENS, DECODE_TERMS, PREFILL_TERMS, Hardware, decode_terms, prefill_terms
+
+GPU = GpuSpec(name="TESTGPU", memory_bytes=100e9, hbm_bandwidth=4e12, nvlink_bandwidth=800e9,
+              flops_bf16=1e15, flops_fp8=2e15)
+SI = Silicon(GPU)
+HBM = 4e12 * SPEC_EFFICIENCY["hbm"]
+FLOPS = 1e15 * SPEC_EFFICIENCY["gemm"]
+
+# A small MoE MLA model: 10 layers (8 MLA, 2 linear), 64 experts, 4 per token.
+SHAPE = dataclasses.replace(
+    bare(8 * 1152), name="toy", key="toy@0", attention="mla", n_layers=10, n_full_layers=8,
+    n_linear_layers=2, kv_layer_bytes=1152.0, kv_heads=1, q_heads=16, hidden_size=2048,
+    qk_dim=576, v_dim=512, state_bytes_per_seq=2 * 16 * 128 * 128 * 4.0, weight_bytes=20e9,
+    dense_step_bytes=2e9, n_moe_layers=9, n_experts=64, experts_per_token=4, expert_bytes=30e6,
+    matmul_flops=(("bf16", 2 * 3e9),), attn_flops_per_ctx_token=8 * 16 * (2 * 576 + 2 * 512),
+    attn_prefill_coef=8 * 16 * (192 + 128), weights_known=True)
+
+
+def col(row, name, names=DECODE_TERMS):
+    return row[..., names.index(name)]
+
+
+def test_weights_at_batch_one_read_dense_and_k_experts_per_layer():
+    f = decode_terms(SHAPE, Hardware(SI, 2), 1.0, 1000.0, 1.0)
+    expected = (2e9 + 9 * 4 * 30e6) / 2 / HBM      # one token touches exactly k experts
+    assert float(col(f, "gemm")[()]) == pytest.approx(expected, rel=1e-9)
+
+
+def test_expected_experts_touched_saturates_at_all_experts():
+    touched = SHAPE.experts_touched(np.array([1, 16, 4096]))
+    assert touched[0] == pytest.approx(4.0)
+    assert touched[1] == pytest.approx(64 * (1 - (1 - 4 / 64) ** 16))
+    assert touched[2] == pytest.approx(64.0, rel=1e-6)
+
+
+def test_gemm_turns_compute_bound_at_large_batch():
+    hw = Hardware(SI, 1)
+    big = 1_000_000.0
+    f = decode_terms(SHAPE, hw, big, 10.0, 1.0)
+    assert float(col(f, "gemm")[()]) == pytest.approx(big * 6e9 / FLOPS, rel=1e-9)
+
+
+def test_kv_read_is_one_call_per_full_attention_layer():
+    """A measured per-call curve with a fixed overhead: 8 calls of b/8 bytes, not one call."""
+    curve = {"bytes": [1e6, 1e9], "seconds": [20e-6, 1e-3], "overhead_s": 10e-6,
+             "asymptotic_Bps": 1e12, "n_points": 2}
+    si = Silicon(GPU, [("p.json", {"attention": {"mla": {"bf16": curve}}})])
+    batch, ctx = 4.0, 10_000.0
+    f = decode_terms(SHAPE, Hardware(si, 8), batch, ctx, 1.0)
+    per_call = batch * ctx * 1152.0
+    assert float(col(f, "kv_read")[()]) == pytest.approx(8 * si.attn_read_s("mla", "bf16",
+                                                                             per_call), rel=1e-9)
+    assert si.read_source("mla", "bf16") == "profile:p.json"
+
+
+def test_dcp_divides_kv_reads_and_adds_collectives():
+    hw = Hardware(SI, 8)
+    f1 = decode_terms(SHAPE, hw, 32.0, 100_000.0, 1.0)
+    f8 = decode_terms(SHAPE, hw, 32.0, 100_000.0, 8.0)
+    assert float(col(f8, "kv_read")[()]) == pytest.approx(float(col(f1, "kv_read")[()]) / 8,
+                                                          rel=1e-6)
+    assert float(col(f1, "dcp_comm")[()]) == 0.0
+    assert float(col(f8, "dcp_comm")[()]) > 0.0
+    f8b = decode_terms(SHAPE, hw, 64.0, 100_000.0, 8.0)
+    assert float(col(f8b, "dcp_comm")[()]) > float(col(f8, "dcp_comm")[()])
+
+
+def test_spec_collectives_ring_formula():
+    bw = 800e9 / 2
+    nbytes = 1e6
+    assert float(SI.all_reduce_s(nbytes, 8)) == pytest.approx(8e-6 + 2 * 7 / 8 * nbytes / bw)
+    assert float(SI.all_reduce_s(nbytes, 1)) == 0.0
+    assert float(SI.all_gather_s(nbytes, 4)) == pytest.approx(8e-6 + 3 / 4 * nbytes / bw)
+
+
+def test_tp_all_reduce_two_per_layer_and_zero_without_tp():
+    f1 = decode_terms(SHAPE, Hardware(SI, 1), 8.0, 1000.0, 1.0)
+    f4 = decode_terms(SHAPE, Hardware(SI, 4), 8.0, 1000.0, 1.0)
+    assert float(col(f1, "tp_comm")[()]) == 0.0
+    assert float(col(f4, "tp_comm")[()]) == pytest.approx(
+        2 * 10 * float(SI.all_reduce_s(8 * 2048 * 2, 4)))
+
+
+def test_linear_attention_state_is_read_and_written_per_sequence():
+    f = decode_terms(SHAPE, Hardware(SI, 2), 16.0, 1000.0, 1.0)
+    assert float(col(f, "state")[()]) == pytest.approx(2 * 16 * SHAPE.state_bytes_per_seq / 2
+                                                        / 4e12)
+
+
+def test_counts_for_fixed_costs():
+    f = decode_terms(SHAPE, Hardware(SI, 2), 16.0, 1000.0, 1.0)
+    assert float(col(f, "layer_fixed")[()]) == 10
+    assert float(col(f, "seq_fixed")[()]) == 16
+    assert float(col(f, "step_fixed")[()]) == 1
+
+
+def test_prefill_flops_attention_and_prefix_reuse():
+    hw = Hardware(SI, 4)
+    L, b = 32_768.0, 4.0
+    f = prefill_terms(SHAPE, hw, b, L, 0.0)
+    new = b * L
+    chunks = np.ceil(new / CHUNK_TOKENS)
+    gemm = chunks * max(new / chunks * 6e9 / 4 / FLOPS, 20e9 / 4 / HBM)
+    assert float(col(f, "pf_gemm", PREFILL_TERMS)[()]) == pytest.approx(gemm, rel=1e-9)
+    attn = SHAPE.attn_prefill_coef * L ** 2 * b / 4 / (1e15 * SPEC_EFFICIENCY["attn"])
+    assert float(col(f, "pf_attn", PREFILL_TERMS)[()]) == pytest.approx(attn, rel=1e-9)
+    # half of each prompt cached (computed once): attention of the others scales as 1 - s^2
+    g = prefill_terms(SHAPE, hw, b, L, 0.5)
+    ratio = float(col(g, "pf_attn", PREFILL_TERMS)[()]) / float(col(f, "pf_attn",
+                                                                      PREFILL_TERMS)[()])
+    assert ratio == pytest.approx((1 + (b - 1) * (1 - 0.25)) / b)
+    assert float(col(g, "pf_fixed", PREFILL_TERMS)[()]) < float(col(f, "pf_fixed",
+                                                                      PREFILL_TERMS)[()])
+
+
+def test_capacity_counts_weights_and_vllm_reserve():
+    cap_v = kv_capacity_tokens("vllm", 0.9, 100e9, 40e9, 4, 1000.0, 2)
+    cap_s = kv_capacity_tokens("sglang", 0.9, 100e9, 40e9, 4, 1000.0, 2)
+    assert cap_v == int((0.87 * 100e9 - 10e9) / 500.0)
+    assert cap_s == int((0.90 * 100e9 - 10e9) / 500.0)
+    assert kv_capacity_tokens("sglang", 0.1, 100e9, 400e9, 4, 1000.0, 1) == 0
+
+
+def test_sequences_at_once_and_shared_prefix():
+    assert float(sequences_at_once(1000, 64, 90, 10)) == 10
+    assert float(sequences_at_once(1000, 4, 90, 10)) == 4
+    # a prompt shared 90 %: 90 tokens held once, each sequence adds 9 + 10
+    assert float(sequences_at_once(1000, 64, 100, 10, share=0.9)) == np.floor((1000 - 90) / 20)
+
+
+def test_a_batch_that_does_not_fit_runs_in_waves():
+    gpu = GpuSpec(name="SMALL", memory_bytes=30e9, hbm_bandwidth=4e12, flops_bf16=1e15)
+    case = Case(SHAPE, Silicon(gpu), 1, np.array(["sglang", "sglang"]), np.array([64.0, 64.0]),
+                np.array([100_000.0, 100_000.0]), np.array([101.0, 101.0]), np.array([1.0, 1.0]),
+                np.array([0.9, 0.9]))
+    f = case_features(case)
+    run = int(f.running[0])
+    assert 1 <= run < 64
+    # total = full waves of `run` + one of the rest, each prefill + 100 decode steps
+    waves, rest = divmod(64, run)
+    one = case_features(dataclasses.replace(case, batch=np.array([float(run)] * 2)))
+    assert f.total[0, -1] == pytest.approx(100 * (waves + (rest > 0)))  # step_fixed counts steps
+    last = case_features(dataclasses.replace(case, batch=np.array([float(rest)] * 2)))
+    assert f.total[0, 3] == pytest.approx(one.total[0, 3] * waves + last.total[0, 3])  # passes
+    assert f.prefill[0, 3] == pytest.approx(one.total[0, 3])   # TTFT: the first wave only
