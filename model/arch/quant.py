@@ -54,7 +54,8 @@ class Format:
     tensor_scale_bytes: float = 0.0
 
     def bytes(self, out_f: int, in_f: int) -> float:
-        total = out_f * in_f * self.bits / 8 + self.tensor_scale_bytes + out_f * self.row_scale_bytes
+        total = (out_f * in_f * self.bits / 8 + self.tensor_scale_bytes
+                 + out_f * self.row_scale_bytes)
         if self.group:
             total += out_f * math.ceil(in_f / self.group) * self.group_scale_bytes
         if self.block:
@@ -80,7 +81,8 @@ def _pattern_regex(patterns: list[str]) -> re.Pattern | None:
     try:
         return re.compile(r"^(?:" + "|".join(parts) + r")$")
     except re.error as exc:
-        raise ArchConfigError("hf_config.quantization_config", f"bad module pattern: {exc}")
+        raise ArchConfigError("hf_config.quantization_config",
+                              f"bad module pattern: {exc}") from None
 
 
 class Quantization:

@@ -110,7 +110,8 @@ def _kda(t: Tally, p: str, lay: Layout, h: int) -> None:
 
 
 def _mlp(t: Tally, part: str, p: str, inner: int, outer: int) -> float:
-    return (t.linear(part, p + "gate_proj", inner, outer) + t.linear(part, p + "up_proj", inner, outer)
+    return (t.linear(part, p + "gate_proj", inner, outer)
+            + t.linear(part, p + "up_proj", inner, outer)
             + t.linear(part, p + "down_proj", outer, inner))
 
 
