@@ -4,8 +4,8 @@ and per sequence, what it reads per decode step, and how many FLOPs it does.
 Units: bytes, parameters (elements), FLOPs (one multiply-add = 2 FLOPs). All counts are for the
 whole model, not per GPU (the cost model divides by tensor / decode-context parallelism).
 Layer kinds: full attention (MLA or GQA/MHA: KV grows with the context), sliding-window
-attention (KV capped at the window per sequence) and linear attention (Kimi Delta Attention:
-a constant recurrent state per sequence).
+attention (KV capped at the window per sequence) and linear attention (Kimi Delta Attention or
+Gated DeltaNet: a constant recurrent state per sequence).
 """
 
 from __future__ import annotations
@@ -68,9 +68,12 @@ class Architecture:
     n_sliding_layers: int
     sliding_window: int | None        # tokens
     n_linear_layers: int
-    linear_heads: int                 # KDA heads (0 without linear layers)
-    linear_head_dim: int              # KDA key = value head dim
+    linear_kind: str | None           # "kda" | "gdn" | None
+    linear_heads: int                 # value heads, one recurrent state each (0: none)
+    linear_head_dim: int              # key head dim dk
+    linear_value_head_dim: int        # dv
     linear_conv_kernel: int
+    linear_conv_channels: int         # channels of the short convolution (q, k and v)
     # feed-forward
     n_moe_layers: int
     n_dense_mlp_layers: int
@@ -197,7 +200,8 @@ class Architecture:
     def linear_attn_flops_per_token(self) -> float:
         """Approximate recurrent-update FLOPs of the linear-attention layers per token:
         per head about 8 dk dv (decay, k^T S, rank-1 delta update, q^T S)."""
-        return 8.0 * self.n_linear_layers * self.linear_heads * self.linear_head_dim ** 2
+        return (8.0 * self.n_linear_layers * self.linear_heads * self.linear_head_dim
+                * self.linear_value_head_dim)
 
     # ---- KV and state ----------------------------------------------------------------------
     def kv_bytes_per_layer_token(self, kv_dtype: str = "bf16") -> int:
@@ -225,14 +229,14 @@ class Architecture:
 
     @property
     def linear_state_bytes_per_seq(self) -> int:
-        """Constant state of the linear-attention layers per sequence: per layer and head a
-        dk x dv recurrent state in fp32, plus the q/k/v short-convolution windows (kernel - 1
-        past inputs of 3 x heads x head_dim channels) in bf16."""
+        """Constant state of the linear-attention layers per sequence: per layer and value head
+        a dk x dv recurrent state in fp32, plus the short-convolution window (kernel - 1 past
+        inputs of the q, k and v channels) in bf16."""
         if not self.n_linear_layers:
             return 0
-        width = self.linear_heads * self.linear_head_dim
-        recurrent = self.linear_heads * self.linear_head_dim ** 2 * RECURRENT_STATE_BYTES
-        conv = (self.linear_conv_kernel - 1) * 3 * width * CONV_STATE_BYTES
+        recurrent = (self.linear_heads * self.linear_head_dim * self.linear_value_head_dim
+                     * RECURRENT_STATE_BYTES)
+        conv = (self.linear_conv_kernel - 1) * self.linear_conv_channels * CONV_STATE_BYTES
         return self.n_linear_layers * (recurrent + conv)
 
     def state_bytes_per_seq(self, kv_dtype: str = "bf16") -> int:
@@ -285,7 +289,7 @@ def from_hf_config(cfg: Any, *, name: str | None = None) -> Architecture:
     quant = parse_quantization(c)
     model_type = c.str("model_type")
     tally = count(lay, quant, hidden, vocab, tied,
-                  qk_norm=model_type in ("qwen3", "qwen3_moe"))
+                  qk_norm=str(model_type).startswith("qwen3"))
     weight_dtype, part_dtypes = _summary(tally.labels, tally.bytes)
     att, lin, moe = lay.attention, lay.linear, lay.moe
     if name is None:
@@ -302,9 +306,11 @@ def from_hf_config(cfg: Any, *, name: str | None = None) -> Architecture:
         qk_rope_head_dim=att.qk_rope_head_dim, qk_nope_head_dim=att.qk_nope_head_dim,
         q_lora_rank=att.q_lora_rank, n_full_attn_layers=lay.kinds.count(FULL),
         n_sliding_layers=lay.kinds.count(SLIDING), sliding_window=lay.sliding_window,
-        n_linear_layers=lay.kinds.count(LINEAR), linear_heads=lin.heads if lin else 0,
-        linear_head_dim=lin.head_dim if lin else 0,
+        n_linear_layers=lay.kinds.count(LINEAR), linear_kind=lin.kind if lin else None,
+        linear_heads=lin.heads if lin else 0, linear_head_dim=lin.head_dim if lin else 0,
+        linear_value_head_dim=lin.value_head_dim if lin else 0,
         linear_conv_kernel=lin.conv_kernel if lin else 0,
+        linear_conv_channels=lin.conv_channels if lin else 0,
         n_moe_layers=n_moe, n_dense_mlp_layers=len(lay.kinds) - n_moe,
         n_routed_experts=moe.n_routed if moe else 0, experts_per_token=moe.per_token if moe else 0,
         n_shared_experts=moe.n_shared if moe else 0,

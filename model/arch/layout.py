@@ -3,11 +3,19 @@
 Conventions (Hugging Face's): layer indices are 0-based except Kimi Linear's
 ``linear_attn_config.full_attn_layers`` / ``kda_layers``, which are 1-based (the last layer of
 Kimi-K3, 93, is listed). A layer is MoE when the config has routed experts and:
-DeepSeek / Kimi: ``i >= first_k_dense_replace`` and ``i % moe_layer_freq == 0``;
-Qwen-MoE: ``i not in mlp_only_layers`` and ``(i + 1) % decoder_sparse_step == 0``.
+DeepSeek / Kimi: ``i >= first_k_dense_replace`` and ``i % moe_layer_freq == 0`` (or
+``moe_layer_freq[i]`` when it is a per-layer list); Qwen-MoE: ``i not in mlp_only_layers`` and
+``(i + 1) % decoder_sparse_step == 0``; Llama 4: ``(i + 1) % interleave_moe_layer_step == 0``.
 Sliding-window layers: ``layer_types`` when given; else Qwen2/3-style ``use_sliding_window``
 with layers from ``max_window_layers`` on; else every layer when ``sliding_window`` is set
-(Mistral-style), unless ``use_sliding_window`` is false.
+(Mistral-style), unless ``use_sliding_window`` is false. Llama 4's chunked-attention layers
+(the RoPE layers of ``no_rope_layers``, chunks of ``attention_chunk_size``) are treated as
+sliding-window layers of that size (an upper bound on what a sequence keeps).
+Linear attention: Kimi Delta Attention (``linear_attn_config``) or Gated DeltaNet (Qwen3-Next /
+Qwen3.5: ``linear_num_key_heads``, ``linear_num_value_heads``, ``linear_key_head_dim``,
+``linear_value_head_dim``, ``linear_conv_kernel_dim``). Mamba hybrids, DeepSeek-V4 compressed
+attention, NAS block configs and per-kind attention geometries (Gemma 4, MiMo-V2) are refused
+with an ``ArchConfigError`` rather than modelled wrongly.
 """
 
 from __future__ import annotations
@@ -34,18 +42,27 @@ class Attention:
     qk_rope_head_dim: int | None = None
     qk_nope_head_dim: int | None = None
     q_lora_rank: int | None = None
-    output_gate: bool = False    # Kimi-K3's mla_use_output_gate: hidden -> heads x v_head_dim
+    output_gate: bool = False    # MLA: Kimi-K3's output gate, hidden -> heads x v_head_dim;
+    #                              GQA: attn_output_gate (Qwen3-Next), q_proj twice as wide
     bias: bool = False
 
 
 @dataclass(frozen=True)
 class LinearAttention:
-    """Kimi Delta Attention (``linear_attn_config``): per head a dk x dv recurrent state."""
+    """A delta-rule linear attention: per value head a dk x dv recurrent state, and a short
+    causal convolution over ``conv_channels`` channels (q, k and v)."""
 
-    heads: int
-    head_dim: int
+    kind: str                    # "kda" (Kimi Delta Attention) | "gdn" (Gated DeltaNet)
+    heads: int                   # value heads: one recurrent state each
+    key_heads: int
+    head_dim: int                # key head dim (dk)
+    value_head_dim: int          # dv
     conv_kernel: int
-    full_rank_gate: bool
+    full_rank_gate: bool = False
+
+    @property
+    def conv_channels(self) -> int:
+        return 2 * self.key_heads * self.head_dim + self.heads * self.value_head_dim
 
 
 @dataclass(frozen=True)
@@ -93,7 +110,7 @@ def attention(cfg: Config) -> Attention:
         head_dim = hidden // heads
     bias = cfg.bool("attention_bias", cfg.get("model_type") == "qwen2")
     return Attention("mha" if kv_heads == heads else "gqa", heads, kv_heads, head_dim, head_dim,
-                     bias=bias)
+                     output_gate=cfg.bool("attn_output_gate", False), bias=bias)
 
 
 def layer_kinds(cfg: Config, n_layers: int) -> tuple[tuple[str, ...], int | None]:
@@ -122,6 +139,15 @@ def layer_kinds(cfg: Config, n_layers: int) -> tuple[tuple[str, ...], int | None
             raise ArchConfigError(lin.field("kda_layers"), "together with full_attn_layers "
                                   f"must list each of the layers 1..{n_layers} once")
         kinds = tuple(FULL if i + 1 in set(full) else LINEAR for i in range(n_layers))
+    elif cfg.has("linear_num_value_heads") and cfg.has("full_attention_interval"):
+        every = cfg.int("full_attention_interval")             # Qwen3-Next without layer_types
+        kinds = tuple(FULL if (i + 1) % every == 0 else LINEAR for i in range(n_layers))
+    elif cfg.has("attention_chunk_size") and str(cfg.get("model_type", "")).startswith("llama4"):
+        rope = cfg.int_list("no_rope_layers") or [int((i + 1) % 4 != 0) for i in range(n_layers)]
+        if len(rope) != n_layers:
+            raise ArchConfigError(cfg.field("no_rope_layers"), f"has {len(rope)} entries for "
+                                  f"num_hidden_layers {n_layers}")
+        kinds = tuple(SLIDING if r else FULL for r in rope)
     else:
         window = cfg.opt_int("sliding_window")
         use = cfg.get("use_sliding_window")
@@ -138,19 +164,42 @@ def layer_kinds(cfg: Config, n_layers: int) -> tuple[tuple[str, ...], int | None
         if window is None:
             raise ArchConfigError(cfg.field("sliding_window"),
                                   "missing (layer_types lists sliding-window layers)")
-    if LINEAR in kinds and lin is None:
+    if LINEAR in kinds and lin is None and not cfg.has("linear_num_value_heads"):
         raise ArchConfigError(cfg.field("linear_attn_config"), "missing: linear-attention "
-                              "layers are modelled for Kimi Linear's linear_attn_config only")
+                              "layers need Kimi Linear's linear_attn_config or Gated DeltaNet's "
+                              "linear_num_value_heads / linear_key_head_dim keys")
     return kinds, window
 
 
 def linear_attention(cfg: Config) -> LinearAttention | None:
     lin = cfg.sub("linear_attn_config")
-    if lin is None:
-        return None
-    return LinearAttention(lin.int("num_heads"), lin.int("head_dim"),
-                           lin.int("short_conv_kernel_size", 4),
-                           lin.bool("use_full_rank_gate", False))
+    if lin is not None:
+        heads, dim = lin.int("num_heads"), lin.int("head_dim")
+        return LinearAttention("kda", heads, heads, dim, dim, lin.int("short_conv_kernel_size", 4),
+                               lin.bool("use_full_rank_gate", False))
+    if cfg.has("linear_num_value_heads"):
+        return LinearAttention("gdn", cfg.int("linear_num_value_heads"),
+                               cfg.int("linear_num_key_heads"), cfg.int("linear_key_head_dim"),
+                               cfg.int("linear_value_head_dim"),
+                               cfg.int("linear_conv_kernel_dim", 4))
+    return None
+
+
+_UNSUPPORTED = (("hybrid_override_pattern", "Mamba hybrid layers are not modelled"),
+                ("mamba_num_heads", "Mamba layers are not modelled"),
+                ("ssm_state_size", "state-space (Mamba) layers are not modelled"),
+                ("compress_ratios", "compressed attention (DeepSeek-V4) is not modelled"),
+                ("block_configs", "per-block NAS layouts (Nemotron NAS) are not modelled"),
+                ("global_head_dim", "a separate geometry for global layers (Gemma 4) is not "
+                 "modelled"),
+                ("swa_num_key_value_heads", "a separate geometry for sliding-window layers "
+                 "(MiMo-V2) is not modelled"))
+
+
+def refuse_unsupported(cfg: Config) -> None:
+    for key, message in _UNSUPPORTED:
+        if cfg.has(key):
+            raise ArchConfigError(cfg.field(key), message)
 
 
 def _first(cfg: Config, *keys: str) -> str | None:
@@ -175,14 +224,24 @@ def moe(cfg: Config, hidden: int, n_layers: int) -> tuple[Moe | None, tuple[bool
     if cfg.has("shared_expert_intermediate_size"):       # Qwen2-MoE: one shared MLP
         shared_inter = cfg.int("shared_expert_intermediate_size", minimum=0)
         n_shared = max(n_shared, 1 if shared_inter else 0)
+    elif str(cfg.get("model_type", "")).startswith("llama4"):   # one shared expert per layer
+        n_shared, shared_inter = 1, expert_inter
     else:
         shared_inter = n_shared * expert_inter
     latent = cfg.opt_int("routed_expert_hidden_size") or hidden
     first_dense = cfg.int("first_k_dense_replace", 0, minimum=0)
-    freq = cfg.int("moe_layer_freq", 1)
-    step = cfg.int("decoder_sparse_step", 1)
+    step = cfg.int("decoder_sparse_step", cfg.int("interleave_moe_layer_step", 1))
     dense_only = set(cfg.int_list("mlp_only_layers") or [])
-    layers = tuple(i >= first_dense and i % freq == 0 and (i + 1) % step == 0
+    if isinstance(cfg.get("moe_layer_freq"), list):              # per-layer 0/1 flags
+        flags = cfg.int_list("moe_layer_freq")
+        if len(flags) != n_layers:
+            raise ArchConfigError(cfg.field("moe_layer_freq"), f"has {len(flags)} entries for "
+                                  f"num_hidden_layers {n_layers}")
+        by_freq = [bool(f) for f in flags]
+    else:
+        freq = cfg.int("moe_layer_freq", 1)
+        by_freq = [i % freq == 0 for i in range(n_layers)]
+    layers = tuple(i >= first_dense and by_freq[i] and (i + 1) % step == 0
                    and i not in dense_only for i in range(n_layers))
     router_bias = cfg.get("topk_method") == "noaux_tc"
     return Moe(n_routed, per_token, n_shared, expert_inter, latent, shared_inter,
@@ -190,12 +249,14 @@ def moe(cfg: Config, hidden: int, n_layers: int) -> tuple[Moe | None, tuple[bool
 
 
 def layout(cfg: Config) -> Layout:
+    refuse_unsupported(cfg)
     n_layers = cfg.int("num_hidden_layers")
     hidden = cfg.int("hidden_size")
     kinds, window = layer_kinds(cfg, n_layers)
     moe_cfg, moe_layers = moe(cfg, hidden, n_layers)
     dense_inter = 0
     if not all(moe_layers):
-        dense_inter = cfg.int("intermediate_size")
+        dense_inter = cfg.int("intermediate_size_mlp" if cfg.has("intermediate_size_mlp")
+                              else "intermediate_size")
     return Layout(kinds, moe_layers, window, attention(cfg), linear_attention(cfg), moe_cfg,
                   dense_inter)

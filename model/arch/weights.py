@@ -2,11 +2,12 @@
 
 Parts: ``embed`` (input embedding table), ``lm_head`` (0 when tied to the embedding),
 ``attention`` (full and sliding attention projections and their norms), ``linear_attention``
-(KDA projections, short convolutions, gates), ``dense_mlp``, ``shared_experts``,
+(KDA / Gated DeltaNet projections, short convolutions, gates), ``dense_mlp``, ``shared_experts``,
 ``routed_experts`` (all experts of all MoE layers), ``other`` (layer norms, MoE routers and
 their score biases, latent-MoE down/up projections). Shapes follow the Hugging Face modules
 (gated MLPs: gate, up and down projections; MLA: q_a/q_b (or q), kv_a_proj_with_mqa, kv_b,
-o; Kimi Linear KDA: q, k, v, g (full rank or low rank), b, f_a, f_b, o, three depthwise convs).
+o; Kimi Linear KDA: q, k, v, g (full rank or low rank), b, f_a, f_b, o, three depthwise convs;
+Gated DeltaNet: in_proj_qkvz, in_proj_ba, out_proj, one depthwise conv over q, k and v).
 Not counted: multi-token-prediction layers (``num_nextn_predict_layers``, loaded only for MTP
 speculative decoding) and vision towers.
 """
@@ -83,12 +84,23 @@ def _mla(t: Tally, p: str, lay: Layout, h: int) -> None:
 
 def _gqa(t: Tally, p: str, lay: Layout, h: int, qk_norm: bool) -> None:
     a = lay.attention
-    t.linear("attention", p + "q_proj", a.q_heads * a.head_dim, h, a.bias)
+    gate = 2 if a.output_gate else 1                  # attn_output_gate: query and gate
+    t.linear("attention", p + "q_proj", gate * a.q_heads * a.head_dim, h, a.bias)
     t.linear("attention", p + "k_proj", a.kv_heads * a.head_dim, h, a.bias)
     t.linear("attention", p + "v_proj", a.kv_heads * a.head_dim, h, a.bias)
     t.linear("attention", p + "o_proj", h, a.q_heads * a.head_dim)
     if qk_norm:
         t.plain("attention", 2 * a.head_dim)
+
+
+def _gdn(t: Tally, p: str, lay: Layout, h: int) -> None:
+    g = lay.linear
+    key, value = g.key_heads * g.head_dim, g.heads * g.value_head_dim
+    t.linear("linear_attention", p + "in_proj_qkvz", 2 * key + 2 * value, h)
+    t.linear("linear_attention", p + "in_proj_ba", 2 * g.heads, h)
+    t.linear("linear_attention", p + "out_proj", h, value)
+    # depthwise conv over q, k, v; dt_bias and A_log per value head; gated output norm
+    t.plain("linear_attention", g.conv_channels * g.conv_kernel + 2 * g.heads + g.value_head_dim)
 
 
 def _kda(t: Tally, p: str, lay: Layout, h: int) -> None:
@@ -140,7 +152,9 @@ def _layer(lay: Layout, quant: Quantization, i: int, hidden: int, qk_norm: bool)
     t = Tally(quant=quant)
     p = f"model.layers.{i}."
     t.plain("other", 2 * hidden)                                            # two layer norms
-    if lay.kinds[i] == LINEAR:
+    if lay.kinds[i] == LINEAR and lay.linear.kind == "gdn":
+        _gdn(t, p + "linear_attn.", lay, hidden)
+    elif lay.kinds[i] == LINEAR:
         _kda(t, p + "self_attn.", lay, hidden)
     elif lay.attention.kind == "mla":
         _mla(t, p + "self_attn.", lay, hidden)

@@ -325,6 +325,47 @@ def test_expected_experts_when_every_expert_is_routed():
     np.testing.assert_allclose(from_hf_config(cfg).expected_experts_touched([1, 5]), [4, 4])
 
 
+def test_gated_deltanet_hybrid_with_output_gate():
+    cfg = {**TINY, "layer_types": ["linear_attention"] * 3 + ["full_attention"],
+           "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 32,
+           "linear_value_head_dim": 32, "linear_conv_kernel_dim": 4, "attn_output_gate": True}
+    a = from_hf_config(cfg)
+    assert (a.linear_kind, a.n_linear_layers, a.n_full_attn_layers) == ("gdn", 3, 1)
+    assert a.kv_bytes_per_token("bf16") == 1 * 2 * 2 * 64 * 2
+    # per GDN layer: 4 value heads x 32 x 32 fp32 state + (4 - 1) x (2 x 2 x 32 + 4 x 32)
+    # conv channels in bf16
+    assert a.state_bytes_per_seq("bf16") == 3 * (4 * 32 * 32 * 4 + 3 * 256 * 2) == 53_760
+    gdn = (2 * 64 + 2 * 128) * 256 + 8 * 256 + 256 * 128 + 256 * 4 + 8 + 32
+    attn = 2 * 256 * 256 + 2 * 128 * 256 + 256 * 256          # q_proj doubled by the gate
+    assert a.weight_bytes_by_part["linear_attention"] == 2 * 3 * gdn
+    assert a.weight_bytes_by_part["attention"] == 2 * attn
+    cfg.pop("layer_types")
+    cfg["full_attention_interval"] = 4                         # Qwen3-Next without layer_types
+    assert from_hf_config(cfg).arch_hash == a.arch_hash
+
+
+def test_llama4_chunked_attention_and_interleaved_moe():
+    cfg = {**TINY, "model_type": "llama4_text", "attention_chunk_size": 16,
+           "interleave_moe_layer_step": 2, "num_local_experts": 4, "num_experts_per_tok": 1,
+           "intermediate_size": 128, "intermediate_size_mlp": 512}
+    a = from_hf_config(cfg)
+    # RoPE layers (all but every 4th) attend within chunks of 16: at most 16 tokens kept
+    assert (a.n_sliding_layers, a.sliding_window, a.n_full_attn_layers) == (3, 16, 1)
+    # MoE on layers 1 and 3, each with one shared expert of the expert size; dense MLPs 512
+    assert (a.n_moe_layers, a.n_shared_experts, a.shared_intermediate) == (2, 1, 128)
+    assert a.dense_intermediate == 512
+    assert a.weight_bytes_by_part["dense_mlp"] == 2 * 2 * 3 * 256 * 512
+
+
+def test_moe_layer_freq_as_per_layer_flags():
+    cfg = {**TINY, "n_routed_experts": 4, "num_experts_per_tok": 2,
+           "moe_intermediate_size": 64, "moe_layer_freq": [0, 1, 1, 0]}
+    assert from_hf_config(cfg).n_moe_layers == 2
+    with pytest.raises(ArchConfigError) as info:
+        from_hf_config({**cfg, "moe_layer_freq": [0, 1]})
+    assert info.value.field == "hf_config.moe_layer_freq"
+
+
 # ---- bad configs ---------------------------------------------------------------------------
 
 KIMI = preset_config("kimi-k3")
@@ -374,6 +415,11 @@ def _k3(**changes):
     (_k3(linear_attn_config={**KIMI["text_config"]["linear_attn_config"], "num_heads": -96}),
      "hf_config.text_config.linear_attn_config.num_heads"),
     (_k3(routed_expert_hidden_size=True), "hf_config.text_config.routed_expert_hidden_size"),
+    ({**TINY, "hybrid_override_pattern": "M-M*"}, "hf_config.hybrid_override_pattern"),
+    ({**TINY, "compress_ratios": [4, 4, 4, 4]}, "hf_config.compress_ratios"),
+    ({**TINY, "global_head_dim": 512}, "hf_config.global_head_dim"),
+    ({**TINY, "layer_types": ["linear_attention"] * 4, "linear_num_value_heads": 4},
+     "hf_config.linear_num_key_heads"),
 ])
 def test_bad_config_names_the_field(cfg, field):
     with pytest.raises(ArchConfigError) as info:
