@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field, fields
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -46,7 +48,8 @@ def _causal_pairs(n, window: float = np.inf):
 
 @dataclass(frozen=True)
 class Architecture:
-    """Derived physics of one model (see the module docstring for units)."""
+    """Derived physics of one model (see the module docstring for units). Derived scalars are
+    computed on first use and kept on the (immutable) instance."""
 
     name: str
     model_type: str | None
@@ -101,12 +104,15 @@ class Architecture:
         blob = json.dumps(physics, sort_keys=True, separators=(",", ":"), default=str)
         object.__setattr__(self, "arch_hash", hashlib.sha256(blob.encode()).hexdigest()[:16])
 
+    def __hash__(self) -> int:         # the physics hash plus the name: cheap dict keys
+        return hash((self.name, self.arch_hash))
+
     # ---- weights ---------------------------------------------------------------------------
     @property
     def params_by_part(self) -> dict[str, float]:
         return dict(self.params_parts)
 
-    @property
+    @cached_property
     def total_params(self) -> float:
         return sum(v for _, v in self.params_parts)
 
@@ -116,11 +122,11 @@ class Architecture:
         shared_experts, routed_experts, other (norms, routers, latent-MoE projections)."""
         return dict(self.bytes_parts)
 
-    @property
+    @cached_property
     def weight_bytes(self) -> float:
         return sum(v for _, v in self.bytes_parts)
 
-    @property
+    @cached_property
     def dense_weight_bytes_per_token_step(self) -> float:
         """Bytes every decode step reads whatever the batch: all weights but the routed experts
         and the embedding table (a step reads only its tokens' rows). With tied embeddings the
@@ -135,8 +141,14 @@ class Architecture:
         t = np.asarray(tokens, dtype=float)
         if not self.n_routed_experts:
             return np.zeros_like(t)
-        e, k = self.n_routed_experts, self.experts_per_token
-        return e * -np.expm1(t * np.log1p(-k / e)) if k < e else np.full_like(t, float(e))
+        if self.experts_per_token == self.n_routed_experts:
+            return np.where(t > 0, float(self.n_routed_experts), 0.0)
+        return self.n_routed_experts * -np.expm1(t * self._log_miss)
+
+    @cached_property
+    def _log_miss(self) -> float:
+        """log of the chance that one token misses a given expert: log(1 - k/E)."""
+        return math.log1p(-self.experts_per_token / self.n_routed_experts)
 
     def decode_weight_bytes(self, tokens):
         """Weight bytes one decode step of ``tokens`` tokens reads: the dense part plus the
@@ -145,7 +157,7 @@ class Architecture:
                 * self.expected_experts_touched(tokens) * self.routed_expert_bytes)
 
     # ---- compute ---------------------------------------------------------------------------
-    @property
+    @cached_property
     def active_params_per_token(self) -> float:
         """Parameters whose matmuls one token goes through: attention and linear-attention
         projections, dense MLPs, shared experts, k routed experts per MoE layer, MoE routers and
@@ -156,11 +168,11 @@ class Architecture:
         return sum(v for k, v in m.items() if k not in ("routed_experts", "embed")) \
             + routed + tied_head
 
-    @property
+    @cached_property
     def matmul_flops_per_token(self) -> float:
         return 2.0 * self.active_params_per_token
 
-    @property
+    @cached_property
     def attn_decode_flops_per_ctx_token(self) -> float:
         """FLOPs of one new token attending to one context token, summed over the full-attention
         layers. MLA with absorbed weights: per head 2 (kv_lora_rank + qk_rope) for the scores
@@ -171,7 +183,7 @@ class Architecture:
             per_head = 2 * self.head_dim + 2 * self.v_head_dim
         return float(self.q_heads * per_head * self.n_full_attn_layers)
 
-    @property
+    @cached_property
     def _prefill_flops_per_pair(self) -> float:
         """FLOPs per (query, key) pair and layer in prefill: scores 2 qk_dim + values 2 v_dim
         per query head (MLA prefill runs unabsorbed: qk_dim = qk_nope + qk_rope)."""
@@ -196,7 +208,7 @@ class Architecture:
                                                      - _causal_pairs(cached, w))
         return self._prefill_flops_per_pair * pairs
 
-    @property
+    @cached_property
     def linear_attn_flops_per_token(self) -> float:
         """Approximate recurrent-update FLOPs of the linear-attention layers per token:
         per head about 8 dk dv (decay, k^T S, rank-1 delta update, q^T S)."""
@@ -227,7 +239,7 @@ class Architecture:
             return np.zeros_like(ctx)
         return np.minimum(ctx, self.sliding_window) * self.sliding_kv_bytes_per_token(kv_dtype)
 
-    @property
+    @cached_property
     def linear_state_bytes_per_seq(self) -> int:
         """Constant state of the linear-attention layers per sequence: per layer and value head
         a dk x dv recurrent state in fp32, plus the short-convolution window (kernel - 1 past

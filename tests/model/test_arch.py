@@ -191,6 +191,9 @@ def test_preset_and_its_config_give_the_same_hash():
     changed["text_config"]["num_experts_per_token"] = 8
     assert from_hf_config(changed).arch_hash != preset("kimi-k3").arch_hash
     assert len({preset(n).arch_hash for n in PRESETS}) == len(PRESETS)
+    # equal architectures are equal and hash alike (usable as cache keys)
+    assert preset("kimi-k3") == preset("kimi-k3")
+    assert {preset("kimi-k3"): 1}[preset("kimi-k3")] == 1
 
 
 # ---- synthetic configs ---------------------------------------------------------------------
@@ -322,7 +325,7 @@ def test_qwen_moe_sparse_step_and_mlp_only_layers():
 
 def test_expected_experts_when_every_expert_is_routed():
     cfg = {**TINY, "num_experts": 4, "num_experts_per_tok": 4, "moe_intermediate_size": 128}
-    np.testing.assert_allclose(from_hf_config(cfg).expected_experts_touched([1, 5]), [4, 4])
+    np.testing.assert_allclose(from_hf_config(cfg).expected_experts_touched([0, 1, 5]), [0, 4, 4])
 
 
 def test_gated_deltanet_hybrid_with_output_gate():
