@@ -31,7 +31,6 @@ from model.hwprofile import (
 )
 
 # Spec fallbacks where a GPU entry or profile is silent (documented in docs/cost-model.md).
-FLOPS_PER_HBM_BYTE = 280.0      # dense BF16 FLOP/s per HBM byte/s of H100..B300 (281-295)
 SPEC_COLLECTIVE_LATENCY_S = 8e-6  # one NCCL / custom all-reduce step on NVLink, small message
 SPEC_NVLINK_BPS = 450e9         # per direction, when a custom GPU gives no NVLink bandwidth
 ATTENTION_FAMILIES = ("mla", "gqa")
@@ -186,14 +185,11 @@ class Silicon:
         return spec * self.eff["gemm"]
 
     def spec_flops(self, dtype: str) -> float:
-        bf16 = self.gpu.flops_bf16 or FLOPS_PER_HBM_BYTE * self.gpu.hbm_bandwidth
-        if dtype in ("fp4", "mxfp4", "nvfp4", "int4"):
-            # int4 weights are dequantised to bf16 / fp8 math on NVIDIA; fp4 math where it exists
-            return float(self.gpu.flops_fp4 or self.gpu.flops_fp8 or 2 * bf16) \
-                if dtype != "int4" else float(bf16)
-        if dtype == "fp8":
-            return float(self.gpu.flops_fp8 or 2 * bf16)
-        return float(bf16)
+        """Dense spec-sheet FLOP/s of ``dtype`` math (model.gpus: assumed from the memory
+        bandwidth where a custom GPU gives none)."""
+        math_dtype = {"fp4": "fp4", "nvfp4": "fp4", "mxfp4": "fp4", "fp8": "fp8",
+                      "fp8_block": "fp8"}.get(dtype, "bf16")
+        return float(self.gpu.flops(math_dtype)[0])
 
     @property
     def attn_flops(self) -> float:
@@ -207,7 +203,7 @@ class Silicon:
         table = self._coll.get(op) or (self._coll.get("all_reduce") if op != "all_reduce"
                                        else None)
         if not table:
-            bw = float(self.gpu.nvlink_bandwidth or 2 * SPEC_NVLINK_BPS) / 2  # per direction
+            bw = float(self.gpu.nvlink_bandwidth or SPEC_NVLINK_BPS)  # per direction
             return np.full(n_arr.shape, SPEC_COLLECTIVE_LATENCY_S), np.full(n_arr.shape, bw)
         sizes = np.array(sorted(table))
         idx = np.abs(np.log2(np.maximum(n_arr, 1))[..., None] - np.log2(sizes)).argmin(axis=-1)

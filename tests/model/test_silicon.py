@@ -78,7 +78,7 @@ def test_committed_h200_profile_gives_per_family_curves():
     b300 = Silicon(builtin_gpu("B300"))
     assert b300.read_source("mla", "bf16") == "spec"
     assert b300.attn_read_s("mla", "bf16", big)[0] == pytest.approx(
-        4e9 / (8e12 * SPEC_EFFICIENCY["hbm"]))
+        4e9 / (7.75e12 * SPEC_EFFICIENCY["hbm"]))
 
 
 def test_profiles_dir_setting_and_spec_fallback(profiles):
@@ -111,7 +111,7 @@ def test_engine_kernel_tables_rank_before_the_projects_own_kernel(profiles):
 def test_roofline_uses_spec_peaks():
     peak = roofline_silicon(builtin_gpu("B300"))
     assert peak.gemm_flops("bf16") == pytest.approx(2.25e15)
-    assert peak.weight_read_Bps == pytest.approx(8e12)
+    assert peak.weight_read_Bps == pytest.approx(7.75e12)
 
 
 def test_recommendation_names_the_physics_sources():

@@ -78,7 +78,7 @@ def test_dcp_divides_kv_reads_and_adds_collectives():
 
 
 def test_spec_collectives_ring_formula():
-    bw = 800e9 / 2
+    bw = 800e9          # nvlink_bandwidth is per direction
     nbytes = 1e6
     assert float(SI.all_reduce_s(nbytes, 8)) == pytest.approx(8e-6 + 2 * 7 / 8 * nbytes / bw)
     assert float(SI.all_reduce_s(nbytes, 1)) == 0.0
