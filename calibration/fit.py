@@ -45,12 +45,12 @@ def fit_files(paths: list[str], out: str) -> tuple[CostModel, dict[str, Any]]:
 
 
 def format_fit_summary(model: CostModel, meta: dict[str, Any], out: str) -> str:
-    lines = [f"{'engine':<8}{'points':>7}{'obs':>6}{'resid sd':>10}{'CV MAPE':>9}"
+    lines = [f"{'engine/GPU':<14}{'points':>7}{'obs':>6}{'resid sd':>10}{'CV MAPE':>9}"
              "  calibrated configs"]
     for engine, m in sorted(model.metrics.items()):
         cv = m["cv_mape"]
         cfgs = sorted(k.split("/", 1)[1] for k in model.ranges if k.startswith(engine + "/"))
-        lines.append(f"{engine:<8}{m['n_points']:>7}{m['n_observations']:>6}"
+        lines.append(f"{engine:<14}{m['n_points']:>7}{m['n_observations']:>6}"
                      f"{m['residual_rel_std']:>10.1%}"
                      f"{(f'{cv:.1%}' if cv is not None else 'n/a'):>9}"
                      f"  {', '.join(cfgs)}")

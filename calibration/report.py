@@ -101,7 +101,7 @@ def curves(model: CostModel, ref: dict[str, Any], contexts: np.ndarray) -> dict[
     layout = w.model_shape()
     configs = sorted({Config(k.split("/")[0], int(k.split("/")[3])) for k in model.ranges
                       if k.split("/")[1] == ref["gpu"] and int(k.split("/")[2]) == ref["num_gpus"]
-                      and k.split("/")[0] in model.engines},
+                      and k.split("/")[0] in model.engine_names},
                      key=lambda c: (c.engine, c.dcp_size))
     if not configs:
         return {"configs": [], "contexts": contexts.tolist()}

@@ -8,7 +8,7 @@ workload on several configurations, or one configuration over a grid of contexts
 ``case_features`` is the only place that builds features: prefill, decode steps, and the waves
 an engine runs when the batch's KV does not fit at once.
 
-``CostModel`` is data: one ``EngineCostModel`` per engine, the calibrated ranges per
+``CostModel`` is data: one ``EngineCostModel`` per engine and GPU type, the calibrated ranges per
 (engine, GPU, GPU count, DCP, served model), the memory fractions seen safe, fit metrics, the
 data hash. Caches live in ``model.predictor.Predictor``.
 """
@@ -41,6 +41,12 @@ QTY_NAMES = {QTY_TOTAL: "total", QTY_PREFILL: "ttft", QTY_TPOT: "tpot"}
 
 def config_key(engine: str, gpu: str, num_gpus: int, dcp: int) -> str:
     return f"{engine}/{gpu.upper()}/{num_gpus}/{dcp}"
+
+
+def efficiency_key(engine: str, gpu: str) -> str:
+    """Efficiencies are fitted per engine and GPU type: an engine's kernels, schedulers and
+    collectives perform differently on each GPU. A GPU without data gets the priors."""
+    return f"{engine}/{gpu.upper()}"
 
 
 # ------------------------------------------------------------------------------ features
@@ -99,16 +105,20 @@ def case_features(case: Case) -> Features:
     steps = np.maximum(case.output - 1.0, 0.0)
     ctx_mean = case.context + case.output / 2.0
     pf_run = prefill_terms(shape, hw, run, case.context, case.share)
-    pf_warm = prefill_terms(shape, hw, run, case.context, case.share, warm=True)
-    pf_rest = prefill_terms(shape, hw, np.maximum(rest, 1.0), case.context, case.share,
-                            warm=True)
     dec_run = decode_terms(shape, hw, run, ctx_mean, case.dcp)
-    dec_rest = decode_terms(shape, hw, np.maximum(rest, 1.0), ctx_mean, case.dcp)
-    has_rest = (rest > 0)[:, None]
     n = len(case.batch)
     total = np.empty((n, len(TERMS)))
-    total[:, :N_PREFILL] = (pf_run + (full - 1.0)[:, None] * pf_warm + has_rest * pf_rest)
-    total[:, N_PREFILL:] = steps[:, None] * (full[:, None] * dec_run + has_rest * dec_rest)
+    if np.all(full == 1.0) and not np.any(rest):   # the whole batch at once (the usual case)
+        total[:, :N_PREFILL] = pf_run
+        total[:, N_PREFILL:] = steps[:, None] * dec_run
+    else:
+        pf_warm = prefill_terms(shape, hw, run, case.context, case.share, warm=True)
+        pf_rest = prefill_terms(shape, hw, np.maximum(rest, 1.0), case.context, case.share,
+                                warm=True)
+        dec_rest = decode_terms(shape, hw, np.maximum(rest, 1.0), ctx_mean, case.dcp)
+        has_rest = (rest > 0)[:, None]
+        total[:, :N_PREFILL] = pf_run + (full - 1.0)[:, None] * pf_warm + has_rest * pf_rest
+        total[:, N_PREFILL:] = steps[:, None] * (full[:, None] * dec_run + has_rest * dec_rest)
     prefill = np.zeros((n, len(TERMS)))
     prefill[:, :N_PREFILL] = pf_run
     tpot = np.zeros((n, len(TERMS)))
@@ -170,7 +180,7 @@ class CostModel:
                 mem[bucket].append(r.mem_fraction)
             if not trainable(r):
                 continue
-            by_engine[r.engine].append(r)
+            by_engine[efficiency_key(r.engine, r.gpu)].append(r)
             key = config_key(r.engine, r.gpu, r.num_gpus, r.dcp_size)
             per_model = self.ranges.setdefault(key, {})
             rng = per_model.setdefault(row_shape(r).key,
@@ -184,11 +194,11 @@ class CostModel:
             mem["unsafe"].sort()
         if not by_engine:
             raise ValueError("no row has a measured time (ttft_s, tpot_s or total_s)")
-        for engine, erows in sorted(by_engine.items()):
+        for key, erows in sorted(by_engine.items()):
             X, y = training_matrix(erows)
             est = EngineCostModel(**(estimator_params or {})).fit(X, y)
-            self.engines[engine] = est
-            self.metrics[engine] = {
+            self.engines[key] = est
+            self.metrics[key] = {
                 "n_points": len(erows), "n_observations": len(y),
                 "residual_rel_std": est.residual_rel_std_,
                 "cv_mape": cv_mape(erows, estimator_params) if cv else None}
@@ -202,7 +212,8 @@ class CostModel:
 
     @property
     def engine_names(self) -> list[str]:
-        return sorted(self.engines)
+        """Engines with calibration data (on any GPU)."""
+        return sorted({k.split("/")[0] for k in self.engines})
 
     def coverage(self, engine: str, gpu: str, num_gpus: int, dcp: int, model_key: str,
                  values: dict[str, float]) -> tuple[str, float]:
@@ -307,7 +318,7 @@ def cross_validate(rows: Sequence[Measurement], estimator_params: dict | None = 
     by_engine: dict[str, list[Measurement]] = defaultdict(list)
     for r in rows:
         if trainable(r):
-            by_engine[r.engine].append(r)
+            by_engine[efficiency_key(r.engine, r.gpu)].append(r)
     params = {**(estimator_params or {}), "n_bootstrap": n_bootstrap}
     out: list[dict] = []
     for engine, erows in sorted(by_engine.items()):
@@ -328,7 +339,7 @@ def cross_validate(rows: Sequence[Measurement], estimator_params: dict | None = 
                     if val is None:
                         continue
                     pred, lo, hi = est.predict_interval(Xh)
-                    rec = {"engine": engine, "dcp_size": p[3], "context_tokens": p[4],
+                    rec = {"engine": r.engine, "dcp_size": p[3], "context_tokens": p[4],
                            "batch_size": p[5], "output_tokens": p[6],
                            "quantity": QTY_NAMES[qty], "measured": float(val),
                            "predicted": float(pred[0])}

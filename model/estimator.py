@@ -28,7 +28,9 @@ from model.terms import PHYSICS_TERMS, TERMS
 PRIOR: dict[str, float] = {
     **{t: 1.0 for t in PHYSICS_TERMS},
     "pf_fixed": 2e-3,       # s per prefill forward pass (scheduling, launches, sampling)
-    "layer_fixed": 8e-6,    # s per layer per decode step (kernel launches and gaps, graphs on)
+    "layer_fixed": 40e-6,   # s per layer per decode step: ~15-20 kernels (norms, projections,
+                            # attention, router, expert GEMMs, collectives) at 2-3 us of launch
+                            # gap and tail each inside a CUDA-graph replay
     "seq_fixed": 20e-6,     # s per running sequence per step (sampling, bookkeeping)
     "step_fixed": 1e-3,     # s per decode step (scheduler, detokenise, host sync)
 }

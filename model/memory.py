@@ -19,7 +19,7 @@ DEFAULT_FRACTION = 0.90          # used when calibration says nothing about this
 OOM_THRESHOLD = 0.95             # published: 0.95 gave OOM retries on B300 for both engines
 # Share of GPU memory vLLM's budget spends outside weights + KV (activation peak of a chunked-
 # prefill pass and CUDA graphs); SGLang keeps these outside its static fraction.
-ENGINE_RESERVE = {"vllm": 0.03, "sglang": 0.0}
+ENGINE_RESERVE = {"vllm": 0.08, "sglang": 0.0}
 
 
 @dataclass(frozen=True)

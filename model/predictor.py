@@ -4,7 +4,7 @@
 lives). It stacks the engines' coefficients and covariances once and predicts every row of a
 ``Case`` in one pass: totals with 90 % intervals, prefill, TPOT, the seconds of each decode
 term, how many sequences run at once and the KV capacity. An engine without calibration data
-predicts with the physical priors (``model.estimator.PRIOR``).
+on a GPU type predicts with the physical priors (``model.estimator.PRIOR``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import weakref
 
 import numpy as np
 
-from model.costmodel import Case, CostModel, Prediction, case_features
+from model.costmodel import Case, CostModel, Prediction, case_features, efficiency_key
 from model.estimator import PRIOR
 from model.terms import N_PREFILL, TERMS
 
@@ -30,12 +30,14 @@ class Predictor:
                                 max(est.residual_rel_std_, est.noise_floor))
         self.cache: dict = {}   # per-model memo for the recommender (see model.recommend)
 
-    def coefficients(self, engine: str) -> tuple[np.ndarray, np.ndarray, float]:
-        """(coef, covariance, relative noise) of an engine; priors for one without data."""
-        hit = self._coef.get(engine)
+    def coefficients(self, engine: str, gpu: str) -> tuple[np.ndarray, np.ndarray, float]:
+        """(coef, covariance, relative noise) of an engine on a GPU type; the physical priors
+        where the model has no data for that pair."""
+        key = efficiency_key(engine, gpu)
+        hit = self._coef.get(key)
         if hit is None:
             k = len(TERMS)
-            hit = self._coef[engine] = (PRIOR_COEF, np.zeros((k, k)), 0.03)
+            hit = self._coef[key] = (PRIOR_COEF, np.zeros((k, k)), 0.03)
         return hit
 
     def predict(self, case: Case, rel_extra: np.ndarray | None = None,
@@ -46,9 +48,12 @@ class Predictor:
         var = np.empty(n)
         rel = np.empty(n)
         total = np.empty(n)
-        for engine in np.unique(case.engine):
-            rows = case.engine == engine
-            coef, cov, noise = self.coefficients(str(engine))
+        groups: dict[str, list[int]] = {}
+        for i, engine in enumerate(case.engine.tolist()):
+            groups.setdefault(engine, []).append(i)
+        for engine, idx in groups.items():
+            rows = np.array(idx) if len(groups) > 1 else slice(None)
+            coef, cov, noise = self.coefficients(engine, case.silicon.name)
             C[rows] = coef
             Xt = f.total[rows]
             total[rows] = Xt @ coef

@@ -7,7 +7,6 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
-from pydantic import TypeAdapter
 
 from model.capabilities import effective_share
 from model.capabilities import exclusions as capability_exclusions
@@ -29,7 +28,6 @@ from model.workload import ENGINES, Config, Workload
 CROSSOVER_RANGE = (1024, 4 * 1024 * 1024)
 CROSSOVER_GRID = np.geomspace(*CROSSOVER_RANGE, 64)
 BARE_REL_SIGMA = 0.05     # added relative sd when only KV bytes are known (no weights, FLOPs)
-_PREDICTIONS = TypeAdapter(list[ConfigPrediction])
 _CROSSOVER_CACHE_SIZE = 1024
 
 
@@ -149,10 +147,10 @@ def evaluate(model: CostModel, w: Workload, shape: ModelShape,
             "extrapolated": status != "calibrated" or dist > 0,
             "mem_fraction": memory_choice(model, c.engine, gpu.name).fraction,
             "kv_capacity_tokens": int(min(p.capacity[i], 2 ** 62)),
-            "fits_in_memory": demand <= p.capacity[i],
+            "fits_in_memory": bool(demand <= p.capacity[i]),
             "running_sequences": int(p.running[i]) if p.feasible[i] else 0,
             "kv_read_source": source, "step_terms_s": terms})
-    preds = _PREDICTIONS.validate_python(rows)
+    preds = [ConfigPrediction.model_construct(**r) for r in rows]  # built here: types hold
     return [Evaluated(c, preds[i], (cover[i][0] != "uncalibrated" or w.allow_extrapolation)
                       and bool(p.feasible[i]), parts[i])
             for i, c in enumerate(configs)]
@@ -203,7 +201,9 @@ def crossover_near(model: CostModel, w: Workload, shape: ModelShape,
         return None
     pred: Predictor = predictor_for(model)
     cache: OrderedDict = pred.cache.setdefault("crossover", OrderedDict())
-    key = (w.model_dump_json(exclude={"context_tokens"}), tuple(configs))
+    req = w.requirements
+    key = (shape.key, shape.weight_bytes, w.gpu_spec(), w.num_gpus, w.output_tokens,
+           w.batch_size, req.prefix_reuse_share if req else 0.0, tuple(configs))
     found = cache.get(key)
     if found is None:
         found = crossovers(CROSSOVER_GRID, total_curves(model, w, shape, configs,

@@ -16,6 +16,7 @@ Spec-sheet values are peaks: the engines' fitted efficiencies (model.estimator) 
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 import numpy as np
@@ -200,16 +201,31 @@ class Silicon:
         """(latency, bandwidth) per element of ``n``: measured where the profile has that
         group size (nearest measured size otherwise), else the spec sheet."""
         n_arr = np.asarray(n, dtype=float)
-        table = self._coll.get(op) or (self._coll.get("all_reduce") if op != "all_reduce"
-                                       else None)
-        if not table:
+        table = self._link_tables().get(op)
+        if table is None:
             bw = float(self.gpu.nvlink_bandwidth or SPEC_NVLINK_BPS)  # per direction
             return np.full(n_arr.shape, SPEC_COLLECTIVE_LATENCY_S), np.full(n_arr.shape, bw)
-        sizes = np.array(sorted(table))
-        idx = np.abs(np.log2(np.maximum(n_arr, 1))[..., None] - np.log2(sizes)).argmin(axis=-1)
-        lat = np.array([table[s][0] for s in sizes])[idx]
-        bw = np.array([table[s][1] for s in sizes])[idx]
-        return lat, bw
+        log_sizes, lat, bw = table
+        if n_arr.ndim == 0 or np.all(n_arr == n_arr.flat[0]):   # one group size (the usual)
+            i = int(np.abs(math.log2(max(float(n_arr.flat[0]), 1.0)) - log_sizes).argmin())
+            return np.full(n_arr.shape, lat[i]), np.full(n_arr.shape, bw[i])
+        idx = np.abs(np.log2(np.maximum(n_arr, 1))[..., None] - log_sizes).argmin(axis=-1)
+        return lat[idx], bw[idx]
+
+    def _link_tables(self) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        tables = self.__dict__.get("_tables")
+        if tables is None:
+            tables = {}
+            for op in ("all_reduce", "all_gather", "alltoall"):
+                t = self._coll.get(op) or (self._coll.get("all_reduce") if op != "all_reduce"
+                                           else None)
+                if t:
+                    sizes = sorted(t)
+                    tables[op] = (np.log2(np.array(sizes, dtype=float)),
+                                  np.array([t[k][0] for k in sizes]),
+                                  np.array([t[k][1] for k in sizes]))
+            self.__dict__["_tables"] = tables
+        return tables
 
     def all_reduce_s(self, nbytes, n) -> np.ndarray:
         """One all-reduce of ``nbytes`` per rank over ``n`` GPUs (0 for n = 1).
@@ -219,7 +235,8 @@ class Silicon:
         n_arr = np.asarray(n, dtype=float)
         b = np.asarray(nbytes, dtype=float)
         lat, bw = self._link("all_reduce", n_arr)
-        moved = b if "all_reduce" in self._coll else 2.0 * (n_arr - 1) / np.maximum(n_arr, 1) * b
+        moved = (b if "all_reduce" in self._coll
+                 else 2.0 * (n_arr - 1) / np.maximum(n_arr, 1) * b)
         return np.where(n_arr > 1, lat + moved / bw, 0.0)
 
     def all_gather_s(self, nbytes, n) -> np.ndarray:

@@ -21,10 +21,10 @@ class StepTimer:
 
     def __init__(self, model: CostModel, engine: str, gpu: GpuSpec, shape: ModelShape,
                  tp: int, dcp: int = 1):
-        if engine not in model.engines:
+        if engine not in model.engine_names:
             raise ValueError(f"the cost model has no coefficients for engine {engine!r} "
                              f"(it has {', '.join(model.engine_names)})")
-        self.coef = predictor_for(model).coefficients(engine)[0]
+        self.coef = predictor_for(model).coefficients(engine, gpu.name)[0]
         self.shape, self.dcp = shape, float(dcp)
         self.hw = Hardware(silicon_for(gpu), tp)
 

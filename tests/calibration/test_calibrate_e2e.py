@@ -11,9 +11,8 @@ from calib_helpers import cli_in_process
 from calib_synth import DCP, KV, rows
 
 from model.artifact import load, save
-from model.costmodel import CostModel, training_matrix
+from model.costmodel import CostModel, case_features, row_case
 from model.dataset import read_csv
-from model.estimator import QTY_TOTAL, QTY_TPOT
 from model.recommend import crossovers, total_curves
 from model.workload import Config, Workload
 
@@ -69,15 +68,11 @@ def test_calibrate_fit_recovers_simulators(tmp_path, sims):
         assert len(held) == 2 * 3
         for ctx in (3072, 12288):
             reps = [r for r in held if r.context_tokens == ctx]
-            X, _ = training_matrix(reps[:1])
-            pred = model.engines[engine].predict_rows(X)
-            for i, (qty, attr) in enumerate(((QTY_TOTAL, "total_s"), (None, "ttft_s"),
-                                             (QTY_TPOT, "tpot_s"))):
-                if qty is None:
-                    continue
-                assert X[i, 6] == qty
+            f = case_features(row_case(reps[0]))
+            for X, attr in ((f.total, "total_s"), (f.tpot, "tpot_s")):
+                pred = float(model.engines[f"{engine}/B300"].predict(X)[0])
                 measured = float(np.median([getattr(r, attr) for r in reps]))
-                errors.append((engine, ctx, attr, pred[i] / measured - 1))
+                errors.append((engine, ctx, attr, pred / measured - 1))
     assert len(errors) == 2 * 2 * 2
     worst = max(errors, key=lambda e: abs(e[-1]))
     assert abs(worst[-1]) < 0.05, f"held-out error too large: {worst}"

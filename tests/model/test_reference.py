@@ -99,7 +99,7 @@ def test_reasons_explain_the_bottleneck():
 
 def test_the_dcp_term_stays_physical_and_engine_overheads_are_the_engines_own():
     m = default_model()
-    assert m.engines["sglang"].coefficients_["dcp_comm"] == pytest.approx(1.0, rel=0.01)
+    assert m.engines["sglang/B300"].coefficients_["dcp_comm"] == pytest.approx(1.0, rel=0.01)
     # at batch 1 DCP 8 costs SGLang only its collectives, not tens of ms per step
     w = Workload(context_tokens=8192, output_tokens=256, batch_size=1, preset="kimi-k3",
                  engines=["sglang"], allow_extrapolation=True)

@@ -9,6 +9,7 @@ import openai
 import pytest
 from simproc import SimProcess
 
+from model.gpus import builtin_gpu
 from model.memory import kv_capacity_tokens
 from sim import tokenizer
 
@@ -164,7 +165,7 @@ def test_vllm_only_endpoints(vllm):
 
 
 def test_vllm_startup_log_reports_kv_capacity(vllm):
-    cap = kv_capacity_tokens("vllm", 0.9, 288e9, None, 8, 70272, 1)
+    cap = kv_capacity_tokens("vllm", 0.9, builtin_gpu("B300").memory_bytes, 0.0, 8, 27648, 1)
     assert f"GPU KV cache size: {cap:,} tokens" in vllm.log
 
 
@@ -172,7 +173,7 @@ def test_sglang_server_info_and_log(sglang):
     info = httpx.get(sglang.url + "/get_server_info").json()
     assert info["dcp_size"] == 8 and info["tp_size"] == 8
     assert info["mem_fraction_static"] == 0.88
-    cap = kv_capacity_tokens("sglang", 0.88, 288e9, None, 8, 70272, 8)
+    cap = kv_capacity_tokens("sglang", 0.88, builtin_gpu("B300").memory_bytes, 0.0, 8, 27648, 8)
     assert info["max_total_num_tokens"] == cap
     assert httpx.get(sglang.url + "/server_info").json()["dcp_size"] == 8
     assert f"KV Cache is allocated. #tokens: {cap}" in sglang.log

@@ -13,7 +13,8 @@ from simproc import SimProcess, make_artifact
 
 from model.artifact import load
 from model.default import default_model
-from model.hardware import builtin_gpu
+from model.gpus import builtin_gpu
+from model.shape import bare
 from sim.timing import StepTimer
 
 SCALE = 1.5
@@ -38,7 +39,7 @@ def tpot(arrivals: list[float]) -> float:
 def timed():
     with SimProcess("--engine", "sglang", "--time-scale", str(SCALE), "--model-name", "m",
                     "--kv-bytes-per-token", str(KV), "--max-model-len", "65536") as s:
-        yield s, StepTimer(default_model(), "sglang", builtin_gpu("B300"), KV)
+        yield s, StepTimer(default_model(), "sglang", builtin_gpu("B300"), bare(KV), 8)
 
 
 @pytest.mark.flaky(reruns=2)  # wall-clock timing on shared CPUs
@@ -102,8 +103,8 @@ def test_artifact_gives_other_hidden_coefficients(tmp_path):
     art = make_artifact(tmp_path / "slow.joblib", ttft_s=0.6, tpot_s=0.05)
     model = load(art)[0]
     scale = 0.5
-    timer = StepTimer(model, "vllm", builtin_gpu("B300"), 70272)
-    default = StepTimer(default_model(), "vllm", builtin_gpu("B300"), 70272)
+    timer = StepTimer(model, "vllm", builtin_gpu("B300"), bare(70272), 8)
+    default = StepTimer(default_model(), "vllm", builtin_gpu("B300"), bare(70272), 8)
     with SimProcess("--engine", "vllm", "--model", str(art), "--time-scale", str(scale),
                     "--model-name", "m") as sim:
         ttft, arr = measure(sim.openai(), list(range(2000, 2100)), 16)

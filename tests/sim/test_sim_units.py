@@ -7,7 +7,8 @@ import asyncio
 import pytest
 
 from model.default import default_model
-from model.hardware import builtin_gpu
+from model.gpus import builtin_gpu
+from model.shape import bare
 from sim import tokenizer
 from sim.engine import EngineCore
 from sim.textgen import WORDS, plan_output
@@ -58,7 +59,7 @@ def test_plan_respects_max_min_and_seeds():
 
 
 def _timer():
-    return StepTimer(default_model(), "vllm", builtin_gpu("B300"), 70272)
+    return StepTimer(default_model(), "vllm", builtin_gpu("B300"), bare(70272), 8)
 
 
 def test_step_time_grows_with_batch_and_context():
@@ -120,6 +121,6 @@ def test_step_time_is_the_recommenders_tpot(gpu):
                  kv_bytes_per_token=70_272, gpu=gpu, num_gpus=8, engines=["sglang"],
                  dcp_sizes=[8], allow_extrapolation=True)
     tpot = next(p.tpot_s for p in recommend(m, w, "v").predictions if p.dcp_size == 8)
-    timer = StepTimer(m, "sglang", builtin_gpu(gpu), 70_272, dcp=8)
+    timer = StepTimer(m, "sglang", builtin_gpu(gpu), bare(70_272), 8, dcp=8)
     # the recommender reads KV at the mean decode context: context + output / 2
     assert timer.step_s(16, 131_073) == pytest.approx(tpot, rel=1e-9)
