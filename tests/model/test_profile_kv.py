@@ -17,6 +17,7 @@ from model.dataset import Measurement
 from model.default import default_model
 from model.hardware import (
     DcpCommModel,
+    GpuSpec,
     KvReadModel,
     builtin_gpu,
     dcp_comm_model,
@@ -71,9 +72,11 @@ def test_committed_h200_profile_is_used_for_h200_only():
     assert np.allclose(read.seconds(big), eval_read_curve(prof["kv_read"], big))
     # measured effective bandwidth, below the 4.8 TB/s spec sheet
     assert 0.5 * H200.hbm_bandwidth < read.asymptotic_bandwidth < H200.hbm_bandwidth
-    assert type(kv_read_model(builtin_gpu("B300"))) is KvReadModel
-    assert kv_read_model(builtin_gpu("B300")).source == "spec"
-    assert kv_read_model(builtin_gpu("H100")).source == "spec"
+    # B300 and H100 profiles imported from aiconfigurator-core's tables (docs/silicon-profiles.md)
+    assert kv_read_model(builtin_gpu("B300")).source == "profile:b300.json"
+    assert kv_read_model(builtin_gpu("H100")).source == "profile:h100.json"
+    other = GpuSpec(name="X100", memory_bytes=96e9, hbm_bandwidth=4e12)
+    assert type(kv_read_model(other)) is KvReadModel and kv_read_model(other).source == "spec"
 
 
 def test_profiles_dir_setting_and_spec_fallback(tmp_path, monkeypatch):
@@ -114,8 +117,9 @@ def test_recommend_says_which_profiles_were_used():
     assert "measured H200 profile (h200.json)" in text
     assert "H200 DCP profile (h200-dcp.json; dcp 2 measured, 4, 8 extrapolated)" in text
     b300 = recommend(default_model(), _workload(gpu="B300"), "v")
-    assert {p.kv_read_source for p in b300.predictions} == {"spec"}
-    assert not any("profile" in r for r in b300.reasons)
+    assert {p.kv_read_source for p in b300.predictions} == {"profile:b300.json"}
+    assert any("B300 profile (b300.json)" in r for r in b300.reasons)
+    assert not any("DCP profile" in r for r in b300.reasons)
 
 
 def test_cli_recommend_h200_states_the_profile():
@@ -161,7 +165,7 @@ def test_training_rows_use_the_measured_combine_feature():
     assert X[1, 7] == pytest.approx(comm.sequence_equivalents(np.array([16.0]),
                                                               np.array([2.0]))[0])
     model = CostModel.fit([row("B300", 8, 5.0), row("H200", 2, 9.0), row("H200", 1, 12.0)])
-    assert model.hardware == {"B300": "spec", "H200": "profile:h200.json"}
+    assert model.hardware == {"B300": "profile:b300.json", "H200": "profile:h200.json"}
 
 
 def test_spec_fallback_leaves_predictions_unchanged(no_profiles):
