@@ -122,18 +122,30 @@ def _register_import(csub: argparse._SubParsersAction) -> None:
         "import", help="turn vllm bench serve / SGLang bench_serving files into dataset rows",
         description="Read benchmark result files and write dataset rows. Per-request arrays "
                     "(--output-details) are used when present. Flags supply what the files lack.")
-    p.add_argument("files", nargs="+", metavar="FILE")
-    p.add_argument("--format", required=True, choices=("vllm-bench", "sglang-bench"))
-    p.add_argument("--out", required=True, metavar="CSV", help="dataset CSV to write")
+    p.add_argument("files", nargs="*", metavar="FILE")
+    p.add_argument("--format", required=True,
+                   choices=("vllm-bench", "sglang-bench", "aiconfigurator"),
+                   help="aiconfigurator: a GPU profile (JSON) from aiconfigurator-core's "
+                        "measured per-op tables (needs --system; no FILE)")
+    p.add_argument("--out", required=True, metavar="CSV",
+                   help="dataset CSV to write (aiconfigurator: the GPU profile JSON)")
     p.add_argument("--engine", choices=("vllm", "sglang"),
-                   help="engine (default: vllm for vllm-bench, else from the file's backend)")
-    p.add_argument("--engine-version", default="", help="engine version to record")
+                   help="engine (default: vllm for vllm-bench, else from the file's backend; "
+                        "aiconfigurator: whose tables, default sglang)")
+    p.add_argument("--engine-version", default="",
+                   help="engine version to record (aiconfigurator: of the tables, default the "
+                        "newest per table)")
+    p.add_argument("--system", help="aiconfigurator: the system, e.g. b300_sxm, h200_sxm")
+    p.add_argument("--systems-dir", metavar="DIR",
+                   help="aiconfigurator: a systems directory in the package's layout (default: "
+                        "the installed aiconfigurator-core's)")
     p.add_argument("--gpu", default="B300", help="GPU type (default B300)")
     p.add_argument("--num-gpus", type=_pos_int, default=8, help="GPUs = TP size (default 8)")
     p.add_argument("--dcp-size", type=_pos_int, default=1, help="DCP size (default 1)")
     p.add_argument("--mem-fraction", type=_fraction, default=0.9,
                    help="memory fraction (default 0.9)")
-    p.add_argument("--kv-bytes-per-token", type=_pos_int, required=True)
+    p.add_argument("--kv-bytes-per-token", type=_pos_int,
+                   help="KV bytes per token of the model (required for the bench formats)")
     p.add_argument("--kv-shards", type=_pos_int, default=1)
     p.add_argument("--batch-size", type=_pos_int,
                    help="requests in flight (default: max_concurrency, or all requests when "
@@ -196,6 +208,16 @@ def run_calibrate_run(args: argparse.Namespace) -> int:
 
 
 def run_calibrate_import(args: argparse.Namespace) -> int:
+    from cli.errors import CliError
+
+    if args.format == "aiconfigurator":
+        from calibration.silicon import import_from_args as import_silicon
+
+        return import_silicon(args)
+    if not args.files:
+        raise CliError(f"FILE: at least one benchmark file is required with --format {args.format}")
+    if args.kv_bytes_per_token is None:
+        raise CliError(f"--kv-bytes-per-token: required with --format {args.format}")
     from calibration.importers import import_from_args
 
     return import_from_args(args)

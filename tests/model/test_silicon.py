@@ -142,3 +142,17 @@ def test_profile_changes_predictions_only_on_its_gpu(profiles):
     again = evaluate(default_model(), b, b.model_shape(), [Config("vllm", 1)])[0].pred
     clear_profile_cache()
     assert again.kv_read_source == "spec"
+
+
+def test_imported_profiles_cover_the_nvidia_catalogue():
+    """B300, B200, H100, GB200, GB300 physics from aiconfigurator-core's measured tables
+    (docs/silicon-profiles.md); a custom GPU stays on its spec sheet."""
+    for name in ("B300", "B200", "H100", "GB200", "GB300"):
+        si = silicon_for(builtin_gpu(name))
+        assert si.read_source("mla", "bf16") == f"profile:{name.lower()}.json"
+        assert si.sources["gemm"] == f"profile:{name.lower()}.json"
+        assert si.sources["collectives"] == f"profile:{name.lower()}.json"
+        assert 0.3 < si.asymptotic_read_Bps("mla", "bf16") / si.gpu.hbm_bandwidth < 1.0
+    from model.gpus import GpuSpec
+    other = silicon_for(GpuSpec(name="X100", memory_bytes=96e9, hbm_bandwidth=4e12))
+    assert other.read_source("mla", "bf16") == "spec" and other.sources["gemm"] == "spec"
