@@ -7,7 +7,7 @@ import pytest
 
 from model.costmodel import Case, case_features
 from model.gpus import GpuSpec
-from model.memory import kv_capacity_tokens, sequences_at_once
+from model.memory import ENGINE_RESERVE, kv_capacity_tokens, sequences_at_once
 from model.shape import bare
 from model.silicon import SPEC_EFFICIENCY, Silicon
 from model.terms import CHUNK_TOKENS, DECODE_TERMS, PREFILL_TERMS, Hardware, decode_terms, prefill_terms
@@ -128,7 +128,7 @@ def test_prefill_flops_attention_and_prefix_reuse():
 def test_capacity_counts_weights_and_vllm_reserve():
     cap_v = kv_capacity_tokens("vllm", 0.9, 100e9, 40e9, 4, 1000.0, 2)
     cap_s = kv_capacity_tokens("sglang", 0.9, 100e9, 40e9, 4, 1000.0, 2)
-    assert cap_v == int((0.87 * 100e9 - 10e9) / 500.0)
+    assert cap_v == int(((0.9 - ENGINE_RESERVE["vllm"]) * 100e9 - 10e9) / 500.0)
     assert cap_s == int((0.90 * 100e9 - 10e9) / 500.0)
     assert kv_capacity_tokens("sglang", 0.1, 100e9, 400e9, 4, 1000.0, 1) == 0
 
