@@ -8,7 +8,7 @@ from model.hardware import BUILTIN_GPUS, GpuSpec
 from model.memory import OOM_THRESHOLD, kv_capacity_tokens
 
 ENGINE_VERSIONS = {"vllm": "0.11.0+sim", "sglang": "0.5.3+sim"}
-DEFAULT_KV_BYTES = 70_272        # Kimi-K2 / DeepSeek-V3 MLA layout, bf16 (reference.md section 5)
+DEFAULT_KV_BYTES = 70_272        # Kimi-K2 / DeepSeek-V3 MLA layout, bf16
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Step durations from the cost model: prefill of a batch and one decode step of the running set.
 
-One ``CostModel.predict`` call per scheduler step with length-1 arrays (~40 us); the scheduler
-never asks per token or per request.
+One ``CostModel.predict`` call per scheduler step with length-1 arrays; the scheduler never
+asks per token or per request.
 """
 
 from __future__ import annotations
