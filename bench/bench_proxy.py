@@ -38,7 +38,6 @@ import asyncio
 import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -47,6 +46,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+from calibration.launcher import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 EXE = Path(sys.executable).parent / "engine-advisor"
@@ -57,11 +58,6 @@ KEY = "sk-bench-5f0c9e2a7b1d4e6f8a3c2b1d0e9f8a7b"   # LiteLLM refuses to start w
 ROUTER_VENV = Path("/tmp/venv-sgl-router")
 LITELLM_VENV = Path("/tmp/venv-litellm")
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ----------------------------------------------------------------------------- processes

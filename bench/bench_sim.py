@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,14 +25,11 @@ from pathlib import Path
 
 import httpx
 
+from calibration.launcher import free_port
+
 TOKEN_MARK = b'"delta":{"content":"'     # one per token event (the role event has "role")
 USAGE_MARK = b'"choices":[],"usage":'
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def one(client: httpx.AsyncClient, i: int, args, out: dict) -> None:

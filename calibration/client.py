@@ -1,6 +1,7 @@
 """HTTP client side of a sweep: engine info, exact-length prompts, one streamed request.
 
-Per request it measures what the engines' own benchmark tools measure (reference.md section 4):
+Per request it measures what the engines' own benchmark tools measure
+(``vllm bench serve``, SGLang ``bench_serving``):
 TTFT = request sent -> first streamed token chunk, E2E = request sent -> end of stream,
 TPOT = (E2E - TTFT) / (output_tokens - 1), inter-token latencies = gaps between chunks.
 """

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -29,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from calibration.kernels.mla_torch import D_LAT, D_ROPE
+from calibration.launcher import free_port
 
 # NVLink multicast stays off (a shared host's GPUs can be put out of service by it).
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
@@ -51,11 +51,6 @@ def set_safe_env() -> None:
     for k, v in SAFE_ENV.items():
         os.environ[k] = v
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 _ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor

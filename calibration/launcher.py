@@ -31,6 +31,7 @@ class LaunchTemplateError(ValueError):
 
 
 def free_port() -> int:
+    """A TCP port free on loopback now (the project's one helper: tests and benches use it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

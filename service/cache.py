@@ -8,7 +8,11 @@ the key: a reload never serves an answer of the previous model.
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
+
+from cachetools import LRUCache
+
+Key = tuple[str, bytes]
+Value = tuple[bytes, tuple[str, ...]]
 
 
 def cache_key(canonical: bytes) -> bytes:
@@ -17,30 +21,26 @@ def cache_key(canonical: bytes) -> bytes:
 
 
 class ResponseCache:
+    """``cachetools.LRUCache`` with hit and miss counts; size 0 turns it off."""
+
     def __init__(self, size: int):
         self.size = size
-        self._data: OrderedDict[tuple[str, bytes], tuple[bytes, tuple[str, ...]]] = OrderedDict()
+        self._data: LRUCache[Key, Value] = LRUCache(maxsize=max(size, 1))
         self.hits = self.misses = 0
 
-    def get(self, key: tuple[str, bytes]) -> tuple[bytes, tuple[str, ...]] | None:
+    def get(self, key: Key) -> Value | None:
         if self.size <= 0:
             return None
-        try:
-            value = self._data[key]
-        except KeyError:
+        value = self._data.get(key)
+        if value is None:
             self.misses += 1
-            return None
-        self._data.move_to_end(key)
-        self.hits += 1
+        else:
+            self.hits += 1
         return value
 
-    def put(self, key: tuple[str, bytes], value: tuple[bytes, tuple[str, ...]]) -> None:
-        if self.size <= 0:
-            return
-        self._data[key] = value
-        self._data.move_to_end(key)
-        while len(self._data) > self.size:
-            self._data.popitem(last=False)
+    def put(self, key: Key, value: Value) -> None:
+        if self.size > 0:
+            self._data[key] = value
 
     def __len__(self) -> int:
         return len(self._data)

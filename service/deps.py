@@ -40,8 +40,8 @@ async def get_metrics(request: Request) -> Metrics:
 
 
 def hot_state(request: Request) -> tuple[LoadedModel, Metrics, ResponseCache]:
-    """What POST /v1/recommend needs, read directly: FastAPI's dependency solving costs about
-    40 us per request, a tenth of the whole request (bench/bench_service.py)."""
+    """What POST /v1/recommend needs, read directly: FastAPI's dependency solving is a
+    noticeable share of that request (docs/benchmarks.md)."""
     state = request.app.state
     return current_model(request), state.metrics, state.recommend_cache
 

@@ -17,6 +17,7 @@ from service.holder import ModelHolder, load_artifact, load_default
 from service.metrics import Metrics
 from service.middleware import MetricsMiddleware, RequestIdMiddleware
 from service.proxy.asgi import DIRECT_PATHS, DirectPath, ProxyMiddleware
+from service.proxy.schemas import RouteWorkload
 from service.proxy.state import ProxyState, proxy_lifespan
 from service.routes import (
     admin,
@@ -34,6 +35,8 @@ from service.settings import Settings
 
 ROUTERS = (recommend.router, predict.router, crossover.router, plan.router, admin.router,
            health.router, proxy.router, route.router, observations.router)
+# Request bodies a route documents by hand (``openapi_extra``) refer to these by name.
+EXTRA_SCHEMAS = (RouteWorkload,)
 
 
 def operation_id(route: APIRoute) -> str:
@@ -71,6 +74,16 @@ class App(FastAPI):
             await self.direct(scope, receive, send)
         else:
             await super().__call__(scope, receive, send)
+
+    def openapi(self) -> dict:
+        if self.openapi_schema is None:
+            spec = super().openapi()
+            schemas = spec.setdefault("components", {}).setdefault("schemas", {})
+            for m in EXTRA_SCHEMAS:
+                schemas[m.__name__] = m.model_json_schema(
+                    ref_template="#/components/schemas/{model}")
+            spec["components"]["schemas"] = dict(sorted(schemas.items()))
+        return self.openapi_schema
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -32,7 +32,7 @@ class RequestIdMiddleware:
             if k == REQUEST_ID:
                 rid = v if SAFE_ID.fullmatch(v) else None
                 break
-        rid = rid or os.urandom(16).hex().encode()     # uuid4().hex costs 3x more
+        rid = rid or os.urandom(16).hex().encode()     # cheaper than uuid4().hex
         scope.setdefault("state", {})["request_id"] = rid.decode()
 
         async def send_with_id(message: Message) -> None:

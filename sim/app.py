@@ -1,4 +1,4 @@
-"""HTTP routes of the simulator: the OpenAI endpoints plus each engine's own (reference.md §3)."""
+"""HTTP routes of the simulator: the OpenAI endpoints plus each engine's own."""
 
 from __future__ import annotations
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -18,6 +17,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+from calibration.launcher import free_port
 
 EXE = str(Path(sys.executable).with_name("engine-advisor"))
 
@@ -31,11 +32,6 @@ def wait_for(cond, timeout: float, step: float = 0.02) -> bool:
         time.sleep(step)
     return cond()
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Proc:

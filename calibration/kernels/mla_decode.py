@@ -4,7 +4,7 @@ mla_torch.py, is re-exported here).
 The MLA decode shape: every sequence has one latent KV head of ``D_LAT + D_ROPE`` (512 + 64)
 values per token; ``H`` query heads (64-128) attend over it with the full 576-wide key and take
 the first 512 values as the value vector. PyTorch has no fused kernel for this shape, so the
-calibration times this one (reference.md section 9).
+calibration times this one.
 
 Two launches:
 

@@ -27,9 +27,9 @@ def _recommend(loaded, w: Workload) -> Recommendation:
 @router.post("", response_model=Recommendation, responses=error_responses(413, 422, 503),
              summary="Recommend engine, DCP size and memory fraction for one workload")
 async def recommend_one(workload: Workload, request: Request) -> Response:
-    # The hot path: state without dependency solving (~40 us per request), the ~0.2 ms of
-    # numpy inline (a thread hop costs about as much), the answer serialised by pydantic-core
-    # directly instead of re-validating it through response_model.
+    # The hot path (docs/benchmarks.md has the measurements): state read without dependency
+    # solving, the recommender's numpy run inline (a thread hop costs about as much), the
+    # answer serialised by pydantic-core directly instead of re-validated by response_model.
     loaded, metrics, cache = hot_state(request)
     key = (loaded.version, cache_key(workload.__pydantic_serializer__.to_json(workload)))
     hit = cache.get(key)

@@ -5,22 +5,17 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import httpx
+from proc import free_port
 
 BIN = Path(sys.executable).parent / "engine-advisor"
 REPO = Path(__file__).resolve().parents[2]
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cli(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:

@@ -51,7 +51,7 @@ def test_recommends_vllm_at_64k_and_sglang_dcp8_at_200k():
 
 
 def test_crossover_matches_linear_fit_of_the_table():
-    # reference.md: a linear fit per engine through the two points crosses near 122K tokens.
+    # a linear fit per engine through the two published points crosses near 122K tokens
     m = default_model()
     cross = recommend(m, seed(100_000), m.version).crossover_context_tokens
     assert cross == pytest.approx(122_000, rel=0.03)

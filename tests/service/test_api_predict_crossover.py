@@ -66,7 +66,7 @@ def test_crossover_of_the_seed_workload(client):
     assert r.status_code == 200, r.text
     body = r.json()
     x = body["crossover_context_tokens"]
-    # reference.md: a linear fit through the published points crosses near 122K tokens
+    # a linear fit through the published points crosses near 122K tokens
     assert 100_000 < x < 150_000
     first = body["engine_crossovers"][0]
     assert first["before"] == {"engine": "vllm", "dcp_size": 1}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import tempfile
@@ -10,14 +9,10 @@ import time
 from pathlib import Path
 
 import httpx
+from proc import free_port
 
 EXE = str(Path(sys.executable).with_name("engine-advisor"))
 
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class SimProcess:
