@@ -14,6 +14,7 @@ FLAGS = {
     "hf_config": "--hf-config", "preset": "--preset", "kv_cache_dtype": "--kv-cache-dtype",
     "gpu": "--gpu", "num_gpus": "--num-gpus", "engines": "--engines", "dcp_sizes": "--dcp-sizes",
     "model_weight_bytes": "--model-weight-bytes", "model": "--model-name",
+    "requirements.prefix_reuse_share": "--prefix-reuse-share",
 }
 
 
@@ -29,13 +30,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     kv.add_argument("--hf-config", metavar="PATH", help="the model's config.json")
     kv.add_argument("--preset", help="a built-in model preset (e.g. kimi-k2, llama-3.1-70b)")
     p.add_argument("--kv-cache-dtype", default="bf16", help="bf16 (default), fp16 or fp8")
-    p.add_argument("--gpu", default="B300", help="B300 (default), B200, H200 or H100")
+    p.add_argument("--gpu", default="B300", help="GPU type (default B300): H100, H200, B200, B300, GB200, GB300, "
+                        "MI300X, MI325X, MI355X")
     p.add_argument("--num-gpus", type=int, default=8,
                    help="GPUs = tensor-parallel size (default 8)")
     p.add_argument("--engines", type=lambda s: [x for x in s.split(",") if x],
                    help="restrict to these engines, e.g. vllm,sglang")
     p.add_argument("--dcp-sizes", type=int_list, help="restrict DCP sizes, e.g. 1,2,4,8")
     p.add_argument("--model-weight-bytes", type=float, help="weight bytes (for KV capacity)")
+    p.add_argument("--prefix-reuse-share", type=float,
+                   help="share of each prompt found in the prefix cache, 0..1 (e.g. 0.99 when "
+                        "every sequence shares one long prompt)")
     p.add_argument("--model-name", help="model name or path to put in the launch command")
     p.add_argument("--allow-extrapolation", action="store_true",
                    help="allow configurations without calibration data")
@@ -51,7 +56,9 @@ def run(args: argparse.Namespace) -> int:
     from model.workload import Workload
 
     data = {k: getattr(args, k) for k in FLAGS if k not in ("hf_config", "model")
-            and getattr(args, k, None) is not None}
+            and "." not in k and getattr(args, k, None) is not None}
+    if args.prefix_reuse_share is not None:
+        data["requirements"] = {"prefix_reuse_share": args.prefix_reuse_share}
     if args.hf_config:
         data["hf_config"] = read_json_file(args.hf_config, "--hf-config")
     if args.model_name:

@@ -219,12 +219,16 @@ class CostModel:
                  values: dict[str, float]) -> tuple[str, float]:
         """("calibrated" | "transferred" | "uncalibrated", doublings outside the range).
 
-        calibrated: data for this engine, GPU, GPU count, DCP and served model; transferred:
-        data for the hardware configuration but only for other models."""
+        calibrated: data for this engine, GPU, GPU count, DCP and served model (the same
+        architecture hash, whatever its name); transferred: data for the hardware configuration
+        but only for other models."""
         per_model = self.ranges.get(config_key(engine, gpu, num_gpus, dcp))
         if not per_model:
             return "uncalibrated", math.inf
         rng = per_model.get(model_key)
+        if rng is None:   # the same architecture under another name (a config.json of a preset)
+            arch = model_key.rpartition("@")[2]
+            rng = next((v for k, v in per_model.items() if k.rpartition("@")[2] == arch), None)
         if rng is None:
             return "transferred", 0.0
         out = 0.0

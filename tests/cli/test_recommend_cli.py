@@ -10,8 +10,9 @@ from model.default import default_model
 from model.recommend import recommend
 from model.workload import Workload
 
-SEED = ["recommend", "--gpu", "B300", "--num-gpus", "8", "--kv-bytes-per-token", "70272",
-        "--batch-size", "64", "--output-tokens", "2048"]
+# the published benchmark under the reference data's assumptions (model/data/b300_reference.csv)
+SEED = ["recommend", "--gpu", "B300", "--num-gpus", "8", "--preset", "kimi-k3",
+        "--batch-size", "512", "--output-tokens", "256", "--prefix-reuse-share", "0.998046875"]
 
 
 def run(capsys, *args):
@@ -27,7 +28,8 @@ def test_json_is_exactly_the_contract_object(capsys, ctx, engine, dcp):
     got = json.loads(out)
     assert (got["engine"], got["dcp_size"], got["mem_fraction"]) == (engine, dcp, 0.92)
     m = default_model()
-    w = Workload(context_tokens=ctx, output_tokens=2048, batch_size=64, kv_bytes_per_token=70272)
+    w = Workload(context_tokens=ctx, output_tokens=256, batch_size=512, preset="kimi-k3",
+                 requirements={"prefix_reuse_share": 0.998046875})
     assert got == json.loads(recommend(m, w, m.version).model_dump_json())
 
 
@@ -47,12 +49,15 @@ def test_preset_and_hf_config(capsys, tmp_path):
     rec = json.loads(out)
     assert any(e["engine"] == "sglang" and e["dcp_size"] == 2 and "GQA" in e["reason"]
                for e in rec["excluded"])
+    from model.arch.presets import PRESET_DIR
     cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps({"num_hidden_layers": 61, "kv_lora_rank": 512,
-                               "qk_rope_head_dim": 64, "num_attention_heads": 128}))
-    code, out, _ = run(capsys, *SEED[:5], "--hf-config", str(cfg), "--context-tokens", "65536",
-                       "--output-tokens", "2048", "--batch-size", "64", "--json")
-    assert code == 0 and json.loads(out)["engine"] == "vllm"
+    cfg.write_text((PRESET_DIR / "kimi-k3.json").read_text())   # the same model as a config.json
+    code, out, _ = run(capsys, *SEED[:5], *SEED[7:], "--hf-config", str(cfg), "--context-tokens",
+                       "65536", "--json")
+    rec = json.loads(out)
+    assert code == 0 and (rec["engine"], rec["dcp_size"]) == ("vllm", 1)
+    chosen = next(p for p in rec["predictions"] if (p["engine"], p["dcp_size"]) == ("vllm", 1))
+    assert chosen["calibrated"]      # the same architecture hash as the preset's
 
 
 BAD = [
@@ -95,7 +100,7 @@ def test_bad_preset_and_config_files(capsys, tmp_path):
     assert code == 2 and "cannot read" in err
     bad.write_text(json.dumps({"num_hidden_layers": 4}))
     code, _, err = run(capsys, *base, "--hf-config", str(bad))
-    assert code == 2 and "--hf-config: hf_config.num_attention_heads: missing" in err
+    assert code == 2 and "--hf-config: hf_config.hidden_size: missing" in err
 
 
 def test_table_lists_exclusions(capsys):
