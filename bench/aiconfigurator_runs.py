@@ -1,0 +1,198 @@
+"""Run NVIDIA aiconfigurator's static estimate over a grid and write its TPOT / prefill per point.
+
+This script runs inside aiconfigurator's own virtual environment (it is not a dependency of
+engine-advisor), e.g.::
+
+    python3 -m venv /tmp/aic && /tmp/aic/bin/pip install aiconfigurator==0.12.0
+    HF_HUB_OFFLINE=1 /tmp/aic/bin/python bench/aiconfigurator_runs.py --log /tmp/aic-runs.log
+
+Each point is what ``aiconfigurator cli estimate --estimate-mode static --model-path M --system S
+--backend E --isl C --osl O --batch-size B --tp T`` prints; the script calls the function that
+command calls (``aiconfigurator.cli.api.cli_estimate``) in one process, because a fresh process
+spends most of its ~40 s loading the performance database.  Static mode prefills the whole batch
+at once (``ttft_ms`` is the batch prefill time) and then decodes it without in-flight batching
+(``tpot_ms`` is the mean step time over the ``osl`` output tokens).
+
+Rows are appended as points finish, so an interrupted run resumes where it stopped; a sidecar
+``<csv>.json`` records the aiconfigurator version, the date and the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+# engine-advisor preset -> the Hugging Face id whose config.json ships with aiconfigurator-core
+MODELS: dict[str, str] = {
+    "llama-3.1-8b": "meta-llama/Meta-Llama-3.1-8B",
+    "llama-3.1-70b": "meta-llama/Meta-Llama-3.1-70B",
+    "llama-3.1-405b": "meta-llama/Meta-Llama-3.1-405B",
+    "qwen3-32b": "Qwen/Qwen3-32B",
+    "qwen3-235b-a22b": "Qwen/Qwen3-235B-A22B",
+    "deepseek-v3": "deepseek-ai/DeepSeek-V3",
+    "kimi-k2": "moonshotai/Kimi-K2-Instruct",
+    "kimi-k3": "moonshotai/Kimi-K3",
+}
+# approximate weight bytes (GB) of those checkpoints, only to pick the smallest TP that fits
+WEIGHTS_GB = {"llama-3.1-8b": 16, "llama-3.1-70b": 141, "llama-3.1-405b": 811, "qwen3-32b": 66,
+              "qwen3-235b-a22b": 470, "deepseek-v3": 690, "kimi-k2": 1030, "kimi-k3": 1450}
+# aiconfigurator system name -> (engine-advisor GPU name, memory GB)
+GPUS: dict[str, tuple[str, float]] = {
+    "h100_sxm": ("H100", 80), "h200_sxm": ("H200", 141),
+    "b200_sxm": ("B200", 180), "b300_sxm": ("B300", 288),
+}
+ENGINES = ("vllm", "sglang")
+CONTEXTS = (2048, 8192, 32768, 131072)
+BATCHES = (1, 8, 32, 128)
+OUTPUT_TOKENS = 256
+WEIGHT_SHARE = 0.6  # weights may take at most this share of each GPU at the chosen TP
+
+FIELDS = ["model", "hf_model", "gpu", "system", "engine", "engine_version", "tp",
+          "context_tokens", "output_tokens", "batch", "tpot_ms", "ttft_ms", "request_latency_ms",
+          "tokens_per_s", "memory_gb_per_gpu", "gemm_quant", "moe_quant", "kvcache_quant",
+          "silicon_share", "oom", "warning"]
+
+
+def smallest_tp(model: str, memory_gb: float) -> int:
+    for tp in (1, 2, 4, 8):
+        if WEIGHTS_GB[model] / tp <= WEIGHT_SHARE * memory_gb:
+            return tp
+    return 8
+
+
+def grid_points(models: list[str], systems: list[str], engines: list[str],
+                per_combo: int) -> list[tuple[str, str, str, int, int]]:
+    """``per_combo`` (context, batch) cells for each model x GPU x engine, rotating through the
+    4 x 4 cell grid so every cell is covered about equally often across the combinations."""
+    cells = [(c, b) for c in CONTEXTS for b in BATCHES]
+    # a stride coprime with 16 spreads one combination's cells over contexts and batches
+    stride = 5
+    points, k = [], 0
+    for model in models:
+        for system in systems:
+            for engine in engines:
+                for _ in range(per_combo):
+                    ctx, batch = cells[(k * stride) % len(cells)]
+                    points.append((model, system, engine, ctx, batch))
+                    k += 1
+    return points
+
+
+def silicon_share(per_ops_source: dict | None) -> float | None:
+    """Share of the estimate's op lookups served from measured (silicon) tables."""
+    if not per_ops_source:
+        return None
+    tags = [v for step in per_ops_source.values() if isinstance(step, dict)
+            for v in step.values() if isinstance(v, str)]
+    return round(sum(t == "silicon" for t in tags) / len(tags), 3) if tags else None
+
+
+def estimate(cli_estimate, model: str, system: str, engine: str, ctx: int, batch: int) -> dict:
+    gpu, memory = GPUS[system]
+    tp = smallest_tp(model, memory)
+    r = cli_estimate(MODELS[model], system, mode="static", backend_name=engine, isl=ctx,
+                     osl=OUTPUT_TOKENS, batch_size=batch, tp_size=tp)
+    raw = r.raw or {}
+    warning = (r.kv_cache_warning or "").replace("\n", " ")
+    return {
+        "model": model, "hf_model": MODELS[model], "gpu": gpu, "system": system,
+        "engine": engine, "engine_version": r.backend_version, "tp": tp,
+        "context_tokens": ctx, "output_tokens": OUTPUT_TOKENS, "batch": batch,
+        "tpot_ms": round(float(r.tpot), 4), "ttft_ms": round(float(r.ttft), 3),
+        "request_latency_ms": round(float(raw.get("request_latency", 0.0)), 3),
+        "tokens_per_s": round(float(raw.get("tokens/s", 0.0)), 2),
+        "memory_gb_per_gpu": round(float(raw.get("memory", 0.0)), 2),
+        "gemm_quant": raw.get("gemm", ""), "moe_quant": raw.get("moe", ""),
+        "kvcache_quant": raw.get("kvcache", ""),
+        "silicon_share": silicon_share(r.per_ops_source),
+        "oom": int(warning.startswith("OOM")), "warning": warning[:200],
+    }
+
+
+def done_keys(path: Path) -> set[tuple]:
+    if not path.exists():
+        return set()
+    with path.open() as f:
+        return {(r["model"], r["system"], r["engine"], int(r["context_tokens"]), int(r["batch"]))
+                for r in csv.DictReader(f)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, default=Path("bench/data/aiconfigurator_estimates.csv"))
+    ap.add_argument("--log", type=Path, default=None, help="progress log (default: stderr)")
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--systems", default=",".join(GPUS))
+    ap.add_argument("--engines", default=",".join(ENGINES))
+    ap.add_argument("--per-combo", type=int, default=2,
+                    help="(context, batch) cells per model x GPU x engine")
+    ap.add_argument("--budget-s", type=float, default=1200.0,
+                    help="stop starting new points after this many seconds")
+    args = ap.parse_args(argv)
+
+    logging.basicConfig(filename=args.log, level=logging.INFO,
+                        format="%(asctime)s %(message)s")
+    log = logging.getLogger("aic-runs")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    for noisy in ("aiconfigurator", "aiconfigurator_core"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+    from importlib.metadata import version
+
+    from aiconfigurator.cli.api import cli_estimate
+
+    points = grid_points(args.models.split(","), args.systems.split(","),
+                         args.engines.split(","), args.per_combo)
+    seen = done_keys(args.out)
+    todo = [p for p in points if p not in seen]
+    log.info("%d points, %d already in %s, %d to run", len(points), len(seen), args.out, len(todo))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    new_file = not args.out.exists()
+    start = time.monotonic()
+    failed = 0
+    with args.out.open("a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS)
+        if new_file:
+            w.writeheader()
+        for i, (model, system, engine, ctx, batch) in enumerate(todo, 1):
+            if time.monotonic() - start > args.budget_s:
+                log.info("budget of %.0f s spent; %d points left", args.budget_s, len(todo) - i + 1)
+                break
+            t0 = time.monotonic()
+            try:
+                row = estimate(cli_estimate, model, system, engine, ctx, batch)
+            except Exception as exc:  # aiconfigurator refuses some combinations; log and go on
+                failed += 1
+                log.info("[%d/%d] %s %s %s ctx=%d bs=%d FAILED: %s", i, len(todo), model, system,
+                         engine, ctx, batch, str(exc).splitlines()[0][:200] if str(exc) else exc)
+                continue
+            w.writerow(row)
+            f.flush()
+            log.info("[%d/%d] %s %s %s ctx=%d bs=%d tp=%d tpot=%.3f ms ttft=%.1f ms (%.1f s)",
+                     i, len(todo), model, system, engine, ctx, batch, row["tp"], row["tpot_ms"],
+                     row["ttft_ms"], time.monotonic() - t0)
+    meta = {
+        "tool": "aiconfigurator", "version": version("aiconfigurator"),
+        "core_version": version("aiconfigurator-core"),
+        "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M"),
+        "command": "HF_HUB_OFFLINE=1 python bench/aiconfigurator_runs.py " + " ".join(
+            sys.argv[1:] if argv is None else argv),
+        "equivalent_cli": "aiconfigurator cli estimate --estimate-mode static --model-path "
+                          "<hf_model> --system <system> --backend <engine> --isl <context_tokens> "
+                          f"--osl {OUTPUT_TOKENS} --batch-size <batch> --tp <tp>",
+        "database_mode": "SILICON (default)", "perf_db_version": "current (default)",
+        "failed_points": failed, "wall_s": round(time.monotonic() - start, 1),
+    }
+    args.out.with_suffix(".json").write_text(json.dumps(meta, indent=2) + "\n")
+    log.info("done: %s", meta)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
