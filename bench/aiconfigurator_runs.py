@@ -40,9 +40,14 @@ MODELS: dict[str, str] = {
     "kimi-k2": "moonshotai/Kimi-K2-Instruct",
     "kimi-k3": "moonshotai/Kimi-K3",
 }
-# approximate weight bytes (GB) of those checkpoints, only to pick the smallest TP that fits
+# approximate weight bytes (GB) of those checkpoints and KV bytes per token (bf16, all layers)
+# with the number of KV heads TP can shard (1 for MLA), only to choose TP and feasible cells
 WEIGHTS_GB = {"llama-3.1-8b": 16, "llama-3.1-70b": 141, "llama-3.1-405b": 811, "qwen3-32b": 66,
               "qwen3-235b-a22b": 470, "deepseek-v3": 690, "kimi-k2": 1030, "kimi-k3": 1450}
+KV_PER_TOKEN = {"llama-3.1-8b": (131_072, 8), "llama-3.1-70b": (327_680, 8),
+                "llama-3.1-405b": (516_096, 8), "qwen3-32b": (262_144, 8),
+                "qwen3-235b-a22b": (192_512, 4), "deepseek-v3": (70_272, 1),
+                "kimi-k2": (70_272, 1), "kimi-k3": (27_648, 1)}
 # aiconfigurator system name -> (engine-advisor GPU name, memory GB)
 GPUS: dict[str, tuple[str, float]] = {
     "h100_sxm": ("H100", 80), "h200_sxm": ("H200", 141),
@@ -52,51 +57,51 @@ ENGINES = ("vllm", "sglang")
 CONTEXTS = (2048, 8192, 32768, 131072)
 BATCHES = (1, 8, 32, 128)
 OUTPUT_TOKENS = 256
-WEIGHT_SHARE = 0.6  # weights may take at most this share of each GPU at the chosen TP
+MEMORY_SHARE = 0.85  # weights + KV may take at most this share of each GPU
 
 FIELDS = ["model", "hf_model", "gpu", "system", "engine", "engine_version", "tp",
           "context_tokens", "output_tokens", "batch", "tpot_ms", "ttft_ms", "request_latency_ms",
           "tokens_per_s", "memory_gb_per_gpu", "gemm_quant", "moe_quant", "kvcache_quant",
-          "silicon_share", "oom", "warning"]
+          "oom", "warning"]
 
 
-def smallest_tp(model: str, memory_gb: float) -> int:
+def smallest_tp(model: str, memory_gb: float, ctx: int, batch: int) -> int | None:
+    """Smallest TP of 1, 2, 4, 8 at which weights and the batch's KV fit in MEMORY_SHARE of each
+    GPU (KV sharded over at most as many ranks as the model has KV heads); None if TP 8 does not."""
+    per_token, heads = KV_PER_TOKEN[model]
     for tp in (1, 2, 4, 8):
-        if WEIGHTS_GB[model] / tp <= WEIGHT_SHARE * memory_gb:
+        kv_gb = batch * (ctx + OUTPUT_TOKENS) * per_token / min(tp, heads) / 1e9
+        if WEIGHTS_GB[model] / tp + kv_gb <= MEMORY_SHARE * memory_gb:
             return tp
-    return 8
+    return None
 
 
 def grid_points(models: list[str], systems: list[str], engines: list[str],
                 per_combo: int) -> list[tuple[str, str, str, int, int]]:
-    """``per_combo`` (context, batch) cells for each model x GPU x engine, rotating through the
-    4 x 4 cell grid so every cell is covered about equally often across the combinations."""
+    """``per_combo`` feasible (context, batch) cells for each model x GPU x engine, rotating
+    through the 4 x 4 cell grid so the cells are covered about equally often; a cell whose
+    weights and KV do not fit even at TP 8 is passed over for the next one."""
     cells = [(c, b) for c in CONTEXTS for b in BATCHES]
-    # a stride coprime with 16 spreads one combination's cells over contexts and batches
-    stride = 5
+    stride = 5  # coprime with 16: one combination's cells spread over contexts and batches
     points, k = [], 0
     for model in models:
         for system in systems:
             for engine in engines:
-                for _ in range(per_combo):
+                taken = 0
+                for _ in range(len(cells)):
                     ctx, batch = cells[(k * stride) % len(cells)]
-                    points.append((model, system, engine, ctx, batch))
                     k += 1
+                    if smallest_tp(model, GPUS[system][1], ctx, batch) is not None:
+                        points.append((model, system, engine, ctx, batch))
+                        taken += 1
+                        if taken == per_combo:
+                            break
     return points
-
-
-def silicon_share(per_ops_source: dict | None) -> float | None:
-    """Share of the estimate's op lookups served from measured (silicon) tables."""
-    if not per_ops_source:
-        return None
-    tags = [v for step in per_ops_source.values() if isinstance(step, dict)
-            for v in step.values() if isinstance(v, str)]
-    return round(sum(t == "silicon" for t in tags) / len(tags), 3) if tags else None
 
 
 def estimate(cli_estimate, model: str, system: str, engine: str, ctx: int, batch: int) -> dict:
     gpu, memory = GPUS[system]
-    tp = smallest_tp(model, memory)
+    tp = smallest_tp(model, memory, ctx, batch)
     r = cli_estimate(MODELS[model], system, mode="static", backend_name=engine, isl=ctx,
                      osl=OUTPUT_TOKENS, batch_size=batch, tp_size=tp)
     raw = r.raw or {}
@@ -111,7 +116,6 @@ def estimate(cli_estimate, model: str, system: str, engine: str, ctx: int, batch
         "memory_gb_per_gpu": round(float(raw.get("memory", 0.0)), 2),
         "gemm_quant": raw.get("gemm", ""), "moe_quant": raw.get("moe", ""),
         "kvcache_quant": raw.get("kvcache", ""),
-        "silicon_share": silicon_share(r.per_ops_source),
         "oom": int(warning.startswith("OOM")), "warning": warning[:200],
     }
 
@@ -180,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {
         "tool": "aiconfigurator", "version": version("aiconfigurator"),
         "core_version": version("aiconfigurator-core"),
-        "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M"),
+        "date_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M"),
         "command": "HF_HUB_OFFLINE=1 python bench/aiconfigurator_runs.py " + " ".join(
             sys.argv[1:] if argv is None else argv),
         "equivalent_cli": "aiconfigurator cli estimate --estimate-mode static --model-path "

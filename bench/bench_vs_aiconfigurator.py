@@ -1,7 +1,7 @@
 """Our default model side by side with aiconfigurator's static estimates.
 
-Usage: .venv/bin/python bench/bench_vs_aiconfigurator.py [--csv bench/data/aiconfigurator_estimates.csv]
-                                                         [--write-docs docs/validation.md]
+Usage: .venv/bin/python bench/bench_vs_aiconfigurator.py
+           [--csv bench/data/aiconfigurator_estimates.csv] [--write-docs docs/validation.md]
 
 For every point of the CSV (written by bench/aiconfigurator_runs.py) the default model predicts
 the same workload through the public contract (Workload -> recommend, dcp 1, extrapolation
@@ -58,8 +58,10 @@ def compare(rows: list[dict]) -> tuple[dict, dict]:
         try:
             tpot, prefill = our_prediction(model, row)
         except ValidationError as exc:
-            fields = sorted({str(e["loc"][0]) for e in exc.errors() if e["loc"]})
-            key = f"{'/'.join(fields)} {row[fields[0]] if fields else ''} unknown to the model"
+            column = {"preset": "model", "gpu": "gpu"}
+            key = "; ".join(sorted({f"{e['loc'][0]} {row[column[e['loc'][0]]]} unknown"
+                                    if e["loc"] and e["loc"][0] in column else e["msg"]
+                                    for e in exc.errors()}))
             left_out[key] = left_out.get(key, 0) + 1
             continue
         groups[(row["model"], row["gpu"], row["engine"])].append(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import csv
 import math
 from collections import defaultdict
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -52,7 +52,7 @@ class Unsupported(Exception):
     """The row names a preset, GPU or metric shape the model cannot evaluate yet."""
 
 
-@lru_cache(maxsize=None)
+@cache
 def predicted(row_id: str) -> float:
     """The model's figure for the row's metric, in the row's unit."""
     r = BY_ID[row_id]
