@@ -25,7 +25,9 @@ import datetime as dt
 import json
 import logging
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -40,6 +42,7 @@ MODELS: dict[str, str] = {
     "kimi-k2": "moonshotai/Kimi-K2-Instruct",
     "kimi-k3": "moonshotai/Kimi-K3",
 }
+MOE = {"qwen3-235b-a22b", "deepseek-v3", "kimi-k2", "kimi-k3"}  # run with MoE TP = TP, no EP
 # approximate weight bytes (GB) of those checkpoints and KV bytes per token (bf16, all layers)
 # with the number of KV heads TP can shard (1 for MLA), only to choose TP and feasible cells
 WEIGHTS_GB = {"llama-3.1-8b": 16, "llama-3.1-70b": 141, "llama-3.1-405b": 811, "qwen3-32b": 66,
@@ -99,11 +102,32 @@ def grid_points(models: list[str], systems: list[str], engines: list[str],
     return points
 
 
-def estimate(cli_estimate, model: str, system: str, engine: str, ctx: int, batch: int) -> dict:
+def model_path(hf_id: str, workdir: Path) -> str:
+    """The id itself when aiconfigurator resolves it offline; else a directory holding the
+    config.json that aiconfigurator-core ships for it (Kimi-K2-Instruct is shipped but not in
+    its list of known ids)."""
+    from importlib.resources import files
+
+    from aiconfigurator_core.sdk.common import DefaultHFModels
+
+    if hf_id in DefaultHFModels:
+        return hf_id
+    shipped = Path(str(files("aiconfigurator_core"))) / "model_configs" / (
+        f"{hf_id.replace('/', '--')}_config.json")
+    local = workdir / hf_id.replace("/", "--")
+    local.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(shipped, local / "config.json")
+    return str(local)
+
+
+def estimate(cli_estimate, workdir: Path, model: str, system: str, engine: str, ctx: int,
+             batch: int) -> dict:
     gpu, memory = GPUS[system]
     tp = smallest_tp(model, memory, ctx, batch)
-    r = cli_estimate(MODELS[model], system, mode="static", backend_name=engine, isl=ctx,
-                     osl=OUTPUT_TOKENS, batch_size=batch, tp_size=tp)
+    moe = {"moe_tp_size": tp, "moe_ep_size": 1} if model in MOE else {}
+    r = cli_estimate(model_path(MODELS[model], workdir), system, mode="static",
+                     backend_name=engine, isl=ctx, osl=OUTPUT_TOKENS, batch_size=batch,
+                     tp_size=tp, **moe)
     raw = r.raw or {}
     warning = (r.kv_cache_warning or "").replace("\n", " ")
     return {
@@ -151,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from aiconfigurator.cli.api import cli_estimate
 
+    workdir = Path(tempfile.mkdtemp(prefix="aic-configs-"))
     points = grid_points(args.models.split(","), args.systems.split(","),
                          args.engines.split(","), args.per_combo)
     seen = done_keys(args.out)
@@ -170,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
                 break
             t0 = time.monotonic()
             try:
-                row = estimate(cli_estimate, model, system, engine, ctx, batch)
+                row = estimate(cli_estimate, workdir, model, system, engine, ctx, batch)
             except Exception as exc:  # aiconfigurator refuses some combinations; log and go on
                 failed += 1
                 log.info("[%d/%d] %s %s %s ctx=%d bs=%d FAILED: %s", i, len(todo), model, system,
@@ -191,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
                           "<hf_model> --system <system> --backend <engine> --isl <context_tokens> "
                           f"--osl {OUTPUT_TOKENS} --batch-size <batch> --tp <tp>",
         "database_mode": "SILICON (default)", "perf_db_version": "current (default)",
+        "points_in_grid": len(points), "rows_in_csv": len(done_keys(args.out)),
         "failed_points": failed, "wall_s": round(time.monotonic() - start, 1),
     }
     args.out.with_suffix(".json").write_text(json.dumps(meta, indent=2) + "\n")
