@@ -125,11 +125,11 @@ def estimate(cli_estimate, workdir: Path, model: str, system: str, engine: str, 
     gpu, memory = GPUS[system]
     tp = smallest_tp(model, memory, ctx, batch)
     moe = {"moe_tp_size": tp, "moe_ep_size": 1} if model in MOE else {}
-    r = cli_estimate(model_path(MODELS[model], workdir), system, mode="static",
-                     backend_name=engine, isl=ctx, osl=OUTPUT_TOKENS, batch_size=batch,
-                     tp_size=tp, **moe)
+    path = model_path(MODELS[model], workdir)
+    r = cli_estimate(path, system, mode="static", backend_name=engine, isl=ctx,
+                     osl=OUTPUT_TOKENS, batch_size=batch, tp_size=tp, **moe)
     raw = r.raw or {}
-    warning = (r.kv_cache_warning or "").replace("\n", " ")
+    warning = (r.kv_cache_warning or "").replace("\n", " ").replace(path, MODELS[model])
     return {
         "model": model, "hf_model": MODELS[model], "gpu": gpu, "system": system,
         "engine": engine, "engine_version": r.backend_version, "tp": tp,

@@ -78,7 +78,7 @@ def _stats(pairs: list[tuple[float, float]]) -> str:
         np.median, lambda v: np.percentile(v, 10), lambda v: np.percentile(v, 90))])
 
 
-def markdown(groups: dict, left_out: dict, meta: dict) -> str:
+def markdown(groups: dict, left_out: dict, meta: dict, note: str = "") -> str:
     lines = ["| model | GPU | engine | points | TPOT ours/aic median | p10 | p90 | "
              "prefill ours/aic median | p10 | p90 |", "|---|---|---|---|---|---|---|---|---|---|"]
     for (model, gpu, engine), pairs in sorted(groups.items()):
@@ -94,6 +94,8 @@ def markdown(groups: dict, left_out: dict, meta: dict) -> str:
     skipped = ", ".join(f"{k}: {v}" for k, v in left_out.items() if v)
     if skipped:
         lines.append(f"Left out: {skipped}.")
+    if note:
+        lines.append(note)
     if meta:
         lines.append(f"aiconfigurator {meta.get('version')} (static mode, run "
                      f"{meta.get('date_utc')} UTC); our side: the default model of this "
@@ -122,10 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
     groups, left_out = compare(rows, args.exclude_oom)
     oom = sum(r["oom"] == "1" for r in rows)
-    table = markdown(groups, left_out, meta)
-    if not args.exclude_oom and oom:
-        table += (f"\n{oom} of the {len(rows)} points are ones aiconfigurator flags out of memory "
-                  "for its whole-batch static prefill; their latencies are included.")
+    note = (f"{oom} of the {len(rows)} points are ones aiconfigurator flags out of memory for its "
+            "whole-batch static prefill; their latencies are included."
+            if oom and not args.exclude_oom else "")
+    table = markdown(groups, left_out, meta, note)
     print(table)
     if args.write_docs:
         write_docs(args.write_docs, table)
