@@ -1,0 +1,170 @@
+"""The default model held against published measurements (model/data/published.csv).
+
+Each row is one figure read in a vLLM / SGLang pull request, issue or benchmark page; the
+prediction for it goes through the public contract (Workload -> recommend) with extrapolation
+allowed, and must lie within the row's tolerance factor (docs/validation.md and
+model/data/published.md justify the factors). Rows whose preset or GPU the model does not know
+yet are skipped with the reason, so they start counting once the catalogue carries them.
+
+``pytest -s -k ratio_table`` prints the predicted / published ratio of every row.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections import defaultdict
+from functools import cache
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from model.default import default_model
+from model.recommend import recommend
+from model.workload import Workload
+
+CSV_PATH = Path(__file__).resolve().parents[2] / "model" / "data" / "published.csv"
+COLUMNS = ["id", "source", "url", "model", "gpu", "engine", "engine_version", "tp", "dcp",
+           "kv_cache_dtype", "context_tokens", "output_tokens", "batch", "metric", "value",
+           "tolerance", "conditions"]
+METRICS = {"tpot_ms", "itl_ms", "ttft_ms", "output_tok_s", "total_tok_s",
+           "kv_capacity_tokens", "request_s"}
+INT_COLUMNS = ("tp", "dcp", "context_tokens", "output_tokens", "batch")
+
+
+def _load() -> list[dict]:
+    with CSV_PATH.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        for k in INT_COLUMNS:
+            r[k] = int(r[k])
+        r["value"] = float(r["value"])
+        r["tolerance"] = float(r["tolerance"])
+    return rows
+
+
+ROWS = _load()
+BY_ID = {r["id"]: r for r in ROWS}
+
+
+class Unsupported(Exception):
+    """The row names a preset, GPU or metric shape the model cannot evaluate yet."""
+
+
+@cache
+def predicted(row_id: str) -> float:
+    """The model's figure for the row's metric, in the row's unit."""
+    r = BY_ID[row_id]
+    if r["metric"] == "ttft_ms" and r["batch"] != 1:
+        raise Unsupported("TTFT under concurrency > 1 includes queueing the model does not give")
+    try:
+        w = Workload(preset=r["model"], gpu=r["gpu"], num_gpus=r["tp"],
+                     context_tokens=r["context_tokens"], output_tokens=r["output_tokens"],
+                     batch_size=r["batch"], engines=[r["engine"]], dcp_sizes=[r["dcp"]],
+                     kv_cache_dtype=r["kv_cache_dtype"], allow_extrapolation=True)
+    except ValidationError as exc:
+        missing = [e for e in exc.errors() if e["loc"] and e["loc"][0] in ("preset", "gpu")]
+        if missing:
+            column = {"preset": "model", "gpu": "gpu"}
+            raise Unsupported("; ".join(f"{e['loc'][0]} {r[column[e['loc'][0]]]!r} not known to "
+                                        "the model yet" for e in missing)) from None
+        raise
+    m = default_model()
+    p = recommend(m, w, m.version).predictions[0]
+    assert (p.engine, p.dcp_size) == (r["engine"], r["dcp"])
+    out_tokens = r["batch"] * r["output_tokens"]
+    return {
+        "tpot_ms": lambda: p.tpot_s * 1e3,
+        "itl_ms": lambda: p.tpot_s * 1e3,
+        "ttft_ms": lambda: p.prefill_s * 1e3,
+        "output_tok_s": lambda: out_tokens / p.total_s,
+        "total_tok_s": lambda: r["batch"] * (r["context_tokens"] + r["output_tokens"]) / p.total_s,
+        "request_s": lambda: r["batch"] / p.total_s,
+        "kv_capacity_tokens": lambda: float(p.kv_capacity_tokens),
+    }[r["metric"]]()
+
+
+def _predicted_or_skip(row_id: str) -> float:
+    try:
+        return predicted(row_id)
+    except Unsupported as exc:
+        pytest.skip(f"{row_id}: {exc}")
+
+
+def test_table_is_well_formed():
+    with CSV_PATH.open(newline="") as f:
+        assert next(csv.reader(f)) == COLUMNS
+    assert len(ROWS) >= 10
+    assert len(BY_ID) == len(ROWS), "ids must be unique"
+    for r in ROWS:
+        assert r["metric"] in METRICS, r["id"]
+        assert r["engine"] in ("vllm", "sglang"), r["id"]
+        assert r["kv_cache_dtype"] in ("bf16", "fp16", "fp8"), r["id"]
+        assert r["value"] > 0 and math.isfinite(r["value"]), r["id"]
+        assert 1.0 < r["tolerance"] <= 3.0, r["id"]
+        assert r["tp"] % r["dcp"] == 0, r["id"]
+        assert r["source"] and r["conditions"], r["id"]
+        assert r["url"] == "" or r["url"].startswith("https://"), r["id"]
+
+
+@pytest.mark.parametrize("row_id", [r["id"] for r in ROWS])
+def test_prior_reproduces_published_figure(row_id):
+    r = BY_ID[row_id]
+    pred = _predicted_or_skip(row_id)
+    ratio = pred / r["value"]
+    tol = r["tolerance"]
+    assert 1 / tol <= ratio <= tol, (
+        f"{row_id} ({r['source']}): predicted {r['metric']} {pred:.4g} vs published "
+        f"{r['value']:.4g} (ratio {ratio:.2f}, tolerance x{tol})")
+
+
+def _dcp_pairs() -> list[tuple[str, str]]:
+    """(dcp 1 row, dcp > 1 row) measured under the same conditions by the same source."""
+    groups = defaultdict(list)
+    for r in ROWS:
+        key = (r["source"], r["model"], r["gpu"], r["engine"], r["tp"], r["context_tokens"],
+               r["output_tokens"], r["batch"], r["metric"])
+        groups[key].append(r)
+    pairs = []
+    for rows in groups.values():
+        off = [r for r in rows if r["dcp"] == 1]
+        pairs += [(o["id"], on["id"]) for o in off for on in rows if on["dcp"] > 1]
+    return pairs
+
+
+DCP_PAIRS = _dcp_pairs()
+
+
+def test_dcp_pairs_exist():
+    assert len(DCP_PAIRS) >= 5
+
+
+@pytest.mark.parametrize(("off_id", "on_id"), DCP_PAIRS, ids=[p[1] for p in DCP_PAIRS])
+def test_dcp_effect_has_published_direction(off_id, on_id):
+    off, on = BY_ID[off_id], BY_ID[on_id]
+    published = on["value"] / off["value"]
+    model_ratio = _predicted_or_skip(on_id) / _predicted_or_skip(off_id)
+    assert (model_ratio > 1) == (published > 1), (
+        f"DCP {on['dcp']} / DCP 1 for {on['metric']}: published {published:.2f}, "
+        f"model {model_ratio:.2f} ({on['source']})")
+
+
+def test_ratio_table():
+    """Prints every row's predicted / published ratio (run with -s); each evaluable row must
+    give a finite, positive figure."""
+    lines = ["| id | metric | published | predicted | ratio | tolerance |",
+             "|---|---|---|---|---|---|"]
+    evaluated = 0
+    for r in ROWS:
+        try:
+            pred = predicted(r["id"])
+        except Unsupported as exc:
+            lines.append(f"| {r['id']} | {r['metric']} | {r['value']:g} | skipped: {exc} | | |")
+            continue
+        assert pred > 0 and math.isfinite(pred), r["id"]
+        evaluated += 1
+        lines.append(f"| {r['id']} | {r['metric']} | {r['value']:g} | {pred:.4g} | "
+                     f"{pred / r['value']:.2f} | x{r['tolerance']:g} |")
+    print("\n" + "\n".join(lines))
+    assert evaluated >= 1
