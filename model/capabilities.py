@@ -1,4 +1,4 @@
-"""What each engine supports (model/data/capabilities.json, from reference.md section 7).
+"""What each engine supports (model/data/capabilities.json, from the engines' documentation).
 
 ``exclusions`` turns a workload's ``Requirements`` into a reason per engine that cannot serve it;
 ``prefill_factors`` gives the prefill multiplier of a prefix-reuse share per engine.

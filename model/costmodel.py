@@ -25,7 +25,7 @@ import numpy as np
 from model.dataset import Measurement, dataset_sha256
 from model.estimator import EngineCostModel
 from model.gpus import builtin_gpu
-from model.memory import kv_capacity_tokens, sequences_at_once
+from model.memory import kv_capacity_tokens, max_running, sequences_at_once
 from model.shape import ModelShape
 from model.silicon import Silicon, silicon_for
 from model.terms import DECODE_TERMS, N_PREFILL, TERMS, Hardware, decode_terms, prefill_terms
@@ -80,10 +80,12 @@ def capacities(case: Case) -> np.ndarray:
     """KV capacity in tokens per row (engine's budget at its memory fraction, dcp)."""
     gpu = case.silicon.gpu
     kv_gpu = case.shape.kv_gpu_token_bytes(case.tp)
+    state_gpu = case.shape.state_bytes_per_seq / case.tp
     return np.array([kv_capacity_tokens(e, f, gpu.memory_bytes, case.shape.weight_bytes,
-                                        case.tp, kv_gpu, int(d))
-                     for e, f, d in zip(case.engine.tolist(), case.fraction.tolist(),
-                                        case.dcp.tolist(), strict=True)], dtype=float)
+                                        case.tp, kv_gpu, int(d), state_gpu * max_running(b))
+                     for e, f, d, b in zip(case.engine.tolist(), case.fraction.tolist(),
+                                           case.dcp.tolist(), case.batch.tolist(),
+                                           strict=True)], dtype=float)
 
 
 def case_features(case: Case) -> Features:
@@ -93,11 +95,7 @@ def case_features(case: Case) -> Features:
     hw = Hardware(case.silicon, case.tp)
     shape = case.shape
     cap = capacities(case)
-    kv_gpu = shape.kv_gpu_token_bytes(case.tp)
-    state_tokens = (shape.state_bytes_per_seq / case.tp / (kv_gpu / case.dcp)
-                    if kv_gpu > 0 else 0.0)
-    running = sequences_at_once(cap, case.batch, case.context, case.output, case.share,
-                                state_tokens)
+    running = sequences_at_once(cap, case.batch, case.context, case.output, case.share)
     feasible = running >= 1
     run = np.where(feasible, running, case.batch)
     full = np.floor(case.batch / run)

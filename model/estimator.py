@@ -27,7 +27,8 @@ from model.terms import PHYSICS_TERMS, TERMS
 # Prior coefficient per term: physics at the silicon's achievable rate; counts in seconds.
 PRIOR: dict[str, float] = {
     **{t: 1.0 for t in PHYSICS_TERMS},
-    "pf_fixed": 2e-3,       # s per prefill forward pass (scheduling, launches, sampling)
+    "pf_fixed": 60e-6,      # s per layer per prefill pass: eager / piecewise-graph kernels
+                            # (~20 per layer at ~3 us of launch and tail each)
     "layer_fixed": 40e-6,   # s per layer per decode step: ~15-20 kernels (norms, projections,
                             # attention, router, expert GEMMs, collectives) at 2-3 us of launch
                             # gap and tail each inside a CUDA-graph replay

@@ -92,6 +92,9 @@ BUILTIN_GPUS: dict[str, GpuSpec] = {
                 f"{_NV_HOPPER}; {_AIC}h100_sxm.yaml"),
     "H200": _nv("H200", 141 * GIB, 4.8 * TB, 450 * GB, 989 * TFLOPS, 1979 * TFLOPS, None,
                 f"{_NV_HOPPER}; {_AIC}h200_sxm.yaml"),
+    # H20: the export Hopper (HGX H20 datasheet): 96 GB HBM3 at 4.0 TB/s, 148 / 296 TFLOPS dense
+    "H20": _nv("H20", 96 * GIB, 4.0 * TB, 450 * GB, 148 * TFLOPS, 296 * TFLOPS, None,
+               "NVIDIA HGX H20 datasheet"),
     "B200": _nv("B200", 180 * GIB, 8 * TB, 900 * GB, 2250 * TFLOPS, 4500 * TFLOPS,
                 9000 * TFLOPS, f"{_NV_BLACKWELL} (8 TB/s; {_AIC}b200_sxm.yaml has 7.7 TB/s)"),
     "B300": _nv("B300", 288_400_343_040, 7.75 * TB, 900 * GB, 2250 * TFLOPS, 4500 * TFLOPS,

@@ -1,4 +1,4 @@
-"""Memory fraction, KV capacity and how many sequences run at once (reference.md section 2).
+"""Memory fraction, KV capacity and how many sequences run at once (engine documentation).
 
 vLLM's ``--gpu-memory-utilization`` budgets the whole instance (weights, activations, CUDA
 graphs, KV); SGLang's ``--mem-fraction-static`` covers weights + KV pool, activations live
@@ -20,6 +20,12 @@ OOM_THRESHOLD = 0.95             # published: 0.95 gave OOM retries on B300 for 
 # Share of GPU memory vLLM's budget spends outside weights + KV (activation peak of a chunked-
 # prefill pass and CUDA graphs); SGLang keeps these outside its static fraction.
 ENGINE_RESERVE = {"vllm": 0.08, "sglang": 0.0}
+# Both engines preallocate the constant per-sequence state of linear-attention layers (vLLM's
+# mamba/KDA state cache, SGLang's state pool) for their maximum running sequences: 256 by
+# default (--max-num-seqs / --max-running-requests), or the batch when it is set higher. For
+# Kimi-K3 at TP 8 that is 256 x 56 MB = 14.4 GB per GPU: vLLM's published 25.12 GiB of KV on an
+# 8-GPU GB300 node (vllm#50055) is what remains after it.
+DEFAULT_MAX_RUNNING = 256
 
 
 @dataclass(frozen=True)
@@ -46,29 +52,35 @@ def choose_fraction(engine: str, gpu: str, safe: list[float], unsafe: list[float
     return MemoryChoice(frac, why)
 
 
+def max_running(batch) -> float:
+    """The running-sequence limit an engine is launched with for a batch (the state pool)."""
+    return max(DEFAULT_MAX_RUNNING, int(batch))
+
+
 def kv_budget_bytes(engine: str, fraction: float, gpu_memory: float, weight_bytes: float,
-                    tp: int) -> float:
-    """Bytes per GPU left for the KV cache (and per-sequence state)."""
-    return (fraction - ENGINE_RESERVE.get(engine, 0.0)) * gpu_memory - weight_bytes / tp
+                    tp: int, state_pool_bytes: float = 0.0) -> float:
+    """Bytes per GPU left for the KV cache after weights, the engine's reserve and the
+    preallocated linear-attention state pool."""
+    return ((fraction - ENGINE_RESERVE.get(engine, 0.0)) * gpu_memory - weight_bytes / tp
+            - state_pool_bytes)
 
 
 def kv_capacity_tokens(engine: str, fraction: float, gpu_memory: float, weight_bytes: float,
-                       tp: int, kv_bytes_per_gpu_token: float, dcp: int) -> int:
+                       tp: int, kv_bytes_per_gpu_token: float, dcp: int,
+                       state_pool_bytes: float = 0.0) -> int:
     """Tokens of KV one instance holds (weights of 0 give an upper bound)."""
-    budget = kv_budget_bytes(engine, fraction, gpu_memory, weight_bytes, tp)
+    budget = kv_budget_bytes(engine, fraction, gpu_memory, weight_bytes, tp, state_pool_bytes)
     if budget <= 0 or kv_bytes_per_gpu_token <= 0:
         return 0 if budget <= 0 else 2 ** 62
     return int(budget / (kv_bytes_per_gpu_token / dcp))
 
 
-def sequences_at_once(capacity_tokens, batch, context, output, share=0.0,
-                      state_tokens=0.0) -> np.ndarray:
-    """How many of ``batch`` sequences fit at once: each holds its uncached prompt, its
-    output and its state (in token-equivalents); a cached shared prefix is held once."""
+def sequences_at_once(capacity_tokens, batch, context, output, share=0.0) -> np.ndarray:
+    """How many of ``batch`` sequences fit at once: each holds its uncached prompt and its
+    output; a cached shared prefix is held once (their state lives in the preallocated pool)."""
     cap = np.asarray(capacity_tokens, dtype=float)
     shared = np.asarray(share, dtype=float) * np.asarray(context, dtype=float)
-    per_seq = (np.asarray(context, dtype=float) - shared + np.asarray(output, dtype=float)
-               + np.asarray(state_tokens, dtype=float))
+    per_seq = (np.asarray(context, dtype=float) - shared + np.asarray(output, dtype=float))
     fit = np.floor((cap - shared) / np.maximum(per_seq, 1.0))
     return np.clip(fit, 0, np.asarray(batch, dtype=float))
 

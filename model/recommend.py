@@ -17,7 +17,13 @@ from model.costmodel import (
     Case,
     CostModel,
 )
-from model.memory import MEM_FLAGS, MemoryChoice, choose_fraction, kv_demand_tokens
+from model.memory import (
+    DEFAULT_MAX_RUNNING,
+    MEM_FLAGS,
+    MemoryChoice,
+    choose_fraction,
+    kv_demand_tokens,
+)
 from model.predictor import Predictor, predictor_for
 from model.schemas import ConfigPrediction, Exclusion, Recommendation
 from model.shape import ModelShape
@@ -226,6 +232,8 @@ def launch_command(engine: str, dcp: int, fraction: float, w: Workload) -> list[
         if dcp > 1:
             cmd += ["--decode-context-parallel-size", str(dcp)]
         cmd += ["--gpu-memory-utilization", f"{fraction:.2f}"]
+        if w.batch_size > DEFAULT_MAX_RUNNING:
+            cmd += ["--max-num-seqs", str(w.batch_size)]
         if w.kv_cache_dtype == "fp8":
             cmd += ["--kv-cache-dtype", "fp8"]
     else:
@@ -233,6 +241,8 @@ def launch_command(engine: str, dcp: int, fraction: float, w: Workload) -> list[
         if dcp > 1:
             cmd += ["--dcp-size", str(dcp)]
         cmd += ["--mem-fraction-static", f"{fraction:.2f}"]
+        if w.batch_size > DEFAULT_MAX_RUNNING:
+            cmd += ["--max-running-requests", str(w.batch_size)]
         if w.kv_cache_dtype == "fp8":
             cmd += ["--kv-cache-dtype", "fp8_e4m3"]
     return cmd

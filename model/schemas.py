@@ -1,4 +1,4 @@
-"""Response models of the recommendation contract (design.md), shared by CLI --json and REST."""
+"""Response models of the recommendation contract, shared by CLI --json and REST."""
 
 from __future__ import annotations
 

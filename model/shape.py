@@ -70,7 +70,7 @@ class ModelShape:
 
     def experts_touched(self, tokens) -> np.ndarray:
         """Expected routed experts one MoE layer's GEMMs read for a batch of ``tokens``:
-        E (1 - (1 - k/E)^tokens) (reference.md section 10)."""
+        E (1 - (1 - k/E)^tokens) (expected distinct experts under uniform routing)."""
         t = np.asarray(tokens, dtype=float)
         if not self.n_experts:
             return np.zeros_like(t)

@@ -25,7 +25,7 @@ Prefill of ``B`` prompts of ``L`` tokens, a share ``s`` of each found in the pre
 - ``pf_gemm``: per chunk max(chunk FLOPs / GEMM FLOP/s, weights / tp / bandwidth);
 - ``pf_attn``: causal attention FLOPs ``coef L^2 (1 + (B - 1)(1 - s^2))`` / tp / attention FLOP/s;
 - ``pf_comm``: two all-reduces of the chunk's activations per layer and chunk;
-- ``pf_fixed`` (count: forward passes).
+- ``pf_fixed`` (count: layers x forward passes).
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def prefill_terms(shape: ModelShape, hw: Hardware, batch, context, share=0.0,
     out[..., 1] = attn / tp / si.attn_flops
     out[..., 2] = chunks * 2.0 * shape.n_layers * si.all_reduce_s(
         chunk * shape.hidden_size * ACT_BYTES, tp)
-    out[..., 3] = chunks
+    out[..., 3] = chunks * shape.n_layers
     return out
 
 

