@@ -22,6 +22,7 @@ from service.routes import (
     admin,
     bench,
     crossover,
+    deploy,
     health,
     observations,
     plan,
@@ -29,11 +30,12 @@ from service.routes import (
     proxy,
     recommend,
     route,
+    ui,
 )
 from service.settings import Settings
 
-ROUTERS = (recommend.router, predict.router, crossover.router, plan.router, admin.router,
-           health.router, proxy.router, route.router, observations.router)
+ROUTERS = (recommend.router, predict.router, crossover.router, plan.router, deploy.router,
+           admin.router, health.router, proxy.router, route.router, observations.router, ui.router)
 
 
 def operation_id(route: APIRoute) -> str:
