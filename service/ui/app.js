@@ -323,21 +323,23 @@
 
   function renderPredictions(rec) {
     const preds = rec.predictions;
+    const isBest = (p) => p.engine === rec.engine && p.dcp_size === rec.dcp_size;
+    const statusCol = ["status", "status", (p) => {
+      const [st, cls] = status(p);
+      return [h("span", {class: cls, text: st}),
+              isBest(p) ? h("span", {class: "badge best", text: "recommended"}) : null];
+    }];
     const known = new Set([...PRED_COLS.map((c) => c[0]), ...STATUS_KEYS]);
     const extra = [...new Set(preds.flatMap((p) => Object.keys(p)))].filter((k) => !known.has(k));
-    const cols = [...PRED_COLS.filter(([k]) => preds.some((p) => k in p)),
-                  ...extra.map((k) => [k, label(k), (p) => anyValue(p[k])])];
-    const head = h("tr", {}, ...cols.map(([k, t]) => h("th", {scope: "col", "data-key": k, text: t})),
-                   h("th", {scope: "col", text: "status"}));
-    const rows = preds.map((p) => {
-      const best = p.engine === rec.engine && p.dcp_size === rec.dcp_size;
-      const [st, cls] = status(p);
-      return h("tr", {class: best ? "best" : "", "data-engine": p.engine, "data-dcp": p.dcp_size},
-        ...cols.map(([k, , f]) => h("td", {"data-key": k,
-          "data-value": typeof p[k] === "object" ? JSON.stringify(p[k]) : p[k]},
-          k in p ? f(p) : "–")),
-        h("td", {}, h("span", {class: cls, text: st}), best ? h("span", {class: "badge best", text: "recommended"}) : null));
-    });
+    const cols = PRED_COLS.filter(([k]) => preds.some((p) => k in p));
+    cols.splice(2, 0, statusCol);
+    cols.push(...extra.map((k) => [k, label(k), (p) => anyValue(p[k])]));
+    const head = h("tr", {}, ...cols.map(([k, t]) => h("th", {scope: "col", "data-key": k, text: t})));
+    const rows = preds.map((p) => h("tr",
+      {class: isBest(p) ? "best" : "", "data-engine": p.engine, "data-dcp": p.dcp_size},
+      ...cols.map(([k, , f]) => h("td", {"data-key": k,
+        "data-value": typeof p[k] === "object" ? JSON.stringify(p[k]) : p[k]},
+        k in p || k === "status" ? f(p) : "–"))));
     $("#predictions").replaceChildren(
       h("caption", {text: "Every configuration considered; 90 % prediction intervals."}),
       h("thead", {}, head), h("tbody", {}, ...rows));
@@ -387,14 +389,16 @@
                       label: `your context ${EAChart.tokens(w.context_tokens)}`}];
     for (const x of cross.engine_crossovers) {
       markers.push({x: x.context_tokens, kind: "crossover",
-                    label: `${x.before.engine} → ${x.after.engine} at ${int(x.context_tokens)}`});
+                    label: `${x.before.engine} → ${x.after.engine} at ${EAChart.tokens(x.context_tokens)}`});
     }
     const {logY} = EAChart.draw($("#chart"), {series, markers, xTitle: "context tokens per sequence (log)",
                                               yTitle: "total time s"});
     caption.textContent = `Predicted wall time of the whole batch (${int(w.batch_size)} × ` +
       `${int(w.output_tokens)} output tokens) per configuration; shaded: 90 % interval; ` +
       `dashed lines: uncalibrated; vertical lines: your context and where the best engine changes. ` +
-      `Context axis logarithmic${logY ? ", time axis logarithmic" : ""}.`;
+      `Context axis logarithmic${logY ? ", time axis logarithmic" : ""}.` +
+      (cross.curves.length < rec.predictions.length
+        ? " Only the configurations the model may recommend are drawn (allow extrapolation to see all)." : "");
   }
 
   async function runRecommend() {
@@ -511,7 +515,7 @@
       ...PLAN_COLS.map(([k, , f]) => h("td", {"data-key": k, "data-value": c[k]}, k in c ? f(c) : "–")),
       h("td", {}, h("span", status(c)[1] === "badge ok" ? {class: "badge ok", text: "calibrated"}
                                                          : {class: "badge warn", text: status(c)[0]}))));
-    out.replaceChildren(
+    out.replaceChildren(...[
       h("div", {class: "cards"},
         card("Nodes", int(res.total_nodes), "total_nodes", `${int(res.gpus_per_node)} GPUs each`),
         card("GPUs", int(res.total_gpus), "total_gpus"),
@@ -527,7 +531,7 @@
       h("h2", {text: "Launch commands"}),
       ...res.classes.map((c) => h("pre", {tabindex: 0, text: c.launch_command.join(" ")})),
       h("details", {}, h("summary", {text: "Assumptions"}),
-        h("ul", {}, ...res.assumptions.map((a) => h("li", {text: a})))));
+        h("ul", {}, ...res.assumptions.map((a) => h("li", {text: a}))))].filter(Boolean));
     out.hidden = false;
     $("#plan-empty").hidden = true;
   }
@@ -549,6 +553,10 @@
   }
 
   // ---------- model ----------
+  // [low, high] pairs (calibrated ranges) read as a range
+  const cell = (v) => (Array.isArray(v) && v.length === 2 && v.every((x) => typeof x === "number")
+    ? `${anyValue(v[0])} – ${anyValue(v[1])}` : anyValue(v));
+
   function dictTable(id, caption, data) {
     const rows = Object.entries(data || {});
     if (!rows.length) return h("p", {text: caption + ": none"});
@@ -560,7 +568,7 @@
     return h("div", {class: "table-wrap"}, h("table", {id}, h("caption", {text: caption}),
       h("thead", {}, h("tr", {}, h("th", {scope: "col", text: ""}), ...keys.map((k) => h("th", {scope: "col", text: label(k)})))),
       h("tbody", {}, ...rows.map(([k, v]) => h("tr", {}, h("th", {scope: "row", text: k}),
-        ...keys.map((c) => h("td", {text: anyValue(v[c])})))))));
+        ...keys.map((c) => h("td", {text: cell(v[c])})))))));
   }
 
   const TABLES = {fit_metrics: "Fit metrics per engine", calibrated_ranges: "Calibrated ranges",
@@ -642,6 +650,9 @@
     });
     const view = ["plan", "model"].includes(q.get("view")) ? q.get("view") : "recommend";
     setView(view, false, true);
+    const fromLink = (view === "recommend" && q.has("context_tokens")) ||
+      (view === "plan" && q.has("classes"));
+    if (fromLink && matchMedia("(max-width: 860px)").matches) $("#main").focus();
     if (view === "recommend" && q.has("context_tokens")) runRecommend();
     else if (view === "plan" && q.has("classes")) runPlan();
     else if (view !== "model") document.body.dataset.ready = "form";

@@ -60,7 +60,9 @@
   //        markers: [{x, label, kind: "query" | "crossover"}], xTitle, yTitle}
   function draw(container, spec) {
     container.textContent = "";
-    const W = 720, H = 400, m = {l: 64, r: 16, t: 16, b: 52};
+    // drawn at the container's own width, so text keeps its size on a phone
+    const W = Math.max(300, Math.min(960, container.clientWidth || 720));
+    const H = W < 560 ? 300 : 400, m = {l: 56, r: 12, t: 16, b: 52};
     const svg = el("svg", {viewBox: `0 0 ${W} ${H}`, class: "chart-svg",
                            preserveAspectRatio: "xMidYMid meet"}, container);
     const xs = [], ys = [];
@@ -128,7 +130,7 @@
       const g = el("g", {class: `marker marker-${mk.kind}`, "data-context": mk.x}, svg);
       el("line", {x1: X(mk.x), x2: X(mk.x), y1: m.t, y2: H - m.b,
                   "stroke-dasharray": mk.kind === "query" ? "none" : "4 3"}, g);
-      const right = X(mk.x) < W - 180;
+      const right = X(mk.x) < W - 150;
       el("text", {x: X(mk.x) + (right ? 4 : -4), y: m.t + 14 + 14 * i,
                   "text-anchor": right ? "start" : "end"}, g).textContent = mk.label;
     });
