@@ -14,9 +14,8 @@ import re
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from model.jsonnum import JsonModel
 from model.schemas import Recommendation
 from model.workload import Workload
 
@@ -36,8 +35,9 @@ TAG_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"      # docker image tag gra
 STARTUP_SECONDS = 3600
 
 
-class DeployOptions(JsonModel):
-    """What the deployment files need beyond the recommendation."""
+class DeployOptions(BaseModel):
+    """What the deployment files need beyond the recommendation (REST: query parameters, so
+    numbers arrive as text and are parsed, unlike the JSON bodies' JsonModel)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -179,8 +179,14 @@ def compose(rec: Recommendation, w: Workload, opts: DeployOptions) -> dict[str, 
     return {"name": name, "services": {name: service}}
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """Writes a shared dict out in full each time (no &anchors / *aliases)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def render(rec: Recommendation, w: Workload, opts: DeployOptions) -> str:
     """The deployment files as YAML text (Kubernetes: two documents)."""
-    if opts.format == "k8s":
-        return yaml.safe_dump_all(kubernetes(rec, w, opts), sort_keys=False)
-    return yaml.safe_dump(compose(rec, w, opts), sort_keys=False)
+    docs = kubernetes(rec, w, opts) if opts.format == "k8s" else [compose(rec, w, opts)]
+    return yaml.dump_all(docs, Dumper=_PlainDumper, sort_keys=False)
