@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from cli.main import main
-from model.deploy import DeployError, DeployOptions, compose, kubernetes
 from model.default import default_model
+from model.deploy import DeployError, DeployOptions, compose, kubernetes
 from model.recommend import recommend
 from model.workload import Workload
 

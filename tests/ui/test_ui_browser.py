@@ -296,3 +296,37 @@ def test_phone_width_labels_and_keyboard(server, open_page, shots):
     outline = page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
     assert outline not in ("", "none")
     pg.close()
+
+
+def test_hf_config_pasted_or_uploaded(server, open_page, tmp_path):
+    cfg = {"num_hidden_layers": 61, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
+           "num_attention_heads": 128}
+    workload = {k: v for k, v in WORKLOAD.items() if k != "preset"}
+    pg = open_page()
+    page = pg.open(urlencode({**workload, "source": "hf_config"}), ready="recommend")
+    # no config yet: the page says so at the config field, without calling the API
+    assert "config.json" in page.locator("#err-f-hf_config").inner_text()
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(cfg), encoding="utf-8")
+    page.set_input_files("#f-hf_file", str(f))
+    page.wait_for_function("document.querySelector('#f-hf_config').value.length > 0")
+    with page.expect_request("**/v1/recommend") as sent:
+        page.click("#submit")
+    page.wait_for_selector("#rec-result:not([hidden])", timeout=WAIT_MS)
+    assert json.loads(sent.value.post_data)["hf_config"] == cfg
+    rec = httpx.post(server.url + "/v1/recommend", json={**workload, "hf_config": cfg},
+                     timeout=30).json()
+    assert text(page, "#answer [data-field=engine] .card-value") == rec["engine"]
+    # a config the API cannot use: its message, under the config field
+    page.fill("#f-hf_config", json.dumps({"num_hidden_layers": 61}))
+    page.click("#submit")
+    err = page.locator("#err-f-hf_config")
+    err.wait_for(state="visible", timeout=WAIT_MS)
+    api = httpx.post(server.url + "/v1/recommend", timeout=30,
+                     json={**workload, "hf_config": {"num_hidden_layers": 61}}).json()["error"]
+    assert api["param"].startswith("hf_config") and err.inner_text() == api["message"]
+    page.fill("#f-hf_config", "{not json")
+    page.click("#submit")
+    page.wait_for_function("document.querySelector('#err-f-hf_config').textContent"
+                           ".includes('not valid JSON')")
+    pg.close()
