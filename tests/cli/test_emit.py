@@ -18,7 +18,10 @@ from model.deploy import DeployError, DeployOptions, compose, kubernetes
 from model.recommend import recommend
 from model.workload import Workload
 
-kv = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate not installed")
+try:
+    import kubernetes_validate as kv
+except ImportError:  # the schema checks skip; the CLI's own checks still run
+    kv = None
 CHECK_JSONSCHEMA = Path(sys.executable).with_name("check-jsonschema")
 COMPOSE_SCHEMA = Path(__file__).parent / "data" / "compose-spec.json"
 K8S_VERSION = "1.32.0"
@@ -44,6 +47,8 @@ def expected(ctx: int):
 
 def k8s_errors(doc: dict) -> list[str]:
     """Schema errors of one Kubernetes object (strict: unknown fields are errors)."""
+    if kv is None:
+        pytest.skip("kubernetes-validate not installed")
     try:
         kv.validate(doc, K8S_VERSION, strict=True)
     except kv.ValidationError as exc:
