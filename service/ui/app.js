@@ -62,8 +62,15 @@
   function write(name, kind, value) {
     const node = input(name);
     if (!node) return;
-    if (kind === "bool") node.checked = value === "true" || value === "1";
-    else node.value = value;
+    if (kind === "bool") {
+      node.checked = value === "true" || value === "1";
+      return;
+    }
+    // a value the list lacks (an old or mistyped link) is kept, so the API can say what is wrong
+    if (node.tagName === "SELECT" && !Array.from(node.options).some((o) => o.value === value)) {
+      node.append(h("option", {value, text: value}));
+    }
+    node.value = value;
   }
 
   function source() { return $("#workload [name=source]:checked").value; }

@@ -131,6 +131,10 @@ def test_shared_link_renders_the_answer(server, open_page, shots):
     assert text(page, "#answer [data-field=kv_capacity_tokens] .card-value") == \
         f"{rec['kv_capacity_tokens']:,} tokens"
     assert text(page, "#launch") == " ".join(rec["launch_command"])
+    pg.ctx.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.url)
+    page.click("#copy-launch")
+    page.wait_for_function("document.querySelector('#copy-launch').textContent === 'Copied'")
+    assert page.evaluate("navigator.clipboard.readText()") == " ".join(rec["launch_command"])
     assert page.locator("#reasons li").all_inner_texts() == rec["reasons"]
 
     # the predictions table: one row per prediction, the numbers the API gave
@@ -195,6 +199,12 @@ def test_bad_value_shows_the_error_next_to_its_field(server, open_page, shots):
     nested.wait_for(state="visible", timeout=WAIT_MS)
     assert "requirements.prefix_reuse_share" in nested.inner_text()
     page.screenshot(path=str(shots / "field-error.png"))
+
+    # a link with a preset the page does not list: the API's message, at the preset field
+    page = pg.open(urlencode({**WORKLOAD, "preset": "no-such-model"}), ready="recommend")
+    preset = page.locator("#err-f-preset")
+    preset.wait_for(state="visible", timeout=WAIT_MS)
+    assert "unknown preset 'no-such-model'" in preset.inner_text()
     pg.close()
 
 
