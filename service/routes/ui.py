@@ -23,7 +23,9 @@ from service.errors import ApiError
 router = APIRouter(tags=["ui"], include_in_schema=False)
 
 UI_DIR = Path(__file__).resolve().parent.parent / "ui"
-STATIC = {"app.js": "text/javascript; charset=utf-8", "chart.js": "text/javascript; charset=utf-8",
+JS = "text/javascript; charset=utf-8"
+STATIC = {**{f"{m}.js": JS for m in ("app", "api", "chart", "dom", "form", "model", "plan",
+                                      "recommend")},
           "app.css": "text/css; charset=utf-8", "favicon.svg": "image/svg+xml"}
 # Everything from this origin, nothing from anywhere else (the page works offline).
 CSP = ("default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "

@@ -17,6 +17,8 @@ import yaml
 from proc import Proc
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed")
+expect = sync_api.expect
+# (the page's Content-Security-Policy forbids eval: wait with locators, not wait_for_function)
 CHROMIUM = os.environ.get("ENGINE_ADVISOR_CHROMIUM") or shutil.which("chromium") \
     or "/usr/bin/chromium"
 if not Path(CHROMIUM).exists():
@@ -29,6 +31,7 @@ PHONE = {"width": 390, "height": 844}
 WORKLOAD = {"context_tokens": 204800, "output_tokens": 2048, "batch_size": 64,
             "preset": "kimi-k3", "gpu": "B300", "num_gpus": 8}
 WAIT_MS = 60_000  # the page's answers take a few API calls; the machine may be busy
+expect.set_options(timeout=WAIT_MS)
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +136,7 @@ def test_shared_link_renders_the_answer(server, open_page, shots):
     assert text(page, "#launch") == " ".join(rec["launch_command"])
     pg.ctx.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.url)
     page.click("#copy-launch")
-    page.wait_for_function("document.querySelector('#copy-launch').textContent === 'Copied'")
+    expect(page.locator("#copy-launch")).to_have_text("Copied")
     assert page.evaluate("navigator.clipboard.readText()") == " ".join(rec["launch_command"])
     assert page.locator("#reasons li").all_inner_texts() == rec["reasons"]
 
@@ -319,7 +322,7 @@ def test_hf_config_pasted_or_uploaded(server, open_page, tmp_path):
     f = tmp_path / "config.json"
     f.write_text(json.dumps(cfg), encoding="utf-8")
     page.set_input_files("#f-hf_file", str(f))
-    page.wait_for_function("document.querySelector('#f-hf_config').value.length > 0")
+    expect(page.locator("#f-hf_config")).not_to_have_value("")
     with page.expect_request("**/v1/recommend") as sent:
         page.click("#submit")
     page.wait_for_selector("#rec-result:not([hidden])", timeout=WAIT_MS)
@@ -337,6 +340,5 @@ def test_hf_config_pasted_or_uploaded(server, open_page, tmp_path):
     assert api["param"].startswith("hf_config") and err.inner_text() == api["message"]
     page.fill("#f-hf_config", "{not json")
     page.click("#submit")
-    page.wait_for_function("document.querySelector('#err-f-hf_config').textContent"
-                           ".includes('not valid JSON')")
+    expect(page.locator("#err-f-hf_config")).to_contain_text("not valid JSON")
     pg.close()
