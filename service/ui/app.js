@@ -6,7 +6,6 @@ import {runModel} from "./model.js";
 import {runPlan} from "./plan.js";
 import {download, runRecommend} from "./recommend.js";
 
-// ---------- views, tabs, wiring ----------
 function setView(view, focus, keepUrl) {
   state.view = view;
   for (const tab of $$("[role=tab]")) {

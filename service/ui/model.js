@@ -3,7 +3,6 @@
 import {json} from "./api.js";
 import {$, anyValue, h, label} from "./dom.js";
 
-// ---------- model ----------
 // [low, high] pairs (calibrated ranges) read as a range
 const cell = (v) => (Array.isArray(v) && v.length === 2 && v.every((x) => typeof x === "number")
   ? `${anyValue(v[0])} – ${anyValue(v[1])}` : anyValue(v));

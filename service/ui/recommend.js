@@ -8,12 +8,20 @@ import {clearErrors, showError, state, updateUrl, workload} from "./form.js";
 const CHART_POINTS = 17;
 const MAX_CONTEXT = 16777216;
 
+let lastChart = null;   // redrawn at the new width when the window is resized
+let resizeTimer = 0;
+addEventListener("resize", () => {
+  clearTimeout(resizeTimer);
+  resizeTimer = setTimeout(() => { if (lastChart) draw($("#chart"), lastChart); }, 150);
+});
+
 const KNOWN_REC = new Set(["engine", "dcp_size", "mem_fraction", "mem_fraction_flag",
   "predictions", "speedup", "confidence", "crossover_context_tokens", "kv_capacity_tokens",
   "fits_in_memory", "launch_command", "reasons", "excluded", "model_version"]);
 
 function renderAnswer(rec, w) {
   const fits = rec.fits_in_memory;
+  const needed = int((w.batch_size ?? 1) * (w.context_tokens + w.output_tokens));
   $("#answer").replaceChildren(
     card("Engine", rec.engine, "engine"),
     card("DCP size", String(rec.dcp_size), "dcp_size"),
@@ -22,8 +30,7 @@ function renderAnswer(rec, w) {
     card("Speed-up", rec.speedup == null ? "–" : rec.speedup.toFixed(2) + "×", "speedup",
          "over the next-best engine"),
     card("KV capacity", int(rec.kv_capacity_tokens) + " tokens", "kv_capacity_tokens",
-         fits ? `the batch fits (${int(w.batch_size * (w.context_tokens + w.output_tokens))} needed)`
-              : `the batch does not fit: ${int(w.batch_size * (w.context_tokens + w.output_tokens))} needed`),
+         fits ? `the batch fits (${needed} needed)` : `the batch does not fit: ${needed} needed`),
     card("Crossover", rec.crossover_context_tokens == null ? "none"
          : int(rec.crossover_context_tokens) + " tokens", "crossover_context_tokens",
          "context where the best engine changes"));
@@ -127,9 +134,10 @@ async function renderChart(rec, w) {
     markers.push({x: x.context_tokens, kind: "crossover",
                   label: `${x.before.engine} → ${x.after.engine} at ${tokens(x.context_tokens)}`});
   }
-  const {logY} = draw($("#chart"), {series, markers, xTitle: "context tokens per sequence (log)",
-                                            yTitle: "total time s"});
-  caption.textContent = `Predicted wall time of the whole batch (${int(w.batch_size)} × ` +
+  lastChart = {series, markers, xTitle: "context tokens per sequence (log)",
+               yTitle: "total time s"};
+  const {logY} = draw($("#chart"), lastChart);
+  caption.textContent = `Predicted wall time of the whole batch (${int(w.batch_size ?? 1)} × ` +
     `${int(w.output_tokens)} output tokens) per configuration; shaded: 90 % interval; ` +
     `dashed lines: uncalibrated; vertical lines: your context and where the best engine changes. ` +
     `Context axis logarithmic${logY ? ", time axis logarithmic" : ""}.` +

@@ -292,6 +292,10 @@ def test_phone_width_labels_and_keyboard(server, open_page, shots):
     width = page.evaluate("document.querySelector('#chart svg').getBoundingClientRect().width")
     view = page.evaluate("document.querySelector('#chart svg').viewBox.baseVal.width")
     assert abs(width - view) < 2
+    # turned to landscape: the chart is drawn again at the new width
+    page.set_viewport_size({"width": 844, "height": 390})
+    expect(page.locator("#chart svg")).not_to_have_attribute("viewBox", f"0 0 {view:g} 300")
+    assert page.locator("#chart circle.point").count() > 0
     # every form control has a label
     unlabeled = page.evaluate("""Array.from(document.querySelectorAll('input, select, textarea'))
         .filter((e) => e.type !== 'hidden' && !e.labels.length && !e.getAttribute('aria-label'))
