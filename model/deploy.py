@@ -73,7 +73,12 @@ def container_command(rec: Recommendation) -> list[str]:
 
 
 def _vendor(w: Workload) -> str:
-    vendor = (w.requirements.hardware_vendor if w.requirements else None) or "nvidia"
+    """The GPU vendor: the workload's requirement, else the GPU spec's ``vendor`` where the
+    catalogue has one, else AMD for Instinct names (MI...), else NVIDIA."""
+    gpu = w.gpu_spec()
+    vendor = ((w.requirements.hardware_vendor if w.requirements else None)
+              or getattr(gpu, "vendor", None)
+              or ("amd" if gpu.name.upper().startswith("MI") else "nvidia"))
     if vendor not in GPU_RESOURCES:
         raise DeployError("requirements.hardware_vendor",
                           f"deployment files are written for {', '.join(GPU_RESOURCES)} GPUs, "

@@ -153,6 +153,11 @@ def test_amd_gpus_and_unsupported_vendor(tmp_path):
     s = next(iter(data["services"].values()))
     assert s["devices"] == ["/dev/kfd", "/dev/dri"] and "deploy" not in s
     assert compose_check(tmp_path, data).returncode == 0
+    mi300x = Workload.model_validate({**w.model_dump(exclude_none=True), "gpu": {
+        "name": "MI300X", "memory_bytes": 192e9, "hbm_bandwidth": 5.3e12}})
+    dep, _ = kubernetes(rec, mi300x, DeployOptions())
+    assert "amd.com/gpu" in dep["spec"]["template"]["spec"]["containers"][0]["resources"][
+        "limits"]
     tpu = Workload.model_validate({**w.model_dump(exclude_none=True),
                                    "requirements": {"hardware_vendor": "tpu"}})
     with pytest.raises(DeployError) as exc:
