@@ -46,6 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     out.add_argument("--emit", metavar="{k8s,compose}",
                      help="print deployment files instead: a Kubernetes Deployment + Service "
                           "(k8s) or a docker compose service (compose)")
+    p.add_argument("--image", help="engine image repository for --emit (default "
+                                   "vllm/vllm-openai or lmsysorg/sglang)")
     p.add_argument("--image-tag", help="engine image tag for --emit (default latest)")
     p.add_argument("--deploy-name", help="name of the Deployment / Service / compose service "
                                          "for --emit (default: engine and model name)")
@@ -87,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 # DeployOptions field -> (argparse dest, option)
-DEPLOY_FLAGS = {"format": ("emit", "--emit"), "image_tag": ("image_tag", "--image-tag"),
+DEPLOY_FLAGS = {"format": ("emit", "--emit"), "image": ("image", "--image"),
+                "image_tag": ("image_tag", "--image-tag"),
                 "name": ("deploy_name", "--deploy-name"), "shm_gib": ("shm_gib", "--shm-gib")}
 
 

@@ -30,6 +30,8 @@ GPU_RESOURCES = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu"}
 HF_CACHE = "/root/.cache/huggingface"
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"   # DNS-1123 label
 TAG_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"      # docker image tag grammar
+# an image repository without its tag: [registry[:port]/]path, lower-case components
+REPO_PATTERN = r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*$"
 # Model loading (weights from disk or the hub, CUDA-graph capture) can take many minutes for
 # the large models this tool is about: the startup probe allows up to this long.
 STARTUP_SECONDS = 3600
@@ -42,9 +44,11 @@ class DeployOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     format: Format = "k8s"
+    image: Annotated[str, Field(pattern=REPO_PATTERN, max_length=255, description=(
+        "engine image repository without the tag (default vllm/vllm-openai or lmsysorg/sglang; "
+        "AMD GPUs need a ROCm build)"))] | None = None
     image_tag: Annotated[str, Field(pattern=TAG_PATTERN, description=(
-        "engine image tag (default latest); the image is vllm/vllm-openai or lmsysorg/sglang"))] \
-        = "latest"
+        "engine image tag (default latest)"))] = "latest"
     name: Annotated[str, Field(pattern=NAME_PATTERN, description=(
         "name of the Deployment / Service / compose service (DNS-1123 label; default "
         "derived from the engine and the model)"))] | None = None
@@ -65,6 +69,10 @@ def default_name(rec: Recommendation, w: Workload) -> str:
     model = (w.model or "").rsplit("/", 1)[-1].lower()
     slug = re.sub(r"[^a-z0-9]+", "-", model).strip("-")
     return (f"{rec.engine}-{slug}" if slug else rec.engine)[:63].rstrip("-")
+
+
+def image_ref(rec: Recommendation, opts: DeployOptions) -> str:
+    return f"{opts.image or IMAGES[rec.engine]}:{opts.image_tag}"
 
 
 def container_command(rec: Recommendation) -> list[str]:
@@ -108,7 +116,7 @@ def kubernetes(rec: Recommendation, w: Workload, opts: DeployOptions) -> list[di
     probe = {"httpGet": {"path": HEALTH_PATH, "port": "http"}}
     container = {
         "name": rec.engine,
-        "image": f"{IMAGES[rec.engine]}:{opts.image_tag}",
+        "image": image_ref(rec, opts),
         "command": container_command(rec),
         "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
         "env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
@@ -163,7 +171,7 @@ def compose(rec: Recommendation, w: Workload, opts: DeployOptions) -> dict[str, 
     probe = (f"import urllib.request; urllib.request.urlopen("
              f"'http://127.0.0.1:{port}{HEALTH_PATH}', timeout=5)")
     service: dict[str, Any] = {
-        "image": f"{IMAGES[rec.engine]}:{opts.image_tag}",
+        "image": image_ref(rec, opts),
         # the image's own entrypoint is replaced by the full launch command
         "entrypoint": container_command(rec),
         "ports": [f"{port}:{port}"],

@@ -171,8 +171,10 @@ export async function download(format) {
   clearErrors();
   if (!state.workload) return;
   const q = new URLSearchParams({format});
-  const tag = $("#f-image_tag").value.trim();
-  if (tag) q.set("image_tag", tag);
+  for (const k of ["image", "image_tag"]) {
+    const v = $(`#f-${k}`).value.trim();
+    if (v) q.set(k, v);
+  }
   try {
     const resp = await api("POST", "/v1/deploy?" + q, state.workload);
     const text = await resp.text();

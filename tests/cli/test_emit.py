@@ -108,14 +108,15 @@ def test_k8s_deployment_and_service(capsys, ctx, engine, dcp, image, port):
 @pytest.mark.parametrize("ctx,engine,dcp,image,port", CASES)
 def test_compose_service(capsys, tmp_path, ctx, engine, dcp, image, port):
     code, out, err = run(capsys, *SEED, "--context-tokens", str(ctx), "--emit", "compose",
-                         "--deploy-name", "llm", "--shm-gib", "32")
+                         "--deploy-name", "llm", "--shm-gib", "32",
+                         "--image", f"registry.example:5000/mirror/{image}")
     assert code == 0, err
     data = yaml.safe_load(out)
     check = compose_check(tmp_path, data)
     assert check.returncode == 0, check.stdout + check.stderr
     rec, _ = expected(ctx)
     s = data["services"]["llm"]
-    assert s["image"] == f"{image}:latest"
+    assert s["image"] == f"registry.example:5000/mirror/{image}:latest"
     assert s["entrypoint"] == [*rec.launch_command, "--host", "0.0.0.0", "--port", str(port)]
     assert s["ports"] == [f"{port}:{port}"]
     assert s["shm_size"] == "32gb"
@@ -169,6 +170,7 @@ def test_amd_gpus_and_unsupported_vendor(tmp_path):
     (["--emit", "yaml"], "--emit: Input should be 'k8s' or 'compose'"),
     (["--emit", "k8s", "--image-tag", "bad tag"], "--image-tag: String should match pattern"),
     (["--emit", "k8s", "--deploy-name", "Kimi_K3"], "--deploy-name: String should match"),
+    (["--emit", "k8s", "--image", "ROCm/vLLM"], "--image: String should match pattern"),
     (["--emit", "compose", "--shm-gib", "0"], "--shm-gib: Input should be greater than 0"),
     (["--image-tag", "v1"], "--image-tag: only used with --emit"),
 ])

@@ -37,6 +37,7 @@ def test_deploy_is_the_rendered_recommendation(client, fmt):
 @pytest.mark.parametrize("params,param,contains", [
     ({"format": "helm"}, "format", "'k8s' or 'compose'"),
     ({"image_tag": "a b"}, "image_tag", "should match pattern"),
+    ({"image": "https://hub/x"}, "image", "should match pattern"),
     ({"name": "Not_A_Label"}, "name", "should match pattern"),
     ({"shm_gib": "0"}, "shm_gib", "greater than 0"),
     ({"colour": "red"}, "colour", "Extra inputs are not permitted"),
