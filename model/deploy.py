@@ -20,7 +20,6 @@ from model.schemas import Recommendation
 from model.workload import Workload
 
 Format = Literal["k8s", "compose"]
-FORMATS: tuple[str, ...] = ("k8s", "compose")
 
 IMAGES = {"vllm": "vllm/vllm-openai", "sglang": "lmsysorg/sglang"}
 PORTS = {"vllm": 8000, "sglang": 30000}
