@@ -45,7 +45,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--allow-extrapolation", action="store_true",
                    help="allow configurations without calibration data")
     p.add_argument("--model", metavar="ARTIFACT", help="fitted model artifact (default: embedded)")
-    p.add_argument("--json", action="store_true", help="print the recommendation object as JSON")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true",
+                     help="print the recommendation object as JSON")
+    out.add_argument("--emit", metavar="{k8s,compose}",
+                     help="print deployment files instead: a Kubernetes Deployment + Service "
+                          "(k8s) or a docker compose service (compose)")
+    p.add_argument("--image", help="engine image repository for --emit (default "
+                                   "vllm/vllm-openai or lmsysorg/sglang)")
+    p.add_argument("--image-tag", help="engine image tag for --emit (default latest)")
+    p.add_argument("--deploy-name", help="name of the Deployment / Service / compose service "
+                                         "for --emit (default: engine and model name)")
+    p.add_argument("--shm-gib", type=int, help="shared memory (/dev/shm) in GiB for --emit "
+                                               "(default 16)")
     p.set_defaults(handler=run)
 
 
@@ -68,16 +80,54 @@ def run(args: argparse.Namespace) -> int:
         workload = Workload.model_validate(data)
     except ValidationError as exc:
         raise CliError(validation_message(exc, FLAGS)) from None
+    deploy = deploy_options(args)
     model = load_model(args.model)
     try:
         rec = recommend(model, workload, model.version)
     except NoEligibleConfiguration as exc:
         raise CliError(f"{exc} (--allow-extrapolation)") from None
-    if args.json:
+    if deploy is not None:
+        print(emit(rec, workload, deploy), end="")
+    elif args.json:
         print(rec.model_dump_json(indent=2))
     else:
         print(format_table(rec))
     return 0
+
+
+# DeployOptions field -> (argparse dest, option)
+DEPLOY_FLAGS = {"format": ("emit", "--emit"), "image": ("image", "--image"),
+                "image_tag": ("image_tag", "--image-tag"),
+                "name": ("deploy_name", "--deploy-name"), "shm_gib": ("shm_gib", "--shm-gib")}
+
+
+def deploy_options(args: argparse.Namespace):
+    """The --emit options, validated before the model loads; None without --emit."""
+    from cli.common import validation_message
+    from cli.errors import CliError
+    from model.deploy import DeployOptions
+
+    given = {k: getattr(args, dest) for k, (dest, _) in DEPLOY_FLAGS.items()
+             if getattr(args, dest) is not None}
+    if args.emit is None:
+        if given:
+            raise CliError(f"{DEPLOY_FLAGS[next(iter(given))][1]}: only used with --emit")
+        return None
+    try:
+        return DeployOptions.model_validate(given)
+    except ValidationError as exc:
+        flags = {k: flag for k, (_, flag) in DEPLOY_FLAGS.items()}
+        raise CliError(validation_message(exc, flags)) from None
+
+
+def emit(rec, workload, opts) -> str:
+    from cli.errors import CliError
+    from model.deploy import DeployError, render
+
+    try:
+        return render(rec, workload, opts)
+    except DeployError as exc:
+        raise CliError(str(exc)) from None
 
 
 def format_table(rec) -> str:

@@ -33,6 +33,7 @@ from model.hwprofile import (
 
 # Spec fallbacks where a GPU entry or profile is silent (documented in docs/cost-model.md).
 SPEC_COLLECTIVE_LATENCY_S = 8e-6  # one NCCL / custom all-reduce step on NVLink, small message
+CUSTOM_ALL_REDUCE_MAX_BYTES = 8 << 20   # engines switch from their custom all-reduce to NCCL
 SPEC_NVLINK_BPS = 450e9         # per direction, when a custom GPU gives no NVLink bandwidth
 ATTENTION_FAMILIES = ("mla", "gqa")
 DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "fp8_block": "fp8_block"}
@@ -216,7 +217,7 @@ class Silicon:
         tables = self.__dict__.get("_tables")
         if tables is None:
             tables = {}
-            for op in ("all_reduce", "all_gather", "alltoall"):
+            for op in ("all_reduce", "custom_all_reduce", "all_gather", "alltoall"):
                 t = self._coll.get(op) or (self._coll.get("all_reduce") if op != "all_reduce"
                                            else None)
                 if t:
@@ -237,6 +238,11 @@ class Silicon:
         lat, bw = self._link("all_reduce", n_arr)
         moved = (b if "all_reduce" in self._coll
                  else 2.0 * (n_arr - 1) / np.maximum(n_arr, 1) * b)
+        if "custom_all_reduce" in self._link_tables():   # the engines' one-shot kernel for
+            c_lat, c_bw = self._link("custom_all_reduce", n_arr)   # decode-size messages
+            small = b <= CUSTOM_ALL_REDUCE_MAX_BYTES
+            lat, bw, moved = (np.where(small, c_lat, lat), np.where(small, c_bw, bw),
+                              np.where(small, b, moved))
         return np.where(n_arr > 1, lat + moved / bw, 0.0)
 
     def all_gather_s(self, nbytes, n) -> np.ndarray:

@@ -23,6 +23,7 @@ from service.routes import (
     admin,
     bench,
     crossover,
+    deploy,
     health,
     observations,
     plan,
@@ -30,11 +31,12 @@ from service.routes import (
     proxy,
     recommend,
     route,
+    ui,
 )
 from service.settings import Settings
 
-ROUTERS = (recommend.router, predict.router, crossover.router, plan.router, admin.router,
-           health.router, proxy.router, route.router, observations.router)
+ROUTERS = (recommend.router, predict.router, crossover.router, plan.router, deploy.router,
+           admin.router, health.router, proxy.router, route.router, observations.router, ui.router)
 # Request bodies a route documents by hand (``openapi_extra``) refer to these by name.
 EXTRA_SCHEMAS = (RouteWorkload,)
 

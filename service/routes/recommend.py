@@ -17,7 +17,8 @@ from service.schemas import BatchItem, BatchRequest, BatchResponse
 router = APIRouter(prefix="/v1/recommend", tags=["recommend"])
 
 
-def _recommend(loaded, w: Workload) -> Recommendation:
+def recommend_or_422(loaded, w: Workload) -> Recommendation:
+    """The recommendation, or the 422 envelope naming the field that excludes everything."""
     try:
         return recommend(loaded.model, w, loaded.version)
     except NoEligibleConfiguration as exc:
@@ -34,7 +35,7 @@ async def recommend_one(workload: Workload, request: Request) -> Response:
     key = (loaded.version, cache_key(workload.__pydantic_serializer__.to_json(workload)))
     hit = cache.get(key)
     if hit is None:
-        rec = _recommend(loaded, workload)
+        rec = recommend_or_422(loaded, workload)
         hit = (rec.__pydantic_serializer__.to_json(rec), (rec.engine, str(rec.dcp_size)))
         cache.put(key, hit)
     metrics.recommendations.labels(*hit[1]).inc()
@@ -45,7 +46,7 @@ def _batch(loaded, items: list, metrics) -> BatchResponse:
     results = []
     for i, raw in enumerate(items):
         try:
-            rec = _recommend(loaded, Workload.model_validate(raw))
+            rec = recommend_or_422(loaded, Workload.model_validate(raw))
         except ValidationError as exc:
             message, param = validation_detail(exc.errors(), prefix=f"workloads.{i}")
             err = ErrorDetail(message=message, type="invalid_request_error", param=param, code=422)

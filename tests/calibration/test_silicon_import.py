@@ -15,8 +15,9 @@ from calib_helpers import cli_in_process  # noqa: E402
 
 from calibration.silicon import build_profile  # noqa: E402
 from calibration.silicon_tables import SiliconError  # noqa: E402
-from model.hardware import GpuSpec, kv_read_model  # noqa: E402
+from model.gpus import GpuSpec  # noqa: E402
 from model.hwprofile import PROFILES_ENV, clear_profile_cache, eval_read_curve  # noqa: E402
+from model.silicon import silicon_for  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -103,9 +104,9 @@ def test_the_model_loads_an_imported_profile(systems, tmp_path, monkeypatch):
     monkeypatch.setenv(PROFILES_ENV, str(tmp_path))
     clear_profile_cache()
     try:
-        read = kv_read_model(GpuSpec(name="FAKE", memory_bytes=100e9, hbm_bandwidth=6e12))
-        assert read.source == "profile:fake.json"
-        assert read.seconds(np.array([2e9]))[0] == pytest.approx(
+        si = silicon_for(GpuSpec(name="FAKE", memory_bytes=100e9, hbm_bandwidth=6e12))
+        assert si.read_source("mla", "bf16") == "profile:fake.json"
+        assert si.attn_read_s("mla", "bf16", np.array([2e9]))[0] == pytest.approx(
             fx.MLA_FLOOR + 2e9 / fx.MLA_BW, rel=0.05)
     finally:
         clear_profile_cache()

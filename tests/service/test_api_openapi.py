@@ -10,7 +10,7 @@ from service.cli import DEFAULT_OPENAPI, openapi_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 OPERATIONS = {"recommend_one", "recommend_batch", "predict", "crossover", "plan_capacity",
-              "get_model", "reload_model", "healthz", "readyz", "metrics",
+              "get_model", "reload_model", "healthz", "readyz", "metrics", "deploy",
               # the proxy (service/routes/proxy.py, route.py, observations.py)
               "chat_completions", "completions", "list_models", "list_upstreams",
               "reload_upstreams", "route_request", "get_observations"}
