@@ -28,7 +28,7 @@ def predict_grid(model: CostModel, workloads: Sequence[Workload],
     for i, w in enumerate(workloads):
         shape = w.model_shape()
         gpu = w.gpu_spec()
-        key = (shape.key, shape.weight_bytes, gpu, w.num_gpus)
+        key = (shape.key, shape.weight_bytes, gpu.name, gpu.memory_bytes, w.num_gpus)
         shapes.setdefault(key, shape)
         gpus.setdefault(key, gpu)
         groups.setdefault(key, []).append(i)
@@ -39,13 +39,17 @@ def predict_grid(model: CostModel, workloads: Sequence[Workload],
     out["feasible"] = np.empty(n * m, dtype=bool)
     parts = None
     for key, idx in groups.items():
-        gpu, tp = gpus[key], key[3]
+        gpu, tp = gpus[key], key[4]
         ws = [workloads[i] for i in idx]
         k = len(ws)
         frac = np.array([memory_choice(model, c.engine, gpu.name).fraction for c in configs])
-        share = np.array([[effective_share(c.engine, w.requirements.prefix_reuse_share,
-                                           w.context_tokens)
-                           if w.requirements else 0.0 for c in configs] for w in ws]).ravel()
+        if any(w.requirements and w.requirements.prefix_reuse_share for w in ws):
+            share = np.array([[effective_share(c.engine, w.requirements.prefix_reuse_share,
+                                               w.context_tokens)
+                               if w.requirements else 0.0 for c in configs]
+                              for w in ws]).ravel()
+        else:
+            share = 0.0
         col = lambda attr: np.repeat(np.array([float(getattr(w, attr)) for w in ws]), m)  # noqa
         case = Case(shapes[key], silicon_for(gpu), tp, np.tile(eng, k), col("batch_size"),
                     col("context_tokens"), col("output_tokens"), np.tile(dcp, k),

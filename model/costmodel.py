@@ -25,7 +25,7 @@ import numpy as np
 from model.dataset import Measurement, dataset_sha256
 from model.estimator import EngineCostModel
 from model.gpus import builtin_gpu
-from model.memory import kv_capacity_tokens, max_running, sequences_at_once
+from model.memory import kv_capacity_array, max_running, sequences_at_once
 from model.shape import ModelShape
 from model.silicon import Silicon, silicon_for
 from model.terms import DECODE_TERMS, N_PREFILL, TERMS, Hardware, decode_terms, prefill_terms
@@ -78,14 +78,11 @@ class Features:
 
 def capacities(case: Case) -> np.ndarray:
     """KV capacity in tokens per row (engine's budget at its memory fraction, dcp)."""
-    gpu = case.silicon.gpu
-    kv_gpu = case.shape.kv_gpu_token_bytes(case.tp)
     state_gpu = case.shape.state_bytes_per_seq / case.tp
-    return np.array([kv_capacity_tokens(e, f, gpu.memory_bytes, case.shape.weight_bytes,
-                                        case.tp, kv_gpu, int(d), state_gpu * max_running(b))
-                     for e, f, d, b in zip(case.engine.tolist(), case.fraction.tolist(),
-                                           case.dcp.tolist(), case.batch.tolist(),
-                                           strict=True)], dtype=float)
+    return kv_capacity_array(case.engine, case.fraction, case.silicon.gpu.memory_bytes,
+                             case.shape.weight_bytes, case.tp,
+                             case.shape.kv_gpu_token_bytes(case.tp), case.dcp,
+                             state_gpu * max_running(case.batch))
 
 
 def case_features(case: Case) -> Features:

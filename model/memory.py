@@ -52,27 +52,39 @@ def choose_fraction(engine: str, gpu: str, safe: list[float], unsafe: list[float
     return MemoryChoice(frac, why)
 
 
-def max_running(batch) -> float:
+def max_running(batch):
     """The running-sequence limit an engine is launched with for a batch (the state pool)."""
-    return max(DEFAULT_MAX_RUNNING, int(batch))
+    return np.maximum(DEFAULT_MAX_RUNNING, np.floor(np.asarray(batch, dtype=float)))
 
 
-def kv_budget_bytes(engine: str, fraction: float, gpu_memory: float, weight_bytes: float,
-                    tp: int, state_pool_bytes: float = 0.0) -> float:
+def kv_budget_bytes(engine, fraction, gpu_memory: float, weight_bytes: float, tp: int,
+                    state_pool_bytes=0.0):
     """Bytes per GPU left for the KV cache after weights, the engine's reserve and the
-    preallocated linear-attention state pool."""
-    return ((fraction - ENGINE_RESERVE.get(engine, 0.0)) * gpu_memory - weight_bytes / tp
-            - state_pool_bytes)
+    preallocated linear-attention state pool (arrays broadcast; engine: name or names)."""
+    names = np.asarray(engine, dtype=object)
+    reserve = np.zeros(names.shape)
+    for e in set(names.ravel().tolist()):
+        reserve = np.where(names == e, ENGINE_RESERVE.get(e, 0.0), reserve)
+    return ((np.asarray(fraction, dtype=float) - reserve) * gpu_memory - weight_bytes / tp
+            - np.asarray(state_pool_bytes, dtype=float))
+
+
+def kv_capacity_array(engine, fraction, gpu_memory: float, weight_bytes: float, tp: int,
+                      kv_bytes_per_gpu_token: float, dcp, state_pool_bytes=0.0) -> np.ndarray:
+    """Tokens of KV one instance holds, per element (weights of 0 give an upper bound)."""
+    budget = kv_budget_bytes(engine, fraction, gpu_memory, weight_bytes, tp, state_pool_bytes)
+    if kv_bytes_per_gpu_token <= 0:
+        return np.where(budget > 0, float(2 ** 62), 0.0)
+    per_token = kv_bytes_per_gpu_token / np.asarray(dcp, dtype=float)
+    return np.where(budget > 0, np.floor(np.maximum(budget, 0.0) / per_token), 0.0)
 
 
 def kv_capacity_tokens(engine: str, fraction: float, gpu_memory: float, weight_bytes: float,
                        tp: int, kv_bytes_per_gpu_token: float, dcp: int,
                        state_pool_bytes: float = 0.0) -> int:
-    """Tokens of KV one instance holds (weights of 0 give an upper bound)."""
-    budget = kv_budget_bytes(engine, fraction, gpu_memory, weight_bytes, tp, state_pool_bytes)
-    if budget <= 0 or kv_bytes_per_gpu_token <= 0:
-        return 0 if budget <= 0 else 2 ** 62
-    return int(budget / (kv_bytes_per_gpu_token / dcp))
+    """Tokens of KV one instance holds (``kv_capacity_array`` for one configuration)."""
+    return int(kv_capacity_array(engine, fraction, gpu_memory, weight_bytes, tp,
+                                 kv_bytes_per_gpu_token, dcp, state_pool_bytes))
 
 
 def sequences_at_once(capacity_tokens, batch, context, output, share=0.0) -> np.ndarray:

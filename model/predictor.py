@@ -48,11 +48,9 @@ class Predictor:
         var = np.empty(n)
         rel = np.empty(n)
         total = np.empty(n)
-        groups: dict[str, list[int]] = {}
-        for i, engine in enumerate(case.engine.tolist()):
-            groups.setdefault(engine, []).append(i)
-        for engine, idx in groups.items():
-            rows = np.array(idx) if len(groups) > 1 else slice(None)
+        names = set(case.engine.tolist())
+        for engine in names:
+            rows = case.engine == engine if len(names) > 1 else slice(None)
             coef, cov, noise = self.coefficients(engine, case.silicon.name)
             C[rows] = coef
             Xt = f.total[rows]

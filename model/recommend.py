@@ -156,7 +156,8 @@ def evaluate(model: CostModel, w: Workload, shape: ModelShape,
             "fits_in_memory": bool(demand <= p.capacity[i]),
             "running_sequences": int(p.running[i]) if p.feasible[i] else 0,
             "kv_read_source": source, "step_terms_s": terms})
-    preds = [ConfigPrediction.model_construct(**r) for r in rows]  # built here: types hold
+    fields = set(rows[0])
+    preds = [ConfigPrediction.model_construct(fields, **r) for r in rows]  # types hold here
     return [Evaluated(c, preds[i], (cover[i][0] != "uncalibrated" or w.allow_extrapolation)
                       and bool(p.feasible[i]), parts[i])
             for i, c in enumerate(configs)]

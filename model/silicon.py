@@ -75,6 +75,7 @@ class Silicon:
         self._gemm: dict[str, dict] = {}
         self._coll: dict[str, dict[int, tuple[float, float]]] = {}
         self._attn_flops: float | None = None
+        self._scalar_links: dict[tuple[str, float], tuple[float, float]] = {}
         # Engine-kernel tables (schema 2, imported) before the project's own kernels: the
         # engines run FlashMLA / FlashInfer / TRT-LLM kernels, ours is a Triton stand-in.
         ranked = sorted(profiles, key=lambda p: (0 if p[1].get("source", {}).get("engine")
@@ -208,8 +209,12 @@ class Silicon:
             return np.full(n_arr.shape, SPEC_COLLECTIVE_LATENCY_S), np.full(n_arr.shape, bw)
         log_sizes, lat, bw = table
         if n_arr.ndim == 0 or np.all(n_arr == n_arr.flat[0]):   # one group size (the usual)
-            i = int(np.abs(math.log2(max(float(n_arr.flat[0]), 1.0)) - log_sizes).argmin())
-            return np.full(n_arr.shape, lat[i]), np.full(n_arr.shape, bw[i])
+            n0 = float(n_arr.flat[0])
+            hit = self._scalar_links.get((op, n0))
+            if hit is None:
+                i = int(np.abs(math.log2(max(n0, 1.0)) - log_sizes).argmin())
+                hit = self._scalar_links[(op, n0)] = (float(lat[i]), float(bw[i]))
+            return np.full(n_arr.shape, hit[0]), np.full(n_arr.shape, hit[1])
         idx = np.abs(np.log2(np.maximum(n_arr, 1))[..., None] - log_sizes).argmin(axis=-1)
         return lat[idx], bw[idx]
 

@@ -9,6 +9,7 @@ import pytest
 from model.default import default_model
 from model.gpus import builtin_gpu
 from model.shape import bare
+from model.workload import preset_shape
 from sim import tokenizer
 from sim.engine import EngineCore
 from sim.textgen import WORDS, plan_output
@@ -59,7 +60,7 @@ def test_plan_respects_max_min_and_seeds():
 
 
 def _timer():
-    return StepTimer(default_model(), "vllm", builtin_gpu("B300"), bare(70272), 8)
+    return StepTimer(default_model(), "vllm", builtin_gpu("B300"), preset_shape("kimi-k3", "bf16"), 8)
 
 
 def test_step_time_grows_with_batch_and_context():
