@@ -12,8 +12,18 @@ from calib_synth import KV, rows
 from calibration.plan import plan
 from model.artifact import save
 from model.costmodel import CostModel
+from model.hwprofile import PROFILES_ENV
 from model.recommend import crossover_near
 from model.workload import Config, Workload
+
+
+@pytest.fixture(scope="module", autouse=True)
+def spec_physics(tmp_path_factory):
+    """The synthetic B300 truth and the thresholds below are set on spec-sheet KV physics: no
+    hardware profile here, whichever profiles calibration/profiles ships."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(PROFILES_ENV, str(tmp_path_factory.mktemp("no-profiles")))
+        yield
 
 
 @pytest.fixture(scope="module")
