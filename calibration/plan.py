@@ -69,8 +69,8 @@ def plan(model: CostModel, w: Workload, contexts: list[int] | None = None,
     configs, _ = candidates(model, w, layout)
     if not include_uncalibrated:
         gpu = w.gpu_spec().name
-        configs = [c for c in configs
-                   if model.coverage(c.engine, gpu, w.num_gpus, c.dcp_size, {})[0]]
+        configs = [c for c in configs if model.coverage(c.engine, gpu, w.num_gpus, c.dcp_size,
+                                                        layout.key, {})[0] != "uncalibrated"]
     if not configs:
         return []
     cross = [x for x, _, _ in crossovers(CROSSOVER_GRID, total_curves(model, w, layout, configs,

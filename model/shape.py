@@ -148,7 +148,8 @@ def bare(kv_bytes_per_token: float, kv_dtype: str = "bf16", attention: Attention
          kv_heads: int | None = None, weight_bytes: float | None = None) -> ModelShape:
     """A model known only by its KV bytes per token (one pseudo-layer, no weights or FLOPs)."""
     return ModelShape(
-        name=f"kv{int(kv_bytes_per_token)}", key=_key("kv", f"{kv_bytes_per_token}"),
+        name=f"kv{int(kv_bytes_per_token)}",
+        key=_key(f"kv{int(kv_bytes_per_token)}", f"{kv_bytes_per_token}"),
         kv_dtype=kv_dtype, attention=attention, n_layers=1, n_full_layers=1,
         n_linear_layers=0, kv_layer_bytes=float(kv_bytes_per_token), kv_heads=kv_heads or 1,
         q_heads=0, hidden_size=0, qk_dim=0, v_dim=0, state_bytes_per_seq=0.0,
