@@ -28,7 +28,15 @@ from model.gpus import builtin_gpu
 from model.memory import kv_capacity_array, max_running, sequences_at_once
 from model.shape import ModelShape
 from model.silicon import Silicon, silicon_for
-from model.terms import DECODE_TERMS, N_PREFILL, TERMS, Hardware, decode_terms, prefill_terms
+from model.terms import (
+    DECODE_TERMS,
+    N_PREFILL,
+    PHYSICS_TERMS,
+    TERMS,
+    Hardware,
+    decode_terms,
+    prefill_terms,
+)
 
 RANGE_DIMS = ("context_tokens", "batch_size", "output_tokens")
 UNCALIBRATED_REL_SIGMA = 0.25   # added relative sd: no data for this engine on this hardware
@@ -128,8 +136,7 @@ def roofline_total_s(case: Case) -> np.ndarray:
     peak = Case(case.shape, roofline_silicon(case.silicon.gpu), case.tp, case.engine,
                 case.batch, case.context, case.output, case.dcp, case.fraction, case.share)
     f = case_features(peak).total
-    physics = [i for i, t in enumerate(TERMS) if t not in
-               ("pf_fixed", "layer_fixed", "seq_fixed", "step_fixed")]
+    physics = [i for i, t in enumerate(TERMS) if t in PHYSICS_TERMS]
     return f[:, physics].sum(axis=1)
 
 

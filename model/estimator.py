@@ -29,6 +29,7 @@ PRIOR: dict[str, float] = {
     **{t: 1.0 for t in PHYSICS_TERMS},
     "pf_fixed": 60e-6,      # s per layer per prefill pass: eager / piecewise-graph kernels
                             # (~20 per layer at ~3 us of launch and tail each)
+    "pf_batch": 5e-3,       # s per prefilled batch: scheduling, tokenisation, first sampling
     "layer_fixed": 40e-6,   # s per layer per decode step: ~15-20 kernels (norms, projections,
                             # attention, router, expert GEMMs, collectives) at 2-3 us of launch
                             # gap and tail each inside a CUDA-graph replay
@@ -42,7 +43,7 @@ PHYSICS_FLOOR = 0.6
 PRIOR_STRENGTH: dict[str, float] = {
     **{t: 1e-3 for t in PHYSICS_TERMS},
     "dcp_comm": 10.0,       # collectives are physics the engines share: held at the silicon
-    "pf_fixed": 1e-5, "layer_fixed": 1e-5, "seq_fixed": 1e-5, "step_fixed": 1e-5,
+    "pf_fixed": 1e-5, "pf_batch": 1e-5, "layer_fixed": 1e-5, "seq_fixed": 1e-5, "step_fixed": 1e-5,
 }
 
 

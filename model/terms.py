@@ -25,7 +25,8 @@ Prefill of ``B`` prompts of ``L`` tokens, a share ``s`` of each found in the pre
 - ``pf_gemm``: per chunk max(chunk FLOPs / GEMM FLOP/s, weights / tp / bandwidth);
 - ``pf_attn``: causal attention FLOPs ``coef L^2 (1 + (B - 1)(1 - s^2))`` / tp / attention FLOP/s;
 - ``pf_comm``: two all-reduces of the chunk's activations per layer and chunk;
-- ``pf_fixed`` (count: layers x forward passes).
+- ``pf_fixed`` (count: layers x forward passes);
+- ``pf_batch`` (count: 1 per prefilled batch: scheduling, tokenisation, first sampling).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import numpy as np
 from model.shape import ModelShape
 from model.silicon import Silicon
 
-PREFILL_TERMS = ("pf_gemm", "pf_attn", "pf_comm", "pf_fixed")
+PREFILL_TERMS = ("pf_gemm", "pf_attn", "pf_comm", "pf_fixed", "pf_batch")
 DECODE_TERMS = ("gemm", "kv_read", "state", "tp_comm", "dcp_comm", "layer_fixed", "seq_fixed",
                 "step_fixed")
 TERMS = PREFILL_TERMS + DECODE_TERMS
@@ -115,6 +116,7 @@ def prefill_terms(shape: ModelShape, hw: Hardware, batch, context, share=0.0,
     out[..., 2] = chunks * 2.0 * shape.n_layers * si.all_reduce_s(
         chunk * shape.hidden_size * ACT_BYTES, tp)
     out[..., 3] = chunks * shape.n_layers
+    out[..., 4] = 1.0
     return out
 
 

@@ -15,9 +15,8 @@ TRUE = {**PRIOR, "gemm": 1.4, "kv_read": 1.2, "step_fixed": 3e-3, "seq_fixed": 5
 def synthetic(coef: dict[str, float], n: int = 120, noise: float = 0.0, seed: int = 0):
     """Random non-negative term features (seconds / counts of plausible size) and their times."""
     rng = np.random.default_rng(seed)
-    scale = np.array([1.0 if t not in ("pf_fixed", "layer_fixed", "seq_fixed", "step_fixed")
-                      else {"pf_fixed": 10, "layer_fixed": 60, "seq_fixed": 64,
-                            "step_fixed": 1}[t] for t in TERMS])
+    counts = {"pf_fixed": 10, "pf_batch": 1, "layer_fixed": 60, "seq_fixed": 64, "step_fixed": 1}
+    scale = np.array([counts.get(t, 1.0) for t in TERMS])
     X = rng.uniform(0.0, 1.0, (n, len(TERMS))) * scale
     X[:, TERMS.index("step_fixed")] = rng.integers(0, 2, n) * 100.0   # steps of a total
     X[:, TERMS.index("dcp_comm")] *= 0.01

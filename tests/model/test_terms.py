@@ -153,5 +153,7 @@ def test_a_batch_that_does_not_fit_runs_in_waves():
     one = case_features(dataclasses.replace(case, batch=np.array([float(run)] * 2)))
     assert f.total[0, -1] == pytest.approx(100 * (waves + (rest > 0)))  # step_fixed counts steps
     last = case_features(dataclasses.replace(case, batch=np.array([float(rest)] * 2)))
-    assert f.total[0, 3] == pytest.approx(one.total[0, 3] * waves + last.total[0, 3])  # passes
-    assert f.prefill[0, 3] == pytest.approx(one.total[0, 3])   # TTFT: the first wave only
+    pf = PREFILL_TERMS.index("pf_fixed")
+    assert f.total[0, pf] == pytest.approx(one.total[0, pf] * waves + last.total[0, pf])  # passes
+    assert f.prefill[0, pf] == pytest.approx(one.total[0, pf])   # TTFT: the first wave only
+    assert f.total[0, PREFILL_TERMS.index("pf_batch")] == waves + (rest > 0)
