@@ -17,7 +17,7 @@ KV = 2_000_000   # large KV bytes per token: KV reads dominate already at a few 
 # DCP 8 reads an eighth of the KV per GPU but pays a larger fixed cost per step.
 TRUTH = {
     "vllm": {**PRIOR, "kv_read": 1.25, "step_fixed": 1e-3, "pf_fixed": 3e-3},
-    "sglang": {**PRIOR, "kv_read": 1.4, "step_fixed": 5e-3, "pf_fixed": 4e-3},
+    "sglang": {**PRIOR, "kv_read": 1.4, "step_fixed": 1e-2, "pf_fixed": 4e-3},
 }
 DCP = {"vllm": 1, "sglang": 8}
 

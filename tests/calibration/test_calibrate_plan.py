@@ -50,11 +50,11 @@ def test_top_suggestions_sit_at_the_crossover(model):
 
 
 def test_outside_the_calibrated_range_is_flagged():
-    """Data from 8K up; the crossover (about 3K) lies below it: points there are suggested and
-    flagged as outside the calibrated range."""
-    model = CostModel.fit(rows(contexts=(8192, 16384, 32768), batches=(1, 4), outputs=(32,)))
-    w = workload(3072)
-    points = plan(model, w, contexts=[2048, 3072, 4096], n_points=6)
+    """Data from 12K up; the crossover (about 7K) lies below it: points there are suggested
+    and flagged as outside the calibrated range."""
+    model = CostModel.fit(rows(contexts=(12288, 16384, 24576), batches=(1, 4), outputs=(32,)))
+    w = workload(6144)
+    points = plan(model, w, contexts=[4096, 6144, 8192], n_points=6)
     assert points, "a workload beyond the data must get suggestions"
     assert all("outside the calibrated range" in " ".join(p.reasons) for p in points)
 
