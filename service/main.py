@@ -16,24 +16,15 @@ from service.cache import ResponseCache
 from service.holder import ModelHolder, load_artifact, load_default
 from service.metrics import Metrics
 from service.middleware import MetricsMiddleware, RequestIdMiddleware
+from service.proxy import route_api
+from service.proxy import routes as proxy
 from service.proxy.asgi import DIRECT_PATHS, DirectPath, ProxyMiddleware
 from service.proxy.state import ProxyState, proxy_lifespan
-from service.routes import (
-    admin,
-    bench,
-    crossover,
-    health,
-    observations,
-    plan,
-    predict,
-    proxy,
-    recommend,
-    route,
-)
+from service.routes import admin, bench, crossover, health, observations, plan, predict, recommend
 from service.settings import Settings
 
 ROUTERS = (recommend.router, predict.router, crossover.router, plan.router, admin.router,
-           health.router, proxy.router, route.router, observations.router)
+           health.router, proxy.router, route_api.router, observations.router)
 
 
 def operation_id(route: APIRoute) -> str:

@@ -9,7 +9,7 @@
 - Direct path: ``POST /v1/chat/completions`` and ``/v1/completions`` are dispatched by the app
   itself (service.main.App) before FastAPI sees them, to ``DirectPath``: request ids, metrics
   and the body cap (the same middleware classes the app uses), then the handler the FastAPI
-  routes also call (service.routes.proxy.handle). FastAPI's own layers (telemetry checks,
+  routes also call (service.proxy.routes.handle). FastAPI's own layers (telemetry checks,
   server-error and exception middleware, route matching, dependency solving) cost about 40 %
   of the proxy's CPU per request (bench/bench_proxy.py) and are skipped; errors become the
   same envelope, and an unexpected exception a logged 500.

@@ -64,7 +64,7 @@ class UpstreamsStatus(BaseModel):
                             breaker=u.breaker.state, in_flight=u.in_flight,
                             last_error=u.last_error) for u in p.upstreams]
         return cls(file=p.source, sha256=p.sha256, generation=p.generation,
-                   loaded_at=p.loaded_at, last_reload=ReloadInfo(**st.last_reload),
+                   loaded_at=p.loaded_at, last_reload=ReloadInfo(**st.last_reload.as_dict()),
                    upstreams=ups, decision_cache_hits=st.decider.hits,
                    decision_cache_misses=st.decider.misses)
 
