@@ -110,6 +110,8 @@ class Connection(asyncio.Protocol):
         self.interim = 0
         self.status = 0
         self.headers: list[tuple[bytes, bytes]] = []
+        self.lengths: list[bytes] = []        # Content-Length values
+        self.codings: list[bytes] = []        # Transfer-Encoding values
         self.body: list[bytes] = []
         self.buffered = 0
         self.total = 0            # body bytes of the response
@@ -181,7 +183,12 @@ class Connection(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         if self.phase == HEAD:
             self.head_size += len(name) + len(value) + 4
-            self.headers.append((name.lower(), value))
+            name = name.lower()
+            if name == b"content-length":
+                self.lengths.append(value)
+            elif name == b"transfer-encoding":
+                self.codings.append(value)
+            self.headers.append((name, value))
             return
         self.trailer_size += len(name) + len(value) + 4     # trailers: counted, dropped
         if self.trailer_size > self.limits.trailer_bytes:
@@ -202,7 +209,7 @@ class Connection(asyncio.Protocol):
             self.interim += 1
             if self.interim > lim.interim:
                 raise ProtocolError(f"more than {lim.interim} interim (1xx) responses")
-            self.headers = []
+            self.headers, self.lengths, self.codings = [], [], []
             return
         length, chunked = self._framing()
         if self.cap is not None and length is not None and length > self.cap:
@@ -212,8 +219,7 @@ class Connection(asyncio.Protocol):
         self.phase = BODY
 
     def _framing(self) -> tuple[int | None, bool]:
-        lengths = [v for k, v in self.headers if k == b"content-length"]
-        codings = [v for k, v in self.headers if k == b"transfer-encoding"]
+        lengths, codings = self.lengths, self.codings
         if len(lengths) > 1:
             raise ProtocolError("more than one Content-Length")
         if codings and lengths:

@@ -68,13 +68,21 @@ class ProxyState:
         self._retired: list[Upstream] = []     # dropped by a reload, closed once idle
         self._lock: asyncio.Lock | None = None
         self._sighup = False
+        self._cap: tuple[int, int] | None = None     # (pools generation, body cap)
 
     # ------------------------------------------------------------------ limits
     def body_cap(self) -> int:
-        if self.settings.proxy_max_body_bytes is not None:
-            return self.settings.proxy_max_body_bytes
-        longest = self.pools.max_model_len() if self.pools is not None else None
-        return max(MIN_BODY_CAP, (longest or 0) * BYTES_PER_CONTEXT_TOKEN)
+        """Per request: computed once per pools generation."""
+        pools = self.pools
+        key = pools.generation if pools is not None else 0
+        if self._cap is None or self._cap[0] != key:
+            if self.settings.proxy_max_body_bytes is not None:
+                cap = self.settings.proxy_max_body_bytes
+            else:
+                longest = pools.max_model_len() if pools is not None else None
+                cap = max(MIN_BODY_CAP, (longest or 0) * BYTES_PER_CONTEXT_TOKEN)
+            self._cap = (key, cap)
+        return self._cap[1]
 
     # ------------------------------------------------------------------ loading
     def _file_stat(self) -> tuple[int, int] | None:
