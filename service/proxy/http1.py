@@ -37,7 +37,7 @@ import httptools
 
 IDLE_S = 4.0                    # below uvicorn's 5 s keep-alive: never reuse a closing socket
 HOP = {b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"host"}
-READ_HIGH, READ_LOW = 1 << 18, 1 << 16   # buffered body bytes that pause / resume reading
+READ_HIGH = 1 << 18               # buffered bytes of a stream that pause reading upstream
 FRAMING_PER_CHUNK = 32          # chunk-size line and CRLFs allowed per chunk (no extensions)
 
 
@@ -240,7 +240,8 @@ class Connection(asyncio.Protocol):
             raise LimitError(f"body over the limit of {self.cap} bytes")
         self.body.append(body)
         self.buffered += len(body)
-        if self.buffered > READ_HIGH and not self.paused:
+        # a stream read slowly pauses the upstream; a whole body is bounded by its cap instead
+        if self.cap is None and self.buffered > READ_HIGH and not self.paused:
             self.paused = True
             self.transport.pause_reading()
 
@@ -336,6 +337,9 @@ class Response:
             c.cap = self._pool.limits.body_bytes
             if c.total > c.cap:
                 raise LimitError(f"body over the limit of {c.cap} bytes")
+            if c.paused and not c.lost:
+                c.paused = False
+                c.transport.resume_reading()
         while c.phase != DONE:
             if c.error is not None:
                 raise c.error

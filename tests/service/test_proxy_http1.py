@@ -304,3 +304,28 @@ def test_refusals_close_the_connection():
     c = feed([head + b"transfer-encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n"
               + b"x-t: " + b"v" * 3000 + b"\r\n\r\n"], Limits(trailer_bytes=1024))
     assert isinstance(c.error, LimitError)
+
+
+def test_large_bodies_are_read_whole_and_slow_streams_pause_the_upstream():
+    big = b"x" * (3 << 20)
+    head = b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(big)
+
+    async def answer(writer):
+        writer.write(head + big)
+
+    async def main():
+        server, url = await serve(answer)
+        pool = Http1Pool(url, 1, Limits(body_bytes=4 << 20))
+        r = await send(pool)                       # read whole: never paused
+        assert await asyncio.wait_for(r.read(), 10) == big
+        r.release()
+        r = await pool.request("POST", "/", [], BODY, 2.0, whole=False)
+        await asyncio.sleep(0.3)                   # nobody reads: the upstream is paused
+        conn = r._conn
+        assert conn.paused and conn.buffered < len(big)
+        got = b"".join([piece async for piece in r.body()])
+        assert got == big and not conn.paused
+        r.release()
+        assert len(pool.idle) == 1
+        server.close()
+    asyncio.run(main())
