@@ -8,10 +8,13 @@ upstream connection, so the engine aborts the request (streaming or not).
   forwarded event by event (whole ``data: ...\\n\\n`` events, as they arrive, never re-split
   or re-encoded), so a failure can never leave half an event at the client.
 - Nothing reaches the client before the upstream's first complete event (streaming) or whole
-  body (non-streaming). Until then a connect error, a 429 or 5xx, or a connection cut is
-  retried on another upstream (the chosen engine's first, then, with ``retries.other_engine``,
-  the other engine's) after a jittered backoff that honours ``Retry-After``. After that, a
-  failure ends the stream with an error event ``data: {"error": {...}}``.
+  body (non-streaming). Until then a connect error, a 429 or 5xx, a connection cut, or a
+  response the client refuses (service.proxy.http1: malformed, ambiguous or over
+  ``limits``; logged) is retried on another upstream (the chosen engine's first, then,
+  with ``retries.other_engine``, the other engine's) after a jittered backoff that honours
+  ``Retry-After``. After that, a
+  failure ends the stream with an error event ``data: {"error": {...}}``. A single event
+  longer than ``limits.event_bytes`` is refused like a malformed response.
 - Timeouts: ``connect_s`` (TCP connect), ``first_byte_s`` (streaming: until the first event),
   ``idle_s`` (streaming: between events), ``total_s`` (the whole request, also non-streaming).
   A timeout answers 504 (or an error event mid-stream) and is not retried.
