@@ -12,9 +12,9 @@ upstream connection, so the engine aborts the request (streaming or not).
   response the client refuses (service.proxy.http1: malformed, ambiguous or over
   ``limits``; logged) is retried on another upstream (the chosen engine's first, then,
   with ``retries.other_engine``, the other engine's) after a jittered backoff that honours
-  ``Retry-After``. After that, a
-  failure ends the stream with an error event ``data: {"error": {...}}``. A single event
-  longer than ``limits.event_bytes`` is refused like a malformed response.
+  ``Retry-After``. After that, a failure ends the stream with an error event
+  ``data: {"error": {...}}``. A single event longer than ``limits.event_bytes`` is refused
+  like a malformed response.
 - Timeouts: ``connect_s`` (TCP connect), ``first_byte_s`` (streaming: until the first event),
   ``idle_s`` (streaming: between events), ``total_s`` (the whole request, also non-streaming).
   A timeout answers 504 (or an error event mid-stream) and is not retried.
