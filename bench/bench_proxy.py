@@ -1,9 +1,13 @@
-"""What the proxy adds: the same load directly against a simulator and through each gateway.
+"""What the proxy adds: the same load directly against an upstream and through each gateway.
 
-Targets, all in front of ONE simulator process (``engine-advisor sim --engine sglang`` at time
-scale 1e-6: generation takes no time, so only the HTTP path is measured):
+Targets, all in front of ONE upstream process, answering at once so only the HTTP path is
+measured. ``--upstream sim`` (default): ``engine-advisor sim --engine sglang`` at time scale
+1e-6. ``--upstream aiohttp``: bench/aiohttp_upstream.py, an independent OpenAI-compatible
+server on aiohttp (another HTTP stack than the one the simulator shares with the proxy), run by
+``--aiohttp-python`` (default /tmp/aiohttp-up/bin/python; ``python3 -m venv /tmp/aiohttp-up &&
+/tmp/aiohttp-up/bin/pip install aiohttp``).
 
-- ``direct``: the simulator itself.
+- ``direct``: the upstream itself.
 - ``engine-advisor``: ``engine-advisor serve --upstreams FILE`` (one uvicorn worker).
 - ``sglang-router``: the SGLang model gateway (Rust; PyPI ``sglang-router``), round robin.
 - ``litellm``: LiteLLM's proxy (PyPI ``litellm[proxy]``), one worker.
@@ -22,13 +26,18 @@ Three loads per target, in interleaved rounds (medians reported):
    generator (raw sockets, keep-alive, one coroutine per connection) at the same concurrency
    for ``--stream-requests`` requests (bounded by ``--duration`` too): p50/p99 TTFT (first
    ``data:`` bytes) and total. The generator is checked against wrk on the direct target
-   (non-streaming): its req/s and p50 are printed next to wrk's.
+   (non-streaming): its req/s and p50 are printed next to wrk's. ``--wrk-only`` skips
+   loads 2 and 3.
 3. the same streaming requests paced at ``--paced-rate`` req/s in all (default 1000) over
    the same connections for ``--duration`` s: what a hop adds when nothing queues (loads 1
    and 2 run every target at saturation, where three processes share this machine's CPUs and
    any CPU the proxy spends shows up as queueing). Not run against LiteLLM (~75 req/s).
 
+CPU per request: each gateway's process CPU time (user + system, from /proc) during its wrk
+run, divided by the requests wrk completed (for ``direct``: the upstream's own).
+
 Usage:  .venv/bin/python bench/bench_proxy.py [--rounds 3] [--duration 5] [--connections 32]
+        [--upstream aiohttp] [--wrk-only]
 """
 
 from __future__ import annotations
@@ -56,6 +65,7 @@ PLAIN = f'{{"model":"{MODEL}","prompt":"hello there","max_tokens":1}}'
 STREAM = f'{{"model":"{MODEL}","prompt":"hello there","max_tokens":16,"stream":true}}'
 KEY = "sk-bench-5f0c9e2a7b1d4e6f8a3c2b1d0e9f8a7b"   # LiteLLM refuses to start without one
 ROUTER_VENV = Path("/tmp/venv-sgl-router")
+AIOHTTP_PYTHON = Path("/tmp/aiohttp-up/bin/python")
 LITELLM_VENV = Path("/tmp/venv-litellm")
 
 
@@ -111,16 +121,27 @@ def seconds(text: str) -> float:
     return float(value) * {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}[unit]
 
 
-def run_wrk(url: str, lua: Path, connections: int, duration: int) -> dict[str, float]:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_wrk(url: str, lua: Path, connections: int, duration: int,
+            pid: int | None = None) -> dict[str, float]:
+    cpu0 = cpu_seconds(pid) if pid else 0.0
     out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency",
                           "-s", str(lua), url + "/v1/completions"], capture_output=True,
                          text=True, check=True, timeout=duration + 60).stdout
+    cpu = cpu_seconds(pid) - cpu0 if pid else float("nan")
+    done = int(re.search(r"(\d+) requests in", out).group(1))
     bad = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
     errors = re.search(r"Socket errors: (.*)", out)
     return {"rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
             "p50": seconds(re.search(r"\s50%\s+(\S+)", out).group(1)),
             "p99": seconds(re.search(r"\s99%\s+(\S+)", out).group(1)),
             "failed": float(bad.group(1)) if bad else 0.0,
+            "cpu_us": cpu / max(done, 1) * 1e6,
             "socket_errors": errors.group(1) if errors else ""}
 
 
@@ -229,6 +250,39 @@ litellm_settings:
 """)
 
 
+def med(rows: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in rows)
+
+
+def streaming_tables(args, st_res: dict, paced: dict, check: list, d_w: list) -> None:
+    d_s = st_res["direct"]
+    print("\n| target | stream TTFT p50 ms | TTFT p99 ms | total p50 ms | total p99 ms | "
+          "added TTFT p50 ms |")
+    print("|---|---|---|---|---|---|")
+    for name, s in st_res.items():
+        print(f"| {name} | {med(s, 'ttft_p50') * 1e3:.2f} | {med(s, 'ttft_p99') * 1e3:.2f} | "
+              f"{med(s, 'p50') * 1e3:.2f} | {med(s, 'p99') * 1e3:.2f} | "
+              f"{(med(s, 'ttft_p50') - med(d_s, 'ttft_p50')) * 1e3:+.2f} |")
+    if paced["direct"]:
+        d_p = paced["direct"]
+        print(f"\nstreaming, paced at {args.paced_rate:g} req/s over {args.connections} "
+              "connections (below every measured target's capacity but LiteLLM's, not run "
+              "there): the latency a hop adds when nothing queues\n")
+        print("| target | req/s | TTFT p50 ms | TTFT p99 ms | total p50 ms | total p99 ms | "
+              "added TTFT p50 ms | added total p50 ms |")
+        print("|---|---|---|---|---|---|---|---|")
+        for name, rows in paced.items():
+            if rows:
+                print(f"| {name} | {med(rows, 'rps'):.0f} | {med(rows, 'ttft_p50') * 1e3:.2f} | "
+                      f"{med(rows, 'ttft_p99') * 1e3:.2f} | {med(rows, 'p50') * 1e3:.2f} | "
+                      f"{med(rows, 'p99') * 1e3:.2f} | "
+                      f"{(med(rows, 'ttft_p50') - med(d_p, 'ttft_p50')) * 1e3:+.2f} | "
+                      f"{(med(rows, 'p50') - med(d_p, 'p50')) * 1e3:+.2f} |")
+    print(f"\nload generator check (direct, non-streaming): asyncio {med(check, 'rps'):.0f} "
+          f"req/s p50 {med(check, 'p50') * 1e3:.2f} ms vs wrk {med(d_w, 'rps'):.0f} req/s p50 "
+          f"{med(d_w, 'p50') * 1e3:.2f} ms")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
@@ -240,6 +294,12 @@ def main() -> int:
                     help="req/s of the paced streaming load (default 1000; 0: skip it)")
     ap.add_argument("--router-venv", type=Path, default=ROUTER_VENV)
     ap.add_argument("--litellm-venv", type=Path, default=LITELLM_VENV)
+    ap.add_argument("--upstream", choices=["sim", "aiohttp"], default="sim",
+                    help="the upstream every target forwards to (default sim)")
+    ap.add_argument("--aiohttp-python", type=Path, default=AIOHTTP_PYTHON,
+                    help="a Python with aiohttp, for --upstream aiohttp")
+    ap.add_argument("--wrk-only", action="store_true",
+                    help="only the non-streaming wrk load (no streaming loads)")
     args = ap.parse_args()
     if not (1 <= args.rounds <= 10 and 1 <= args.duration <= 60
             and 1 <= args.connections <= 1024 and 1 <= args.stream_requests <= 100_000
@@ -257,8 +317,18 @@ def main() -> int:
     try:
         sim_port = free_port()
         sim_url = f"http://127.0.0.1:{sim_port}"
-        procs.append(start([str(EXE), "sim", "--engine", "sglang", "--port", str(sim_port),
-                            "--time-scale", "1e-6", "--model-name", MODEL], tmp / "sim.log"))
+        if args.upstream == "aiohttp":
+            if not args.aiohttp_python.exists():
+                raise SystemExit(f"bench_proxy: {args.aiohttp_python} not found (python3 -m "
+                                 "venv /tmp/aiohttp-up && /tmp/aiohttp-up/bin/pip install "
+                                 "aiohttp)")
+            procs.append(start([str(args.aiohttp_python), str(ROOT / "bench" /
+                                                              "aiohttp_upstream.py"),
+                                "--port", str(sim_port)], tmp / "sim.log"))
+        else:
+            procs.append(start([str(EXE), "sim", "--engine", "sglang", "--port", str(sim_port),
+                                "--time-scale", "1e-6", "--model-name", MODEL],
+                               tmp / "sim.log"))
         targets.append(Target("direct", sim_url, procs[-1], tmp / "sim.log"))
 
         write_upstreams(tmp / "upstreams.yaml", sim_url)
@@ -318,13 +388,20 @@ def main() -> int:
         load_before = os.getloadavg()[0]
         for r in range(args.rounds):
             for t in live:
-                w = run_wrk(t.url, lua, args.connections, args.duration)
+                w = run_wrk(t.url, lua, args.connections, args.duration, t.proc.pid)
                 wrk_res[t.name].append(w)
+                if args.wrk_only:
+                    print(f"round {r + 1} {t.name:<15} wrk {w['rps']:7.0f} req/s p50 "
+                          f"{w['p50'] * 1e3:7.2f} ms p99 {w['p99'] * 1e3:7.2f} ms cpu "
+                          f"{w['cpu_us']:6.0f} us/req"
+                          + (f" FAILED {w['failed']:.0f}" if w["failed"] else ""), flush=True)
+                    continue
                 s = run_load(t.url, STREAM, args.connections, args.stream_requests,
                              args.duration * 2)
                 st_res[t.name].append(s)
                 print(f"round {r + 1} {t.name:<15} wrk {w['rps']:7.0f} req/s p50 "
-                      f"{w['p50'] * 1e3:7.2f} ms p99 {w['p99'] * 1e3:7.2f} ms | stream "
+                      f"{w['p50'] * 1e3:7.2f} ms p99 {w['p99'] * 1e3:7.2f} ms cpu "
+                      f"{w['cpu_us']:6.0f} us/req | stream "
                       f"{s['n']} req ttft p50 {s['ttft_p50'] * 1e3:7.2f} p99 "
                       f"{s['ttft_p99'] * 1e3:7.2f} total p50 {s['p50'] * 1e3:7.2f} p99 "
                       f"{s['p99'] * 1e3:7.2f} ms"
@@ -338,57 +415,41 @@ def main() -> int:
                           f"ttft p50 {pr['ttft_p50'] * 1e3:.2f} p99 {pr['ttft_p99'] * 1e3:.2f} "
                           f"total p50 {pr['p50'] * 1e3:.2f} p99 {pr['p99'] * 1e3:.2f} ms"
                           + (f" FAILED {pr['failed']}" if pr["failed"] else ""), flush=True)
-            check.append(run_load(live[0].url, PLAIN, args.connections, 100_000,
-                                  args.duration))
+            if not args.wrk_only:
+                check.append(run_load(live[0].url, PLAIN, args.connections, 100_000,
+                                      args.duration))
         load_after = os.getloadavg()[0]
     finally:
         stop(procs)
 
-    def med(rows: list[dict], key: str) -> float:
-        return statistics.median(r[key] for r in rows)
-
-    d_w, d_s = wrk_res["direct"], st_res["direct"]
+    d_w = wrk_res["direct"]
+    what = "aiohttp server (bench/aiohttp_upstream.py)" if args.upstream == "aiohttp" \
+        else "simulator"
     print(f"\nmedians of {args.rounds} interleaved rounds, concurrency {args.connections}, "
           f"loopback, {os.cpu_count()} CPUs, 1-min load average {load_before:.1f} before / "
-          f"{load_after:.1f} after; upstream: one simulator process\n")
-    print("| target | req/s (wrk) | p50 ms | p99 ms | added p50 ms | stream TTFT p50 ms | "
-          "TTFT p99 ms | total p50 ms | total p99 ms | added TTFT p50 ms |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for name in wrk_res:
-        w, s = wrk_res[name], st_res[name]
+          f"{load_after:.1f} after; upstream: one {what} process\n")
+    print("| target | req/s (wrk) | p50 ms | p99 ms | added p50 ms | CPU us/req |")
+    print("|---|---|---|---|---|---|")
+    for name, w in wrk_res.items():
         print(f"| {name} | {med(w, 'rps'):.0f} | {med(w, 'p50') * 1e3:.2f} | "
               f"{med(w, 'p99') * 1e3:.2f} | {(med(w, 'p50') - med(d_w, 'p50')) * 1e3:+.2f} | "
-              f"{med(s, 'ttft_p50') * 1e3:.2f} | {med(s, 'ttft_p99') * 1e3:.2f} | "
-              f"{med(s, 'p50') * 1e3:.2f} | {med(s, 'p99') * 1e3:.2f} | "
-              f"{(med(s, 'ttft_p50') - med(d_s, 'ttft_p50')) * 1e3:+.2f} |")
+              f"{med(w, 'cpu_us'):.0f} |")
     for name, why in skipped.items():
         print(f"| {name} | not measured: {why[:300]} |")
-    if paced["direct"]:
-        d_p = paced["direct"]
-        print(f"\nstreaming, paced at {args.paced_rate:g} req/s over {args.connections} "
-              "connections (below every measured target's capacity but LiteLLM's, not run "
-              "there): the latency a hop adds when nothing queues\n")
-        print("| target | req/s | TTFT p50 ms | TTFT p99 ms | total p50 ms | total p99 ms | "
-              "added TTFT p50 ms | added total p50 ms |")
-        print("|---|---|---|---|---|---|---|---|")
-        for name, rows in paced.items():
-            if rows:
-                print(f"| {name} | {med(rows, 'rps'):.0f} | {med(rows, 'ttft_p50') * 1e3:.2f} | "
-                      f"{med(rows, 'ttft_p99') * 1e3:.2f} | {med(rows, 'p50') * 1e3:.2f} | "
-                      f"{med(rows, 'p99') * 1e3:.2f} | "
-                      f"{(med(rows, 'ttft_p50') - med(d_p, 'ttft_p50')) * 1e3:+.2f} | "
-                      f"{(med(rows, 'p50') - med(d_p, 'p50')) * 1e3:+.2f} |")
-    print(f"\nload generator check (direct, non-streaming): asyncio {med(check, 'rps'):.0f} "
-          f"req/s p50 {med(check, 'p50') * 1e3:.2f} ms vs wrk {med(d_w, 'rps'):.0f} req/s p50 "
-          f"{med(d_w, 'p50') * 1e3:.2f} ms")
+    if not args.wrk_only:
+        streaming_tables(args, st_res, paced, check, d_w)
     ea = wrk_res["engine-advisor"]
     added = (med(ea, "p50") - med(d_w, "p50")) * 1e3
-    print(f"target added p50 <= 1 ms over direct: {added:+.2f} ms "
-          f"{'met' if added <= 1.0 else 'NOT met'}")
+    cpu = med(ea, "cpu_us")
+    print(f"\ntarget CPU <= 200 us per request: {cpu:.0f} us {'met' if cpu <= 200 else 'NOT met'}")
     if "sglang-router" in wrk_res:
-        ratio = med(ea, "rps") / med(wrk_res["sglang-router"], "rps")
-        print(f"target throughput >= 0.5x sglang-router: {ratio:.2f}x "
-              f"{'met' if ratio >= 0.5 else 'NOT met'}")
+        sr = wrk_res["sglang-router"]
+        ratio = med(ea, "rps") / med(sr, "rps")
+        added_sr = (med(sr, "p50") - med(d_w, "p50")) * 1e3
+        print(f"target throughput >= 0.8x sglang-router: {ratio:.2f}x "
+              f"{'met' if ratio >= 0.8 else 'NOT met'}")
+        print(f"target added p50 <= sglang-router's: {added:+.2f} ms vs {added_sr:+.2f} ms "
+              f"{'met' if added <= added_sr else 'NOT met'}")
     shutil.rmtree(tmp, ignore_errors=True)
     return 0
 

@@ -73,7 +73,7 @@ def run_serve(args: argparse.Namespace) -> int:
     if settings.models_dir is not None and not settings.models_dir.is_dir():
         raise CliError(f"--models-dir {settings.models_dir}: not a directory")
     if settings.upstreams is not None:
-        from service.upstreams import UpstreamsError, read
+        from service.proxy.upstreams import UpstreamsError, read
 
         settings.upstreams = settings.upstreams.resolve()
         try:

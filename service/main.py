@@ -16,27 +16,18 @@ from service.cache import ResponseCache
 from service.holder import ModelHolder, load_artifact, load_default
 from service.metrics import Metrics
 from service.middleware import MetricsMiddleware, RequestIdMiddleware
+from service.proxy import route_api
+from service.proxy import routes as proxy
 from service.proxy.asgi import DIRECT_PATHS, DirectPath, ProxyMiddleware
 from service.proxy.schemas import RouteWorkload
 from service.proxy.state import ProxyState, proxy_lifespan
-from service.routes import (
-    admin,
-    bench,
-    crossover,
-    deploy,
-    health,
-    observations,
-    plan,
-    predict,
-    proxy,
-    recommend,
-    route,
-    ui,
-)
+from service.routes import admin, bench, crossover, deploy, health, observations, plan, predict
+from service.routes import recommend, ui
 from service.settings import Settings
 
 ROUTERS = (recommend.router, predict.router, crossover.router, plan.router, deploy.router,
-           admin.router, health.router, proxy.router, route.router, observations.router, ui.router)
+           admin.router, health.router, proxy.router, route_api.router, observations.router,
+           ui.router)
 # Request bodies a route documents by hand (``openapi_extra``) refer to these by name.
 EXTRA_SCHEMAS = (RouteWorkload,)
 

@@ -9,7 +9,7 @@
 - Direct path: ``POST /v1/chat/completions`` and ``/v1/completions`` are dispatched by the app
   itself (service.main.App) before FastAPI sees them, to ``DirectPath``: request ids, metrics
   and the body cap (the same middleware classes the app uses), then the handler the FastAPI
-  routes also call (service.routes.proxy.handle). FastAPI's own layers (telemetry checks,
+  routes also call (service.proxy.routes.handle). FastAPI's own layers (telemetry checks,
   server-error and exception middleware, route matching, dependency solving) cost about 40 %
   of the proxy's CPU per request (bench/bench_proxy.py) and are skipped; errors become the
   same envelope, and an unexpected exception a logged 500.
@@ -17,12 +17,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.errors import ApiError, envelope, internal_error
+from service.metrics import Metrics
 from service.middleware import BodyLimitMiddleware, MetricsMiddleware, RequestIdMiddleware
+
+if TYPE_CHECKING:
+    from service.proxy.state import ProxyState
+
+Handler = Callable[[Request, str], Awaitable[Response]]
 
 PROXY_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/route"})
 DIRECT_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
@@ -43,7 +53,7 @@ ROUTES = {p: _Template(p) for p in DIRECT_PATHS}
 class ProxyMiddleware:
     """Inside FastAPI: the proxy's body cap on proxy paths, the global one elsewhere."""
 
-    def __init__(self, app: ASGIApp, limit: int, proxy):
+    def __init__(self, app: ASGIApp, limit: int, proxy: ProxyState):
         self.default = BodyLimitMiddleware(app, limit)
         self.capped = BodyLimitMiddleware(app, limit)
         self.proxy = proxy
@@ -59,7 +69,7 @@ class ProxyMiddleware:
 class DirectPath:
     """ASGI app of the completion routes, called by service.main.App (see the docstring)."""
 
-    def __init__(self, proxy, metrics, handler):
+    def __init__(self, proxy: ProxyState, metrics: Metrics, handler: Handler):
         self.proxy, self.handler = proxy, handler
         self.capped = BodyLimitMiddleware(self._handle, 0)
         self.app = RequestIdMiddleware(MetricsMiddleware(self.capped, metrics))

@@ -1,11 +1,11 @@
 """Which configured (engine, DCP size) group serves a request best, from the cost model.
 
-``model.recommend.recommend`` costs a few hundred microseconds, too much per request, so its
-answers are cached by bucket: context and output tokens in eighth-octave buckets (each about
-9 % wide, so a decision near a crossover is at most a few percent of context off), the batch
-in quarter-octave buckets. The recommender sees the bucket's representative value. The cache
-key includes the model version and the pools generation: a model or pools reload never serves
-an old decision.
+The configured groups are ranked by ``costs.pool_costs`` (predictions only). That still costs
+far more than the rest of a proxied request, so decisions are cached by bucket: context and
+output tokens in eighth-octave buckets (each about 9 % wide, so a decision near a crossover is
+at most a few percent of context off), the batch in quarter-octave buckets. The cost model sees
+the bucket's representative value. The cache key includes the model version and the pools
+generation: a model or pools reload never serves an old decision.
 
 The batch is ``max(workload.batch_size, 1 + in-flight requests of the least-loaded available
 upstream)``: the concurrency the request would join, floored by the batch the operator
@@ -17,11 +17,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from model.recommend import NoEligibleConfiguration, recommend
-from model.schemas import ConfigPrediction
 from model.workload import MAX_BATCH, MAX_CONTEXT, MAX_OUTPUT
 from service.holder import LoadedModel
-from service.upstreams import Pools
+from service.proxy.costs import Group, PoolCost, confidence, pool_costs
+from service.proxy.upstreams import Pools
 
 CONTEXT_STEPS = 8     # buckets per octave
 OUTPUT_STEPS = 8
@@ -39,8 +38,8 @@ def representative(k: int, steps: int, cap: int) -> int:
 
 @dataclass(frozen=True)
 class Decision:
-    ranked: tuple[tuple[str, int], ...]          # configured groups, best first
-    predictions: dict[tuple[str, int], ConfigPrediction] = field(hash=False)
+    ranked: tuple[Group, ...]                    # configured groups, best first
+    predictions: dict[Group, PoolCost] = field(hash=False)
     confidence: str
     context_tokens: int
     output_tokens: int
@@ -49,7 +48,7 @@ class Decision:
     note: str | None = None
 
     @property
-    def best(self) -> tuple[str, int]:
+    def best(self) -> Group:
         return self.ranked[0]
 
 
@@ -104,24 +103,22 @@ class Decider:
         groups = list(pools.groups)
         w = pools.config.workload.workload(context, output, batch, pools.engines,
                                            pools.dcp_sizes)
-        try:
-            rec = recommend(loaded.model, w, loaded.version)
-        except NoEligibleConfiguration as exc:
-            return Decision(tuple(groups), {}, "none", context, output, batch, loaded.version,
-                            note=f"the cost model ranks no configured pool ({exc}); "
-                                 "routing in configuration order")
-        preds = {(p.engine, p.dcp_size): p for p in rec.predictions}
-        allow = w.allow_extrapolation
+        costs = {g: c for g, c in pool_costs(loaded.model, w).items() if g in pools.groups}
+        if not any(c.eligible for c in costs.values()):
+            return Decision(tuple(groups), costs, "none", context, output, batch,
+                            loaded.version, note="the cost model ranks no configured pool (no "
+                            "calibration for this hardware; allow_extrapolation is off); "
+                            "routing in configuration order")
 
-        def rank(g: tuple[str, int]) -> tuple[int, float]:
-            p = preds.get(g)
-            if p is None:
-                return (2, 0.0)
-            return (0 if (p.calibrated or allow) else 1, p.total_s)
+        def rank(g: Group) -> tuple[int, float]:
+            c = costs.get(g)
+            return (2, 0.0) if c is None else (0 if c.eligible else 1, c.total_s)
 
         ranked = tuple(sorted(groups, key=rank))
         best = ranked[0]
-        conf = rec.confidence if best == (rec.engine, rec.dcp_size) else "low"
-        note = None if best in preds else "the cost model cannot predict the configured pools"
-        return Decision(ranked, {g: preds[g] for g in ranked if g in preds}, conf, context,
-                        output, batch, loaded.version, note)
+        rival = next((costs[g] for g in ranked[1:] if g in costs and costs[g].eligible
+                      and g[0] != best[0]), None)
+        note = None if best in costs else "the cost model cannot predict the configured pools"
+        return Decision(ranked, {g: costs[g] for g in ranked if g in costs},
+                        confidence(costs[best], rival) if best in costs else "low",
+                        context, output, batch, loaded.version, note)

@@ -8,10 +8,13 @@ upstream connection, so the engine aborts the request (streaming or not).
   forwarded event by event (whole ``data: ...\\n\\n`` events, as they arrive, never re-split
   or re-encoded), so a failure can never leave half an event at the client.
 - Nothing reaches the client before the upstream's first complete event (streaming) or whole
-  body (non-streaming). Until then a connect error, a 429 or 5xx, or a connection cut is
-  retried on another upstream (the chosen engine's first, then, with ``retries.other_engine``,
-  the other engine's) after a jittered backoff that honours ``Retry-After``. After that, a
-  failure ends the stream with an error event ``data: {"error": {...}}``.
+  body (non-streaming). Until then a connect error, a 429 or 5xx, a connection cut, or a
+  response the client refuses (service.proxy.http1: malformed, ambiguous or over
+  ``limits``; logged) is retried on another upstream (the chosen engine's first, then,
+  with ``retries.other_engine``, the other engine's) after a jittered backoff that honours
+  ``Retry-After``. After that, a failure ends the stream with an error event
+  ``data: {"error": {...}}``. A single event longer than ``limits.event_bytes`` is refused
+  like a malformed response.
 - Timeouts: ``connect_s`` (TCP connect), ``first_byte_s`` (streaming: until the first event),
   ``idle_s`` (streaming: between events), ``total_s`` (the whole request, also non-streaming).
   A timeout answers 504 (or an error event mid-stream) and is not retried.
@@ -26,18 +29,28 @@ import random
 import re
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import httpx
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from service.errors import TYPES
-from service.health_checker import mark_down
 from service.proxy.decide import Decision
+from service.proxy.health_checker import mark_down
+from service.proxy.http1 import (
+    ConnectError,
+    ConnectTimeout,
+    LimitError,
+    PoolTimeout,
+    UpstreamError,
+)
 from service.proxy.http1 import Response as Http1Response
 from service.proxy.observations import Observation
 from service.proxy.request import ProxyRequest
-from service.upstreams import Pools, Upstream
+from service.proxy.upstreams import Pools, Upstream
+
+if TYPE_CHECKING:
+    from service.proxy.state import ProxyState
 
 log = logging.getLogger("engine_advisor.proxy")
 
@@ -52,7 +65,7 @@ DONE = b"data: [DONE]"
 
 @dataclass
 class Failure:
-    reason: str                    # connect | timeout | read | status
+    reason: str                    # connect | timeout | read | limit | status
     message: str
     retryable: bool
     status: int = 502
@@ -124,7 +137,7 @@ def pick(pools: Pools, decision: Decision, model: str | None, tried: list[Upstre
 class ProxyCall(Response):
     """The ASGI response of one proxied request (see the module docstring)."""
 
-    def __init__(self, state, pools: Pools, req: ProxyRequest, decision: Decision,
+    def __init__(self, state: ProxyState, pools: Pools, req: ProxyRequest, decision: Decision,
                  first: Upstream, request_id: str, prompt_tokens: int):
         self.state, self.pools, self.req, self.decision = state, pools, req, decision
         self.first, self.request_id, self.prompt_tokens = first, request_id, prompt_tokens
@@ -243,7 +256,7 @@ class ProxyCall(Response):
         up.in_flight += 1
         batch = up.in_flight
         st.metrics.child(st.metrics.in_flight, up.name).set(up.in_flight)
-        up.breaker.acquire()
+        probe = up.breaker.acquire()
         resp: Http1Response | None = None
         self.phase = "first"
         try:
@@ -252,12 +265,12 @@ class ProxyCall(Response):
             if not self.req.stream:
                 async with asyncio.timeout_at(deadline):
                     resp = await up.fast.request("POST", self.req.path, headers, self.req.raw,
-                                                 t.connect_s)
+                                                 t.connect_s, whole=True)
                     body = await resp.read()
                 return await self._answer(send, up, resp, body, sent_at, batch)
             async with asyncio.timeout_at(min(loop.time() + t.first_byte_s, deadline)) as cm:
                 resp = await up.fast.request("POST", self.req.path, headers, self.req.raw,
-                                             t.connect_s)
+                                             t.connect_s, whole=False)
                 if not 200 <= resp.status < 300:
                     cm.reschedule(deadline)
                     self.phase = "total"
@@ -273,9 +286,9 @@ class ProxyCall(Response):
                     "total": f"not finished within {t.total_s:g} s"}[self.phase]
             return await self._failed_midway(send, up, Failure(
                 "timeout", f"upstream {up.name} timed out: {what}", False, 504))
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+        except (ConnectError, ConnectTimeout, PoolTimeout) as exc:
             up.breaker.failure()
-            if isinstance(exc, httpx.ConnectError):
+            if isinstance(exc, ConnectError):
                 mark_down(up, f"connect failed: {exc}")
                 st.metrics.child(st.metrics.healthy, up.name).set(0)
             return Failure("connect", f"cannot connect to {up.name} ({type(exc).__name__}: "
@@ -284,11 +297,16 @@ class ProxyCall(Response):
             if not self.started:
                 raise
             return None     # the client went away while we wrote to it
-        except httpx.HTTPError as exc:
+        except UpstreamError as exc:
             up.breaker.failure()
+            log.warning("upstream %s: %s: %s (connection closed)", up.name,
+                        type(exc).__name__, exc)
             return await self._failed_midway(send, up, Failure(
-                "read", f"upstream {up.name} failed: {type(exc).__name__}: {exc}", True, 502))
+                "limit" if isinstance(exc, LimitError) else "read",
+                f"upstream {up.name} failed: {type(exc).__name__}: {exc}", True, 502))
         finally:
+            if probe:
+                up.breaker.release()
             if resp is not None:
                 resp.release()
             up.in_flight -= 1
@@ -353,9 +371,12 @@ class ProxyCall(Response):
         events = skipped = 0
         ended = False
         chunks = resp.body()
+        cap = self.pools.config.limits.event_bytes
         async for chunk in chunks:
             buf = pending + chunk if pending else chunk
             end = event_end(buf)
+            if len(buf) - end > cap:            # the event under way, not yet ended
+                raise LimitError(f"an event over {cap} bytes")
             if end == 0:
                 pending = buf
                 continue
@@ -390,7 +411,7 @@ class ProxyCall(Response):
             try:                   # the chunked terminator, so the connection is reused
                 async for _ in chunks:
                     pass
-            except httpx.HTTPError:
+            except UpstreamError:
                 pass               # not reused: release() closes it
         cm.reschedule(None)
         if pending:   # an unterminated last event: pass it on as it came

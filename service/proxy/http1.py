@@ -1,57 +1,314 @@
-"""A small HTTP/1.1 client for the forwarding hot path: keep-alive connections per upstream.
+"""A strict HTTP/1.1 client for the forwarding hot path: keep-alive connections per upstream.
 
-Why not httpx here: measured on this machine (bench/bench_proxy.py's notes), an
-``httpx.AsyncClient`` request costs about 1 ms of CPU at concurrency 1 and 2.4 ms at
-concurrency 32 (httpcore's pool scans every connection on every request), four times what the
-simulator spends answering it. This client does one thing: send pre-encoded requests on pooled
-connections and hand back the status, the headers and the body as it arrives (chunked or
-sized), in about a tenth of that. Failures raise httpx's exception types (``ConnectError``,
-``ConnectTimeout``, ``PoolTimeout``, ``ReadError``, ``RemoteProtocolError``), so callers map
-them the way they map httpx's. Health checks and /tokenize still use httpx.
+Why not httpx here: an ``httpx.AsyncClient`` request costs about 1 ms of CPU at concurrency 1
+and 2.4 ms at concurrency 32 on this project's bench machine (httpcore's pool scans every
+connection on every request), several times what an engine spends answering it. This client
+sends pre-encoded requests on pooled connections and hands back the status, the headers and
+the body as it arrives. Health checks and /tokenize still use httpx.
+
+Responses are parsed by httptools (llhttp, the parser of Node.js and uvicorn) inside the
+connection's protocol object, as bytes arrive. Refused, with ``ProtocolError`` and the
+connection closed: anything llhttp rejects (invalid status line, malformed header lines,
+invalid, signed or duplicate Content-Length, invalid chunk-size syntax), Transfer-Encoding other
+than exactly ``chunked``, Transfer-Encoding together with Content-Length, a status outside
+100..599, an unasked-for ``101``, a second response after a complete one (see
+``Response.read``), and anything over ``Limits`` (``LimitError``): the header section, a
+non-streaming body (checked against Content-Length before any body byte is read), trailers
+and chunk framing. Interim ``1xx`` responses are skipped (at most ``Limits.interim``).
+
+A connection is reused only after a complete response with keep-alive and nothing after it;
+bytes arriving on an idle connection retire it. Failures raise this module's exception types
+(``UpstreamError`` and subclasses); cancellation at any point closes the connection of the
+request and frees its slot, also for a waiter cancelled just as a connection was handed to it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl
 import time
 from collections import deque
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-import httpx
+import httptools
 
-READ_LIMIT = 1 << 20            # longest header block / chunk-size line accepted
 IDLE_S = 4.0                    # below uvicorn's 5 s keep-alive: never reuse a closing socket
 HOP = {b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"host"}
+READ_HIGH = 1 << 18               # buffered bytes of a stream that pause reading upstream
+FRAMING_PER_CHUNK = 32          # chunk-size line and CRLFs allowed per chunk (no extensions)
 
 
-class Connection:
-    __slots__ = ("reader", "writer", "idle_since", "reused")
+class UpstreamError(Exception):
+    """Any failure of a request to an upstream."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        self.reader, self.writer = reader, writer
-        self.idle_since = 0.0
+
+class ConnectError(UpstreamError):
+    """The TCP (or TLS) connection could not be made."""
+
+
+class ConnectTimeout(UpstreamError):
+    """No connection within the connect timeout."""
+
+
+class PoolTimeout(UpstreamError):
+    """Every connection slot stayed busy for the connect timeout."""
+
+
+class ReadError(UpstreamError):
+    """The connection failed or closed before the response was complete."""
+
+
+class ProtocolError(UpstreamError):
+    """A response this client refuses (malformed, ambiguous or unasked-for)."""
+
+
+class LimitError(ProtocolError):
+    """A response over one of the configured ``Limits``."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    header_bytes: int = 64 << 10      # status line and header fields, interim responses included
+    body_bytes: int = 64 << 20        # a whole (non-streaming) body
+    trailer_bytes: int = 16 << 10     # trailer fields after the last chunk
+    interim: int = 8                  # 1xx responses skipped before the final one
+
+
+IDLE, HEAD, BODY, DONE = range(4)
+
+
+class _Extra(Exception):
+    """A second response began after the complete one (raised inside the parser)."""
+
+
+class Connection(asyncio.Protocol):
+    """One upstream connection: llhttp fed from ``data_received``; one request at a time."""
+
+    def __init__(self, limits: Limits):
+        self.limits = limits
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.phase = IDLE
+        self.error: UpstreamError | None = None   # the response failed; never reused
+        self.lost = False
+        self.extra = False        # bytes after a complete response (or while idle)
         self.reused = False
+        self.idle_since = 0.0
+        self.waiter: asyncio.Future | None = None
+        self.paused = False
+        self._reset(None)
+
+    def _reset(self, cap: int | None) -> None:
+        self.cap = cap            # body limit of this response (None: streaming)
+        self.got = 0              # bytes received for this request
+        self.raw_head = 0         # bytes received while the head was incomplete
+        self.head_size = 0        # status line and header fields (parsed)
+        self.trailer_size = 0
+        self.interim = 0
+        self.status = 0
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.lengths: list[bytes] = []        # Content-Length values
+        self.codings: list[bytes] = []        # Transfer-Encoding values
+        self.body: list[bytes] = []
+        self.buffered = 0
+        self.total = 0            # body bytes of the response
+        self.chunks = 0
+        self.keep = False
+        self.until_close = False
+
+    # ---------------------------------------------------------------- transport events
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport          # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        if self.phase == IDLE or self.phase == DONE:   # nothing asked: never parsed, never used
+            self.extra = True
+            if self.phase == IDLE:
+                self.close()
+            return
+        self.got += len(data)
+        if self.phase == HEAD:
+            self.raw_head += len(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(ProtocolError("the upstream switched protocols"))
+        except httptools.HttpParserError as exc:
+            cause = exc.__context__           # what a callback of ours raised, if one did
+            if isinstance(cause, UpstreamError):
+                self._fail(cause)
+            elif self.phase == DONE:          # anything after the complete response
+                self.extra = True
+            else:
+                self._fail(ProtocolError(f"malformed response ({exc})"))
+        else:
+            lim = self.limits
+            if self.phase == HEAD and self.raw_head > lim.header_bytes:
+                self._fail(LimitError(f"response header section over {lim.header_bytes} bytes"))
+            elif self.got - self.total - self.raw_head > (
+                    lim.trailer_bytes + FRAMING_PER_CHUNK * self.chunks):
+                self._fail(LimitError(f"chunk framing or trailers over {lim.trailer_bytes} "
+                                      "bytes"))
+        self._wake()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        if self.phase == BODY and self.until_close and self.error is None:
+            self.phase, self.keep = DONE, False       # the body ends with the connection
+        elif self.phase in (HEAD, BODY) and self.error is None:
+            what = "before the response head" if self.phase == HEAD else "mid-body"
+            self.error = ReadError(f"connection closed {what}" + (f" ({exc})" if exc else ""))
+        self._wake()
+
+    def pause_writing(self) -> None:       # request bodies are in memory already
+        pass
+
+    def resume_writing(self) -> None:
+        pass
+
+    # ---------------------------------------------------------------- parser callbacks
+    def on_message_begin(self) -> None:
+        if self.phase == DONE:
+            raise _Extra()
+
+    def on_status(self, status: bytes) -> None:
+        self.head_size += len(status) + 15
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self.phase == HEAD:
+            self.head_size += len(name) + len(value) + 4
+            name = name.lower()
+            if name == b"content-length":
+                self.lengths.append(value)
+            elif name == b"transfer-encoding":
+                self.codings.append(value)
+            self.headers.append((name, value))
+            return
+        self.trailer_size += len(name) + len(value) + 4     # trailers: counted, dropped
+        if self.trailer_size > self.limits.trailer_bytes:
+            raise LimitError(f"trailers over {self.limits.trailer_bytes} bytes")
+
+    def on_headers_complete(self) -> None:
+        lim = self.limits
+        status = self.parser.get_status_code()
+        if self.head_size > lim.header_bytes:
+            raise LimitError(f"response header section over {lim.header_bytes} bytes")
+        if not 100 <= status <= 599:
+            raise ProtocolError(f"invalid status {status}")
+        if self.parser.get_http_version() not in ("1.1", "1.0"):
+            raise ProtocolError(f"HTTP version {self.parser.get_http_version()}")
+        if status < 200:
+            if status == 101:
+                raise ProtocolError("101 Switching Protocols, not asked for")
+            self.interim += 1
+            if self.interim > lim.interim:
+                raise ProtocolError(f"more than {lim.interim} interim (1xx) responses")
+            self.headers, self.lengths, self.codings = [], [], []
+            return
+        length, chunked = self._framing()
+        if self.cap is not None and length is not None and length > self.cap:
+            raise LimitError(f"Content-Length {length} over the body limit of {self.cap} bytes")
+        self.status = status
+        self.until_close = length is None and not chunked and status not in (204, 304)
+        self.phase = BODY
+
+    def _framing(self) -> tuple[int | None, bool]:
+        lengths, codings = self.lengths, self.codings
+        if len(lengths) > 1:
+            raise ProtocolError("more than one Content-Length")
+        if codings and lengths:
+            raise ProtocolError("both Transfer-Encoding and Content-Length")
+        if codings and (len(codings) > 1 or codings[0].strip().lower() != b"chunked"):
+            raise ProtocolError(f"unsupported Transfer-Encoding {b', '.join(codings)[:80]!r}")
+        length = None
+        if lengths:
+            v = lengths[0].strip()
+            if not v.isdigit() or len(v) > 18:
+                raise ProtocolError(f"invalid Content-Length {v[:40]!r}")
+            length = int(v)
+        return length, bool(codings)
+
+    def on_body(self, body: bytes) -> None:
+        self.total += len(body)
+        if self.cap is not None and self.total > self.cap:
+            raise LimitError(f"body over the limit of {self.cap} bytes")
+        self.body.append(body)
+        self.buffered += len(body)
+        # a stream read slowly pauses the upstream; a whole body is bounded by its cap instead
+        if self.cap is None and self.buffered > READ_HIGH and not self.paused:
+            self.paused = True
+            self.transport.pause_reading()
+
+    def on_chunk_header(self) -> None:
+        self.chunks += 1
+
+    def on_message_complete(self) -> None:
+        if self.phase == HEAD:             # an interim response ended: the final one follows
+            return
+        self.keep = self.parser.should_keep_alive()
+        self.phase = DONE
+
+    # ---------------------------------------------------------------- the request's side
+    def _fail(self, exc: UpstreamError) -> None:
+        if self.error is None:
+            self.error = exc
+        self.close()
+
+    def _wake(self) -> None:
+        w = self.waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    async def wait(self) -> None:
+        self.waiter = w = asyncio.get_running_loop().create_future()
+        try:
+            await w
+        finally:
+            self.waiter = None
+
+    def take(self) -> bytes:
+        """The body bytes buffered so far, in one piece."""
+        out = self.body[0] if len(self.body) == 1 else b"".join(self.body)
+        self.body = []
+        self.buffered = 0
+        if self.paused and not self.lost:
+            self.paused = False
+            self.transport.resume_reading()
+        return out
+
+    def send(self, data: bytes, cap: int | None) -> None:
+        self._reset(cap)
+        self.phase = HEAD
+        self.transport.write(data)
+
+    def usable(self, now: float) -> bool:
+        return (self.phase == IDLE and not self.lost and not self.extra and self.error is None
+                and now - self.idle_since < IDLE_S)
+
+    def reusable(self) -> bool:
+        return self.phase == DONE and self.keep and not self.lost and not self.extra \
+            and self.error is None and not self.body
 
     def close(self) -> None:
-        self.writer.transport.abort()
-
-
-SIZED, CHUNKED, UNTIL_CLOSE = 0, 1, 2
+        if self.transport is not None:
+            self.transport.abort()
 
 
 class Response:
-    """One response; iterate ``body()`` (or ``read()``) once, then ``release()``."""
+    """One response; read it with ``read()`` or ``body()`` once, then ``release()``."""
 
-    __slots__ = ("status", "headers", "_conn", "_pool", "_mode", "_length", "_keep", "_done")
+    __slots__ = ("status", "headers", "_conn", "_pool")
 
-    def __init__(self, status: int, headers: list[tuple[bytes, bytes]], conn: Connection,
-                 pool: Http1Pool, mode: int, length: int, keep: bool):
-        self.status, self.headers = status, headers
-        self._conn, self._pool = conn, pool
-        self._mode, self._length, self._keep = mode, length, keep
-        self._done = mode == SIZED and length == 0
+    def __init__(self, conn: Connection, pool: Http1Pool):
+        self.status, self.headers = conn.status, conn.headers
+        self._conn: Connection | None = conn
+        self._pool = pool
 
     def header(self, name: bytes) -> bytes | None:
         for k, v in self.headers:
@@ -60,93 +317,44 @@ class Response:
         return None
 
     async def body(self) -> AsyncIterator[bytes]:
-        r = self._conn.reader
-        try:
-            if self._mode == CHUNKED:
-                # Every complete chunk that has arrived, in one piece per read: a stream of
-                # small events costs one await and one client write per read, not per chunk.
-                buf, done, need = b"", False, 0
-                while not done:
-                    # a large chunk under way: the rest of it in one read (no re-scanning)
-                    data = await (r.readexactly(need) if need > 1 << 16 else r.read(1 << 16))
-                    if not data:
-                        raise asyncio.IncompleteReadError(buf, None)
-                    buf = buf + data if buf else data
-                    pieces, used, done, need = unchunk(buf)
-                    buf = buf[used:]
-                    if pieces:
-                        yield pieces[0] if len(pieces) == 1 else b"".join(pieces)
-                if buf:            # bytes after the last chunk: the connection is not reusable
-                    self._keep = False
-            elif self._mode == SIZED:
-                left = self._length
-                while left > 0:
-                    data = await r.read(min(left, 1 << 16))
-                    if not data:
-                        raise httpx.RemoteProtocolError(
-                            f"connection closed with {left} body bytes missing")
-                    left -= len(data)
-                    yield data
-            else:                                  # delimited by the connection closing
-                while data := await r.read(1 << 16):
-                    yield data
-        except asyncio.IncompleteReadError as exc:
-            raise httpx.RemoteProtocolError(f"connection closed mid-body ({exc})") from None
-        except (ValueError, asyncio.LimitOverrunError) as exc:
-            raise httpx.RemoteProtocolError(f"malformed chunked body ({exc})") from None
-        except OSError as exc:
-            raise httpx.ReadError(f"{type(exc).__name__}: {exc}") from None
-        self._done = True
+        """The body as it arrives (chunked framing removed), each piece all that arrived."""
+        c = self._conn
+        while True:
+            if c.body:
+                yield c.take()
+            elif c.error is not None:
+                raise c.error
+            elif c.phase == DONE:
+                return
+            else:
+                await c.wait()
 
     async def read(self) -> bytes:
-        if self._mode != SIZED or self._done:
-            return b"".join([c async for c in self.body()])
-        try:           # the common case in one call, without the generator's overhead
-            data = await self._conn.reader.readexactly(self._length)
-        except asyncio.IncompleteReadError as exc:
-            raise httpx.RemoteProtocolError(
-                f"connection closed with {self._length - len(exc.partial)} body bytes "
-                "missing") from None
-        except OSError as exc:
-            raise httpx.ReadError(f"{type(exc).__name__}: {exc}") from None
-        self._done = True
-        return data
+        """The whole body (within ``Limits.body_bytes``). A second response already received
+        after it is refused: which of the two answers this request cannot be told."""
+        c = self._conn
+        if c.cap is None:                  # asked as a stream, read whole after all
+            c.cap = self._pool.limits.body_bytes
+            if c.total > c.cap:
+                raise LimitError(f"body over the limit of {c.cap} bytes")
+            if c.paused and not c.lost:
+                c.paused = False
+                c.transport.resume_reading()
+        while c.phase != DONE:
+            if c.error is not None:
+                raise c.error
+            await c.wait()
+        if c.error is not None:
+            raise c.error
+        if c.extra:
+            raise ProtocolError("bytes after a complete response")
+        return c.take()
 
     def release(self) -> None:
-        """Give the connection back (reused only after a complete body), exactly once."""
+        """Give the connection back (reused only after a clean, complete response), once."""
         conn, self._conn = self._conn, None
         if conn is not None:
-            self._pool._put(conn, self._done and self._keep)
-
-
-def unchunk(buf: bytes) -> tuple[list[bytes], int, bool, int]:
-    """Decode the complete chunks at the start of a chunked body: (their data, bytes used,
-    whether the last chunk and its trailers were among them, bytes still missing of the chunk
-    under way when its size is known, else 0). ValueError when malformed."""
-    pieces: list[bytes] = []
-    pos, n = 0, len(buf)
-    while True:
-        nl = buf.find(b"\r\n", pos)
-        if nl < 0:
-            if n - pos > READ_LIMIT:
-                raise ValueError("chunk-size line too long")
-            return pieces, pos, False, 0
-        size = int(buf[pos:nl].split(b";", 1)[0], 16)
-        if size < 0:
-            raise ValueError(f"negative chunk size {size}")
-        if size == 0:                      # the last chunk, then trailers and an empty line
-            end = buf.find(b"\r\n\r\n", nl)
-            if end < 0:
-                return pieces, pos, False, 0
-            return pieces, end + 4, True, 0
-        start = nl + 2
-        stop = start + size
-        if n < stop + 2:
-            return pieces, pos, False, stop + 2 - n
-        if buf[stop:stop + 2] != b"\r\n":
-            raise ValueError("chunk data not followed by CRLF")
-        pieces.append(buf[start:stop])
-        pos = stop + 2
+            self._pool.put(conn)
 
 
 def _head(method: str, target: bytes, host: bytes, headers: list[tuple[bytes, bytes]],
@@ -158,9 +366,14 @@ def _head(method: str, target: bytes, host: bytes, headers: list[tuple[bytes, by
 
 
 class Http1Pool:
-    """Keep-alive connections to one ``http://host:port`` (at most ``max_connections``)."""
+    """Keep-alive connections to one ``http(s)://host:port`` (at most ``max_connections``).
 
-    def __init__(self, url: str, max_connections: int):
+    ``open`` counts connection slots in use: idle connections, connections serving a
+    request, and connects under way. A slot is freed by closing its connection; it passes to
+    the oldest waiter (who opens a connection in it) or is given up.
+    """
+
+    def __init__(self, url: str, max_connections: int, limits: Limits | None = None):
         u = urlsplit(url)
         self.tls = ssl.create_default_context() if u.scheme == "https" else None
         self.host = u.hostname or "127.0.0.1"
@@ -168,162 +381,129 @@ class Http1Pool:
         self.prefix = u.path.rstrip("/").encode()
         self.host_header = u.netloc.encode()
         self.max = max_connections
+        self.limits = limits or Limits()
         self.idle: deque[Connection] = deque()
         self.open = 0
         self.waiters: deque[asyncio.Future] = deque()
         self.closed = False
 
-    async def _get(self, connect_timeout: float) -> Connection:
-        now = time.monotonic()
-        while self.idle:
-            c = self.idle.pop()                       # most recently used first
-            if now - c.idle_since < IDLE_S and not c.reader.at_eof():
-                c.reused = True
-                return c
-            self.open -= 1
-            c.close()
-        if self.open >= self.max:
-            fut = asyncio.get_running_loop().create_future()
-            self.waiters.append(fut)
-            try:
-                async with asyncio.timeout(connect_timeout):
-                    return await fut
-            except TimeoutError:
-                raise httpx.PoolTimeout(f"all {self.max} connections busy") from None
-            finally:
-                if fut in self.waiters:
-                    self.waiters.remove(fut)
-        self.open += 1
-        try:
-            async with asyncio.timeout(connect_timeout):
-                reader, writer = await asyncio.open_connection(
-                    self.host, self.port, limit=READ_LIMIT, ssl=self.tls,
-                    server_hostname=self.host if self.tls else None)
-        except TimeoutError:
-            self.open -= 1
-            raise httpx.ConnectTimeout(f"no connection within {connect_timeout:g} s") from None
-        except OSError as exc:
-            self.open -= 1
-            raise httpx.ConnectError(f"{type(exc).__name__}: {exc}") from None
-        except BaseException:
-            self.open -= 1
-            raise
-        return Connection(reader, writer)
+    # ---------------------------------------------------------------- slots
+    def _free_slot(self) -> None:
+        while self.waiters:
+            fut = self.waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)          # the slot passes on: open a connection in it
+                return
+        self.open -= 1
 
-    def _put(self, conn: Connection, reusable: bool) -> None:
-        if reusable and not self.closed:
+    def put(self, conn: Connection) -> None:
+        """A connection back from a request: reused if clean, else closed (slot freed)."""
+        if conn.reusable() and not self.closed:
+            conn.phase = IDLE
             while self.waiters:
                 fut = self.waiters.popleft()
                 if not fut.done():
-                    conn.reused = True
                     fut.set_result(conn)
                     return
             conn.idle_since = time.monotonic()
             self.idle.append(conn)
             return
-        self.open -= 1
         conn.close()
-        # a slot freed: let a waiter open a connection of its own
-        while self.waiters:
-            fut = self.waiters.popleft()
-            if not fut.done():
-                fut.set_exception(_Retry())
-                return
+        self._free_slot()
 
+    def _hand_back(self, got: Connection | None) -> None:
+        if got is None:
+            self._free_slot()
+        else:
+            self.put(got)
+
+    async def _get(self, connect_timeout: float) -> Connection:
+        now = time.monotonic()
+        while self.idle:
+            c = self.idle.pop()                       # most recently used first
+            if c.usable(now):
+                c.reused = True
+                return c
+            c.close()
+            self.open -= 1
+        if self.closed:
+            raise PoolTimeout("the upstream was removed")
+        if self.open >= self.max:
+            fut = asyncio.get_running_loop().create_future()
+            self.waiters.append(fut)
+            try:
+                async with asyncio.timeout(connect_timeout):
+                    got = await fut
+            except BaseException as exc:
+                if fut.done() and not fut.cancelled() and fut.exception() is None:
+                    self._hand_back(fut.result())     # handed over as we gave up: pass it on
+                elif fut in self.waiters:
+                    self.waiters.remove(fut)
+                if isinstance(exc, TimeoutError):
+                    raise PoolTimeout(f"all {self.max} connections busy") from None
+                raise
+            if got is not None:
+                got.reused = True
+                return got
+        else:
+            self.open += 1
+        return await self._connect(connect_timeout)   # in the slot counted above
+
+    async def _connect(self, connect_timeout: float) -> Connection:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(connect_timeout):
+                _, conn = await loop.create_connection(
+                    lambda: Connection(self.limits), self.host, self.port, ssl=self.tls,
+                    server_hostname=self.host if self.tls else None)
+        except TimeoutError:
+            self._free_slot()
+            raise ConnectTimeout(f"no connection within {connect_timeout:g} s") from None
+        except OSError as exc:
+            self._free_slot()
+            raise ConnectError(f"{type(exc).__name__}: {exc}") from None
+        except BaseException:
+            self._free_slot()
+            raise
+        return conn
+
+    # ---------------------------------------------------------------- requests
     async def request(self, method: str, path: str, headers: list[tuple[bytes, bytes]],
-                      body: bytes, connect_timeout: float) -> Response:
-        """Send and read the response head; the caller reads the body and releases it."""
+                      body: bytes, connect_timeout: float, *,
+                      whole: bool = True) -> Response:
+        """Send and wait for the response head; the caller reads the body and releases it.
+        ``whole``: the body will be read whole (``Limits.body_bytes`` applies)."""
         target = self.prefix + path.encode()
         data = _head(method, target, self.host_header, headers, len(body)) + body
+        cap = self.limits.body_bytes if whole else None
         stale = 0
         while True:
+            conn = await self._get(connect_timeout)
             try:
-                conn = await self._get(connect_timeout)
-            except _Retry:          # a connection slot freed up: open one
-                continue
-            try:
-                return await self._exchange(conn, data)
-            except _Stale:          # a kept-alive socket the server had closed: new one
-                stale += 1
-                if stale >= 3:
-                    raise httpx.ReadError("the upstream closed three kept-alive connections "
-                                          "before answering") from None
-
-    async def _exchange(self, conn: Connection, data: bytes) -> Response:
-        ok = False
-        try:
-            conn.writer.write(data)
-            if len(data) > 1 << 16:
-                await conn.writer.drain()
-            try:
-                head = await conn.reader.readuntil(b"\r\n\r\n")
-            except asyncio.IncompleteReadError as exc:
-                if conn.reused and not exc.partial:
-                    raise _Stale() from None
-                raise httpx.RemoteProtocolError("connection closed before the response "
-                                                "head") from None
-            except asyncio.LimitOverrunError:
-                raise httpx.RemoteProtocolError("response head too large") from None
-            except (ConnectionResetError, BrokenPipeError):
-                if conn.reused:
-                    raise _Stale() from None
+                conn.send(data, cap)
+                while conn.phase == HEAD and conn.error is None:
+                    await conn.wait()
+                if conn.error is not None:
+                    # a kept-alive socket the server closed before answering: a new one
+                    if conn.reused and conn.got == 0 and isinstance(conn.error, ReadError):
+                        stale += 1
+                        if stale < 3:
+                            self.put(conn)
+                            continue
+                        raise ReadError("the upstream closed three kept-alive connections "
+                                        "before answering")
+                    raise conn.error
+            except BaseException:
+                self.put(conn)          # not reusable mid-request: closed, slot freed
                 raise
-            resp = self._parse(head, conn)
-            ok = True
-            return resp
-        except OSError as exc:
-            raise httpx.ReadError(f"{type(exc).__name__}: {exc}") from None
-        finally:
-            if not ok:
-                self.open -= 1
-                conn.close()
-
-    def _parse(self, head: bytes, conn: Connection) -> Response:
-        lines = head[:-4].split(b"\r\n")
-        try:
-            version, code, *_ = lines[0].split(b" ", 2)
-            status = int(code)
-        except ValueError:
-            raise httpx.RemoteProtocolError(f"bad status line {lines[0][:80]!r}") from None
-        headers = []
-        length, chunked, close = None, False, version == b"HTTP/1.0"
-        try:
-            for line in lines[1:]:
-                k, _, v = line.partition(b":")
-                k, v = k.strip().lower(), v.strip()
-                if k == b"content-length":
-                    length = int(v)
-                elif k == b"transfer-encoding":
-                    chunked = b"chunked" in v.lower()
-                elif k == b"connection":
-                    close = close or v.lower() == b"close"
-                else:
-                    headers.append((k, v))
-        except ValueError:
-            raise httpx.RemoteProtocolError("bad Content-Length") from None
-        if status in (204, 304) or 100 <= status < 200:
-            mode, length = SIZED, 0
-        elif chunked:
-            mode = CHUNKED
-        elif length is not None:
-            mode = SIZED
-        else:
-            mode, close = UNTIL_CLOSE, True
-        return Response(status, headers, conn, self, mode, length or 0, not close)
+            return Response(conn, self)
 
     async def aclose(self) -> None:
         self.closed = True
         while self.idle:
             self.idle.pop().close()
+            self.open -= 1
         for fut in self.waiters:
             if not fut.done():
-                fut.set_exception(httpx.PoolTimeout("the upstream was removed"))
+                fut.set_exception(PoolTimeout("the upstream was removed"))
         self.waiters.clear()
-
-
-class _Stale(Exception):
-    pass
-
-
-class _Retry(Exception):
-    pass

@@ -7,6 +7,7 @@ import asyncio
 import hmac
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fastapi import Request
 
@@ -16,7 +17,10 @@ from service.proxy.decide import Decision
 from service.proxy.forward import pick
 from service.proxy.request import ProxyRequest
 from service.proxy.tokens import estimate, local_count, plausible_range, upstream_count
-from service.upstreams import Pools, Upstream
+from service.proxy.upstreams import Pools, Upstream
+
+if TYPE_CHECKING:
+    from service.proxy.state import ProxyState
 
 NO_POOLS = ("the proxy has no upstream pools: start `engine-advisor serve --upstreams FILE` "
             "or set ENGINE_ADVISOR_UPSTREAMS")
@@ -33,8 +37,8 @@ class Routed:
     batch_size: int
 
 
-def current_pools(request: Request) -> tuple[object, Pools]:
-    st = request.app.state.proxy
+def current_pools(request: Request) -> tuple[ProxyState, Pools]:
+    st: ProxyState = request.app.state.proxy
     if st.pools is None:
         raise ApiError(503, NO_POOLS)
     return st, st.pools
@@ -71,7 +75,7 @@ def _unavailable(cands: list[Upstream]) -> ApiError:
         f"{u.name}: {_why_unavailable(u, now)}" for u in cands))
 
 
-async def route(st, pools: Pools, loaded: LoadedModel, req: ProxyRequest,
+async def route(st: ProxyState, pools: Pools, loaded: LoadedModel, req: ProxyRequest,
                 context_tokens: int | None = None) -> Routed:
     cfg = pools.config
     if req.model is None and len(pools.models) > 1:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from model.jsonnum import JsonModel
 from model.workload import MAX_CONTEXT, MAX_OUTPUT
+
+if TYPE_CHECKING:
+    from service.proxy.state import ProxyState
 
 
 class ModelCard(BaseModel):
@@ -56,7 +59,7 @@ class UpstreamsStatus(BaseModel):
     decision_cache_misses: int
 
     @classmethod
-    def of(cls, st, now: float) -> UpstreamsStatus:
+    def of(cls, st: ProxyState, now: float) -> UpstreamsStatus:
         p = st.pools
         ups = [UpstreamInfo(name=u.name, engine=u.engine, url=u.url, model=u.spec.model,
                             dcp_size=u.spec.dcp_size, mem_fraction=u.spec.mem_fraction,
@@ -64,7 +67,7 @@ class UpstreamsStatus(BaseModel):
                             breaker=u.breaker.state, in_flight=u.in_flight,
                             last_error=u.last_error) for u in p.upstreams]
         return cls(file=p.source, sha256=p.sha256, generation=p.generation,
-                   loaded_at=p.loaded_at, last_reload=ReloadInfo(**st.last_reload),
+                   loaded_at=p.loaded_at, last_reload=ReloadInfo(**st.last_reload.as_dict()),
                    upstreams=ups, decision_cache_hits=st.decider.hits,
                    decision_cache_misses=st.decider.misses)
 

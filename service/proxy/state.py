@@ -13,20 +13,19 @@ import contextlib
 import logging
 import signal
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
-import httpx
+from prometheus_client import CollectorRegistry
 
-from service.breaker import CircuitBreaker
-from service.health_checker import HealthChecker
 from service.proxy.decide import Decider
-from service.proxy.http1 import Http1Pool
+from service.proxy.health_checker import HealthChecker
 from service.proxy.metrics import ProxyMetrics
 from service.proxy.observations import Observations
 from service.proxy.tokens import load_tokenizer
+from service.proxy.upstreams import Pools, PoolsConfig, Upstream, UpstreamsError, read
 from service.settings import Settings
-from service.upstreams import Pools, PoolsConfig, Upstream, UpstreamsError, read
 
 log = logging.getLogger("engine_advisor.proxy")
 
@@ -34,26 +33,34 @@ MIN_BODY_CAP = 32 << 20
 BYTES_PER_CONTEXT_TOKEN = 16      # a token id in JSON, or a token of escaped text, at most
 
 
-def new_client(up: Upstream) -> httpx.AsyncClient:
-    n = up.spec.max_connections
-    return httpx.AsyncClient(
-        limits=httpx.Limits(max_connections=n, max_keepalive_connections=n,
-                            keepalive_expiry=30.0),
-        timeout=httpx.Timeout(None), trust_env=False, follow_redirects=False)
+class Tokenizer(Protocol):
+    """What the proxy uses of a ``tokenizers.Tokenizer`` (an optional dependency)."""
+
+    def encode(self, sequence: str, add_special_tokens: bool = ...) -> object: ...
+
+
+@dataclass
+class ReloadRecord:
+    ok: bool | None = None
+    message: str | None = None
+    at: float | None = None
+    trigger: str | None = None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
 
 
 class ProxyState:
-    def __init__(self, settings: Settings, registry: Any):
+    def __init__(self, settings: Settings, registry: CollectorRegistry):
         self.settings = settings
         self.path: Path | None = settings.upstreams
         self.pools: Pools | None = None
-        self.tokenizer: Any = None
+        self.tokenizer: Tokenizer | None = None
         self.metrics = ProxyMetrics(registry)
         self.decider = Decider()
         self.observations = Observations(0)
         self.checker = HealthChecker(lambda: self.pools, on_round=self._export_health)
-        self.last_reload: dict[str, Any] = {"ok": None, "message": None, "at": None,
-                                            "trigger": None}
+        self.last_reload = ReloadRecord()
         self.generation = 0
         self.seq = 0                  # pick counter: ties of in-flight go round-robin
         self._stat: tuple[int, int] | None = None
@@ -61,13 +68,21 @@ class ProxyState:
         self._retired: list[Upstream] = []     # dropped by a reload, closed once idle
         self._lock: asyncio.Lock | None = None
         self._sighup = False
+        self._cap: tuple[int, int] | None = None     # (pools generation, body cap)
 
     # ------------------------------------------------------------------ limits
     def body_cap(self) -> int:
-        if self.settings.proxy_max_body_bytes is not None:
-            return self.settings.proxy_max_body_bytes
-        longest = self.pools.max_model_len() if self.pools is not None else None
-        return max(MIN_BODY_CAP, (longest or 0) * BYTES_PER_CONTEXT_TOKEN)
+        """Per request: computed once per pools generation."""
+        pools = self.pools
+        key = pools.generation if pools is not None else 0
+        if self._cap is None or self._cap[0] != key:
+            if self.settings.proxy_max_body_bytes is not None:
+                cap = self.settings.proxy_max_body_bytes
+            else:
+                longest = pools.max_model_len() if pools is not None else None
+                cap = max(MIN_BODY_CAP, (longest or 0) * BYTES_PER_CONTEXT_TOKEN)
+            self._cap = (key, cap)
+        return self._cap[1]
 
     # ------------------------------------------------------------------ loading
     def _file_stat(self) -> tuple[int, int] | None:
@@ -82,18 +97,12 @@ class ProxyState:
         ups = []
         for engine, specs in cfg.pools.items():
             for spec in specs:
-                fresh = Upstream(engine, spec, CircuitBreaker(cfg.breaker.failure_threshold,
-                                                              cfg.breaker.open_s))
-                kept = old.get(fresh.identity())
+                kept = old.get(Upstream.identity_of(engine, spec))
                 if kept is not None:          # same instance: keep state and connections
-                    kept.spec = spec
-                    kept.breaker.failure_threshold = cfg.breaker.failure_threshold
-                    kept.breaker.open_s = cfg.breaker.open_s
+                    kept.configure(spec, cfg)
                     ups.append(kept)
-                    continue
-                fresh.client = new_client(fresh)
-                fresh.fast = Http1Pool(fresh.url, spec.max_connections)
-                ups.append(fresh)
+                else:
+                    ups.append(Upstream.create(engine, spec, cfg))
         self.generation += 1
         return Pools(cfg, ups, str(self.path), sha, self.generation)
 
@@ -110,7 +119,7 @@ class ProxyState:
         if previous is not None:
             kept = {id(u) for u in pools.upstreams}
             for u in previous.upstreams:
-                if id(u) not in kept and u.client is not None:
+                if id(u) not in kept:
                     self._retired.append(u)
                     self._tasks.append(asyncio.ensure_future(self._close_when_idle(u)))
 
@@ -118,11 +127,10 @@ class ProxyState:
         deadline = time.monotonic() + (self.pools.config.timeouts.total_s if self.pools else 60)
         while up.in_flight > 0 and time.monotonic() < deadline:
             await asyncio.sleep(0.5)
-        await up.client.aclose()
-        await up.fast.aclose()
+        await up.aclose()
         self._retired.remove(up)
 
-    def _read(self) -> tuple[PoolsConfig, str, Any]:
+    def _read(self) -> tuple[PoolsConfig, str, Tokenizer | None]:
         cfg, sha = read(self.path)
         tok = None
         if cfg.tokens.tokenizer_file is not None:
@@ -161,7 +169,7 @@ class ProxyState:
             return True, msg
 
     def _record(self, ok: bool, message: str, trigger: str) -> None:
-        self.last_reload = {"ok": ok, "message": message, "at": time.time(), "trigger": trigger}
+        self.last_reload = ReloadRecord(ok, message, time.time(), trigger)
         self.metrics.reloads.labels("ok" if ok else "failed").inc()
         (log.info if ok else log.error)("upstreams %s (%s): %s", "loaded" if ok else
                                         "NOT loaded", trigger, message)
@@ -208,9 +216,7 @@ class ProxyState:
                 await t
         self._tasks.clear()
         for u in [*(self.pools.upstreams if self.pools else []), *self._retired]:
-            if u.client is not None:
-                await u.client.aclose()
-                await u.fast.aclose()
+            await u.aclose()
         self._retired.clear()
 
 

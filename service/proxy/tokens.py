@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 
 from service.proxy.request import ProxyRequest
-from service.upstreams import Upstream, UpstreamsError
+from service.proxy.upstreams import Upstream, UpstreamsError
 
 MAX_BYTES_PER_TOKEN = 16
 CHAT_OVERHEAD = 4

@@ -13,17 +13,16 @@ from proc import wait_for
 from svc_helpers import assert_error
 
 from model.default import default_model
-from service.breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker
 from service.errors import ApiError
 from service.holder import LoadedModel
 from service.main import create_app
+from service.proxy.breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker
 from service.proxy.decide import Decider, bucket, representative
 from service.proxy.forward import ends_with_done, event_end, retry_after
-from service.proxy.http1 import unchunk
 from service.proxy.request import CHAT, COMPLETIONS, parse
+from service.proxy.upstreams import Pools, Upstream, UpstreamsError, read
+from service.proxy.upstreams import parse as parse_pools
 from service.settings import Settings
-from service.upstreams import Pools, Upstream, UpstreamsError, read
-from service.upstreams import parse as parse_pools
 
 BASE = {"pools": {"vllm": [{"url": "http://127.0.0.1:1", "model": "m", "dcp_size": 1}],
                   "sglang": [{"url": "http://127.0.0.1:2/v1", "model": "m", "dcp_size": 8}]},
@@ -126,7 +125,7 @@ def loaded():
 
 def _pools(tmp_path) -> Pools:
     cfg, sha = read(write(tmp_path, BASE))
-    ups = [Upstream(e, spec, CircuitBreaker()) for e, specs in cfg.pools.items() for spec in specs]
+    ups = [Upstream.create(e, spec, cfg) for e, specs in cfg.pools.items() for spec in specs]
     return Pools(cfg, ups, "x", sha, 7)
 
 
@@ -165,22 +164,6 @@ def test_only_a_final_done_event_ends_a_stream():
     assert not ends_with_done(b'data: {"t":"\\ndata: [DONE]"}\n\n')
     assert not ends_with_done(b"data: [DONE]\n\ndata: {\"late\":1}\n\n")
     assert not ends_with_done(b"")
-
-
-def test_unchunk_decodes_whatever_has_arrived():
-    body = b"5\r\nhello\r\n3;ext=1\r\nabc\r\n0\r\nx-trailer: 1\r\n\r\n"
-    assert unchunk(body) == ([b"hello", b"abc"], len(body), True, 0)
-    for cut in range(len(body)):          # split anywhere: complete chunks only, never done
-        pieces, used, done, _ = unchunk(body[:cut])
-        assert not done and b"".join(pieces) == b"helloabc"[:len(b"".join(pieces))]
-        rest, _, done2, _ = unchunk(body[used:])
-        assert done2 and b"".join(pieces + rest) == b"helloabc"
-    assert unchunk(b"0\r\n\r\n") == ([], 5, True, 0)
-    # a chunk under way: how much of it (and its CRLF) is still missing
-    assert unchunk(b"2\r\nhi\r\n100000\r\nxy") == ([b"hi"], 7, False, 0x100000 + 2 - 2)
-    for bad in (b"zz\r\nhi\r\n", b"2\r\nhiX\r\n", b"-2\r\nhi\r\n"):
-        with pytest.raises(ValueError):
-            unchunk(bad)
 
 
 def test_request_parsing():

@@ -3,7 +3,11 @@
 - closed: requests pass; ``failure_threshold`` consecutive failures open it.
 - open: no requests for ``open_s`` seconds.
 - half-open (after ``open_s``): one probe request at a time; its success closes the breaker,
-  its failure opens it again for another ``open_s``.
+  its failure opens it again for another ``open_s``; a probe that ends with neither (the
+  request cancelled, the client gone) is released, so the next request probes.
+
+``acquire()`` tells the caller whether its request is the probe; the caller calls
+``release()`` for it when the attempt ends, whatever the outcome (a ``finally``).
 
 The state advances lazily on each look (no timer task); ``on_change`` is told of every change
 (the proxy metrics export it).
@@ -51,10 +55,16 @@ class CircuitBreaker:
         s = self.state
         return s == CLOSED or (s == HALF_OPEN and not self.probing)
 
-    def acquire(self) -> None:
-        """A request is sent: in half-open it is the one probe."""
-        if self.state == HALF_OPEN:
+    def acquire(self) -> bool:
+        """A request is sent: in half-open it is the one probe (True)."""
+        if self.state == HALF_OPEN and not self.probing:
             self.probing = True
+            return True
+        return False
+
+    def release(self) -> None:
+        """The probe's attempt ended (every outcome, also cancellation): no probe in flight."""
+        self.probing = False
 
     def success(self) -> None:
         self.failures = 0

@@ -14,11 +14,11 @@ workload:                   # what the recommender needs beyond each request
   batch_size: 64            # floor of the batch (concurrent sequences) an engine runs
   output_tokens: 2048       # when a request sets no max_tokens
 ```
-plus optional ``tokens``, ``timeouts``, ``retries``, ``breaker``, ``health``,
+plus optional ``tokens``, ``timeouts``, ``retries``, ``breaker``, ``health``, ``limits``,
 ``client_api_keys`` and ``observations`` sections (defaults below). Unknown keys are errors.
 
 A file is parsed into ``PoolsConfig`` (pure data, validated); ``Pools`` is the running form
-with one ``Upstream`` (in-flight count, health, circuit breaker, HTTP client) per entry.
+with one ``Upstream`` (in-flight count, health, circuit breaker, HTTP clients) per entry.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
+import httpx
 import yaml
 from pydantic import (
     BaseModel,
@@ -45,7 +46,8 @@ from model.errors import validation_message
 from model.gpus import GpuSpec
 from model.kv import KvDtype
 from model.workload import MAX_CONTEXT, MAX_GPUS, Engine, Workload
-from service.breaker import CircuitBreaker
+from service.proxy.breaker import CircuitBreaker
+from service.proxy.http1 import Http1Pool, Limits
 
 NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 PosFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -150,6 +152,27 @@ class HealthSpec(Strict):
     path: str = "/health"
 
 
+MiB = 1 << 20
+
+
+class LimitsSpec(Strict):
+    """What one upstream response may hold; over a limit: 502 (or a retry) and a log line."""
+
+    header_bytes: Annotated[int, Field(ge=1024, le=16 * MiB)] = Field(
+        default=64 << 10, description="status line and header fields (interim 1xx included)")
+    body_bytes: Annotated[int, Field(ge=1024, le=4096 * MiB)] = Field(
+        default=64 * MiB, description="a non-streaming body (and a streaming request's error "
+                                      "body); checked against Content-Length before reading")
+    event_bytes: Annotated[int, Field(ge=1024, le=1024 * MiB)] = Field(
+        default=8 * MiB, description="one server-sent event, while its end is awaited")
+    trailer_bytes: Annotated[int, Field(ge=0, le=MiB)] = Field(
+        default=16 << 10, description="trailer fields after the last chunk (dropped)")
+
+    def client_limits(self) -> Limits:
+        return Limits(header_bytes=self.header_bytes, body_bytes=self.body_bytes,
+                      trailer_bytes=self.trailer_bytes)
+
+
 class PoolsConfig(Strict):
     pools: dict[Engine, list[UpstreamSpec]]
     workload: WorkloadSpec
@@ -158,6 +181,7 @@ class PoolsConfig(Strict):
     retries: RetriesSpec = RetriesSpec()
     breaker: BreakerSpec = BreakerSpec()
     health: HealthSpec = HealthSpec()
+    limits: LimitsSpec = LimitsSpec()
     client_api_keys: list[SecretStr] = Field(
         default_factory=list, description="keys clients must send as 'Authorization: Bearer'")
     observations: Annotated[int, Field(ge=0, le=1_000_000)] = 10_000
@@ -214,13 +238,24 @@ def read(path: Path) -> tuple[PoolsConfig, str]:
     return parse(text, str(path)), hashlib.sha256(raw).hexdigest()
 
 
+def new_client(max_connections: int) -> httpx.AsyncClient:
+    """The httpx client of health checks and /tokenize (forwarding uses ``Http1Pool``)."""
+    return httpx.AsyncClient(
+        limits=httpx.Limits(max_connections=max_connections,
+                            max_keepalive_connections=max_connections, keepalive_expiry=30.0),
+        timeout=httpx.Timeout(None), trust_env=False, follow_redirects=False)
+
+
 @dataclass(eq=False)
 class Upstream:
-    """One engine instance: its configuration and live state."""
+    """One engine instance: its configuration, clients and live state
+    (``Upstream.create`` builds one with its clients)."""
 
     engine: str
     spec: UpstreamSpec
     breaker: CircuitBreaker
+    client: httpx.AsyncClient       # health checks, /tokenize
+    fast: Http1Pool                 # forwarding
     in_flight: int = 0
     healthy: bool = True
     health_ok: int = 0          # consecutive successful health checks
@@ -228,8 +263,23 @@ class Upstream:
     last_error: str | None = None
     not_before: float = 0.0     # Retry-After: no requests before this monotonic time
     picked: int = 0             # when it was last picked (ties of in-flight go round-robin)
-    client: Any = None          # httpx.AsyncClient (health checks, /tokenize), set by the state
-    fast: Any = None            # service.proxy.http1.Http1Pool (forwarding), set by the state
+
+    @classmethod
+    def create(cls, engine: str, spec: UpstreamSpec, cfg: PoolsConfig) -> Upstream:
+        return cls(engine, spec, CircuitBreaker(cfg.breaker.failure_threshold, cfg.breaker.open_s),
+                   new_client(spec.max_connections),
+                   Http1Pool(spec.base_url(), spec.max_connections, cfg.limits.client_limits()))
+
+    def configure(self, spec: UpstreamSpec, cfg: PoolsConfig) -> None:
+        """A reload kept this upstream: take the new file's settings."""
+        self.spec = spec
+        self.breaker.failure_threshold = cfg.breaker.failure_threshold
+        self.breaker.open_s = cfg.breaker.open_s
+        self.fast.limits = cfg.limits.client_limits()
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+        await self.fast.aclose()
 
     @property
     def name(self) -> str:
@@ -247,10 +297,13 @@ class Upstream:
         return self.healthy and now >= self.not_before and self.breaker.available()
 
     def identity(self) -> tuple:
-        """What must stay equal for a reload to keep this upstream's state and connections."""
-        s = self.spec
+        return self.identity_of(self.engine, self.spec)
+
+    @staticmethod
+    def identity_of(engine: str, s: UpstreamSpec) -> tuple:
+        """What must stay equal for a reload to keep an upstream's state and connections."""
         key = s.api_key.get_secret_value() if s.api_key else None
-        return (self.engine, s.name, s.base_url(), key, s.max_connections)
+        return (engine, s.name, s.base_url(), key, s.max_connections)
 
 
 @dataclass(eq=False)

@@ -6,9 +6,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from pydantic import ValidationError
 
-from model.schemas import ConfigPrediction
 from service.deps import current_model
 from service.errors import ApiError, error_responses, validation_detail
+from service.proxy.costs import PoolCost
 from service.proxy.request import CHAT, COMPLETIONS, ProxyRequest, decode, parse
 from service.proxy.routing import authorize, current_pools, route
 from service.proxy.schemas import Alternative, Predicted, RouteDecision, RouteWorkload
@@ -21,7 +21,7 @@ BODY = {"requestBody": {"required": True, "content": {"application/json": {"sche
     {"$ref": "#/components/schemas/RouteWorkload"}]}}}}}
 
 
-def _predicted(p: ConfigPrediction | None) -> Predicted | None:
+def _predicted(p: PoolCost | None) -> Predicted | None:
     if p is None:
         return None
     return Predicted(ttft_s=p.prefill_s, tpot_s=p.tpot_s, total_s=p.total_s,
