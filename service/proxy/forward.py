@@ -455,5 +455,5 @@ class ProxyCall(Response):
         st.observations.add(Observation(
             up.engine, up.name, gpu.upper(), w.num_gpus, up.spec.dcp_size, up.spec.mem_fraction,
             pools.kv_bytes_per_token, pools.kv_shards, max(prompt, 1), n, batch, ttft, tpot,
-            total))
+            total, pools.config.workload.preset or "", pools.config.workload.kv_cache_dtype))
 

@@ -32,6 +32,8 @@ class Observation:
     ttft_s: float | None
     tpot_s: float | None
     total_s: float
+    model: str = ""              # the pools' preset (per-model calibration), "" otherwise
+    kv_cache_dtype: str = "bf16"
 
     def measurement(self) -> Measurement:
         return Measurement(
@@ -42,7 +44,8 @@ class Observation:
             ttft_s=self.ttft_s if self.ttft_s and self.ttft_s > 0 else None,
             tpot_s=self.tpot_s if self.tpot_s and self.tpot_s > 0 else None,
             total_s=self.total_s if self.total_s > 0 else None,
-            source=f"proxy:{self.upstream}")
+            source=f"proxy:{self.upstream}", model=self.model,
+            kv_cache_dtype=self.kv_cache_dtype)
 
 
 class Observations:

@@ -325,8 +325,8 @@ class Pools:
         self.dcp_sizes = sorted({u.spec.dcp_size for u in self.upstreams})
         self.models = sorted({u.spec.model for u in self.upstreams})
         self.api_keys = [k.get_secret_value().encode() for k in self.config.client_api_keys]
-        layout = self.config.workload.workload(1024, 1, 1, ["vllm"], [1]).kv_layout()
-        self.kv_bytes_per_token = layout.bytes_per_token
+        layout = self.config.workload.workload(1024, 1, 1, ["vllm"], [1]).model_shape()
+        self.kv_bytes_per_token = int(layout.kv_bytes_per_token)
         self.kv_shards = layout.shards(self.config.workload.num_gpus)
 
     def serving(self, model: str | None) -> list[Upstream]:
