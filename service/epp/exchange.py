@@ -89,18 +89,19 @@ class Exchange:
                 elif kind == "request_trailers":
                     yield messages.trailers(response=False)
                 elif kind == "response_headers":
-                    yield self._response_headers(req)
+                    out = self._response_headers(req)
                     if req.response_headers.end_of_stream:
                         self._finish()
+                    yield out
                 elif kind == "response_body":
                     b = req.response_body
-                    yield (messages.streamed(b.body, b.end_of_stream, True)
-                           if self.response_duplex else messages.body_continue(True))
                     if b.end_of_stream:
                         self._finish()
+                    yield (messages.streamed(b.body, b.end_of_stream, True)
+                           if self.response_duplex else messages.body_continue(True))
                 elif kind == "response_trailers":
-                    yield messages.trailers(response=True)
                     self._finish()
+                    yield messages.trailers(response=True)
         finally:
             self._finish()
 

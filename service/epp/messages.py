@@ -29,7 +29,7 @@ CHUNK = 60 << 10
 def mutation(set_: dict[str, str] | None = None, remove: list[str] | None = None
              ) -> HeaderMutation:
     return HeaderMutation(
-        set_headers=[HeaderValueOption(header=HeaderValue(key=k, raw_value=v.encode()),
+        set_headers=[HeaderValueOption(header=HeaderValue(key=k.lower(), raw_value=v.encode()),
                                        append_action=HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD)
                      for k, v in (set_ or {}).items()],
         remove_headers=remove or [])
@@ -39,17 +39,15 @@ def request_headers(set_: dict[str, str] | None = None, remove: list[str] | None
                     destination: str | None = None) -> ProcessingResponse:
     """The request-headers answer; with ``destination`` the picked endpoints go in the header
     and in dynamic metadata ``envoy.lb`` (the same value), and the route cache is cleared."""
-    common = CommonResponse(header_mutation=mutation(set_, remove))
-    out = ProcessingResponse(request_headers=HeadersResponse(response=common))
-    if destination is not None:
-        common.header_mutation.set_headers.append(HeaderValueOption(
-            header=HeaderValue(key=DESTINATION, raw_value=destination.encode()),
-            append_action=HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD))
-        common.clear_route_cache = True
-        meta = Struct()
-        meta.update({LB_NAMESPACE: {DESTINATION: destination}})
-        out.dynamic_metadata.CopyFrom(meta)
-    return out
+    if destination is None:
+        return ProcessingResponse(request_headers=HeadersResponse(
+            response=CommonResponse(header_mutation=mutation(set_, remove))))
+    meta = Struct()
+    meta.update({LB_NAMESPACE: {DESTINATION: destination}})
+    common = CommonResponse(header_mutation=mutation({**(set_ or {}), DESTINATION: destination},
+                                                     remove), clear_route_cache=True)
+    return ProcessingResponse(request_headers=HeadersResponse(response=common),
+                              dynamic_metadata=meta)
 
 
 def body_chunks(body: bytes, response: bool = False) -> list[ProcessingResponse]:
