@@ -1,8 +1,10 @@
 """Upstreams as the ``ip:port`` endpoints Envoy's ``override_host`` policy takes, and back.
 
-An upstream URL's host may be a name; it is resolved (first address) once per pools
-generation, off the event loop. An upstream whose name does not resolve gets no endpoint and
-is left out of the picker's lists (the error is logged once per generation).
+An upstream URL's host may be a name (a Kubernetes pod's DNS name through a headless
+Service, say); it is resolved (first address) off the event loop, again for each pools
+generation and every ``TTL_S`` seconds, so a restarted pod's new address is picked up. An
+upstream whose name does not resolve gets no endpoint and is left out of the picker's lists
+(the error is logged on each resolution).
 """
 
 from __future__ import annotations
@@ -11,9 +13,12 @@ import asyncio
 import ipaddress
 import logging
 import socket
+import time
 from urllib.parse import urlsplit
 
 log = logging.getLogger("engine_advisor.epp")
+
+TTL_S = 30.0
 
 
 def literal(host: str, port: int) -> str:
@@ -36,13 +41,17 @@ def resolve(url: str) -> str:
 class Endpoints:
     """Upstream <-> endpoint maps of the current pools, rebuilt when the generation changes."""
 
-    def __init__(self):
+    def __init__(self, ttl_s: float = TTL_S):
+        self.ttl_s = ttl_s
+        self.resolved_at = 0.0
         self.generation: int | None = None
         self.of: dict[int, str] = {}          # id(upstream) -> endpoint
         self.by: dict[str, object] = {}       # endpoint -> upstream
 
     async def refresh(self, generation: int | None, upstreams: list) -> None:
-        if generation == self.generation:
+        now = time.monotonic()
+        if generation == self.generation and (now - self.resolved_at < self.ttl_s or all(
+                _literal(u.url) for u in upstreams)):
             return
         urls = [u.url for u in upstreams]
         found = await asyncio.to_thread(_resolve_all, urls)
@@ -55,12 +64,21 @@ class Endpoints:
             of[id(u)] = ep
             by.setdefault(ep, u)
         self.generation, self.of, self.by = generation, of, by
+        self.resolved_at = now
 
     def endpoint(self, upstream) -> str | None:
         return self.of.get(id(upstream))
 
     def upstream(self, endpoint: str):
         return self.by.get(endpoint)
+
+
+def _literal(url: str) -> bool:
+    try:
+        ipaddress.ip_address(urlsplit(url).hostname or "")
+    except ValueError:
+        return False
+    return True
 
 
 def _resolve_all(urls: list[str]) -> list[str | OSError]:

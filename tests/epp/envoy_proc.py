@@ -56,9 +56,11 @@ def _socket(port: int, host: str = "127.0.0.1") -> dict:
 
 
 def gateway_config(listen: int, admin: int, engines: list[tuple[str, int]],
-                   picker: int | None, fail_open: bool = False) -> dict:
+                   picker: int | None, fail_open: bool = False,
+                   response_body: bool = True) -> dict:
     """The shipped configuration on loopback. ``picker`` None: no picker at all, the engines
-    cluster round-robin (the bench's plain Envoy)."""
+    cluster round-robin (the bench's plain Envoy). ``response_body`` False: the picker sees
+    the response headers only (``response_body_mode: NONE``)."""
     cfg = copy.deepcopy(yaml.safe_load(CONFIG.read_text()))
     cfg["admin"]["address"] = _socket(admin)["address"]
     res = cfg["static_resources"]
@@ -78,6 +80,9 @@ def gateway_config(listen: int, admin: int, engines: list[tuple[str, int]],
     else:
         ext = next(f for f in hcm["http_filters"] if f["name"] == "envoy.filters.http.ext_proc")
         ext["typed_config"]["failure_mode_allow"] = fail_open
+        if not response_body:
+            ext["typed_config"]["processing_mode"].update(
+                response_body_mode="NONE", response_trailer_mode="SKIP")
         clusters["picker"]["load_assignment"]["endpoints"][0]["lb_endpoints"] = [
             {"endpoint": _socket(picker)}]
     return cfg
@@ -95,10 +100,10 @@ class Envoy:
 
     @classmethod
     def gateway(cls, binary: str, engines: list[tuple[str, int]], picker: int | None,
-                fail_open: bool = False) -> Envoy:
+                fail_open: bool = False, response_body: bool = True) -> Envoy:
         listen, admin = free_port(), free_port()
-        return cls(binary, gateway_config(listen, admin, engines, picker, fail_open), listen,
-                   admin)
+        return cls(binary, gateway_config(listen, admin, engines, picker, fail_open,
+                                          response_body), listen, admin)
 
     @property
     def log(self) -> str:

@@ -252,3 +252,27 @@ def test_engine_429_holds_it_back_for_its_retry_after(picker):
     va = upstream(app, "va")
     assert 0.5 < va.not_before - time.monotonic() <= 1.0
     assert mutation(exchange(stub, SHORT)[0])["x-engine-advisor-upstream"] == "vb"
+
+
+def test_endpoints_of_names_and_literals():
+    import asyncio
+
+    from service.epp.endpoints import Endpoints, resolve
+
+    assert resolve("http://127.0.0.1:8000") == "127.0.0.1:8000"
+    assert resolve("http://[::1]:30000/v1") == "[::1]:30000"
+    assert resolve("http://localhost:9") in ("127.0.0.1:9", "[::1]:9")
+    assert resolve("https://10.1.2.3") == "10.1.2.3:443"
+
+    class Up:
+        def __init__(self, name, url):
+            self.name, self.url = name, url
+
+    ups = [Up("a", "http://localhost:1"), Up("b", "http://no-such-host.invalid:2")]
+    eps = Endpoints(ttl_s=0.0)
+    asyncio.run(eps.refresh(1, ups))
+    assert eps.endpoint(ups[0]) in ("127.0.0.1:1", "[::1]:1") and eps.endpoint(ups[1]) is None
+    assert eps.upstream(eps.endpoint(ups[0])) is ups[0]
+    first = eps.resolved_at
+    asyncio.run(eps.refresh(1, ups))            # ttl 0: names are looked up again
+    assert eps.resolved_at > first
