@@ -8,7 +8,9 @@
   (``decision.pick_endpoints``) and answered with the headers response (destination header,
   ``envoy.lb`` metadata, ``clear_route_cache``, ``x-engine-advisor-engine`` / ``-upstream``)
   followed by the body, unchanged, in chunks. An error is an immediate response with the
-  service's error envelope (400, 401, 404, 413, 429, 503).
+  service's error envelope (400, 401, 404, 413, 429, 503). A gateway that says (in the
+  first message's ``protocol_config``) it sends the request body in another mode gets a 500
+  naming the setting: the picker answers the headers only once it has the body.
 - response headers: the endpoint that served (``envoy.lb`` metadata
   ``x-gateway-destination-endpoint-served``, else the ``upstream.address`` attribute) and its
   status go to the breakers; the in-flight count moves to that endpoint; the client gets
@@ -33,6 +35,8 @@ from service.errors import ApiError
 
 FILTER = "envoy.filters.http.ext_proc"
 DUPLEX = ProcessingMode.FULL_DUPLEX_STREAMED
+MODE_ERROR = ("the endpoint picker needs the gateway's ext_proc processing_mode."
+              "request_body_mode FULL_DUPLEX_STREAMED")
 
 
 def _headers(msg) -> dict[str, str]:
@@ -63,7 +67,6 @@ class Exchange:
         self.headers: dict[str, str] = {}
         self.body: list[bytes] = []
         self.size = 0
-        self.request_duplex = True
         self.response_duplex = True
         self.listed: list = []
         self.holding = None          # the upstream whose in-flight count this request holds
@@ -75,8 +78,10 @@ class Exchange:
                 kind = req.WhichOneof("request")
                 if req.HasField("protocol_config"):
                     pc = req.protocol_config
-                    self.request_duplex = pc.request_body_mode == DUPLEX
                     self.response_duplex = pc.response_body_mode == DUPLEX
+                    if pc.request_body_mode != DUPLEX:
+                        yield self._error(ApiError(500, MODE_ERROR))
+                        return
                 if kind == "request_headers":
                     self.headers = _headers(req.request_headers)
                     if req.request_headers.end_of_stream:
@@ -98,7 +103,7 @@ class Exchange:
                     if b.end_of_stream:
                         self._finish()
                     yield (messages.streamed(b.body, b.end_of_stream, True)
-                           if self.response_duplex else messages.body_continue(True))
+                           if self.response_duplex else messages.body_continue())
                 elif kind == "response_trailers":
                     self._finish()
                     yield messages.trailers(response=True)
@@ -107,9 +112,6 @@ class Exchange:
 
     # ------------------------------------------------------------------ request
     async def _request_body(self, b) -> AsyncIterator[ProcessingResponse]:
-        if not self.request_duplex:        # not gathered: routed from the headers alone
-            yield messages.body_continue(False)
-            return
         self.body.append(b.body)
         self.size += len(b.body)
         cap = decision.body_cap(self.state)

@@ -68,11 +68,9 @@ def streamed(body: bytes, end: bool, response: bool) -> ProcessingResponse:
     return ProcessingResponse(request_body=BodyResponse(response=common))
 
 
-def body_continue(response: bool) -> ProcessingResponse:
-    """The answer to a body chunk in STREAMED or BUFFERED mode: pass it on unchanged."""
-    if response:
-        return ProcessingResponse(response_body=BodyResponse())
-    return ProcessingResponse(request_body=BodyResponse())
+def body_continue() -> ProcessingResponse:
+    """The answer to a response body chunk in STREAMED or BUFFERED mode: pass it on."""
+    return ProcessingResponse(response_body=BodyResponse())
 
 
 def response_headers(set_: dict[str, str]) -> ProcessingResponse:

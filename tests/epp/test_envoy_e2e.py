@@ -178,6 +178,24 @@ def test_picker_down(gateway, envoy_exe, fail_open):
         assert r.status_code == 500
 
 
+def test_gateway_sending_the_body_buffered_is_told_what_to_set(gateway, envoy_exe):
+    from envoy_proc import gateway_config
+
+    listen, admin = free_port(), free_port()
+    cfg = gateway_config(listen, admin, gateway["engines"], gateway["epp_port"])
+    hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+    ext = hcm["typed_config"]["http_filters"][0]["typed_config"]
+    ext["processing_mode"]["request_body_mode"] = "BUFFERED"
+    envoy = Envoy(envoy_exe, cfg, listen, admin).start()
+    try:
+        r = httpx.post(envoy.url + "/v1/completions", timeout=30, json={
+            "model": MODEL, "prompt": SHORT, "max_tokens": 4})
+    finally:
+        envoy.stop()
+    assert r.status_code == 500
+    assert "request_body_mode FULL_DUPLEX_STREAMED" in r.json()["error"]["message"]
+
+
 def test_killed_primary_falls_back_to_the_next_endpoint(gateway):
     """Last in this module: it kills the vLLM simulator."""
     sims, serve, envoy = gateway["sims"], gateway["serve"], gateway["envoy"]

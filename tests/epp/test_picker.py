@@ -276,3 +276,17 @@ def test_endpoints_of_names_and_literals():
     first = eps.resolved_at
     asyncio.run(eps.refresh(1, ups))            # ttl 0: names are looked up again
     assert eps.resolved_at > first
+
+
+def test_a_gateway_in_another_request_body_mode_is_told_so(picker):
+    from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
+
+    app, stub, http = picker()
+    first = headers()
+    first.protocol_config.request_body_mode = ProcessingMode.BUFFERED
+    code, err, _ = error_of(list(stub.Process(iter([first]), timeout=30)))
+    assert code == 500 and "request_body_mode FULL_DUPLEX_STREAMED" in err["message"]
+    first.protocol_config.request_body_mode = ProcessingMode.FULL_DUPLEX_STREAMED
+    raw = json.dumps(SHORT).encode()
+    out = list(stub.Process(iter([first, *body_parts(raw)]), timeout=30))
+    assert mutation(out[0])["x-engine-advisor-engine"] == "vllm"
