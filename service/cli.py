@@ -23,6 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--upstreams", metavar="FILE",
                    help="YAML file of upstream vLLM/SGLang pools: enables the OpenAI-compatible "
                         "proxy (/v1/chat/completions, /v1/completions, /v1/models, /v1/route)")
+    p.add_argument("--epp-port", type=int, metavar="PORT",
+                   help="also serve the Endpoint Picker for a gateway (Envoy ext_proc over "
+                        "gRPC) on this port; needs --upstreams and the 'epp' extra")
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--access-log", action="store_true", help="log every request (default off)")
     p.set_defaults(handler=run_serve)
@@ -38,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 FLAGS = {"host": ("host", "--host"), "port": ("port", "--port"),
          "workers": ("workers", "--workers"), "model_path": ("model", "--model"),
          "models_dir": ("models_dir", "--models-dir"), "log_level": ("log_level", "--log-level"),
-         "upstreams": ("upstreams", "--upstreams")}
+         "upstreams": ("upstreams", "--upstreams"), "epp_port": ("epp_port", "--epp-port")}
 
 
 def _settings(args: argparse.Namespace):
@@ -80,6 +83,15 @@ def run_serve(args: argparse.Namespace) -> int:
             read(settings.upstreams)
         except UpstreamsError as exc:
             raise CliError(f"--upstreams: {exc}") from None
+    if settings.epp_port is not None:
+        from service import epp
+
+        if settings.upstreams is None:
+            raise CliError("--epp-port: needs the upstream pools (--upstreams FILE)")
+        if settings.epp_port == settings.port:
+            raise CliError(f"--epp-port: {settings.epp_port} is the HTTP port (--port) too")
+        if not epp.available():
+            raise CliError(epp.MISSING)
     # Workers build the app from the environment (uvicorn factory), so pass settings there.
     for name, value in settings.model_dump(exclude={"admin_token"}).items():
         key = f"ENGINE_ADVISOR_{name.upper()}"

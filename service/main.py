@@ -11,7 +11,7 @@ from fastapi.routing import APIRoute
 from starlette.middleware import Middleware
 from starlette.types import Receive, Scope, Send
 
-from service import errors
+from service import epp, errors
 from service.cache import ResponseCache
 from service.holder import ModelHolder, load_artifact, load_default
 from service.metrics import Metrics
@@ -51,7 +51,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     gc.collect()
     gc.freeze()
     async with proxy_lifespan(app.state.proxy):   # upstream pools, health checks, reloads
-        yield
+        async with epp.serving(app):               # the gateway's endpoint picker (gRPC)
+            yield
 
 
 class App(FastAPI):

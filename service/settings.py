@@ -34,3 +34,6 @@ class Settings(BaseSettings):
     proxy_max_body_bytes: Annotated[int, Field(gt=0)] | None = Field(
         default=None, description="body cap of the proxy routes; unset: enough for the longest "
                                   "context the pools serve, at least 32 MiB")
+    epp_port: Annotated[int, Field(ge=1, le=65535)] | None = Field(
+        default=None, description="also serve the Endpoint Picker (Envoy ext_proc, gRPC) on this "
+                                  "port; needs the pools (upstreams) and the 'epp' extra")

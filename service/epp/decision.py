@@ -1,0 +1,131 @@
+"""The picker's only bridge to the proxy: the decision ``POST /v1/route`` makes, and the live
+upstream state that decision reads (in-flight counts, circuit breakers, Retry-After).
+
+``pick_endpoints`` runs ``service.proxy.routing.route`` (client API keys, token counting with
+its cache and /tokenize, the cost model's ranking of the pools, health, breakers, the
+least-loaded upstream of the best group) and then lists the fallbacks the proxy itself would
+retry, in its order: ``service.proxy.forward.pick`` again with the upstreams already listed
+excluded (the chosen engine's other upstreams first, the other engine's only with
+``retries.other_engine``), ``retries.max_attempts`` endpoints at most. Listing fallbacks does
+not advance the round-robin of ties (``Upstream.picked`` is put back).
+
+Everything else in ``service.epp`` talks to the proxy through this module only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from service.errors import ApiError
+from service.holder import LoadedModel
+from service.proxy.forward import pick
+from service.proxy.request import CHAT, COMPLETIONS, parse
+from service.proxy.routing import NO_POOLS, authorize, route
+from service.proxy.state import ProxyState
+from service.proxy.upstreams import Upstream
+
+ROUTED_PATHS = frozenset({CHAT, COMPLETIONS})
+RETRY_AFTER_CAP = 10      # x retries.backoff_max_s, as the proxy caps an engine's Retry-After
+
+
+class _Headers:
+    """What ``authorize`` reads of a request: its headers."""
+
+    def __init__(self, headers: Mapping[str, str]):
+        self.headers = headers
+
+
+@dataclass
+class Picked:
+    upstreams: list[Upstream]     # primary first, then the fallbacks in order
+    prompt_tokens: int
+    method: str                   # how the prompt was counted (as /v1/route says)
+
+
+def _shedding(state: ProxyState, model: str | None) -> float | None:
+    """Seconds to wait when every candidate is out only because it asked to (Retry-After)."""
+    pools = state.pools
+    now = time.monotonic()
+    cands = pools.serving(model)
+    if cands and all(u.healthy and u.breaker.available() and u.not_before > now
+                     for u in cands):
+        return min(u.not_before for u in cands) - now
+    return None
+
+
+async def pick_endpoints(state: ProxyState, loaded: LoadedModel, path: str, raw: bytes,
+                         headers: Mapping[str, str]) -> Picked:
+    """The upstreams for one OpenAI request (``path`` one of ``ROUTED_PATHS``); raises
+    ``ApiError`` as ``POST /v1/route`` would, or 429 with Retry-After when every upstream of
+    the model asked to wait."""
+    pools = state.pools
+    if pools is None:
+        raise ApiError(503, NO_POOLS)
+    authorize(pools, _Headers(headers))
+    req = parse(raw, path)
+    try:
+        routed = await route(state, pools, loaded, req)
+    except ApiError as exc:
+        wait = _shedding(state, req.model) if exc.status == 503 else None
+        if wait is None:
+            raise
+        raise ApiError(429, "every upstream asked to wait (Retry-After): " + exc.message,
+                       headers={"Retry-After": str(max(1, round(wait)))}) from None
+    listed = [routed.first]
+    saved = {}
+    engine = None if pools.config.retries.other_engine else routed.first.engine
+    while len(listed) < pools.config.retries.max_attempts:
+        ahead = [u for u in pools.serving(req.model) if u not in listed]
+        saved.update((u, u.picked) for u in ahead)
+        nxt = pick(pools, routed.decision, req.model, listed, engine, state.seq)
+        if nxt is None:
+            break
+        listed.append(nxt)
+    for u, picked in saved.items():
+        u.picked = picked
+    return Picked(listed, routed.prompt_tokens, routed.method)
+
+
+def sent(state: ProxyState, up: Upstream) -> None:
+    """A request goes to ``up``: one more in flight (a half-open breaker's probe)."""
+    up.in_flight += 1
+    up.breaker.acquire()
+    state.metrics.child(state.metrics.in_flight, up.name).set(up.in_flight)
+
+
+def done(state: ProxyState, up: Upstream) -> None:
+    up.in_flight -= 1
+    state.metrics.child(state.metrics.in_flight, up.name).set(up.in_flight)
+
+
+def served(state: ProxyState, listed: list[Upstream], up: Upstream | None, status: int,
+           retry_after: float | None) -> None:
+    """The gateway's report of a response: ``up`` (one of ``listed``, or None when unknown)
+    answered ``status``. Endpoints listed before it failed (the gateway went past them);
+    a 429 or 5xx counts against ``up``'s breaker, Retry-After holds it back."""
+    if up is None:
+        return
+    for before in listed[:listed.index(up)] if up in listed else ():
+        before.breaker.failure()
+    if status == 429 or status >= 500:
+        up.breaker.failure()
+        if retry_after:
+            cap = state.pools.config.retries.backoff_max_s * RETRY_AFTER_CAP \
+                if state.pools is not None else retry_after
+            up.not_before = time.monotonic() + min(retry_after, cap)
+    else:
+        up.breaker.success()
+
+
+def upstreams(state: ProxyState) -> list[Upstream]:
+    return state.pools.upstreams if state.pools is not None else []
+
+
+def generation(state: ProxyState) -> int | None:
+    return state.pools.generation if state.pools is not None else None
+
+
+def body_cap(state: ProxyState) -> int:
+    return state.body_cap()

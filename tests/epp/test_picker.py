@@ -1,0 +1,292 @@
+"""The picker over gRPC in-process (the app under TestClient serves it on its event loop), fed
+ext_proc messages the way Envoy sends them: decisions, fallbacks, chunks, errors, in-flight
+counts and what the gateway reports back. Upstreams are unreachable addresses: nothing is
+proxied, only decided."""
+
+from __future__ import annotations
+
+import json
+import queue
+import time
+
+import grpc
+import pytest
+import yaml
+from envoy.config.core.v3.base_pb2 import HeaderMap, HeaderValue
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+from fastapi.testclient import TestClient
+from proc import free_port
+
+from service.epp.messages import CHUNK, DESTINATION, LB_NAMESPACE
+from service.main import create_app
+from service.settings import Settings
+
+POOLS = {
+    "pools": {"vllm": [{"name": "va", "url": "http://127.0.0.1:1", "model": "m"},
+                       {"name": "vb", "url": "http://127.0.0.1:2", "model": "m"}],
+              "sglang": [{"name": "sa", "url": "http://127.0.0.1:3/v1", "model": "m",
+                          "dcp_size": 8, "api_key": "engine-key"}]},
+    "workload": {"kv_bytes_per_token": 70272, "batch_size": 64},
+    "tokens": {"upstream_tokenize": False},
+    # unreachable upstreams stay "healthy": no check fails them during a test
+    "health": {"interval_s": 600, "failure_threshold": 100},
+}
+SHORT = {"model": "m", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 16}
+LONG = {"model": "m", "prompt": [7] * 200_000, "max_tokens": 2048}     # token ids: exact
+
+
+@pytest.fixture
+def picker(tmp_path):
+    def start(pools=None, **settings):
+        path = tmp_path / "pools.yaml"
+        path.write_text(yaml.safe_dump(pools or POOLS))
+        port = free_port()
+        app = create_app(Settings(upstreams=path, epp_port=port, upstreams_watch_s=0,
+                                  **settings))
+        client = TestClient(app).__enter__()
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        started.append((client, channel))
+        return app, pb_grpc.ExternalProcessorStub(channel), client
+
+    started: list = []
+    yield start
+    for client, channel in started:
+        channel.close()
+        client.__exit__(None, None, None)
+
+
+def headers(method="POST", path="/v1/chat/completions", end=False, **extra) -> pb.ProcessingRequest:
+    hs = [(":method", method), (":path", path), ("content-type", "application/json"),
+          *extra.items()]
+    return pb.ProcessingRequest(request_headers=pb.HttpHeaders(headers=HeaderMap(headers=[
+        HeaderValue(key=k, raw_value=v.encode()) for k, v in hs]), end_of_stream=end))
+
+
+def body_parts(raw: bytes, size: int = 16 << 10) -> list[pb.ProcessingRequest]:
+    parts = [raw[i:i + size] for i in range(0, len(raw), size)]
+    return [pb.ProcessingRequest(request_body=pb.HttpBody(body=p, end_of_stream=i == len(
+        parts) - 1)) for i, p in enumerate(parts)]
+
+
+def response_headers(status: int, served: str | None, **extra) -> pb.ProcessingRequest:
+    req = pb.ProcessingRequest(response_headers=pb.HttpHeaders(headers=HeaderMap(headers=[
+        HeaderValue(key=k, raw_value=v.encode())
+        for k, v in ((":status", str(status)), *extra.items())])))
+    if served is not None:
+        req.attributes["envoy.filters.http.ext_proc"].update({"upstream.address": served})
+    return req
+
+
+def exchange(stub, body: dict | bytes, path="/v1/chat/completions", **hdrs):
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return list(stub.Process(iter([headers(path=path, **hdrs), *body_parts(raw)]),
+                             timeout=30))
+
+
+def mutation(resp: pb.ProcessingResponse) -> dict[str, str]:
+    return {h.header.key: h.header.raw_value.decode()
+            for h in resp.request_headers.response.header_mutation.set_headers}
+
+
+def upstream(app, name: str):
+    return next(u for u in app.state.proxy.pools.upstreams if u.name == name)
+
+
+def in_flight(app) -> dict[str, int]:
+    return {u.name: u.in_flight for u in app.state.proxy.pools.upstreams}
+
+
+def test_answer_names_the_endpoints_in_header_and_metadata_then_echoes_the_body(picker):
+    app, stub, http = picker()
+    raw = json.dumps({**SHORT, "messages": [{"role": "user", "content": "x" * 150_000}]}
+                     ).encode()
+    out = exchange(stub, raw)
+    first, chunks = out[0], out[1:]
+    assert first.WhichOneof("response") == "request_headers"
+    set_ = mutation(first)
+    # the chosen engine's other upstream first, then the other engine (retries.other_engine)
+    assert set_[DESTINATION] == "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"
+    meta = first.dynamic_metadata.fields[LB_NAMESPACE].struct_value.fields
+    assert meta[DESTINATION].string_value == set_[DESTINATION]
+    assert first.request_headers.response.clear_route_cache
+    assert (set_["x-engine-advisor-engine"], set_["x-engine-advisor-upstream"]) == ("vllm", "va")
+    echoed = [c.request_body.response.body_mutation.streamed_response for c in chunks]
+    assert b"".join(c.body for c in echoed) == raw
+    assert all(len(c.body) <= CHUNK for c in echoed) and len(echoed) == -(-len(raw) // CHUNK)
+    assert [c.end_of_stream for c in echoed] == [False] * (len(echoed) - 1) + [True]
+
+
+def test_same_decision_and_state_as_the_route_endpoint(picker):
+    app, stub, http = picker()
+    for body, path, engine in ((SHORT, "/v1/chat/completions", "vllm"),
+                               (LONG, "/v1/completions", "sglang")):   # 200K: past crossover
+        decided = http.post("/v1/route", json=body).json()
+        set_ = mutation(exchange(stub, body, path=path)[0])
+        assert set_["x-engine-advisor-engine"] == decided["engine"] == engine
+    # one round-robin of ties for both: /v1/route and the picker take turns on va and vb
+    seen = []
+    for _ in range(2):
+        seen.append(http.post("/v1/route", json=SHORT).json()["upstream"])
+        seen.append(mutation(exchange(stub, SHORT)[0])["x-engine-advisor-upstream"])
+    assert seen in (["va", "vb", "va", "vb"], ["vb", "va", "vb", "va"])
+    # listing the fallbacks does not take a turn: four picks alone alternate too
+    firsts = [mutation(exchange(stub, SHORT)[0])["x-engine-advisor-upstream"] for _ in range(4)]
+    assert firsts in (["va", "vb", "va", "vb"], ["vb", "va", "vb", "va"])
+
+
+def test_engine_key_set_and_client_key_kept_from_the_engines(picker):
+    pools = {**POOLS, "client_api_keys": ["client-key"]}
+    app, stub, http = picker(pools)
+    out = exchange(stub, LONG, path="/v1/completions", authorization="Bearer client-key")
+    set_ = mutation(out[0])
+    assert set_["authorization"] == "Bearer engine-key"              # sa has an api_key
+    out = exchange(stub, SHORT, authorization="Bearer client-key")
+    assert "authorization" not in mutation(out[0])
+    assert list(out[0].request_headers.response.header_mutation.remove_headers) == [
+        "authorization"]
+    out = exchange(stub, SHORT)
+    im = out[0].immediate_response
+    assert im.status.code == 401 and json.loads(im.body)["error"]["param"] == "authorization"
+
+
+def error_of(out) -> tuple[int, dict, dict]:
+    assert len(out) == 1 and out[0].WhichOneof("response") == "immediate_response"
+    im = out[0].immediate_response
+    hs = {h.header.key: h.header.raw_value.decode() for h in im.headers.set_headers}
+    return im.status.code, json.loads(im.body)["error"], hs
+
+
+def test_errors_are_immediate_responses_with_the_service_envelope(picker):
+    app, stub, http = picker(proxy_max_body_bytes=100_000)
+    code, err, hs = error_of(exchange(stub, {**SHORT, "model": "other"}))
+    assert (code, err["param"], hs["content-type"]) == (404, "model", "application/json")
+    code, err, _ = error_of(exchange(stub, b"{nope"))
+    assert code == 400 and "invalid JSON" in err["message"]
+    code, err, _ = error_of(exchange(stub, {"model": "m"}, path="/v1/completions"))
+    assert (code, err["param"]) == (400, "prompt")
+    code, err, _ = error_of(exchange(stub, b"x" * 100_001))
+    assert code == 413 and "100000 bytes" in err["message"]
+
+    ups = app.state.proxy.pools.upstreams
+    for u in ups:
+        u.healthy = False
+    code, err, _ = error_of(exchange(stub, SHORT))
+    assert code == 503 and "no upstream is available" in err["message"]
+    for u in ups:
+        u.healthy = True
+        u.not_before = time.monotonic() + 30        # every engine answered 429 Retry-After
+    code, err, hs = error_of(exchange(stub, SHORT))
+    assert code == 429 and 25 <= int(hs["retry-after"]) <= 30
+    upstream(app, "sa").not_before = 0               # one engine takes requests again
+    assert mutation(exchange(stub, SHORT)[0])["x-engine-advisor-upstream"] == "sa"
+
+
+def test_request_without_body_is_left_to_the_gateway(picker):
+    app, stub, http = picker()
+    out = list(stub.Process(iter([headers("GET", "/v1/models", end=True)]), timeout=30))
+    assert len(out) == 1 and not mutation(out[0])
+    assert not out[0].HasField("dynamic_metadata")
+
+
+def test_in_flight_follows_the_endpoint_that_served_and_ends_with_the_response(picker):
+    app, stub, http = picker()
+    sent: queue.Queue = queue.Queue()
+    responses = stub.Process(iter(sent.get, None), timeout=30)
+    sent.put(headers())
+    for part in body_parts(json.dumps(SHORT).encode()):
+        sent.put(part)
+    first = next(responses)
+    assert mutation(first)["x-engine-advisor-upstream"] == "va"
+    next(responses)                                   # the body, echoed
+    assert in_flight(app) == {"va": 1, "vb": 0, "sa": 0}
+    # the gateway went past va (connect failure) and vb served: va failed, vb holds it
+    sent.put(response_headers(200, "127.0.0.1:2"))
+    out = next(responses)
+    set_ = {h.header.key: h.header.raw_value.decode()
+            for h in out.response_headers.response.header_mutation.set_headers}
+    assert set_ == {"x-engine-advisor-engine": "vllm", "x-engine-advisor-upstream": "vb"}
+    assert in_flight(app) == {"va": 0, "vb": 1, "sa": 0}
+    va, vb = upstream(app, "va"), upstream(app, "vb")
+    assert (va.breaker.failures, vb.breaker.failures) == (1, 0)
+    sent.put(pb.ProcessingRequest(response_body=pb.HttpBody(body=b"data: x\n\n")))
+    echo = next(responses).response_body.response.body_mutation.streamed_response
+    assert echo.body == b"data: x\n\n" and not echo.end_of_stream
+    assert in_flight(app)["vb"] == 1
+    sent.put(pb.ProcessingRequest(response_body=pb.HttpBody(body=b"", end_of_stream=True)))
+    assert next(responses).response_body.response.body_mutation.streamed_response.end_of_stream
+    assert in_flight(app)["vb"] == 0
+    sent.put(None)
+    assert list(responses) == []
+    assert in_flight(app) == {"va": 0, "vb": 0, "sa": 0}
+
+
+def test_in_flight_released_when_the_gateway_drops_the_stream(picker):
+    app, stub, http = picker()
+    sent: queue.Queue = queue.Queue()
+    responses = stub.Process(iter(sent.get, None), timeout=30)
+    sent.put(headers())
+    for part in body_parts(json.dumps(SHORT).encode()):
+        sent.put(part)
+    next(responses)
+    assert sum(in_flight(app).values()) == 1
+    responses.cancel()                                # the client went away
+    deadline = time.monotonic() + 10
+    while sum(in_flight(app).values()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert sum(in_flight(app).values()) == 0
+
+
+def test_engine_429_holds_it_back_for_its_retry_after(picker):
+    app, stub, http = picker()
+    sent: queue.Queue = queue.Queue()
+    responses = stub.Process(iter(sent.get, None), timeout=30)
+    sent.put(headers())
+    for part in body_parts(json.dumps(SHORT).encode()):
+        sent.put(part)
+    next(responses), next(responses)
+    sent.put(response_headers(429, "127.0.0.1:1", **{"retry-after": "1"}))
+    next(responses)
+    sent.put(None)
+    list(responses)
+    va = upstream(app, "va")
+    assert 0.5 < va.not_before - time.monotonic() <= 1.0
+    assert mutation(exchange(stub, SHORT)[0])["x-engine-advisor-upstream"] == "vb"
+
+
+def test_endpoints_of_names_and_literals():
+    import asyncio
+
+    from service.epp.endpoints import Endpoints, resolve
+
+    assert resolve("http://127.0.0.1:8000") == "127.0.0.1:8000"
+    assert resolve("http://[::1]:30000/v1") == "[::1]:30000"
+    assert resolve("http://localhost:9") in ("127.0.0.1:9", "[::1]:9")
+    assert resolve("https://10.1.2.3") == "10.1.2.3:443"
+
+    class Up:
+        def __init__(self, name, url):
+            self.name, self.url = name, url
+
+    ups = [Up("a", "http://localhost:1"), Up("b", "http://no-such-host.invalid:2")]
+    eps = Endpoints(ttl_s=0.0)
+    asyncio.run(eps.refresh(1, ups))
+    assert eps.endpoint(ups[0]) in ("127.0.0.1:1", "[::1]:1") and eps.endpoint(ups[1]) is None
+    assert eps.upstream(eps.endpoint(ups[0])) is ups[0]
+    first = eps.resolved_at
+    asyncio.run(eps.refresh(1, ups))            # ttl 0: names are looked up again
+    assert eps.resolved_at > first
+
+
+def test_a_gateway_in_another_request_body_mode_is_told_so(picker):
+    from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
+
+    app, stub, http = picker()
+    first = headers()
+    first.protocol_config.request_body_mode = ProcessingMode.BUFFERED
+    code, err, _ = error_of(list(stub.Process(iter([first]), timeout=30)))
+    assert code == 500 and "request_body_mode FULL_DUPLEX_STREAMED" in err["message"]
+    first.protocol_config.request_body_mode = ProcessingMode.FULL_DUPLEX_STREAMED
+    raw = json.dumps(SHORT).encode()
+    out = list(stub.Process(iter([first, *body_parts(raw)]), timeout=30))
+    assert mutation(out[0])["x-engine-advisor-engine"] == "vllm"
