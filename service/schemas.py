@@ -109,7 +109,8 @@ class Curve(BaseModel):
     engine: str
     dcp_size: int
     calibrated: bool
-    total_s: list[float]
+    total_s: list[float | None] = Field(
+        description="predicted total per point; null where not even one sequence fits")
 
 
 class CrossoverResponse(BaseModel):
@@ -136,9 +137,20 @@ class ModelInfo(BaseModel):
     training_data_sha256: str
     engines: list[str]
     sources: list[str]
-    calibrated_ranges: dict[str, dict[str, list[float]]]
+    calibrated_ranges: dict[str, dict[str, dict[str, list[float]]]] = Field(
+        description="engine/GPU/GPU count/DCP -> served model (name@architecture hash) -> "
+                    "dimension -> [lowest, highest] calibrated value")
     calibrated_points: dict[str, int]
-    fit_metrics: dict[str, dict[str, Any]]
+    fit_metrics: dict[str, dict[str, Any]] = Field(
+        description="per engine/GPU: points, observations, residual sd, CV MAPE")
+    efficiencies: dict[str, dict[str, float]] = Field(
+        default_factory=dict, description="per engine/GPU: the fitted coefficient of each "
+        "physical term (1 = the silicon's achievable rate; counts in seconds per unit)")
+    hardware: dict[str, dict[str, str]] = Field(
+        default_factory=dict, description="per GPU type: where each part of its physics came "
+        "from (a measured profile or the spec sheet)")
+    roofline_warnings: list[str] = Field(
+        default_factory=list, description="calibration rows faster than their roofline")
     memory_fractions: dict[str, dict[str, list[float]]]
 
 

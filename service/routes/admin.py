@@ -25,7 +25,9 @@ async def get_model(loaded: ModelDep) -> ModelInfo:
         artifact_sha256=m.get("artifact_sha256"), training_data_sha256=loaded.model.data_sha256,
         engines=loaded.model.engine_names, sources=list(loaded.model.sources),
         calibrated_ranges=loaded.model.ranges, calibrated_points=loaded.model.points,
-        fit_metrics=loaded.model.metrics, memory_fractions=loaded.model.memory)
+        fit_metrics=loaded.model.metrics, memory_fractions=loaded.model.memory,
+        efficiencies={k: est.coefficients_ for k, est in loaded.model.engines.items()},
+        hardware=loaded.model.hardware, roofline_warnings=loaded.model.roofline_warnings)
 
 
 def allowed_path(settings: Settings, raw: str | None) -> Path:

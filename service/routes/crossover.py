@@ -44,21 +44,23 @@ async def crossover(body: CrossoverRequest, loaded: ModelDep) -> CrossoverRespon
     labels = [ConfigRef(engine=c.engine, dcp_size=c.dcp_size) for c in cfgs]
     grid = np.geomspace(lo, hi, SEARCH_POINTS)
     totals = total_curves(model, w, layout, cfgs, grid)
+    finite = np.where(np.isfinite(totals), totals, np.inf)   # NaN: not one sequence fits
     config_refs = [[lab] * len(grid) for lab in labels]
     engines = sorted({c.engine for c in cfgs})
     env, env_refs = [], []
     for eng in engines:  # each engine at its best DCP size, point by point
         rows = [i for i, c in enumerate(cfgs) if c.engine == eng]
-        arg = np.array(rows)[np.argmin(totals[rows], axis=0)]
+        arg = np.array(rows)[np.argmin(finite[rows], axis=0)]
         env.append(totals[arg, np.arange(len(grid))])
         env_refs.append([labels[j] for j in arg])
     engine_x = _crossings(grid, np.array(env), env_refs) if len(engines) > 1 else []
     points = sorted(set(body.points or np.unique(np.geomspace(lo, hi, DEFAULT_POINTS)
                                                  .round().astype(int)).tolist()))
     at = total_curves(model, w, layout, cfgs, np.array(points, dtype=float))
-    best = [labels[j] for j in np.argmin(at, axis=0)]
+    best = [labels[j] for j in np.argmin(np.where(np.isfinite(at), at, np.inf), axis=0)]
     curves = [Curve(engine=c.engine, dcp_size=c.dcp_size, calibrated=e.pred.calibrated,
-                    total_s=at[k].tolist()) for k, (c, e) in enumerate(zip(cfgs, ok, strict=True))]
+                    total_s=[x if np.isfinite(x) else None for x in at[k].tolist()])
+              for k, (c, e) in enumerate(zip(cfgs, ok, strict=True))]
     return CrossoverResponse(
         context_range=(lo, hi),
         crossover_context_tokens=engine_x[0].context_tokens if engine_x else None,

@@ -25,11 +25,15 @@ def test_model_metadata_of_the_default(client):
     assert body["model_version"] == m.version
     assert body["training_data_sha256"] == m.data_sha256
     # the published runs: vLLM without DCP and SGLang with DCP 8, at 64K and 200K tokens
-    lo, hi = body["calibrated_ranges"]["vllm/B300/8/1"]["context_tokens"]
+    (served, rng), = body["calibrated_ranges"]["vllm/B300/8/1"].items()   # Kimi-K3 only
+    assert served.startswith("kimi-k3@")
+    lo, hi = rng["context_tokens"]
     assert lo <= 65_536 and hi >= 204_800
     assert body["calibrated_ranges"] == m.ranges
     assert body["calibrated_points"]["sglang/B300/8/8"] >= 2
-    assert set(body["fit_metrics"]) == {"sglang", "vllm"}
+    assert set(body["fit_metrics"]) == set(body["efficiencies"]) == {"sglang/B300", "vllm/B300"}
+    assert body["efficiencies"]["sglang/B300"]["dcp_comm"] == pytest.approx(1.0, rel=0.01)
+    assert body["hardware"]["B300"]["kv_read"] == "profile:b300.json"
     assert 0.95 in body["memory_fractions"]["vllm/B300"]["unsafe"]
     assert body["sources"]
 

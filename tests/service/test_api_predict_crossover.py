@@ -35,9 +35,11 @@ def test_predict_uncalibrated_config_is_marked(client):
 
 
 def test_predict_applies_prefix_reuse(client):
-    base = client.post("/v1/predict", json={"workload": SEED, "engine": "sglang", "dcp_size": 8})
+    distinct = {k: v for k, v in SEED.items() if k != "requirements"}
+    base = client.post("/v1/predict", json={"workload": distinct, "engine": "sglang",
+                                            "dcp_size": 8})
     reuse = client.post("/v1/predict", json={
-        "workload": {**SEED, "requirements": {"prefix_reuse_share": 0.5}},
+        "workload": {**distinct, "requirements": {"prefix_reuse_share": 0.5}},
         "engine": "sglang", "dcp_size": 8})
     assert reuse.json()["prediction"]["prefill_s"] < base.json()["prediction"]["prefill_s"]
 
@@ -76,10 +78,12 @@ def test_crossover_of_the_seed_workload(client):
     assert {(c["engine"], c["dcp_size"]) for c in body["curves"]} == {("vllm", 1), ("sglang", 8)}
     for c in body["curves"]:
         assert len(c["total_s"]) == 16
-        assert c["total_s"] == sorted(c["total_s"])  # longer context, longer time
+        fits = [t for t in c["total_s"] if t is not None]   # None: not one sequence fits
+        assert fits == sorted(fits) and len(fits) >= 12      # longer context, longer time
     # the best configuration per point agrees with the curves and flips once
     for i, best in enumerate(body["best"]):
-        times = {(c["engine"], c["dcp_size"]): c["total_s"][i] for c in body["curves"]}
+        times = {(c["engine"], c["dcp_size"]): c["total_s"][i] for c in body["curves"]
+                 if c["total_s"][i] is not None}
         assert times[(best["engine"], best["dcp_size"])] == min(times.values())
     assert body["best"][0]["engine"] == "vllm" and body["best"][-1]["engine"] == "sglang"
 
@@ -97,12 +101,15 @@ def test_crossover_at_requested_points_and_none_in_range(client):
 
 
 def test_crossover_curves_apply_prefix_reuse(client):
-    base = client.post("/v1/crossover", json=NO_CTX).json()
+    distinct = {k: v for k, v in NO_CTX.items() if k != "requirements"}
+    base = client.post("/v1/crossover", json=distinct).json()
     reuse = client.post("/v1/crossover", json={
-        **NO_CTX, "requirements": {"prefix_reuse_share": 0.8}}).json()
+        **distinct, "requirements": {"prefix_reuse_share": 0.8}}).json()
     assert [c["engine"] for c in reuse["curves"]] == [c["engine"] for c in base["curves"]]
     for b, r in zip(base["curves"], reuse["curves"], strict=True):
-        assert all(x < y for x, y in zip(r["total_s"], b["total_s"], strict=True))
+        pairs = [(x, y) for x, y in zip(r["total_s"], b["total_s"], strict=True)
+                 if x is not None and y is not None]
+        assert pairs and all(x < y for x, y in pairs)
 
 
 def test_crossover_with_extrapolation_compares_all_configs(client):
