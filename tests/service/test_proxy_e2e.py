@@ -1,8 +1,8 @@
 """End to end: ``engine-advisor serve --upstreams FILE`` in front of simulator processes
 (vLLM-like and SGLang-like), driven by the official ``openai`` client and raw httpx.
 
-Pools use the reference workload (70,272 KV bytes per token, B300 x 8, batch floor 64), where
-the default model puts the crossover near 123K context tokens at 2,048 output tokens: short
+Pools serve Kimi-K3 (the simulators' default model) on B300 x 8 with a batch floor of 64, where
+the default model puts the crossover near 153K context tokens at 2,048 output tokens: short
 prompts belong to vLLM dcp 1, long ones to SGLang dcp 8.
 """
 
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.timeout(120)
 
 TOKEN = "proxy-admin-token"
 SCALE = "0.001"
-LONG_CHAT = " ab" * 140_000          # 140,000 simulator tokens, ~420 KB: /tokenize decides
+LONG_CHAT = " ab" * 190_000          # 190,000 simulator tokens, ~570 KB: /tokenize decides
 
 
 def pools_yaml(vllm: list[str], sglang: list[str], **extra) -> str:
@@ -36,7 +36,7 @@ def pools_yaml(vllm: list[str], sglang: list[str], **extra) -> str:
             "sglang": [{"url": u, "model": "kimi-k3", "dcp_size": 8, "mem_fraction": 0.92}
                        for u in sglang],
         },
-        "workload": {"kv_bytes_per_token": 70272, "gpu": "B300", "num_gpus": 8,
+        "workload": {"preset": "kimi-k3", "gpu": "B300", "num_gpus": 8,
                      "batch_size": 64, "output_tokens": 2048},
         "health": {"interval_s": 0.2, "timeout_s": 1.0, "failure_threshold": 1},
         "timeouts": {"connect_s": 1.0, "first_byte_s": 5.0, "idle_s": 5.0, "total_s": 20.0},
@@ -92,7 +92,7 @@ def test_short_prompt_to_vllm_long_to_sglang_as_the_model_says(cluster):
     assert long.headers["x-engine-advisor-upstream"] == "sglang-0"
     usage = long.parse().usage
     assert usage.completion_tokens == 2048
-    assert usage.prompt_tokens > 123_000           # counted by the simulator itself
+    assert usage.prompt_tokens > 160_000           # counted by the simulator itself
 
     # The model agrees: the same workloads through POST /v1/recommend.
     for ctx, engine in ((usage.prompt_tokens, "sglang"), (body.usage.prompt_tokens, "vllm")):
@@ -111,7 +111,7 @@ def test_route_endpoint_counts_tokens_upstream_when_the_estimate_is_ambiguous(cl
     d = r.json()
     # bytes/4 would say ~105K (vLLM); the simulator's /tokenize says ~140K (SGLang).
     assert d["prompt_tokens_method"] == "upstream"
-    assert d["prompt_tokens"] > 140_000
+    assert d["prompt_tokens"] > 190_000
     assert (d["engine"], d["dcp_size"], d["upstream"]) == ("sglang", 8, "sglang-0")
     assert d["upstream_url"] == cluster["sglang"].url
     p = d["predicted"]
@@ -160,11 +160,11 @@ def test_completions_streaming_and_models(cluster):
     proxy = cluster["proxy"]
     c = client(proxy.url)
     with c.completions.with_streaming_response.create(
-            model="kimi-k3", prompt=[5] * 150_000, max_tokens=2048, stream=True,
+            model="kimi-k3", prompt=[5] * 190_000, max_tokens=2048, stream=True,
             stream_options={"include_usage": True}, extra_body={"ignore_eos": True}) as resp:
         assert resp.headers["x-engine-advisor-engine"] == "sglang"
         chunks = list(resp.parse())
-    assert chunks[-1].usage.prompt_tokens == 150_000
+    assert chunks[-1].usage.prompt_tokens == 190_000
     assert chunks[-1].usage.completion_tokens == 2048
     assert sum(1 for ch in chunks if ch.choices) == 2048
 
@@ -189,8 +189,8 @@ def test_request_id_observations_and_metrics(cluster):
     streamed = [r for r in rows if r.ttft_s is not None]
     assert streamed and all(r.tpot_s is None or r.tpot_s > 0 for r in streamed)
     sg = [r for r in rows if r.engine == "sglang"]
-    assert all(r.dcp_size == 8 and r.kv_bytes_per_token == 70272 for r in sg)
-    assert any(r.context_tokens == 150_000 and r.output_tokens == 2048 for r in sg)
+    assert all(r.dcp_size == 8 and r.kv_bytes_per_token == 27648 for r in sg)
+    assert any(r.context_tokens == 190_000 and r.output_tokens == 2048 for r in sg)
 
     text = httpx.get(proxy.url + "/metrics").text
     assert 'engine_advisor_proxy_requests_total{engine="vllm",status="200",upstream="vllm-0"}' \

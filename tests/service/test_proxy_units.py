@@ -26,7 +26,7 @@ from service.settings import Settings
 
 BASE = {"pools": {"vllm": [{"url": "http://127.0.0.1:1", "model": "m", "dcp_size": 1}],
                   "sglang": [{"url": "http://127.0.0.1:2/v1", "model": "m", "dcp_size": 8}]},
-        "workload": {"kv_bytes_per_token": 70272, "batch_size": 64},
+        "workload": {"preset": "kimi-k3", "batch_size": 64},
         # unreachable upstreams stay "healthy" for these tests: no check fails them in time
         "health": {"interval_s": 60, "failure_threshold": 100}}
 
@@ -101,7 +101,7 @@ def test_bad_pools_files_name_the_field(text, expect):
 def test_pools_defaults_names_and_urls(tmp_path):
     cfg, sha = read(write(tmp_path, BASE))
     pools = Pools(cfg, [], "x", sha, 1)
-    assert len(sha) == 64 and pools.kv_bytes_per_token == 70272
+    assert len(sha) == 64 and pools.kv_bytes_per_token == 27648
     assert [u.name for u in cfg.pools["vllm"]] == ["vllm-0"]
     assert cfg.pools["sglang"][0].base_url() == "http://127.0.0.1:2"     # a trailing /v1 goes
     assert cfg.timeouts.connect_s > 0 and cfg.retries.max_attempts == 3

@@ -316,8 +316,8 @@ def test_phone_width_labels_and_keyboard(server, open_page, shots):
 
 
 def test_hf_config_pasted_or_uploaded(server, open_page, tmp_path):
-    cfg = {"num_hidden_layers": 61, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
-           "num_attention_heads": 128}
+    from model.arch.presets import preset_config
+    cfg = {k: v for k, v in preset_config("kimi-k3").items() if k != "_source"}
     workload = {k: v for k, v in WORKLOAD.items() if k != "preset"}
     pg = open_page()
     page = pg.open(urlencode({**workload, "source": "hf_config"}), ready="recommend")
