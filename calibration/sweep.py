@@ -47,6 +47,7 @@ from calibration.client import (
 from calibration.launcher import LaunchedEngine, LaunchTemplateError, format_command, free_port
 from calibration.runstore import PointKey, RunStore, RunStoreError, utc_now
 from model.dataset import Measurement
+from model.workload import served_preset
 
 IDENTITY = ("engine", "model", "contexts", "output_tokens", "batch_sizes", "repeats",
             "dcp_sizes", "mem_fractions", "gpu", "num_gpus", "kv_bytes_per_token", "kv_shards",
@@ -395,13 +396,16 @@ class Sweep:
         info = engines.get(f"dcp={key.dcp_size},mem={key.mem_fraction:g}")
         if info:
             version = str(info.get("version") or "")
+        # the served model's name (a preset's, matching the KV bytes) keys per-model calibration
+        preset, kv_dtype = served_preset(self.model, cfg.kv_bytes_per_token)
         return Measurement(
             engine=key.engine, engine_version=version, gpu=cfg.gpu, num_gpus=cfg.num_gpus,
             dcp_size=key.dcp_size, mem_fraction=key.mem_fraction,
             context_tokens=key.context_tokens, output_tokens=key.output_tokens,
             batch_size=key.batch_size, kv_bytes_per_token=cfg.kv_bytes_per_token,
             kv_shards=cfg.kv_shards, ttft_s=ttft, tpot_s=tpot, total_s=total,
-            oom_retries=oom_retries, errors=errors, source=key.source())
+            oom_retries=oom_retries, errors=errors, source=key.source(), model=preset,
+            kv_cache_dtype=kv_dtype)
 
     def _record(self, key: PointKey, row: Measurement, samples: list[dict[str, Any]],
                 status: str, message: str) -> Outcome:

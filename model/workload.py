@@ -138,6 +138,17 @@ def preset_shape(name: str, kv_dtype: str) -> ModelShape:
     return from_architecture(preset(name), kv_dtype)
 
 
+def served_preset(model: str | None, kv_bytes_per_token: int) -> tuple[str, str]:
+    """(preset, KV dtype) when a served model's name is a preset whose KV bytes per token at
+    bf16 or fp8 equal the measured ones, else ("", "bf16"): what a dataset row records."""
+    name = (model or "").rsplit("/", 1)[-1].lower()
+    if name in PRESETS:
+        for dtype in ("bf16", "fp8"):
+            if abs(preset_shape(name, dtype).kv_bytes_per_token - kv_bytes_per_token) < 0.5:
+                return name, dtype
+    return "", "bf16"
+
+
 def shape_of(model: str, kv_dtype: str, kv_bytes_per_token: int, kv_shards: int = 1) -> ModelShape:
     """The served model of a dataset row: its preset when ``model`` names one (its KV bytes
     must agree), else a bare shape from the KV bytes (``kv_shards`` > 1: GQA heads split)."""
