@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
+from cachetools import LRUCache
 
 from model.capabilities import effective_share
 from model.capabilities import exclusions as capability_exclusions
@@ -207,19 +207,14 @@ def crossover_near(model: CostModel, w: Workload, shape: ModelShape,
     if len(configs) < 2:
         return None
     pred: Predictor = predictor_for(model)
-    cache: OrderedDict = pred.cache.setdefault("crossover", OrderedDict())
+    cache: LRUCache = pred.cache.setdefault("crossover", LRUCache(_CROSSOVER_CACHE_SIZE))
     req = w.requirements
     key = (shape.key, shape.weight_bytes, w.gpu_spec(), w.num_gpus, w.output_tokens,
            w.batch_size, req.prefix_reuse_share if req else 0.0, tuple(configs))
     found = cache.get(key)
     if found is None:
-        found = crossovers(CROSSOVER_GRID, total_curves(model, w, shape, configs,
-                                                        CROSSOVER_GRID))
-        cache[key] = found
-        if len(cache) > _CROSSOVER_CACHE_SIZE:
-            cache.popitem(last=False)
-    else:
-        cache.move_to_end(key)
+        found = cache[key] = crossovers(CROSSOVER_GRID, total_curves(model, w, shape, configs,
+                                                                     CROSSOVER_GRID))
     if not found:
         return None
     return min(found, key=lambda f: abs(math.log(f[0] / w.context_tokens)))[0]
