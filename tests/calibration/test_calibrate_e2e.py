@@ -62,15 +62,24 @@ def test_calibrate_fit_recovers_simulators(tmp_path, sims):
     model, _ = load(tmp_path / "fit.joblib")
 
     # a held-out grid point's measurement: the median of its 3 repeats (a shared CPU can stall
-    # one run for a few milliseconds)
-    errors = []
+    # one run for a few milliseconds). A busy machine can also slow the simulators' steps for a
+    # whole run: measured over told (the hidden truth, time-scaled) at a held-out point, against
+    # the same ratio over the training points, shows how much the load moved that measurement,
+    # and the fit is allowed that much on top of 5 %.
+    truth, _ = load(truth_path)
+    errors, slack = [], []
     for engine in ("vllm", "sglang"):
+        train = read_csv(tmp_path / f"train-{engine}" / "dataset.csv")
+        Xt, yt = training_matrix(train)
+        ratio = yt / (truth.engines[engine].predict_rows(Xt) * float(SCALE))
+        usual = {q: float(np.median(ratio[Xt[:, 6] == q])) for q in (QTY_TOTAL, QTY_TPOT)}
         held = read_csv(tmp_path / f"held-{engine}" / "dataset.csv")
         assert len(held) == 2 * 3
         for ctx in (3072, 12288):
             reps = [r for r in held if r.context_tokens == ctx]
             X, _ = training_matrix(reps[:1])
             pred = model.engines[engine].predict_rows(X)
+            told = truth.engines[engine].predict_rows(X) * float(SCALE)
             for i, (qty, attr) in enumerate(((QTY_TOTAL, "total_s"), (None, "ttft_s"),
                                              (QTY_TPOT, "tpot_s"))):
                 if qty is None:
@@ -78,13 +87,16 @@ def test_calibrate_fit_recovers_simulators(tmp_path, sims):
                 assert X[i, 6] == qty
                 measured = float(np.median([getattr(r, attr) for r in reps]))
                 errors.append((engine, ctx, attr, pred[i] / measured - 1))
+                slack.append(abs(measured / told[i] / usual[qty] - 1))
     assert len(errors) == 2 * 2 * 2
+    assert max(slack) < 0.25, f"the simulators ran {max(slack):.0%} off their timing: overloaded"
+    allowed = [0.05 + s for s in slack]
+    worst = max(zip(errors, allowed, strict=True), key=lambda ea: abs(ea[0][-1]) / ea[1])
+    assert abs(worst[0][-1]) < worst[1], f"held-out error too large: {worst}"
     worst = max(errors, key=lambda e: abs(e[-1]))
-    assert abs(worst[-1]) < 0.05, f"held-out error too large: {worst}"
-
-    truth, _ = load(truth_path)
     true_x, fit_x = crossover(truth, 4), crossover(model, 4)
-    print(f"\nheld-out |error| total/TPOT: max {abs(worst[-1]):.1%}, mean "
+    print(f"\nmeasurement off the simulators' timing: max {max(slack):.1%}; "
+          f"held-out |error| total/TPOT: max {abs(worst[-1]):.1%}, mean "
           f"{np.mean([abs(e[-1]) for e in errors]):.1%}; crossover at batch 4: true {true_x}, "
           f"fitted {fit_x} ({fit_x / true_x - 1:+.1%})")
     assert abs(fit_x / true_x - 1) < 0.10, (true_x, fit_x)
