@@ -26,7 +26,7 @@ def crossover(model: CostModel, batch: int) -> int:
     w = Workload(context_tokens=8192, output_tokens=OUT, batch_size=batch, kv_bytes_per_token=KV)
     configs = [Config("vllm", DCP["vllm"]), Config("sglang", DCP["sglang"])]
     grid = np.geomspace(1024, 262144, 400)
-    found = crossovers(grid, total_curves(model, w, w.model_shape(), configs, grid))
+    found = crossovers(grid, total_curves(model, w, w.kv_layout(), configs, grid))
     assert len(found) == 1, found
     return found[0][0]
 
@@ -61,25 +61,44 @@ def test_calibrate_fit_recovers_simulators(tmp_path, sims):
     model, _ = load(tmp_path / "fit.joblib")
 
     # a held-out grid point's measurement: the median of its 3 repeats (a shared CPU can stall
-    # one run for a few milliseconds)
-    errors = []
+    # one run for a few milliseconds). A busy machine can also slow the simulators' steps for a
+    # whole run: measured over told (the hidden truth, time-scaled) at a held-out point, against
+    # the same ratio over the training points, shows how much the load moved that measurement,
+    # and the fit is allowed that much on top of 5 %.
+    truth, _ = load(truth_path)
+    errors, slack = [], []
     for engine in ("vllm", "sglang"):
+        key = f"{engine}/B300"
+
+        def told(X, key=key):   # the hidden truth's time for these features, time-scaled
+            return float(truth.engines[key].predict(X)[0]) * float(SCALE)
+
+        ratios: dict[str, list[float]] = {"total_s": [], "tpot_s": []}
+        for r in read_csv(tmp_path / f"train-{engine}" / "dataset.csv"):
+            f = case_features(row_case(r))
+            for X, attr in ((f.total, "total_s"), (f.tpot, "tpot_s")):
+                if getattr(r, attr):
+                    ratios[attr].append(getattr(r, attr) / told(X))
+        usual = {a: float(np.median(v)) for a, v in ratios.items()}
         held = read_csv(tmp_path / f"held-{engine}" / "dataset.csv")
         assert len(held) == 2 * 3
         for ctx in (3072, 12288):
             reps = [r for r in held if r.context_tokens == ctx]
             f = case_features(row_case(reps[0]))
             for X, attr in ((f.total, "total_s"), (f.tpot, "tpot_s")):
-                pred = float(model.engines[f"{engine}/B300"].predict(X)[0])
+                pred = float(model.engines[key].predict(X)[0])
                 measured = float(np.median([getattr(r, attr) for r in reps]))
                 errors.append((engine, ctx, attr, pred / measured - 1))
+                slack.append(abs(measured / told(X) / usual[attr] - 1))
     assert len(errors) == 2 * 2 * 2
+    assert max(slack) < 0.25, f"the simulators ran {max(slack):.0%} off their timing: overloaded"
+    allowed = [0.05 + s for s in slack]
+    worst = max(zip(errors, allowed, strict=True), key=lambda ea: abs(ea[0][-1]) / ea[1])
+    assert abs(worst[0][-1]) < worst[1], f"held-out error too large: {worst}"
     worst = max(errors, key=lambda e: abs(e[-1]))
-    assert abs(worst[-1]) < 0.05, f"held-out error too large: {worst}"
-
-    truth, _ = load(truth_path)
     true_x, fit_x = crossover(truth, 4), crossover(model, 4)
-    print(f"\nheld-out |error| total/TPOT: max {abs(worst[-1]):.1%}, mean "
+    print(f"\nmeasurement off the simulators' timing: max {max(slack):.1%}; "
+          f"held-out |error| total/TPOT: max {abs(worst[-1]):.1%}, mean "
           f"{np.mean([abs(e[-1]) for e in errors]):.1%}; crossover at batch 4: true {true_x}, "
           f"fitted {fit_x} ({fit_x / true_x - 1:+.1%})")
     assert abs(fit_x / true_x - 1) < 0.10, (true_x, fit_x)
