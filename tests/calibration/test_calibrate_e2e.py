@@ -26,7 +26,7 @@ def crossover(model: CostModel, batch: int) -> int:
     w = Workload(context_tokens=8192, output_tokens=OUT, batch_size=batch, kv_bytes_per_token=KV)
     configs = [Config("vllm", DCP["vllm"]), Config("sglang", DCP["sglang"])]
     grid = np.geomspace(1024, 262144, 400)
-    found = crossovers(grid, total_curves(model, w, w.kv_layout(), configs, grid))
+    found = crossovers(grid, total_curves(model, w, w.model_shape(), configs, grid))
     assert len(found) == 1, found
     return found[0][0]
 
