@@ -127,12 +127,17 @@ def _register_import(csub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, metavar="CSV", help="dataset CSV to write")
     p.add_argument("--engine", choices=("vllm", "sglang"),
                    help="engine (default: vllm for vllm-bench, else from the file's backend)")
-    p.add_argument("--engine-version", default="", help="engine version to record")
+    p.add_argument("--engine-version", help="engine version to record (default: the file's)")
     p.add_argument("--gpu", default="B300", help="GPU type (default B300)")
-    p.add_argument("--num-gpus", type=_pos_int, default=8, help="GPUs = TP size (default 8)")
-    p.add_argument("--dcp-size", type=_pos_int, default=1, help="DCP size (default 1)")
-    p.add_argument("--mem-fraction", type=_fraction, default=0.9,
-                   help="memory fraction (default 0.9)")
+    p.add_argument("--num-gpus", type=_pos_int,
+                   help="GPUs = TP size (default: the file's server_info, else 8)")
+    p.add_argument("--dcp-size", type=_pos_int,
+                   help="DCP size (default: the file's server_info, else 1)")
+    p.add_argument("--mem-fraction", type=_fraction,
+                   help="memory fraction (default: the file's server_info, else 0.9)")
+    p.add_argument("--override", action="store_true",
+                   help="let --num-gpus/--dcp-size/--mem-fraction/--engine-version win over "
+                        "what the files say (default: a contradiction is an error)")
     p.add_argument("--kv-bytes-per-token", type=_pos_int, required=True)
     p.add_argument("--kv-shards", type=_pos_int, default=1)
     p.add_argument("--batch-size", type=_pos_int,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from model.hardware import BUILTIN_GPUS, GpuSpec
 from model.memory import OOM_THRESHOLD, kv_capacity_tokens
@@ -35,6 +36,7 @@ class SimConfig:
     oom_rate: float = 0.05
     oom_on_startup: bool = False
     disable_prefix_caching: bool = False
+    tokenizer: str | None = None
 
     def problems(self) -> list[str]:
         """'--flag: reason' for each invalid setting."""
@@ -70,6 +72,9 @@ class SimConfig:
                 p.append(f"{flag}: {v} is outside 0 .. 1")
         if not 0 < self.oom_threshold <= 1:
             p.append(f"--oom-threshold: {self.oom_threshold} is outside (0, 1]")
+        if self.tokenizer is not None and not Path(self.tokenizer).is_file():
+            p.append(f"--tokenizer: {self.tokenizer} is not a file (a Hugging Face "
+                     "tokenizer.json)")
         if not 0 <= self.startup_seconds <= 3600:
             p.append(f"--startup-seconds: {self.startup_seconds} is outside 0 .. 3600")
         return p
