@@ -38,6 +38,7 @@ from sim.textgen import Vocab, plan_output
 from sim.timing import StepTimer
 from sim.tokenizer import BUILTIN, Tokenizer
 
+
 class SimState:
     """Everything the routes share: settings, the engine core, fault injection, readiness."""
 

@@ -40,7 +40,6 @@ from starlette.types import Receive, Scope, Send
 from sim.engine import EngineCore, SimRequest
 from sim.faults import HeaderError
 from sim.httputil import SSE_HEADERS, wait_disconnect
-from sim.protocol import ApiError
 from sim.textgen import OutputPlan, plan_output
 from sim.tokenizer import Tokenizer
 

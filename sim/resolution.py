@@ -35,10 +35,10 @@ from sim.protocol import DONE_EVENT, ApiError, ChunkWriter, GenParams, full_resp
 from sim.textgen import plan_output
 
 FAITHFUL_MULTIPLE = 10
-PROBES = 10
-STREAMS = 3
+PROBES = 8
+STREAMS = 2
 PROBE_TOKENS = 256
-WARMUP = 2
+WARMUP = 1
 
 
 def _params(n: int, stream: bool) -> GenParams:

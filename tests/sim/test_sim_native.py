@@ -66,7 +66,7 @@ def test_generate_same_prompt_hits_the_prefix_cache_until_flushed(sglang):
     body = {"input_ids": ids, "sampling_params": {"max_new_tokens": 2, "ignore_eos": True}}
     first = httpx.post(sglang.url + "/generate", json=body).json()["meta_info"]
     again = httpx.post(sglang.url + "/generate", json=body).json()["meta_info"]
-    assert first["cached_tokens"] == 0 and again["cached_tokens"] == 63   # all but the token computed
+    assert first["cached_tokens"] == 0 and again["cached_tokens"] == 63   # all but one
     r = httpx.post(sglang.url + "/flush_cache")
     assert r.status_code == 200 and r.text.startswith("Cache flushed.")
     after = httpx.post(sglang.url + "/generate", json=body).json()["meta_info"]
