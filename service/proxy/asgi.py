@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from service.errors import ApiError, envelope, internal_error
 from service.middleware import BodyLimitMiddleware, MetricsMiddleware, RequestIdMiddleware
 
-PROXY_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/route"})
+PROXY_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/route", "/generate"})
 DIRECT_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 
 
