@@ -381,7 +381,8 @@ def create_app(state: SimState) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
         core = EngineCore(state.timer, capacity_tokens=state.capacity,
-                          max_running=cfg.max_running, time_scale=cfg.time_scale)
+                          max_running=cfg.max_running, time_scale=cfg.time_scale,
+                          admit_window_s=cfg.admit_window_ms / 1e3)
         state.core = core
         core.start()
 

@@ -54,6 +54,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a Hugging Face tokenizer.json to count and generate tokens with, so "
                         "that prompt counts equal a client's using the same file (needs the "
                         "'tokenizer' extra; default: the simulator's built-in tokenizer)")
+    p.add_argument("--admit-window-ms", type=float, default=0.0,
+                   help="an idle engine waits this long (wall ms) after a request arrives before "
+                        "its first step, so that a burst sent at once is prefilled together "
+                        "whatever its arrival order (default 0)")
     p.set_defaults(handler=run)
 
 
@@ -71,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
                     oom_threshold=args.oom_threshold, oom_rate=args.oom_rate,
                     oom_on_startup=args.oom_on_startup,
                     disable_prefix_caching=args.disable_prefix_caching,
-                    tokenizer=args.tokenizer)
+                    tokenizer=args.tokenizer, admit_window_ms=args.admit_window_ms)
     problems = cfg.problems()
     if problems:
         print(f"engine-advisor: error: {'; '.join(problems)}", file=sys.stderr)

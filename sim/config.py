@@ -37,6 +37,7 @@ class SimConfig:
     oom_on_startup: bool = False
     disable_prefix_caching: bool = False
     tokenizer: str | None = None
+    admit_window_ms: float = 0.0
 
     def problems(self) -> list[str]:
         """'--flag: reason' for each invalid setting."""
@@ -72,6 +73,8 @@ class SimConfig:
                 p.append(f"{flag}: {v} is outside 0 .. 1")
         if not 0 < self.oom_threshold <= 1:
             p.append(f"--oom-threshold: {self.oom_threshold} is outside (0, 1]")
+        if not 0 <= self.admit_window_ms <= 10_000:
+            p.append(f"--admit-window-ms: {self.admit_window_ms} is outside 0 .. 10000")
         if self.tokenizer is not None and not Path(self.tokenizer).is_file():
             p.append(f"--tokenizer: {self.tokenizer} is not a file (a Hugging Face "
                      "tokenizer.json)")
