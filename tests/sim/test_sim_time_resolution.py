@@ -55,3 +55,39 @@ def test_calibrate_run_against_a_fast_simulator_warns(tmp_path, capsys):
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     engines = manifest["engines"]
     assert any("sim_time_resolution" in v for v in engines.values())
+
+
+def test_admit_window_batches_a_staggered_burst():
+    """Two requests sent 50 ms apart to an idle engine with a 300 ms window are prefilled in
+    one step: their first tokens come together, not 50 ms apart."""
+    import subprocess
+    import threading
+    import time
+
+    from simproc import EXE
+
+    bad = subprocess.run([EXE, "sim", "--engine", "vllm", "--port", "1", "--admit-window-ms",
+                          "-1"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--admit-window-ms: -1.0 is outside" in bad.stderr
+    with SimProcess("--engine", "sglang", "--time-scale", "0.001",
+                    "--admit-window-ms", "300") as s:
+        firsts: dict[int, float] = {}
+
+        def send(i: int) -> None:
+            with httpx.stream("POST", s.url + "/generate", timeout=30, json={
+                    "input_ids": list(range(100 + i, 400 + i)), "stream": True,
+                    "sampling_params": {"max_new_tokens": 2, "ignore_eos": True}}) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data: {"):
+                        firsts[i] = time.perf_counter()
+                        break
+
+        threads = [threading.Thread(target=send, args=(i,)) for i in range(2)]
+        t0 = time.perf_counter()
+        threads[0].start()
+        time.sleep(0.05)
+        threads[1].start()
+        for t in threads:
+            t.join()
+    assert firsts[0] - t0 >= 0.3                  # the window passed before the first step
+    assert abs(firsts[1] - firsts[0]) < 0.04      # one prefill step for both
