@@ -132,18 +132,23 @@ def _register_import(csub: argparse._SubParsersAction) -> None:
     p.add_argument("--engine", choices=("vllm", "sglang"),
                    help="engine (default: vllm for vllm-bench, else from the file's backend; "
                         "aiconfigurator: whose tables, default sglang)")
-    p.add_argument("--engine-version", default="",
-                   help="engine version to record (aiconfigurator: of the tables, default the "
-                        "newest per table)")
+    p.add_argument("--engine-version",
+                   help="engine version to record (default: the file's; aiconfigurator: of the "
+                        "tables, default the newest per table)")
     p.add_argument("--system", help="aiconfigurator: the system, e.g. b300_sxm, h200_sxm")
     p.add_argument("--systems-dir", metavar="DIR",
                    help="aiconfigurator: a systems directory in the package's layout (default: "
                         "the installed aiconfigurator-core's)")
     p.add_argument("--gpu", default="B300", help="GPU type (default B300)")
-    p.add_argument("--num-gpus", type=_pos_int, default=8, help="GPUs = TP size (default 8)")
-    p.add_argument("--dcp-size", type=_pos_int, default=1, help="DCP size (default 1)")
-    p.add_argument("--mem-fraction", type=_fraction, default=0.9,
-                   help="memory fraction (default 0.9)")
+    p.add_argument("--num-gpus", type=_pos_int,
+                   help="GPUs = TP size (default: the file's server_info, else 8)")
+    p.add_argument("--dcp-size", type=_pos_int,
+                   help="DCP size (default: the file's server_info, else 1)")
+    p.add_argument("--mem-fraction", type=_fraction,
+                   help="memory fraction (default: the file's server_info, else 0.9)")
+    p.add_argument("--override", action="store_true",
+                   help="let --num-gpus/--dcp-size/--mem-fraction/--engine-version win over "
+                        "what the files say (default: a contradiction is an error)")
     p.add_argument("--kv-bytes-per-token", type=_pos_int,
                    help="KV bytes per token of the model (required for the bench formats)")
     p.add_argument("--kv-shards", type=_pos_int, default=1)

@@ -1,12 +1,21 @@
 """Import benchmark result files of the engines' own tools as dataset rows.
 
 - ``vllm-bench``: the JSON object ``vllm bench serve --save-result`` writes (also the older
-  ``benchmarks/benchmark_serving.py``): ``duration, completed, num_prompts, max_concurrency,
-  request_rate, total_input_tokens, total_output_tokens, mean_/median_/std_/p99_{ttft,tpot,itl}_ms``
-  and per request ``input_lens, output_lens, ttfts, itls, errors`` (seconds).
+  ``benchmarks/benchmark_serving.py``), or the one-object-per-line file ``--append-result``
+  grows: ``duration, completed, num_prompts, max_concurrency, request_rate, backend, model_id,
+  total_input_tokens, total_output_tokens, mean_/median_/std_/p99_{ttft,tpot,itl}_ms``, per
+  request (``--save-detailed``) ``input_lens, output_lens, ttfts, itls, errors`` (seconds), and
+  the ``--metadata KEY=VALUE`` pairs (``version=...`` gives the engine version).
 - ``sglang-bench``: the JSONL lines SGLang ``bench_serving`` appends, one per run: the same
   aggregates plus ``*_e2e_latency_ms``, ``concurrency``, ``random_input_len``,
-  ``random_output_len`` and, with ``--output-details``, the per-request arrays.
+  ``random_output_len``, ``server_info`` (the server's ``/server_info``: ``tp_size``,
+  ``dcp_size``, ``mem_fraction_static``, ``version``, ``max_total_num_tokens``) and, with
+  ``--output-details``, the per-request arrays.
+
+What a file says about the server (TP size, DCP size, memory fraction, version) fills the row;
+a flag that says otherwise is an error naming both values unless ``override`` (``--override``)
+lets the flags win. The KV capacity (``max_total_num_tokens``) is checked against the batch:
+a batch whose KV does not fit at once ran in fewer concurrent sequences (a warning).
 
 One file entry (a vLLM file, a SGLang line) becomes one row:
 
@@ -27,12 +36,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from calibration.honesty import overhead_warnings, resolution_of
 from model.artifact import atomic_write
 from model.dataset import DatasetError, Measurement, header_csv, read_csv, row_csv
 
@@ -46,17 +57,24 @@ class BenchFileError(ValueError):
 
 @dataclass
 class Defaults:
-    """What the benchmark files lack, from the command line."""
+    """What the benchmark files lack, from the command line (None: not given)."""
 
     gpu: str = "B300"
-    num_gpus: int = 8
-    dcp_size: int = 1
-    mem_fraction: float = 0.9
+    num_gpus: int | None = None
+    dcp_size: int | None = None
+    mem_fraction: float | None = None
     kv_bytes_per_token: int = 0
     kv_shards: int = 1
     engine: str | None = None
-    engine_version: str = ""
+    engine_version: str | None = None
     batch_size: int | None = None
+    override: bool = False
+
+
+FALLBACK = {"num_gpus": 8, "dcp_size": 1, "mem_fraction": 0.9, "engine_version": ""}
+FLAGS = {"num_gpus": "--num-gpus", "dcp_size": "--dcp-size", "mem_fraction": "--mem-fraction",
+         "engine_version": "--engine-version"}
+VERSION_KEYS = ("version", "engine_version", "vllm_version", "sglang_version")
 
 
 ENGINE_OF_BACKEND = (("sglang", "sglang"), ("vllm", "vllm"), ("openai", None))
@@ -101,6 +119,62 @@ def _engine(obj: dict[str, Any], fmt: str, d: Defaults, where: tuple[str, int]) 
     if fmt == "vllm-bench" and not backend.startswith("sglang"):
         return "vllm"
     raise BenchFileError(*where, f"cannot tell the engine from backend {backend!r}; give --engine")
+
+
+def server_facts(obj: dict[str, Any], where: tuple[str, int]) -> dict[str, Any]:
+    """What a result object says about the server: num_gpus, dcp_size, mem_fraction,
+    engine_version, kv_capacity_tokens (only the keys it states)."""
+    facts: dict[str, Any] = {}
+    for key in VERSION_KEYS:            # vLLM: --metadata version=...
+        if isinstance(obj.get(key), str | int | float) and str(obj[key]).strip():
+            facts["engine_version"] = str(obj[key]).strip()
+            break
+    info = obj.get("server_info")
+    if info is None:
+        return facts
+    if not isinstance(info, dict):
+        raise BenchFileError(*where, "field 'server_info' must be an object")
+    if isinstance(info.get("decode"), list) and info["decode"]:    # PD disaggregation
+        info = info["decode"][0]
+    spec = (("num_gpus", ("tp_size",), int), ("dcp_size", ("dcp_size",
+            "decode_context_parallel_size"), int), ("mem_fraction", ("mem_fraction_static",),
+            float), ("engine_version", ("version",), str),
+            ("kv_capacity_tokens", ("max_total_num_tokens",), int))
+    states = info.get("internal_states")
+    state = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) \
+        else {}
+    for name, keys, kind in spec:
+        for key in keys:
+            v = info.get(key, state.get(key))
+            if v is None:
+                continue
+            if kind is str:
+                facts[name] = str(v)
+            elif isinstance(v, bool) or not isinstance(v, int | float) or not v > 0 \
+                    or (kind is int and v != int(v)):
+                raise BenchFileError(*where, f"server_info.{key}: expected a positive "
+                                           f"{'integer' if kind is int else 'number'}, got {v!r}")
+            else:
+                facts[name] = kind(v)
+            break
+    return facts
+
+
+def _resolve(facts: dict[str, Any], d: Defaults, where: tuple[str, int]) -> dict[str, Any]:
+    """The row's server settings: the file's, else the flags', else the defaults; a flag that
+    contradicts the file is an error (``override``: the flag wins)."""
+    out = {}
+    for name, fallback in FALLBACK.items():
+        flag, stated = getattr(d, name), facts.get(name)
+        if stated is None:
+            out[name] = fallback if flag is None else flag
+        elif flag is None or flag == stated or d.override:
+            out[name] = stated if flag is None else flag
+        else:
+            raise BenchFileError(*where, f"{FLAGS[name]} {flag} contradicts the file, which "
+                                       f"says {stated} (server_info or metadata); drop the "
+                                       "flag, or give --override to let the flags win")
+    return out
 
 
 def entry_to_row(obj: Any, fmt: str, d: Defaults, where: tuple[str, int]) -> Measurement:
@@ -188,11 +262,19 @@ def entry_to_row(obj: Any, fmt: str, d: Defaults, where: tuple[str, int]) -> Mea
     total = duration if one_wave else None
     if tpot is None and total is None:
         raise BenchFileError(*where, "no usable time: needs mean_tpot_ms or per-request ttfts/itls")
+    facts = server_facts(obj, where)
+    server = _resolve(facts, d, where)
+    capacity = facts.get("kv_capacity_tokens")
+    if capacity is not None and batch * (int(context) + int(output)) > capacity:
+        warn(f"{where[0]}:{where[1]}: {batch} sequences of {int(context)} + {int(output)} "
+             f"tokens need more KV than the server's capacity of {capacity} tokens: fewer ran "
+             "at once than the batch size says")
 
     try:
-        return Measurement(
-            engine=_engine(obj, fmt, d, where), engine_version=d.engine_version, gpu=d.gpu,
-            num_gpus=d.num_gpus, dcp_size=d.dcp_size, mem_fraction=d.mem_fraction,
+        row = Measurement(
+            engine=_engine(obj, fmt, d, where), engine_version=server["engine_version"],
+            gpu=d.gpu, num_gpus=server["num_gpus"], dcp_size=server["dcp_size"],
+            mem_fraction=server["mem_fraction"],
             context_tokens=int(context), output_tokens=int(output), batch_size=batch,
             kv_bytes_per_token=d.kv_bytes_per_token, kv_shards=d.kv_shards, ttft_s=ttft,
             tpot_s=tpot, total_s=total, errors=errors,
@@ -200,6 +282,10 @@ def entry_to_row(obj: Any, fmt: str, d: Defaults, where: tuple[str, int]) -> Mea
     except ValidationError as exc:
         err = exc.errors()[0]
         raise BenchFileError(*where, f"{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+    res = resolution_of(obj.get("server_info"))
+    for message in overhead_warnings(row, res) if res else []:
+        warn(f"{where[0]}:{where[1]}: measured against engine-advisor sim: {message}")
+    return row
 
 
 def _mean_int(values: list, name: str, where: tuple[str, int]) -> int:
@@ -222,11 +308,7 @@ def read_file(path: str, fmt: str, d: Defaults) -> list[Measurement]:
     except UnicodeDecodeError:
         raise BenchFileError(path, 0, "not UTF-8 text") from None
     if fmt == "vllm-bench":
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise BenchFileError(path, exc.lineno, f"not valid JSON ({exc.msg})") from None
-        return [entry_to_row(obj, fmt, d, (path, 1))]
+        return [entry_to_row(obj, fmt, d, (path, line)) for line, obj in _json_objects(path, text)]
     rows = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -240,6 +322,32 @@ def read_file(path: str, fmt: str, d: Defaults) -> list[Measurement]:
     if not rows:
         raise BenchFileError(path, 1, "no result lines")
     return rows
+
+
+def _json_objects(path: str, text: str) -> list[tuple[int, Any]]:
+    """(line, object) of each JSON value in ``text``: one (--save-result, maybe indented) or
+    several, one a line (--append-result)."""
+    decoder = json.JSONDecoder()
+    out = []
+    pos, n = 0, len(text)
+    while True:
+        while pos < n and text[pos].isspace():
+            pos += 1
+        if pos >= n:
+            break
+        try:
+            obj, end = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            raise BenchFileError(path, exc.lineno, f"not valid JSON ({exc.msg})") from None
+        out.append((text.count("\n", 0, pos) + 1, obj))
+        pos = end
+    if not out:
+        raise BenchFileError(path, 1, "no result object")
+    return out
+
+
+def warn(message: str) -> None:
+    print(f"engine-advisor: warning: {message}", file=sys.stderr)
 
 
 def import_files(paths: list[str], fmt: str, d: Defaults) -> list[Measurement]:
@@ -267,7 +375,8 @@ def import_from_args(args: argparse.Namespace) -> int:
     d = Defaults(gpu=args.gpu, num_gpus=args.num_gpus, dcp_size=args.dcp_size,
                  mem_fraction=args.mem_fraction, kv_bytes_per_token=args.kv_bytes_per_token,
                  kv_shards=args.kv_shards, engine=args.engine,
-                 engine_version=args.engine_version, batch_size=args.batch_size)
+                 engine_version=args.engine_version, batch_size=args.batch_size,
+                 override=args.override)
     try:
         rows = import_files(args.files, args.format, d)
         write_rows(args.out, rows, args.append)

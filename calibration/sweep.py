@@ -44,6 +44,7 @@ from calibration.client import (
     token_prompt,
     warm_connections,
 )
+from calibration.honesty import overhead_warnings, resolution_of
 from calibration.launcher import LaunchedEngine, LaunchTemplateError, format_command, free_port
 from calibration.runstore import PointKey, RunStore, RunStoreError, utc_now
 from model.dataset import Measurement
@@ -148,6 +149,7 @@ class Sweep:
         self.outcomes: list[Outcome] = []
         self.bar = None
         self.model = cfg.model          # resolved from /v1/models when not given
+        self.resolution: dict[str, Any] | None = None   # a simulator's, from /sim/info
 
     # ------------------------------------------------------------------ top level
     def run(self) -> list[Outcome]:
@@ -254,9 +256,18 @@ class Sweep:
     def _info(self, url: str, label: str, engine: LaunchedEngine | None) -> dict[str, Any]:
         async def get() -> dict[str, Any]:
             async with self._client(url, 10.0) as client:
-                return await engine_info(client, self.cfg.engine)
+                info = await engine_info(client, self.cfg.engine)
+                try:        # engine-advisor sim: its time resolution (None for an engine)
+                    r = await client.get("/sim/info")
+                    sim = r.json() if r.status_code == 200 else None
+                except (httpx.HTTPError, ValueError):
+                    sim = None
+                if resolution_of(sim):
+                    info["sim_time_resolution"] = resolution_of(sim)
+                return info
 
         info = asyncio.run(get())
+        self.resolution = info.get("sim_time_resolution")
         if not self.model:
             models = info.get("models") or []
             if not models:
@@ -410,6 +421,9 @@ class Sweep:
     def _record(self, key: PointKey, row: Measurement, samples: list[dict[str, Any]],
                 status: str, message: str) -> Outcome:
         self.store.append_point(key, row, samples)
+        for message in overhead_warnings(row, self.resolution) if self.resolution else []:
+            self._warn(f"{key.text()}: {message}")
+            self.store.event("time-resolution", f"{key.text()}: {message}", key=key.text())
         if status != "ok":
             self.store.event(status, f"{key.text()}: {message or status}", key=key.text())
         self.bar.update(1)

@@ -16,10 +16,11 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from sim import metrics, tokenizer
+from sim import metrics, native, resolution
 from sim.config import SimConfig
 from sim.engine import EngineCore, SimRequest
 from sim.faults import FaultInjector, HeaderError, oom_message
+from sim.httputil import SSE_HEADERS, read_json, wait_disconnect
 from sim.prefix import BLOCK, PrefixCache
 from sim.protocol import (
     DONE_EVENT,
@@ -33,19 +34,22 @@ from sim.protocol import (
     parse_generation,
     render_chat,
 )
-from sim.textgen import plan_output
+from sim.textgen import Vocab, plan_output
 from sim.timing import StepTimer
-
-SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"),
-               (b"cache-control", b"no-cache")]
+from sim.tokenizer import BUILTIN, Tokenizer
 
 
 class SimState:
     """Everything the routes share: settings, the engine core, fault injection, readiness."""
 
     def __init__(self, cfg: SimConfig, timer: StepTimer, capacity: int, max_model_len: int,
-                 log: Callable[[str], None]):
+                 log: Callable[[str], None], tok: Tokenizer = BUILTIN,
+                 note: Callable[[str], None] | None = None):
         self.cfg = cfg
+        self.tok = tok
+        self.vocab = Vocab(tok)
+        self.note = note or (lambda _: None)
+        self.time_resolution: dict[str, Any] | None = None
         self.timer = timer
         self.capacity = capacity
         self.max_model_len = max_model_len
@@ -78,27 +82,13 @@ class SimState:
         return {"engine": self.cfg.engine, "version": self.cfg.version,
                 "kv_capacity_tokens": self.capacity, "max_model_len": self.max_model_len,
                 "oom_active": self.cfg.oom_active, "ready": self.ready,
+                "tokenizer": self.tok.name, "time_resolution": self.time_resolution,
                 "cost_model_version": self.timer.model.version, "config": self.cfg.as_dict()}
 
 
 # ----------------------------------------------------------------------------- helpers
 def _error(state: SimState, err: ApiError) -> JSONResponse:
     return JSONResponse(error_body(state.cfg.engine, err), status_code=err.status)
-
-
-async def _wait_disconnect(receive: Receive) -> None:
-    while True:
-        msg = await receive()
-        if msg["type"] == "http.disconnect":
-            return
-
-
-async def _read_json(request: Request) -> Any:
-    raw = await request.body()
-    try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ApiError(400, f"request body: not valid JSON ({exc})") from None
 
 
 class _Cut(Response):
@@ -135,7 +125,7 @@ class _Stream(Response):
         core, req, writer = self.core, self.req, self.writer
 
         async def watch() -> None:
-            await _wait_disconnect(receive)
+            await wait_disconnect(receive)
             core.abort(req)
 
         watcher = asyncio.ensure_future(watch())
@@ -184,15 +174,16 @@ def create_app(state: SimState) -> Starlette:
         if forced is not None:
             return _error(state, ApiError(forced.status, forced.message))
         try:
-            body = await _read_json(request)
+            body = await read_json(request)
             if isinstance(body, dict):
                 check_model(body, cfg.model_name, engine)
-            p: GenParams = parse_generation(body, chat=chat, max_model_len=state.max_model_len)
+            p: GenParams = parse_generation(body, chat=chat, max_model_len=state.max_model_len,
+                                            tok=state.tok)
         except ApiError as err:
             return _error(state, err)
         core = state.core
         if state.faults.hang(request.headers):
-            await _wait_disconnect(request.receive)
+            await wait_disconnect(request.receive)
             return Response(status_code=499)
         injected = state.faults.random_failure()
         if injected is not None:
@@ -200,7 +191,7 @@ def create_app(state: SimState) -> Starlette:
             return _error(state, ApiError(injected.status, injected.message))
         plan = plan_output(p.prompt_ids, server_seed=cfg.seed, request_seed=p.seed,
                            max_tokens=p.max_tokens, min_tokens=p.min_tokens,
-                           ignore_eos=p.ignore_eos)
+                           ignore_eos=p.ignore_eos, vocab=state.vocab)
         if drop_after is not None and drop_after >= plan.n:
             drop_after = None       # the response ends before the cut would happen
         cached = state.prefix.lookup_and_insert(p.prompt_ids)
@@ -214,7 +205,7 @@ def create_app(state: SimState) -> Starlette:
         if p.stream:
             writer = ChunkWriter(p, rid, cfg.model_name, plan)
             return _Stream(core, req, writer, drop_after, done)
-        watcher = asyncio.ensure_future(_wait_disconnect(request.receive))
+        watcher = asyncio.ensure_future(wait_disconnect(request.receive))
         answered = False
         try:
             while not req.finished:
@@ -254,39 +245,52 @@ def create_app(state: SimState) -> Starlette:
         return JSONResponse({"object": "list", "data": [card]})
 
     async def tokenize(request: Request) -> Response:
+        tok = state.tok
         try:
-            body = await _read_json(request)
+            body = await read_json(request)
             if not isinstance(body, dict):
                 raise ApiError(400, "request body: expected a JSON object")
             check_model(body, cfg.model_name, engine)
+            prompt = body.get("prompt")
             if "messages" in body:
-                ids = tokenizer.encode(render_chat(body["messages"]))
-            elif isinstance(body.get("prompt"), str):
-                ids = tokenizer.encode(body["prompt"])
+                ids = tok.encode(render_chat(body["messages"]))
+            elif isinstance(prompt, str):
+                ids = tok.encode(prompt)
+            elif engine == "sglang" and isinstance(prompt, list) and prompt \
+                    and all(isinstance(x, str) for x in prompt):     # SGLang: a list of texts
+                lists = [tok.encode(x) for x in prompt]
+                return JSONResponse({"tokens": lists, "count": [len(x) for x in lists],
+                                     "max_model_len": state.max_model_len})
             else:
-                raise ApiError(400, "prompt: expected a string (or send messages)", "prompt")
+                what = "a string or a list of strings" if engine == "sglang" else "a string"
+                raise ApiError(400, f"prompt: expected {what} (or send messages)", "prompt")
         except ApiError as err:
             return _error(state, err)
         out: dict[str, Any] = {"count": len(ids), "max_model_len": state.max_model_len,
                                "tokens": ids, "token_strs": None}
         if body.get("return_token_strs"):
-            out["token_strs"] = [tokenizer.token_str(t) for t in ids]
+            out["token_strs"] = [tok.token_str(t) for t in ids]
         return JSONResponse(out)
 
     async def detokenize(request: Request) -> Response:
+        tok = state.tok
         try:
-            body = await _read_json(request)
+            body = await read_json(request)
             if not isinstance(body, dict):
                 raise ApiError(400, "request body: expected a JSON object")
             check_model(body, cfg.model_name, engine)
             ids = body.get("tokens")
-            why = tokenizer.check_ids(ids)
-            if why:
-                raise ApiError(400, f"tokens: {why}", "tokens")
+            batch = engine == "sglang" and isinstance(ids, list) and bool(ids) \
+                and all(isinstance(x, list) for x in ids)             # SGLang: lists of ids
+            for one in (ids if batch else [ids]):
+                why = tok.check_ids(one)
+                if why:
+                    raise ApiError(400, f"tokens: {why}", "tokens")
         except ApiError as err:
             return _error(state, err)
-        text = tokenizer.decode(ids)
-        return JSONResponse({"prompt": text} if engine == "vllm" else {"text": text})
+        if engine == "vllm":
+            return JSONResponse({"prompt": tok.decode(ids)})
+        return JSONResponse({"text": [tok.decode(x) for x in ids] if batch else tok.decode(ids)})
 
     async def health(request: Request) -> Response:
         return Response(status_code=200 if state.ready else 503)
@@ -328,7 +332,9 @@ def create_app(state: SimState) -> Starlette:
                     "num_running_reqs": core.num_running, "num_queue_reqs": core.num_waiting,
                     "token_usage": core.kv_usage()}
         return JSONResponse({**state.server_args(), "internal_states": [internal],
-                             "version": cfg.version})
+                             "version": cfg.version,
+                             "simulator": {"time_scale": cfg.time_scale,
+                                           "time_resolution": state.time_resolution}})
 
     async def sim_info(request: Request) -> Response:
         return JSONResponse(state.sim_info())
@@ -342,6 +348,7 @@ def create_app(state: SimState) -> Starlette:
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics_route, methods=["GET"]),
         Route("/sim/info", sim_info, methods=["GET"]),
+        Route("/sim/probe", resolution.probe, methods=["POST"]),
     ]
     if engine == "vllm":
         routes += [Route("/version", version, methods=["GET"]),
@@ -350,21 +357,38 @@ def create_app(state: SimState) -> Starlette:
         routes += [Route("/health_generate", health_generate, methods=["GET"]),
                    Route("/get_model_info", model_info, methods=["GET"]),
                    Route("/get_server_info", server_info, methods=["GET"]),
-                   Route("/server_info", server_info, methods=["GET"])]
+                   Route("/server_info", server_info, methods=["GET"]),
+                   Route("/v1/tokenize", tokenize, methods=["POST"]),
+                   Route("/v1/detokenize", detokenize, methods=["POST"]),
+                   *native.routes(state)]
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code)
 
+    async def measure_resolution() -> None:
+        host = "127.0.0.1" if cfg.host in ("0.0.0.0", "", "localhost") else cfg.host
+        host = f"[{host}]" if ":" in host else host
+        try:
+            res = await asyncio.to_thread(resolution.measure, f"http://{host}:{cfg.port}",
+                                          cfg.time_scale)
+        except Exception as exc:        # a failed self-measurement must not stop the server
+            state.note(f"time resolution not measured ({type(exc).__name__}: {exc})")
+            return
+        state.time_resolution = res
+        state.note(resolution.describe(res))
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
         core = EngineCore(state.timer, capacity_tokens=state.capacity,
-                          max_running=cfg.max_running, time_scale=cfg.time_scale)
+                          max_running=cfg.max_running, time_scale=cfg.time_scale,
+                          admit_window_s=cfg.admit_window_ms / 1e3)
         state.core = core
         core.start()
 
         async def become_ready() -> None:
             await asyncio.sleep(cfg.startup_seconds)
+            await measure_resolution()
             state.ready = True
             state.log("ready")
 

@@ -50,6 +50,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--disable-prefix-caching", action="store_true",
                    help="no prefix cache (vLLM --no-enable-prefix-caching, SGLang "
                         "--disable-radix-cache); by default shared prompt prefixes prefill less")
+    p.add_argument("--tokenizer", metavar="PATH",
+                   help="a Hugging Face tokenizer.json to count and generate tokens with, so "
+                        "that prompt counts equal a client's using the same file (needs the "
+                        "'tokenizer' extra; default: the simulator's built-in tokenizer)")
+    p.add_argument("--admit-window-ms", type=float, default=0.0,
+                   help="an idle engine waits this long (wall ms) after a request arrives before "
+                        "its first step, so that a burst sent at once is prefilled together "
+                        "whatever its arrival order (default 0)")
     p.set_defaults(handler=run)
 
 
@@ -66,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
                     startup_seconds=args.startup_seconds, seed=args.seed,
                     oom_threshold=args.oom_threshold, oom_rate=args.oom_rate,
                     oom_on_startup=args.oom_on_startup,
-                    disable_prefix_caching=args.disable_prefix_caching)
+                    disable_prefix_caching=args.disable_prefix_caching,
+                    tokenizer=args.tokenizer, admit_window_ms=args.admit_window_ms)
     problems = cfg.problems()
     if problems:
         print(f"engine-advisor: error: {'; '.join(problems)}", file=sys.stderr)
@@ -85,5 +94,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"engine-advisor: error: --model: the cost model has no coefficients for "
               f"{cfg.engine} (it has {', '.join(model.engine_names)})", file=sys.stderr)
         return 2
+    from sim import tokenizer
+    try:
+        tok = tokenizer.load(cfg.tokenizer)
+        from sim.textgen import Vocab
+        Vocab(tok)
+    except (tokenizer.TokenError, ValueError) as exc:
+        print(f"engine-advisor: error: --tokenizer: {exc}", file=sys.stderr)
+        return 2
     from sim.server import serve
-    return serve(cfg, model)
+    return serve(cfg, model, tok)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from model.gpus import BUILTIN_GPUS, GpuSpec
 from model.memory import OOM_THRESHOLD, kv_capacity_tokens
@@ -36,6 +37,8 @@ class SimConfig:
     oom_rate: float = 0.05
     oom_on_startup: bool = False
     disable_prefix_caching: bool = False
+    tokenizer: str | None = None
+    admit_window_ms: float = 0.0
 
     def problems(self) -> list[str]:
         """'--flag: reason' for each invalid setting."""
@@ -71,6 +74,11 @@ class SimConfig:
                 p.append(f"{flag}: {v} is outside 0 .. 1")
         if not 0 < self.oom_threshold <= 1:
             p.append(f"--oom-threshold: {self.oom_threshold} is outside (0, 1]")
+        if not 0 <= self.admit_window_ms <= 10_000:
+            p.append(f"--admit-window-ms: {self.admit_window_ms} is outside 0 .. 10000")
+        if self.tokenizer is not None and not Path(self.tokenizer).is_file():
+            p.append(f"--tokenizer: {self.tokenizer} is not a file (a Hugging Face "
+                     "tokenizer.json)")
         if not 0 <= self.startup_seconds <= 3600:
             p.append(f"--startup-seconds: {self.startup_seconds} is outside 0 .. 3600")
         return p

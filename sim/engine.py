@@ -7,6 +7,10 @@ running sequence. A prefill of k new requests takes the cost model's TTFT at bat
 mean prompt length and yields each request's first token; a decode step takes the cost model's
 TPOT at batch = number running and context = their mean, and yields one token each.
 
+An idle engine that receives a request waits ``admit_window_s`` (wall seconds, default 0)
+before its first step, so that requests a client sends at once are prefilled together rather
+than split by their arrival order (``sim --admit-window-ms``).
+
 Times run on an absolute clock (``_clock``): a step that starts late does not push later
 steps back, and when the process falls behind (time scale 0.001 asks for thousands of steps a
 second) one iteration runs k steps at once, bounded so that no sequence finishes mid-way.
@@ -56,8 +60,9 @@ class SimRequest:
 
 class EngineCore:
     def __init__(self, timer: StepTimer, *, capacity_tokens: int, max_running: int,
-                 time_scale: float, stats: Stats | None = None):
+                 time_scale: float, stats: Stats | None = None, admit_window_s: float = 0.0):
         self.timer = timer
+        self.admit_window = admit_window_s
         self.capacity = capacity_tokens
         self.max_running = max_running
         self.scale = time_scale
@@ -142,6 +147,8 @@ class EngineCore:
             if not self.running and not self.waiting:
                 self._wake.clear()
                 await self._wake.wait()
+                if self.admit_window > 0:   # let a burst sent at once arrive whole
+                    await asyncio.sleep(self.admit_window)
                 self._clock = loop.time()
             if self._admit():
                 await self._prefill(loop)

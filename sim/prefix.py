@@ -19,6 +19,10 @@ class PrefixCache:
         self.max_blocks = max(capacity_tokens // BLOCK, 1)
         self._blocks: OrderedDict[int, None] = OrderedDict()
 
+    def clear(self) -> None:
+        """Forget every cached block (SGLang /flush_cache)."""
+        self._blocks.clear()
+
     def lookup_and_insert(self, ids: list[int]) -> int:
         """Tokens of ``ids`` already cached as a prefix; then remember all of its blocks."""
         if not self.enabled:

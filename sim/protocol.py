@@ -12,8 +12,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sim import tokenizer
-from sim.textgen import WORD_JSON, OutputPlan
+from sim.textgen import OutputPlan
+from sim.tokenizer import BUILTIN, Tokenizer
 
 ERROR_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError",
                404: "NotFoundError", 408: "TimeoutError", 409: "ConflictError",
@@ -125,24 +125,25 @@ def render_chat(messages: Any) -> str:
     return "".join(parts)
 
 
-def prompt_ids(prompt: Any) -> list[int]:
+def prompt_ids(prompt: Any, tok: Tokenizer = BUILTIN) -> list[int]:
     """Token ids of a /v1/completions prompt: text, token ids, or a one-element list of either."""
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
         prompt = prompt[0]
     if isinstance(prompt, str):
-        return tokenizer.encode(prompt)
+        return tok.encode(prompt)
     if isinstance(prompt, list) and prompt and all(isinstance(p, str | list) for p in prompt):
         raise ApiError(400, "prompt: the simulator serves one prompt per request "
                             f"(got a batch of {len(prompt)})", "prompt")
     if isinstance(prompt, list) and prompt:
-        why = tokenizer.check_ids(prompt)
+        why = tok.check_ids(prompt)
         if why:
             raise ApiError(400, f"prompt: {why}", "prompt")
         return prompt
     raise ApiError(400, "prompt: expected a non-empty string or list of token ids", "prompt")
 
 
-def parse_generation(body: Any, *, chat: bool, max_model_len: int) -> GenParams:
+def parse_generation(body: Any, *, chat: bool, max_model_len: int,
+                     tok: Tokenizer = BUILTIN) -> GenParams:
     if not isinstance(body, dict):
         raise ApiError(400, "request body: expected a JSON object")
     for name in UNSUPPORTED:
@@ -157,14 +158,14 @@ def parse_generation(body: Any, *, chat: bool, max_model_len: int) -> GenParams:
     if chat:
         if "prompt" in body:
             raise ApiError(400, "prompt: not a chat field; send messages", "prompt")
-        ids = tokenizer.encode(render_chat(body.get("messages")))
+        ids = tok.encode(render_chat(body.get("messages")))
         max_tokens = _get_int(body, "max_completion_tokens", None, 1)
         if max_tokens is None:
             max_tokens = _get_int(body, "max_tokens", None, 1)
     else:
         if "prompt" not in body:
             raise ApiError(400, "prompt: field required", "prompt")
-        ids = prompt_ids(body["prompt"])
+        ids = prompt_ids(body["prompt"], tok)
         max_tokens = _get_int(body, "max_tokens", COMPLETIONS_DEFAULT_MAX_TOKENS, 1)
     if len(ids) >= max_model_len:
         raise ApiError(400, f"This model's maximum context length is {max_model_len} tokens. "
@@ -261,12 +262,13 @@ class ChunkWriter:
                     '"finish_reason":null}]')
             out.append(self.head + role + self._tail(0) + "\n\n")
         mid = self.close + 'null,"stop_reason":null}]'
+        escaped = self.plan.vocab.json
         cont = self.p.continuous_usage
         for i, w in enumerate(words):
             last = finish is not None and i == len(words) - 1
             fin = (self.close + f'"{finish}","stop_reason":null}}]') if last else mid
             tail = self._tail(start + i + 1) if cont else "}"
-            out.append(self.head + self.open + WORD_JSON[w] + fin + tail + "\n\n")
+            out.append(self.head + self.open + escaped[w] + fin + tail + "\n\n")
         return "".join(out)
 
     def _tail(self, completion: int) -> str:

@@ -11,6 +11,7 @@ from sim.app import SimState, create_app
 from sim.config import SimConfig
 from sim.faults import oom_message
 from sim.timing import StepTimer
+from sim.tokenizer import BUILTIN, Tokenizer
 
 
 def _logger(engine: str):
@@ -24,7 +25,7 @@ def _logger(engine: str):
     return log
 
 
-def serve(cfg: SimConfig, model: CostModel) -> int:
+def serve(cfg: SimConfig, model: CostModel, tok: Tokenizer = BUILTIN) -> int:
     """Run until interrupted; the exit status is non-zero when startup fails like an engine."""
     log = _logger(cfg.engine)
     gib = 1024**3
@@ -92,7 +93,9 @@ def serve(cfg: SimConfig, model: CostModel) -> int:
         else:
             log("The server is fired up and ready to roll!")
 
-    state = SimState(cfg, timer, capacity, max_model_len, ready_log)
+    if tok is not BUILTIN:
+        log(f"tokenizer: {tok.name} ({tok.vocab_size} tokens)")
+    state = SimState(cfg, timer, capacity, max_model_len, ready_log, tok, note=log)
     app = create_app(state)
 
     import uvicorn

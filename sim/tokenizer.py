@@ -5,6 +5,10 @@ plus up to three letters or digits, one punctuation mark, or a run of up to four
 such piece has a fixed id computed from its characters (base 95), so no table is needed and
 every id decodes back to its text. Any other character (newline, tab, non-ASCII) becomes one
 token per UTF-8 byte (ids 0-255). ``decode(encode(s)) == s`` for every string.
+
+``sim --tokenizer PATH`` replaces it by a Hugging Face ``tokenizer.json`` (``HFTokenizer``) so
+that prompt counts equal a client's that uses the same file; both offer the methods of
+``BuiltinTokenizer``.
 """
 
 from __future__ import annotations
@@ -83,3 +87,72 @@ def check_ids(ids: object) -> str | None:
         if not 0 <= t < VOCAB_SIZE:
             return f"token id {t} is out of vocabulary (0 .. {VOCAB_SIZE - 1})"
     return None
+
+
+class BuiltinTokenizer:
+    """The simulator's own tokenizer as an object (the default of ``sim``)."""
+
+    name = "builtin"
+    vocab_size = VOCAB_SIZE
+    eos_token_id = 0            # NUL: a byte token that generated text never contains
+
+    encode = staticmethod(encode)
+    decode = staticmethod(decode)
+    token_str = staticmethod(token_str)
+    check_ids = staticmethod(check_ids)
+
+
+class HFTokenizer:
+    """A Hugging Face ``tokenizer.json`` (needs the optional ``tokenizers`` package)."""
+
+    def __init__(self, path: str):
+        try:
+            from tokenizers import Tokenizer
+        except ImportError:
+            raise TokenError(f"{path} needs the 'tokenizers' package (pip install "
+                             "'engine-advisor[tokenizer]')") from None
+        try:
+            self._tok = Tokenizer.from_file(path)
+        except Exception as exc:    # the library raises its own exception types
+            raise TokenError(f"cannot load {path}: {exc}") from None
+        self.name = path
+        self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
+        if self.vocab_size < 2:
+            raise TokenError(f"{path}: the vocabulary has {self.vocab_size} token(s)")
+        special = [t.content for t in self._tok.get_added_tokens_decoder().values()
+                   if t.special]
+        eos = next((s for s in special if any(k in s.lower() for k in ("eos", "end", "</s>"))),
+                   special[0] if special else None)
+        self.eos_token_id = self._tok.token_to_id(eos) if eos is not None else 0
+
+    def encode(self, text: str) -> list[int]:
+        # as the engines' benchmark clients count prompts: no special tokens added
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int]) -> str:
+        why = self.check_ids(ids)
+        if why:
+            raise TokenError(why)
+        return self._tok.decode(ids, skip_special_tokens=False)
+
+    def token_str(self, token: int) -> str:
+        return self._tok.decode([token], skip_special_tokens=False)
+
+    def check_ids(self, ids: object) -> str | None:
+        if not isinstance(ids, list):
+            return "must be a list of token ids"
+        for t in ids:
+            if not isinstance(t, int) or isinstance(t, bool):
+                return f"token ids must be integers, got {t!r}"
+            if not 0 <= t < self.vocab_size:
+                return f"token id {t} is out of vocabulary (0 .. {self.vocab_size - 1})"
+        return None
+
+
+Tokenizer = BuiltinTokenizer | HFTokenizer
+BUILTIN = BuiltinTokenizer()
+
+
+def load(path: str | None) -> Tokenizer:
+    """The tokenizer of ``sim --tokenizer PATH`` (None: the built-in one)."""
+    return BUILTIN if path is None else HFTokenizer(path)

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 Handler = Callable[[Request, str], Awaitable[Response]]
 
-PROXY_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/route"})
+PROXY_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/route", "/generate"})
 DIRECT_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 
 

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request, Response
 from service.deps import AdminDep, current_model
 from service.errors import ApiError, error_responses
 from service.proxy.forward import ProxyCall
+from service.proxy.generate import GENERATE_BODY, handle_generate
 from service.proxy.request import CHAT, COMPLETIONS, parse, read_body
 from service.proxy.routing import NO_POOLS, authorize, current_pools, route
 from service.proxy.schemas import ModelCard, ModelList, ReloadResult, UpstreamsStatus
@@ -47,6 +48,14 @@ async def chat_completions(request: Request) -> Response:
              summary="Text completion, forwarded to the engine pool the cost model picks")
 async def completions(request: Request) -> Response:
     return await handle(request, COMPLETIONS)
+
+
+@router.post("/generate", response_class=Response, responses={**PASSED, **PROXY_ERRORS},
+             openapi_extra=GENERATE_BODY,
+             summary="SGLang's native generate API, forwarded to the SGLang pool the cost model "
+                     "picks")
+async def generate(request: Request) -> Response:
+    return await handle_generate(request)
 
 
 @router.get("/v1/models", response_model=ModelList, responses=error_responses(401, 503),

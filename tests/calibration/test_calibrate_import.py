@@ -134,3 +134,94 @@ def _edit(tmp_path: Path, key: str, value) -> Path:
     shutil.copy(VLLM, p)
     p.write_text(json.dumps(obj, indent=2))
     return p
+
+
+# ----------------------------------------------------------------- what the files say
+def _vllm_appended(tmp_path: Path) -> Path:
+    """Two runs as ``vllm bench serve --append-result --metadata version=...`` leaves them."""
+    first = json.loads(VLLM.read_text())
+    second = {**first, "max_concurrency": 4, "num_prompts": 8}
+    for k in ("input_lens", "output_lens", "ttfts", "itls", "errors", "generated_texts"):
+        second.pop(k, None)
+    first["version"] = second["version"] = "0.33.0"
+    p = tmp_path / "appended.json"
+    p.write_text(json.dumps(first) + "\n" + json.dumps(second))
+    return p
+
+
+def _sglang_with_server_info(tmp_path: Path, **changes) -> Path:
+    info = {"tp_size": 8, "dcp_size": 8, "mem_fraction_static": 0.88, "version": "0.5.23",
+            "max_total_num_tokens": 3_000_000, "internal_states": [{}]}
+    info.update(changes)
+    lines = [json.loads(s) for s in SGLANG.read_text().splitlines()]
+    p = tmp_path / "sg.jsonl"
+    p.write_text("".join(json.dumps({**o, "server_info": info}) + "\n" for o in lines))
+    return p
+
+
+def test_vllm_append_result_lines_and_metadata(tmp_path):
+    rows = import_files([str(_vllm_appended(tmp_path))], "vllm-bench",
+                        Defaults(kv_bytes_per_token=70272))
+    assert [r.source.rsplit(":", 1)[1] for r in rows] == ["1", "2"]
+    assert [r.batch_size for r in rows] == [8, 4]        # max_concurrency of the second run
+    assert [r.engine_version for r in rows] == ["0.33.0", "0.33.0"]
+    assert rows[1].total_s is None and rows[1].tpot_s == pytest.approx(0.0184077, rel=1e-4)
+
+
+def test_sglang_server_info_fills_the_rows(tmp_path):
+    rows = import_files([str(_sglang_with_server_info(tmp_path))], "sglang-bench",
+                        Defaults(kv_bytes_per_token=70272))
+    assert {(r.num_gpus, r.dcp_size, r.mem_fraction, r.engine_version) for r in rows} == {
+        (8, 8, 0.88, "0.5.23")}
+
+
+def test_a_flag_contradicting_the_file_is_an_error_unless_overridden(tmp_path):
+    f = _sglang_with_server_info(tmp_path)
+    out = tmp_path / "out.csv"
+    base = ["calibrate", "import", "--format", "sglang-bench", str(f), "--kv-bytes-per-token",
+            "70272", "--out", str(out)]
+    r = cli_in_process(*base, "--dcp-size", "1")
+    assert r.returncode == 2 and not out.exists()
+    assert "--dcp-size 1 contradicts the file, which says 8" in r.stderr
+    r = cli_in_process(*base, "--engine-version", "0.5.9")
+    assert r.returncode == 2 and "--engine-version 0.5.9" in r.stderr and "0.5.23" in r.stderr
+    agree = cli_in_process(*base, "--dcp-size", "8", "--mem-fraction", "0.88")
+    assert agree.returncode == 0, agree.stderr
+    out.unlink()
+    r = cli_in_process(*base, "--dcp-size", "1", "--override")
+    assert r.returncode == 0, r.stderr
+    assert {row.dcp_size for row in read_csv(out)} == {1}
+
+
+def test_a_batch_larger_than_the_kv_capacity_warns(tmp_path, capsys):
+    f = _sglang_with_server_info(tmp_path, max_total_num_tokens=20_000)
+    rows = import_files([str(f)], "sglang-bench", Defaults(kv_bytes_per_token=70272))
+    assert len(rows) == 2
+    err = capsys.readouterr().err
+    assert "sg.jsonl:2: 4 sequences of 16384 + 128 tokens need more KV than the server's " \
+           "capacity of 20000 tokens" in err
+    assert "sg.jsonl:1:" not in err                 # one sequence fits
+
+
+def test_bad_server_info_names_the_field(tmp_path):
+    f = _sglang_with_server_info(tmp_path, dcp_size="eight")
+    with pytest.raises(BenchFileError, match=r"sg.jsonl:1: server_info.dcp_size: expected a "
+                                             r"positive integer, got 'eight'"):
+        import_files([str(f)], "sglang-bench", Defaults(kv_bytes_per_token=70272))
+
+
+def test_times_measured_against_the_simulator_near_its_overhead_warn(tmp_path, capsys):
+    res = {"request_overhead_s": 0.005, "token_overhead_s": 0.0001, "faithful_multiple": 10}
+    f = _sglang_with_server_info(tmp_path, simulator={"time_scale": 0.001,
+                                                      "time_resolution": res})
+    import_files([str(f)], "sglang-bench", Defaults(kv_bytes_per_token=70272))
+    err = capsys.readouterr().err
+    # line 2: 4 in flight -> 20 ms per request; its TTFT and total are far above 200 ms
+    assert "measured against engine-advisor sim" not in err
+    fast = {**res, "request_overhead_s": 0.5}
+    f = _sglang_with_server_info(tmp_path, simulator={"time_scale": 0.001,
+                                                      "time_resolution": fast})
+    import_files([str(f)], "sglang-bench", Defaults(kv_bytes_per_token=70272))
+    err = capsys.readouterr().err
+    assert "sg.jsonl:1: measured against engine-advisor sim: TTFT" in err
+    assert "within 10x the simulator's overhead of 500 ms per request at 1 in flight" in err

@@ -13,7 +13,8 @@ OPERATIONS = {"recommend_one", "recommend_batch", "predict", "crossover", "plan_
               "get_model", "reload_model", "healthz", "readyz", "metrics", "deploy",
               # the proxy (service/routes/proxy.py, route.py, observations.py)
               "chat_completions", "completions", "list_models", "list_upstreams",
-              "reload_upstreams", "route_request", "get_observations"}
+              "reload_upstreams", "route_request", "get_observations",
+              "generate"}   # SGLang native, service/proxy/generate.py
 
 
 def test_openapi_yaml_is_up_to_date():

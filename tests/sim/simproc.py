@@ -18,7 +18,7 @@ EXE = str(Path(sys.executable).with_name("engine-advisor"))
 class SimProcess:
     """``with SimProcess("--engine", "vllm", ...) as sim:`` starts it and waits for /health."""
 
-    def __init__(self, *args: str, wait: bool = True, timeout: float = 30.0):
+    def __init__(self, *args: str, wait: bool = True, timeout: float = 60.0):
         self.port = free_port()
         self.args = [EXE, "sim", "--port", str(self.port), *args]
         self.wait = wait
@@ -57,8 +57,9 @@ class SimProcess:
             except httpx.TransportError:
                 pass
             time.sleep(0.05)
+        log = self.log
         self.stop()
-        raise RuntimeError(f"sim not healthy after {self.timeout} s:\n{self.log}")
+        raise RuntimeError(f"sim not healthy after {self.timeout} s:\n{log}")
 
     def stop(self) -> None:
         for c in self._clients:

@@ -1,0 +1,169 @@
+"""The engines' own benchmark clients against ``engine-advisor sim``, their result files through
+``calibrate import``, compared with ``calibrate run`` on the same simulator.
+
+``vllm bench serve`` (vLLM) and ``python -m sglang.bench_serving`` (SGLang) run from the
+virtual environments ``tests/compat/build_clients.sh`` builds (``$EA_COMPAT_DIR``, default
+``/tmp/ea-compat``); without them these tests skip. Every client and the simulator use the same
+small tokenizer (``data/tokenizer``), so prompt counts agree. Each case: 8 requests of 2,048
+prompt and 32 output tokens, all in flight at once, against a simulator at time scale 4 (real
+time x 4: the loopback overheads stay far below the measured times), then the same point with
+``calibrate run``: TTFT (the batch's last first token), mean and median TPOT and total time
+agree within 3 %.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+from pathlib import Path
+
+import pytest
+from proc import Proc, start_all
+
+from calibration.importers import Defaults, import_files
+from model.dataset import read_csv
+
+pytestmark = [pytest.mark.compat, pytest.mark.timeout(600)]
+
+COMPAT = Path(os.environ.get("EA_COMPAT_DIR", "/tmp/ea-compat"))
+VLLM_BIN = COMPAT / "vllm" / "bin" / "vllm"
+SGLANG_PY = COMPAT / "sglang" / "bin" / "python"
+TOKENIZER = Path(__file__).parent / "data" / "tokenizer"
+MODEL = "compat-model"
+CONTEXT, OUTPUT, BATCH = 2048, 32, 8
+KV = 70272
+TOLERANCE = 0.03
+SCALE = "4"     # simulated seconds x 4: a 4 ms decode step takes 17 ms, far above the overheads
+SIM = ["--time-scale", SCALE, "--model-name", MODEL, "--tokenizer",
+       str(TOKENIZER / "tokenizer.json"), "--disable-prefix-caching", "--max-model-len", "16384",
+       # clients open their connections one by one: without a window the first arrival would
+       # be prefilled alone, how many join it depending on each client's timing
+       "--admit-window-ms", "100"]
+RESULTS: list[dict] = []          # for docs/clients.md (EA_COMPAT_RESULTS=FILE writes them)
+CLIENT_ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+              "TOKENIZERS_PARALLELISM": "false"}
+
+@pytest.fixture(scope="module", params=["vllm", "sglang"])
+def sim(request, tmp_path_factory):
+    (s,) = start_all(Proc("sim", "--engine", request.param, *SIM), timeout=120)
+    try:
+        s.engine = request.param
+        s.reference, s.reference_tpots = _calibrate_run(
+            s, tmp_path_factory.mktemp(f"ref-{request.param}"))
+        yield s
+    finally:
+        s.stop()
+
+
+def _calibrate_run(s: Proc, out: Path):
+    from cli.main import main
+
+    code = main(["calibrate", "run", "--engine", s.engine, "--url", s.url, "--contexts",
+                 str(CONTEXT), "--batch-sizes", str(BATCH), "--output-tokens", str(OUTPUT),
+                 "--kv-bytes-per-token", str(KV), "--prompt", "text", "--out", str(out),
+                 "--no-progress"])
+    assert code == 0
+    (row,) = read_csv(out / "dataset.csv")
+    samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    return row, [x["tpot_s"] for x in samples if x["ok"]]
+
+
+def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=540, cwd=cwd,
+                       env=CLIENT_ENV)
+    assert r.returncode == 0, f"{' '.join(argv)}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    return r
+
+
+def _vllm_client(s: Proc, backend: str, tmp: Path) -> Path:
+    out = tmp / "vllm-result.jsonl"
+    r = _run([str(VLLM_BIN), "bench", "serve", "--backend", backend, "--base-url", s.url,
+          "--endpoint", "/v1/chat/completions" if backend == "openai-chat" else
+          "/v1/completions", "--model", MODEL, "--tokenizer", str(TOKENIZER),
+          "--dataset-name", "random", "--random-input-len", str(CONTEXT),
+          "--random-output-len", str(OUTPUT), "--random-range-ratio", "0",
+          "--num-prompts", str(BATCH), "--max-concurrency", str(BATCH), "--ignore-eos",
+          "--save-result", "--save-detailed", "--append-result", "--result-dir", str(tmp),
+          "--result-filename", out.name, "--metadata", "version=sim-compat", "--disable-tqdm"],
+         tmp)
+    assert "tokenizer mismatch" not in r.stdout + r.stderr      # same tokenizer, same counts
+    return out
+
+
+def _sglang_client(s: Proc, backend: str, tmp: Path) -> Path:
+    out = tmp / "sglang-result.jsonl"
+    # --tokenize-prompt (input_ids) is SGLang-native only; the others send text
+    extra = ["--flush-cache", "--tokenize-prompt"] if backend == "sglang" else []
+    _run([str(SGLANG_PY), "-m", "sglang.bench_serving", "--backend", backend,
+          "--base-url", s.url, "--model", MODEL, "--tokenizer", str(TOKENIZER),
+          "--dataset-name", "random-ids", "--random-input-len",
+          str(CONTEXT), "--random-output-len", str(OUTPUT), "--random-range-ratio", "1",
+          "--num-prompts", str(BATCH), "--max-concurrency", str(BATCH), "--output-file",
+          str(out), "--output-details", "--disable-tqdm", *extra], tmp)
+    return out
+
+
+# SGLang's client over /v1/completions sends its random-ids prompts as text, which this
+# tokenizer re-encodes to more tokens than the ids (the simulator counted 2,334 a request)
+# while the file records 2,048: the simulator prefilled longer prompts than the row says.
+TEXT_COUNT_DRIFT = pytest.mark.xfail(reason="SGLang client's decoded random-ids text "
+                                     "re-tokenizes longer than its recorded input_lens",
+                                     strict=False)
+CASES = [("vllm", "vllm", "vllm"), ("vllm", "openai", "sglang"),
+         ("sglang", "sglang", "sglang"),
+         pytest.param("sglang", "sglang-oai", "sglang", marks=TEXT_COUNT_DRIFT),
+         ("sglang", "vllm", "vllm")]
+
+
+@pytest.mark.flaky(reruns=2)  # wall-clock timing on shared CPUs
+@pytest.mark.parametrize("client, backend, flavour", CASES,
+                         ids=["vllm-client-vllm-on-vllm", "vllm-client-openai-on-sglang",
+                              "sglang-client-sglang-on-sglang",
+                              "sglang-client-sglang-oai-on-sglang",
+                              "sglang-client-vllm-on-vllm"])
+def test_client_file_imports_and_agrees_with_calibrate_run(sim, client, backend, flavour,
+                                                           tmp_path):
+    if sim.engine != flavour:
+        pytest.skip(f"this case runs against the {flavour} simulator")
+    if client == "vllm":
+        if not VLLM_BIN.exists():
+            pytest.skip(f"no vLLM client at {VLLM_BIN} (run tests/compat/build_clients.sh)")
+        path, fmt = _vllm_client(sim, backend, tmp_path), "vllm-bench"
+    else:
+        if not SGLANG_PY.exists():
+            pytest.skip(f"no SGLang client at {SGLANG_PY} (run tests/compat/build_clients.sh)")
+        path, fmt = _sglang_client(sim, backend, tmp_path), "sglang-bench"
+    raw = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    assert len(raw) == 1 and raw[0]["completed"] == BATCH
+    assert all(not e for e in raw[0].get("errors") or [])
+    (row,) = import_files([str(path)], fmt, Defaults(kv_bytes_per_token=KV,
+                                                     engine=flavour))
+    ref = sim.reference
+    assert (row.context_tokens, row.output_tokens, row.batch_size) == (CONTEXT, OUTPUT, BATCH)
+    if client == "sglang":      # server_info of the SGLang flavour fills the row
+        info = raw[0]["server_info"]
+        if flavour == "sglang":
+            assert info["dcp_size"] == row.dcp_size and row.engine_version == info["version"]
+    else:
+        assert row.engine_version == "sim-compat"      # --metadata version=...
+    for name in ("ttft_s", "tpot_s", "total_s"):
+        got, want = getattr(row, name), getattr(ref, name)
+        assert got == pytest.approx(want, rel=TOLERANCE), (name, got, want)
+    # and the decode speed alone: the median request's TPOT
+    got, want = _median_tpot(raw[0]), statistics.median(sim.reference_tpots)
+    assert got == pytest.approx(want, rel=TOLERANCE), ("median TPOT", got, want)
+    RESULTS.append({"client": client, "backend": backend, "simulator": flavour,
+                    "ttft_s": row.ttft_s, "ref_ttft_s": ref.ttft_s, "total_s": row.total_s,
+                    "ref_total_s": ref.total_s, "median_tpot_s": got, "ref_median_tpot_s": want,
+                    "mean_tpot_s": row.tpot_s, "ref_mean_tpot_s": ref.tpot_s})
+    out = os.environ.get("EA_COMPAT_RESULTS")
+    if out:
+        Path(out).write_text(json.dumps(RESULTS, indent=1) + "\n")
+
+
+def _median_tpot(obj: dict) -> float:
+    return statistics.median(sum(gaps) / (n - 1) for gaps, n in zip(obj["itls"],
+                                                                    obj["output_lens"],
+                                                                    strict=True))
