@@ -24,6 +24,7 @@ class StepTimer:
         if engine not in model.engine_names:
             raise ValueError(f"the cost model has no coefficients for engine {engine!r} "
                              f"(it has {', '.join(model.engine_names)})")
+        self.model = model
         self.coef = predictor_for(model).coefficients(engine, gpu.name)[0]
         self.shape, self.dcp = shape, float(dcp)
         self.hw = Hardware(silicon_for(gpu), tp)
