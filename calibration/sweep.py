@@ -44,7 +44,8 @@ from calibration.client import (
     token_prompt,
     warm_connections,
 )
-from calibration.launcher import LaunchedEngine, LaunchTemplateError, format_command, free_port
+from calibration.launcher import LaunchedEngine, LaunchTemplateError, format_command
+from calibration.ports import free_port
 from calibration.runstore import PointKey, RunStore, RunStoreError, utc_now
 from model.dataset import Measurement
 
