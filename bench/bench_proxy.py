@@ -56,7 +56,7 @@ from pathlib import Path
 
 import httpx
 
-from calibration.launcher import free_port
+from calibration.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 EXE = Path(sys.executable).parent / "engine-advisor"

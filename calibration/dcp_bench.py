@@ -28,14 +28,11 @@ import torch
 import torch.distributed as dist
 
 from calibration.kernels.mla_torch import D_LAT, D_ROPE
-from calibration.launcher import free_port
+from calibration.ports import free_port
 
 # NVLink multicast stays off (a shared host's GPUs can be put out of service by it).
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
             "NVSHMEM_DISABLE_NVLS": "1"}
-DCP_COLUMNS = ("gpu", "kind", "backend", "dcp", "batch_size", "context_tokens", "q_heads",
-               "message_bytes", "recv_bytes", "attn_s", "comm_s", "merge_s", "total_s",
-               "dcp1_s", "timing", "note")
 BACKENDS = ("ag", "a2a")
 HEADS = 128
 D_KV = D_LAT + D_ROPE

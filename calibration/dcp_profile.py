@@ -36,6 +36,11 @@ DEFAULT_BACKEND = "ag"    # the engines' default --dcp-comm-backend is ag_rs
 KV_TOKEN_BYTES = 576 * 2
 HOLDOUT_FRACTION = 1 / 3
 
+# the raw measurement rows (calibration.dcp_bench writes them; fitting needs no PyTorch)
+DCP_COLUMNS = ("gpu", "kind", "backend", "dcp", "batch_size", "context_tokens", "q_heads",
+               "message_bytes", "recv_bytes", "attn_s", "comm_s", "merge_s", "total_s",
+               "dcp1_s", "timing", "note")
+
 
 def _nnls_rel(A: np.ndarray, y: np.ndarray) -> np.ndarray:
     w = 1.0 / y
@@ -201,7 +206,6 @@ def build_profile(data: dict, *, dataset_name: str, command: str,
 
 
 def write_profile(out: Path, data: dict, command: str, gpu_name: str | None = None) -> dict:
-    from calibration.dcp_bench import DCP_COLUMNS
     from calibration.gpu_profile import write_rows
 
     out = Path(out)

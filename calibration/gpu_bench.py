@@ -1,7 +1,7 @@
 """``calibrate gpu`` measurements: decode attention over a grid, HBM reads, per-call overhead.
 
 Needs PyTorch with a CUDA device (and Triton for the MLA shapes). Every measurement becomes one
-row of ``ROW_COLUMNS``; ``calibration.gpu_profile`` turns the rows into the hardware profile.
+row of ``calibration.gpu_profile.ROW_COLUMNS``, which turns the rows into the hardware profile.
 Imports nothing from pydantic or the rest of the package, so it runs on a bare GPU image.
 """
 
@@ -15,10 +15,6 @@ import torch
 import torch.nn.functional as F
 
 from calibration.gpu_timing import host_call_overhead, time_calls
-
-ROW_COLUMNS = ("gpu", "kind", "shape", "impl", "dtype", "batch_size", "context_tokens", "q_heads",
-               "kv_heads", "head_dim", "v_dim", "bytes_read", "flops", "seconds", "seconds_min",
-               "seconds_max", "calls_per_replay", "timing", "bandwidth_Bps", "note")
 
 # name -> (impl, q_heads, kv_heads, head_dim, v_dim); GQA groups of 8 query heads per KV head.
 SHAPES: dict[str, tuple[str, int, int, int, int]] = {

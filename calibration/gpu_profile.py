@@ -25,6 +25,11 @@ FLOAT_COLS = ("flops", "seconds", "seconds_min", "seconds_max", "bandwidth_Bps")
 HOLDOUT_FRACTION = 1 / 3
 KV_READ_IMPL = "sdpa"   # fused kernels (PyTorch SDPA) define the KV-read physics
 
+# the raw measurement rows (calibration.gpu_bench writes them; fitting needs no PyTorch)
+ROW_COLUMNS = ("gpu", "kind", "shape", "impl", "dtype", "batch_size", "context_tokens", "q_heads",
+               "kv_heads", "head_dim", "v_dim", "bytes_read", "flops", "seconds", "seconds_min",
+               "seconds_max", "calls_per_replay", "timing", "bandwidth_Bps", "note")
+
 
 def write_rows(path: Path, rows: Sequence[dict], columns: Sequence[str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -175,8 +180,6 @@ def build_profile(rows: Sequence[dict], meta: dict, *, dataset_name: str, comman
 
 def write_profile(out: Path, rows: Sequence[dict], meta: dict, command: str,
                   gpu_name: str | None = None) -> dict:
-    from calibration.gpu_bench import ROW_COLUMNS
-
     out = Path(out)
     csv_path = out.with_suffix(".csv")
     write_rows(csv_path, rows, ROW_COLUMNS)

@@ -12,7 +12,6 @@ import ctypes
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,12 +28,6 @@ LOG_TAIL_BYTES = 4000
 class LaunchTemplateError(ValueError):
     pass
 
-
-def free_port() -> int:
-    """A TCP port free on loopback now (the project's one helper: tests and benches use it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def format_command(template: str, **values: object) -> list[str]:

@@ -45,7 +45,8 @@ from calibration.client import (
     warm_connections,
 )
 from calibration.honesty import overhead_warnings, resolution_of
-from calibration.launcher import LaunchedEngine, LaunchTemplateError, format_command, free_port
+from calibration.launcher import LaunchedEngine, LaunchTemplateError, format_command
+from calibration.ports import free_port
 from calibration.runstore import PointKey, RunStore, RunStoreError, utc_now
 from model.dataset import Measurement
 from model.workload import served_preset
