@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from model.arch import PRESETS
 from model.artifact import atomic_write
 from model.costmodel import (
     EXTRAPOLATION_REL_SIGMA,
@@ -29,7 +30,6 @@ from model.costmodel import (
     cross_validate,
     trainable,
 )
-from model.arch import PRESETS
 from model.dataset import Measurement
 from model.predictor import predictor_for
 from model.recommend import build_case, crossovers

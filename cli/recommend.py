@@ -30,7 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     kv.add_argument("--hf-config", metavar="PATH", help="the model's config.json")
     kv.add_argument("--preset", help="a built-in model preset (e.g. kimi-k2, llama-3.1-70b)")
     p.add_argument("--kv-cache-dtype", default="bf16", help="bf16 (default), fp16 or fp8")
-    p.add_argument("--gpu", default="B300", help="GPU type (default B300): H100, H200, B200, B300, GB200, GB300, "
+    p.add_argument("--gpu", default="B300",
+                   help="GPU type (default B300): H100, H200, H20, B200, B300, GB200, GB300, "
                         "MI300X, MI325X, MI355X")
     p.add_argument("--num-gpus", type=int, default=8,
                    help="GPUs = tensor-parallel size (default 8)")

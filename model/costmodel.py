@@ -327,7 +327,7 @@ def cross_validate(rows: Sequence[Measurement], estimator_params: dict | None = 
             by_engine[efficiency_key(r.engine, r.gpu)].append(r)
     params = {**(estimator_params or {}), "n_bootstrap": n_bootstrap}
     out: list[dict] = []
-    for engine, erows in sorted(by_engine.items()):
+    for _, erows in sorted(by_engine.items()):
         keys = [point_key(r) for r in erows]
         if len(set(keys)) < 2:
             continue

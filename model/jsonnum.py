@@ -4,7 +4,7 @@ pydantic's lax mode reads ``true`` as 1 and numeric strings as numbers, which th
 schema (``type: integer`` / ``number``) does not allow. Strict mode would also refuse
 ``2048.0`` and lose the clear messages for NaN and fractions, so ``JsonModel`` refuses only
 booleans and strings in its int/float fields (list items included), before the usual
-validation runs. One model-level check (about 1 us) leaves the JSON schema unchanged.
+validation runs. One model-level check leaves the JSON schema unchanged.
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from model.arch import PRESETS, ArchConfigError, from_hf_config, preset
 from model.gpus import BUILTIN_GPUS, GpuSpec
 from model.jsonnum import JsonModel
-from model.arch import PRESETS, ArchConfigError, from_hf_config, preset
 from model.kv import KvDtype
 from model.shape import ModelShape, bare, from_architecture
 

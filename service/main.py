@@ -21,8 +21,18 @@ from service.proxy import routes as proxy
 from service.proxy.asgi import DIRECT_PATHS, DirectPath, ProxyMiddleware
 from service.proxy.schemas import RouteWorkload
 from service.proxy.state import ProxyState, proxy_lifespan
-from service.routes import admin, bench, crossover, deploy, health, observations, plan, predict
-from service.routes import recommend, ui
+from service.routes import (
+    admin,
+    bench,
+    crossover,
+    deploy,
+    health,
+    observations,
+    plan,
+    predict,
+    recommend,
+    ui,
+)
 from service.settings import Settings
 
 ROUTERS = (recommend.router, predict.router, crossover.router, plan.router, deploy.router,

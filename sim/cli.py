@@ -21,7 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mem-fraction", type=float, default=0.9,
                    help="--gpu-memory-utilization / --mem-fraction-static (default 0.9)")
     p.add_argument("--kv-bytes-per-token", type=int, default=27_648,
-                   help="KV bytes per token, all layers (default 27648: Kimi-K3, 24 MLA layers, bf16)")
+                   help="KV bytes per token, all layers (default 27648: Kimi-K3, 24 MLA "
+                        "layers, bf16)")
     p.add_argument("--kv-shards", type=int, default=1,
                    help="ranks the KV heads are split over (1 for MLA; default 1)")
     p.add_argument("--weight-bytes", type=float, default=None,

@@ -10,7 +10,7 @@
   itself (service.main.App) before FastAPI sees them, to ``DirectPath``: request ids, metrics
   and the body cap (the same middleware classes the app uses), then the handler the FastAPI
   routes also call (service.proxy.routes.handle). FastAPI's own layers (telemetry checks,
-  server-error and exception middleware, route matching, dependency solving) cost about 40 %
+  server-error and exception middleware, route matching, dependency solving) are a large share
   of the proxy's CPU per request (bench/bench_proxy.py) and are skipped; errors become the
   same envelope, and an unexpected exception a logged 500.
 """

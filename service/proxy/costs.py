@@ -48,8 +48,9 @@ def confidence(best: PoolCost, rival: PoolCost | None) -> str:
     """How sure the choice of ``best`` over the best other engine's ``rival`` is: low when
     uncalibrated or the prediction intervals overlap, medium when extrapolated or the batch's
     KV does not fit, else high (the recommender's rule, on the routed pools only)."""
-    if not (best.calibrated or best.transferred) or (rival is not None and best.interval_s[0] <= rival.interval_s[1]
-                               and rival.interval_s[0] <= best.interval_s[1]):
+    overlap = (rival is not None and best.interval_s[0] <= rival.interval_s[1]
+               and rival.interval_s[0] <= best.interval_s[1])
+    if not (best.calibrated or best.transferred) or overlap:
         return "low"
     if best.extrapolated or not best.fits_in_memory:
         return "medium"

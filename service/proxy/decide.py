@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from cachetools import LRUCache
+
 from model.workload import MAX_BATCH, MAX_CONTEXT, MAX_OUTPUT
 from service.holder import LoadedModel
 from service.proxy.costs import Group, PoolCost, confidence, pool_costs
@@ -55,8 +57,8 @@ class Decision:
 class Decider:
     def __init__(self, size: int = CACHE_SIZE):
         self.size = size
-        self._cache: dict[tuple, Decision] = {}
-        self._agree: dict[tuple, Decision | None] = {}
+        self._cache: LRUCache = LRUCache(size)
+        self._agree: LRUCache = LRUCache(size)
         self.hits = self.misses = 0
 
     def decide(self, loaded: LoadedModel, pools: Pools, context: int, output: int,
@@ -72,8 +74,6 @@ class Decider:
         d = self._compute(loaded, pools, representative(bc, CONTEXT_STEPS, MAX_CONTEXT),
                           representative(bo, OUTPUT_STEPS, MAX_OUTPUT),
                           representative(bb, BATCH_STEPS, MAX_BATCH))
-        if len(self._cache) >= self.size:
-            self._cache.clear()
         self._cache[key] = d
         return d
 
@@ -92,8 +92,6 @@ class Decider:
                 if self.decide(loaded, pools, ctx, output, batch).best != first.best:
                     first = None
                     break
-        if len(self._agree) >= self.size:
-            self._agree.clear()
         self._agree[key] = first
         return first
 

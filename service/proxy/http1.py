@@ -1,8 +1,8 @@
 """A strict HTTP/1.1 client for the forwarding hot path: keep-alive connections per upstream.
 
-Why not httpx here: an ``httpx.AsyncClient`` request costs about 1 ms of CPU at concurrency 1
-and 2.4 ms at concurrency 32 on this project's bench machine (httpcore's pool scans every
-connection on every request), several times what an engine spends answering it. This client
+Why not httpx here: an ``httpx.AsyncClient`` request costs several times the CPU of this client
+(httpcore's pool scans every connection on every request; the benchmarks page has the
+figures). This client
 sends pre-encoded requests on pooled connections and hands back the status, the headers and
 the body as it arrives. Health checks and /tokenize still use httpx.
 

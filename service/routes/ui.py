@@ -15,8 +15,8 @@ from typing import get_args
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from model.gpus import BUILTIN_GPUS
 from model.arch import PRESETS
+from model.gpus import BUILTIN_GPUS
 from model.kv import KvDtype
 from model.workload import Requirements
 from service.errors import ApiError

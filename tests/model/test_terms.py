@@ -10,7 +10,14 @@ from model.gpus import GpuSpec
 from model.memory import ENGINE_RESERVE, kv_capacity_tokens, sequences_at_once
 from model.shape import bare
 from model.silicon import SPEC_EFFICIENCY, Silicon
-from model.terms import CHUNK_TOKENS, DECODE_TERMS, PREFILL_TERMS, Hardware, decode_terms, prefill_terms
+from model.terms import (
+    CHUNK_TOKENS,
+    DECODE_TERMS,
+    PREFILL_TERMS,
+    Hardware,
+    decode_terms,
+    prefill_terms,
+)
 
 GPU = GpuSpec(name="TESTGPU", memory_bytes=100e9, hbm_bandwidth=4e12, nvlink_bandwidth=800e9,
               flops_bf16=1e15, flops_fp8=2e15)

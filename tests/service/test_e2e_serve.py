@@ -18,7 +18,8 @@ def cli_recommend(context: int) -> dict:
     out = subprocess.run(
         [str(EXE), "recommend", "--context-tokens", str(context), "--output-tokens", "256",
          "--batch-size", "512", "--preset", "kimi-k3", "--prefix-reuse-share", "0.998046875",
-         "--gpu", "B300", "--num-gpus", "8", "--json"], capture_output=True, text=True, check=True, timeout=60)
+         "--gpu", "B300", "--num-gpus", "8", "--json"],
+        capture_output=True, text=True, check=True, timeout=60)
     return json.loads(out.stdout)
 
 

@@ -60,7 +60,8 @@ def test_plan_respects_max_min_and_seeds():
 
 
 def _timer():
-    return StepTimer(default_model(), "vllm", builtin_gpu("B300"), preset_shape("kimi-k3", "bf16"), 8)
+    return StepTimer(default_model(), "vllm", builtin_gpu("B300"),
+                     preset_shape("kimi-k3", "bf16"), 8)
 
 
 def test_step_time_grows_with_batch_and_context():
