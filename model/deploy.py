@@ -5,7 +5,8 @@ service. Pure functions (dicts and YAML text, no I/O), shared by ``engine-adviso
 The container runs the recommendation's own ``launch_command`` (so the engine, TP, DCP and
 memory-fraction flags are exactly the ones the recommendation prints) plus ``--host`` and
 ``--port``. Engine facts used here (the engines' documented HTTP surface): both engines
-answer ``GET /health`` with 200 once serving; vLLM's OpenAI server listens on 8000 by default, SGLang's on 30000.
+answer ``GET /health`` with 200 once serving; vLLM's OpenAI server listens on 8000 by
+default, SGLang's on 30000.
 """
 
 from __future__ import annotations
