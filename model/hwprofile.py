@@ -173,12 +173,6 @@ def find_profiles(gpu_name: str, kind: str = KIND_GPU) -> list[tuple[str, dict]]
     return list(_scan(profiles_dir()).get((gpu_name.upper(), kind), ()))
 
 
-def find_profile(gpu_name: str, kind: str = KIND_GPU) -> tuple[str, dict] | None:
-    """The first profile (by file name) of this kind for this GPU type, or None."""
-    found = find_profiles(gpu_name, kind)
-    return found[0] if found else None
-
-
 def gpu_key(device_name: str, known: list[str] | tuple[str, ...]) -> str:
     """The built-in GPU type named in a device name ('NVIDIA H200' -> 'H200'), else the name."""
     tokens = device_name.upper().replace("-", " ").split()
