@@ -34,6 +34,18 @@ def wait_for(cond, timeout: float, step: float = 0.02) -> bool:
 
 
 
+def terminate(proc: subprocess.Popen | None, grace: float = 10.0) -> None:
+    """SIGTERM a child process, then SIGKILL it if it has not exited after ``grace`` s."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 class Proc:
     def __init__(self, command: str, *args: str, ready: str = "/health",
                  env: dict[str, str] | None = None):

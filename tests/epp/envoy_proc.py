@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 import yaml
-from proc import free_port
+from proc import free_port, terminate
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "deploy" / "gateway" / "envoy.yaml"
@@ -142,11 +142,5 @@ class Envoy:
         raise KeyError(name)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc)
         self._dir.cleanup()

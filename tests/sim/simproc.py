@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import httpx
-from proc import free_port
+from proc import free_port, terminate
 
 EXE = str(Path(sys.executable).with_name("engine-advisor"))
 
@@ -65,13 +65,7 @@ class SimProcess:
         for c in self._clients:
             c.close()
         self._clients.clear()
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc)
         self._log.close()
         Path(self._log.name).unlink(missing_ok=True)
 
