@@ -32,7 +32,7 @@ def predict_grid(model: CostModel, workloads: Sequence[Workload],
         shapes.setdefault(key, shape)
         gpus.setdefault(key, gpu)
         groups.setdefault(key, []).append(i)
-    eng = np.array([c.engine for c in configs], dtype=object)
+    eng = np.array([c.engine for c in configs])
     dcp = np.array([float(c.dcp_size) for c in configs])
     out = {f: np.empty(n * m) for f in ("total", "total_lo", "total_hi", "prefill",
                                         "prefill_all", "tpot", "running", "capacity")}

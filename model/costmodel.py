@@ -24,8 +24,9 @@ import numpy as np
 
 from model.dataset import Measurement, dataset_sha256
 from model.estimator import EngineCostModel
+from model.ew import floor, is_array, maximum, where
 from model.gpus import builtin_gpu
-from model.memory import kv_capacity_array, max_running, sequences_at_once
+from model.memory import kv_capacity, max_running, sequences_at_once
 from model.shape import ModelShape
 from model.silicon import Silicon, silicon_for
 from model.terms import (
@@ -33,9 +34,9 @@ from model.terms import (
     N_PREFILL,
     PHYSICS_TERMS,
     TERMS,
-    Hardware,
-    decode_terms,
-    prefill_terms,
+    Physics,
+    physics_for,
+    stack,
 )
 
 RANGE_DIMS = ("context_tokens", "batch_size", "output_tokens")
@@ -43,6 +44,7 @@ UNCALIBRATED_REL_SIGMA = 0.25   # added relative sd: no data for this engine on 
 TRANSFERRED_REL_SIGMA = 0.10    # added relative sd: data for this hardware, another model
 EXTRAPOLATION_REL_SIGMA = 0.05  # added relative sd per doubling outside the calibrated range
 MIN_CV_POINTS = 5
+N_TERMS = len(TERMS)
 QTY_TOTAL, QTY_PREFILL, QTY_TPOT = 0, 1, 2
 QTY_NAMES = {QTY_TOTAL: "total", QTY_PREFILL: "ttft", QTY_TPOT: "tpot"}
 
@@ -60,73 +62,131 @@ def efficiency_key(engine: str, gpu: str) -> str:
 # ------------------------------------------------------------------------------ features
 @dataclass
 class Case:
-    """Rows sharing one served model, GPU type and TP size; arrays of equal length."""
+    """Rows sharing one served model, GPU type and TP size: the row fields are arrays of equal
+    length, or lists (a few rows: evaluated as Python floats, see ``model.ew``)."""
 
     shape: ModelShape
     silicon: Silicon
     tp: int
-    engine: np.ndarray         # engine names, one per row
-    batch: np.ndarray
-    context: np.ndarray
-    output: np.ndarray
-    dcp: np.ndarray
-    fraction: np.ndarray       # memory fraction per row
-    share: np.ndarray | float = 0.0   # prefix-cache share of each prompt
+    engine: np.ndarray | list  # engine names, one per row
+    batch: np.ndarray | list
+    context: np.ndarray | list
+    output: np.ndarray | list
+    dcp: np.ndarray | list
+    fraction: np.ndarray | list  # memory fraction per row
+    share: np.ndarray | list | float = 0.0   # prefix-cache share of each prompt
+
+    def __len__(self) -> int:
+        return len(self.batch)
 
 
 @dataclass
 class Features:
-    total: np.ndarray          # (n, len(TERMS)) the whole batch, waves included
-    prefill: np.ndarray        # (n, len(TERMS)) prefill of the first wave (the batch's TTFT)
-    tpot: np.ndarray           # (n, len(TERMS)) one decode step of the running sequences
+    """Features of every row: ``X`` holds, per row, the ``TERMS`` of the whole batch (waves
+    included), then the ``PREFILL_TERMS`` of the first wave (the batch's TTFT), then the
+    ``DECODE_TERMS`` of one step of the running sequences."""
+
+    X: np.ndarray              # (n, len(TERMS) + len(TERMS)): total | prefill | decode step
     running: np.ndarray        # sequences running at once
     capacity: np.ndarray       # KV capacity in tokens
     feasible: np.ndarray       # at least one sequence fits
 
+    @property
+    def total(self) -> np.ndarray:
+        """(n, len(TERMS)) the whole batch."""
+        return self.X[:, :N_TERMS]
 
-def capacities(case: Case) -> np.ndarray:
-    """KV capacity in tokens per row (engine's budget at its memory fraction, dcp)."""
-    state_gpu = case.shape.state_bytes_per_seq / case.tp
-    return kv_capacity_array(case.engine, case.fraction, case.silicon.gpu.memory_bytes,
-                             case.shape.weight_bytes, case.tp,
-                             case.shape.kv_gpu_token_bytes(case.tp), case.dcp,
-                             state_gpu * max_running(case.batch))
+    @property
+    def prefill(self) -> np.ndarray:
+        """(n, len(TERMS)): the first wave's prefill terms, zeros elsewhere."""
+        out = np.zeros((len(self.X), N_TERMS))
+        out[:, :N_PREFILL] = self.X[:, N_TERMS:N_TERMS + N_PREFILL]
+        return out
+
+    @property
+    def tpot(self) -> np.ndarray:
+        """(n, len(TERMS)): one decode step's terms, zeros elsewhere."""
+        out = np.zeros((len(self.X), N_TERMS))
+        out[:, N_PREFILL:] = self.X[:, N_TERMS + N_PREFILL:]
+        return out
+
+
+SCALAR_ROWS = 32   # cases with at most this many rows are evaluated row by row on floats
+
+
+def row_features(ph: Physics, engine, fraction, batch, context, output, dcp,
+                 share=0.0) -> tuple[tuple, tuple, tuple, object, object, object]:
+    """(total terms, prefill terms, decode terms, running, capacity, feasible) of rows given as
+    floats (one row) or arrays (many): prefill and decode of the batch in as many waves as its
+    KV needs (full waves of the sequences that fit, then the rest; a shared prompt prefix stays
+    cached after the first wave), decode at the mean context."""
+    shape, tp = ph.shape, ph.tp
+    scalar = not is_array(batch, context, dcp, share)
+    decode = ph.memo_decode if scalar else ph.decode
+    prefill = ph.memo_prefill if scalar else ph.prefill
+    cap = kv_capacity(engine, fraction, ph.silicon.gpu.memory_bytes, shape.weight_bytes, tp,
+                      shape.kv_gpu_token_bytes(tp), dcp,
+                      shape.state_bytes_per_seq / tp * max_running(batch))
+    running = sequences_at_once(cap, batch, context, output, share)
+    feasible = running >= 1
+    run = where(feasible, running, batch)
+    full = floor(batch / run)
+    rest = batch - full * run
+    steps = maximum(output - 1.0, 0.0)
+    ctx_mean = context + output / 2.0
+    pf = prefill(run, context, share, False)
+    dec = decode(run, ctx_mean, dcp)
+    waves = (full != 1.0) | (rest > 0)
+    if not (waves if scalar else waves.any()):   # the whole batch at once (the usual case)
+        return pf + tuple([steps * t for t in dec]), pf, dec, run, cap, feasible
+    rest1 = maximum(rest, 1.0)
+    pf_warm = prefill(run, context, share, True)
+    pf_rest = prefill(rest1, context, share, True)
+    dec_rest = decode(rest1, ctx_mean, dcp)
+    has_rest = where(rest > 0, 1.0, 0.0)
+    total = (tuple([a + (full - 1.0) * b + has_rest * c
+                    for a, b, c in zip(pf, pf_warm, pf_rest, strict=True)])
+             + tuple([steps * (full * a + has_rest * b)
+                      for a, b in zip(dec, dec_rest, strict=True)]))
+    return total, pf, dec, run, cap, feasible
+
+
+def _rows(x, n: int) -> list:
+    if isinstance(x, np.ndarray):
+        return x.tolist() if x.ndim else [float(x)] * n
+    return list(x) if isinstance(x, (list, tuple)) else [x] * n
 
 
 def case_features(case: Case) -> Features:
-    """Features of every row: prefill and decode of the batch in as many waves as its KV
-    needs (full waves of the sequences that fit, then the rest; a shared prompt prefix stays
-    cached after the first wave), decode at the mean context."""
-    hw = Hardware(case.silicon, case.tp)
-    shape = case.shape
-    cap = capacities(case)
-    running = sequences_at_once(cap, case.batch, case.context, case.output, case.share)
-    feasible = running >= 1
-    run = np.where(feasible, running, case.batch)
-    full = np.floor(case.batch / run)
-    rest = case.batch - full * run
-    steps = np.maximum(case.output - 1.0, 0.0)
-    ctx_mean = case.context + case.output / 2.0
-    pf_run = prefill_terms(shape, hw, run, case.context, case.share)
-    dec_run = decode_terms(shape, hw, run, ctx_mean, case.dcp)
+    """Features of every row of a case (``row_features``): row by row on floats for a few
+    rows, in one vectorised pass otherwise."""
+    ph = physics_for(case.shape, case.silicon, case.tp)
     n = len(case.batch)
-    total = np.empty((n, len(TERMS)))
-    if np.all(full == 1.0) and not np.any(rest):   # the whole batch at once (the usual case)
-        total[:, :N_PREFILL] = pf_run
-        total[:, N_PREFILL:] = steps[:, None] * dec_run
-    else:
-        pf_warm = prefill_terms(shape, hw, run, case.context, case.share, warm=True)
-        pf_rest = prefill_terms(shape, hw, np.maximum(rest, 1.0), case.context, case.share,
-                                warm=True)
-        dec_rest = decode_terms(shape, hw, np.maximum(rest, 1.0), ctx_mean, case.dcp)
-        has_rest = (rest > 0)[:, None]
-        total[:, :N_PREFILL] = pf_run + (full - 1.0)[:, None] * pf_warm + has_rest * pf_rest
-        total[:, N_PREFILL:] = steps[:, None] * (full[:, None] * dec_run + has_rest * dec_rest)
-    prefill = np.zeros((n, len(TERMS)))
-    prefill[:, :N_PREFILL] = pf_run
-    tpot = np.zeros((n, len(TERMS)))
-    tpot[:, N_PREFILL:] = dec_run
-    return Features(total, prefill, tpot, run, cap, feasible)
+    if n <= SCALAR_ROWS:
+        cols = [_rows(c, n) for c in (case.engine, case.fraction, case.batch, case.context,
+                                      case.output, case.dcp, case.share)]
+        X, running, cap, feasible = [], [], [], []
+        memo: dict = {}
+        for e, fr, b, c, o, d, s in zip(*cols, strict=True):
+            key = (e, fr, b, c, o, d, s)
+            hit = memo.get(key)
+            if hit is None:
+                total, pf, dec, run, k, ok = memo[key] = row_features(
+                    ph, e, float(fr), float(b), float(c), float(o), float(d), float(s))
+            else:
+                total, pf, dec, run, k, ok = hit
+            X.append(total + pf + dec)
+            running.append(run)
+            cap.append(k)
+            feasible.append(ok)
+        return Features(np.array(X, dtype=float), np.array(running), np.array(cap),
+                        np.array(feasible, dtype=bool))
+    f = lambda x: np.asarray(x, dtype=float)  # noqa: E731
+    total, pf, dec, run, cap, ok = row_features(
+        ph, np.asarray(case.engine), f(case.fraction), f(case.batch),
+        f(case.context), f(case.output), f(case.dcp), f(case.share))
+    return Features(stack(total + pf + dec, n), np.broadcast_to(run, (n,)),
+                    np.broadcast_to(cap, (n,)), np.broadcast_to(ok, (n,)))
 
 
 def roofline_total_s(case: Case) -> np.ndarray:
@@ -212,6 +272,11 @@ class CostModel:
                 self.hardware[r.gpu] = dict(silicon_for(gpu).sources)
         return self
 
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_predictor", None)    # caches (model.predictor) are not part of the model
+        return state
+
     @property
     def engine_names(self) -> list[str]:
         """Engines with calibration data (on any GPU)."""
@@ -224,26 +289,40 @@ class CostModel:
         calibrated: data for this engine, GPU, GPU count, DCP and served model (the same
         architecture hash, whatever its name); transferred: data for the hardware configuration
         but only for other models."""
+        status, rng = self.calibrated_range(engine, gpu, num_gpus, dcp, model_key)
+        if status == "uncalibrated":
+            return status, math.inf
+        return status, doublings_outside(rng, values)
+
+    def calibrated_range(self, engine: str, gpu: str, num_gpus: int, dcp: int,
+                         model_key: str) -> tuple[str, dict[str, list[float]] | None]:
+        """(status, the calibrated range of ``RANGE_DIMS`` or None), as ``coverage``."""
         per_model = self.ranges.get(config_key(engine, gpu, num_gpus, dcp))
         if not per_model:
-            return "uncalibrated", math.inf
+            return "uncalibrated", None
         rng = per_model.get(model_key)
         if rng is None:   # the same architecture under another name (a config.json of a preset)
             arch = model_key.rpartition("@")[2]
             rng = next((v for k, v in per_model.items() if k.rpartition("@")[2] == arch), None)
-        if rng is None:
-            return "transferred", 0.0
-        out = 0.0
-        for d, v in values.items():
-            lo, hi = rng[d]
-            if v > hi:
-                out += math.log2(v / hi)
-            elif v < lo:
-                out += math.log2(lo / v)
-        return "calibrated", out
+        return ("transferred", None) if rng is None else ("calibrated", rng)
 
     def safe_fractions(self, engine: str, gpu: str) -> dict[str, list[float]]:
         return self.memory.get(f"{engine}/{gpu.upper()}", {"safe": [], "unsafe": []})
+
+
+def doublings_outside(rng: dict[str, list[float]] | None, values: dict[str, float]) -> float:
+    """How many doublings ``values`` lie outside a calibrated range (0 inside, and 0 without a
+    range: a transferred configuration is widened by its own term)."""
+    if rng is None:
+        return 0.0
+    out = 0.0
+    for d, v in values.items():
+        lo, hi = rng[d]
+        if v > hi:
+            out += math.log2(v / hi)
+        elif v < lo:
+            out += math.log2(lo / v)
+    return out
 
 
 # ------------------------------------------------------------------------------ rows

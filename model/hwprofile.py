@@ -15,6 +15,7 @@ per-call overhead; above the last it grows at the asymptotic bandwidth of the la
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import os
@@ -68,23 +69,57 @@ def fit_read_curve(nbytes, seconds, overhead_s: float | None = None) -> dict:
             "asymptotic_Bps": float(tail), "n_points": int(len(b))}
 
 
+class ReadCurve:
+    """A fitted read curve, evaluated on a float (one call) or an array of byte counts."""
+
+    __slots__ = ("kb", "kt", "log_kb", "log_kt", "t0", "asym", "_lkb", "_lkt")
+
+    def __init__(self, curve: dict):
+        self.kb = [float(v) for v in curve["bytes"]]
+        self.kt = [float(v) for v in curve["seconds"]]
+        self.log_kb = [math.log(v) for v in self.kb]
+        self.log_kt = [math.log(v) for v in self.kt]
+        self._lkb, self._lkt = np.array(self.log_kb), np.array(self.log_kt)
+        self.t0 = float(curve["overhead_s"])
+        self.asym = float(curve["asymptotic_Bps"])
+
+    def __call__(self, nbytes):
+        if isinstance(nbytes, np.ndarray):
+            return self._array(nbytes.astype(float, copy=False))
+        x = float(nbytes)
+        kb, kt = self.kb, self.kt
+        if x < kb[0]:
+            return self.t0 + (kt[0] - self.t0) * (x if x > 0.0 else 0.0) / kb[0]
+        if x > kb[-1]:
+            return kt[-1] + (x - kb[-1]) / self.asym
+        if len(kb) == 1:
+            return kt[0]
+        lx = math.log(x)
+        i = bisect.bisect_left(self.log_kb, lx)
+        if self.log_kb[i] == lx:
+            return kt[i]
+        a0, a1 = self.log_kb[i - 1], self.log_kb[i]
+        b0, b1 = self.log_kt[i - 1], self.log_kt[i]
+        return math.exp(b0 + (lx - a0) * (b1 - b0) / (a1 - a0))
+
+    def _array(self, x: np.ndarray) -> np.ndarray:
+        kb, kt = self.kb, self.kt
+        out = np.empty_like(x)
+        lo = x < kb[0]
+        hi = x > kb[-1]
+        mid = ~(lo | hi)
+        out[lo] = self.t0 + (kt[0] - self.t0) * np.maximum(x[lo], 0.0) / kb[0]
+        out[hi] = kt[-1] + (x[hi] - kb[-1]) / self.asym
+        if len(kb) == 1:
+            out[mid] = kt[0]
+        else:
+            out[mid] = np.exp(np.interp(np.log(x[mid]), self._lkb, self._lkt))
+        return out
+
+
 def eval_read_curve(curve: dict, nbytes) -> np.ndarray:
     """Seconds of one call reading ``nbytes`` (array-like) on a fitted read curve."""
-    x = np.asarray(nbytes, dtype=float)
-    kb = np.asarray(curve["bytes"], dtype=float)
-    kt = np.asarray(curve["seconds"], dtype=float)
-    t0 = float(curve["overhead_s"])
-    out = np.empty_like(x)
-    lo = x < kb[0]
-    hi = x > kb[-1]
-    mid = ~(lo | hi)
-    out[lo] = t0 + (kt[0] - t0) * np.maximum(x[lo], 0.0) / kb[0]
-    out[hi] = kt[-1] + (x[hi] - kb[-1]) / float(curve["asymptotic_Bps"])
-    if len(kb) == 1:
-        out[mid] = kt[0]
-    else:
-        out[mid] = np.exp(np.interp(np.log(x[mid]), np.log(kb), np.log(kt)))
-    return out
+    return ReadCurve(curve)(np.atleast_1d(np.asarray(nbytes, dtype=float)))
 
 
 # ------------------------------------------------------------------------- DCP comm model

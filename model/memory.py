@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from model.ew import clip, floor, maximum, where
+
 MEM_FLAGS = {"vllm": "--gpu-memory-utilization", "sglang": "--mem-fraction-static"}
 DEFAULT_FRACTION = 0.90          # used when calibration says nothing about this engine and GPU
 OOM_THRESHOLD = 0.95             # published: 0.95 gave OOM retries on B300 for both engines
@@ -54,51 +56,56 @@ def choose_fraction(engine: str, gpu: str, safe: list[float], unsafe: list[float
 
 def max_running(batch):
     """The running-sequence limit an engine is launched with for a batch (the state pool)."""
-    return np.maximum(DEFAULT_MAX_RUNNING, np.floor(np.asarray(batch, dtype=float)))
+    return maximum(float(DEFAULT_MAX_RUNNING), floor(batch))
+
+
+def engine_reserve(engine):
+    """ENGINE_RESERVE of an engine name (a float) or of an array of names (an array)."""
+    if not isinstance(engine, np.ndarray):
+        return ENGINE_RESERVE.get(engine, 0.0)
+    reserve = np.zeros(engine.shape)
+    for e in set(engine.ravel().tolist()):
+        reserve[engine == e] = ENGINE_RESERVE.get(e, 0.0)
+    return reserve
 
 
 def kv_budget_bytes(engine, fraction, gpu_memory: float, weight_bytes: float, tp: int,
                     state_pool_bytes=0.0):
     """Bytes per GPU left for the KV cache after weights, the engine's reserve and the
-    preallocated linear-attention state pool (arrays broadcast; engine: name or names)."""
-    names = np.asarray(engine, dtype=object)
-    reserve = np.zeros(names.shape)
-    for e in set(names.ravel().tolist()):
-        reserve = np.where(names == e, ENGINE_RESERVE.get(e, 0.0), reserve)
-    return ((np.asarray(fraction, dtype=float) - reserve) * gpu_memory - weight_bytes / tp
-            - np.asarray(state_pool_bytes, dtype=float))
+    preallocated linear-attention state pool (floats, or arrays broadcast; engine: a name or
+    an array of names)."""
+    return ((fraction - engine_reserve(engine)) * gpu_memory - weight_bytes / tp
+            - state_pool_bytes)
 
 
-def kv_capacity_array(engine, fraction, gpu_memory: float, weight_bytes: float, tp: int,
-                      kv_bytes_per_gpu_token: float, dcp, state_pool_bytes=0.0) -> np.ndarray:
-    """Tokens of KV one instance holds, per element (weights of 0 give an upper bound)."""
+def kv_capacity(engine, fraction, gpu_memory: float, weight_bytes: float, tp: int,
+                kv_bytes_per_gpu_token: float, dcp, state_pool_bytes=0.0):
+    """Tokens of KV one instance holds (floats or arrays; weights of 0 give an upper bound)."""
     budget = kv_budget_bytes(engine, fraction, gpu_memory, weight_bytes, tp, state_pool_bytes)
     if kv_bytes_per_gpu_token <= 0:
-        return np.where(budget > 0, float(2 ** 62), 0.0)
-    per_token = kv_bytes_per_gpu_token / np.asarray(dcp, dtype=float)
-    return np.where(budget > 0, np.floor(np.maximum(budget, 0.0) / per_token), 0.0)
+        return where(budget > 0, float(2 ** 62), 0.0)
+    return where(budget > 0, floor(maximum(budget, 0.0) / (kv_bytes_per_gpu_token / dcp)), 0.0)
 
 
 def kv_capacity_tokens(engine: str, fraction: float, gpu_memory: float, weight_bytes: float,
                        tp: int, kv_bytes_per_gpu_token: float, dcp: int,
                        state_pool_bytes: float = 0.0) -> int:
-    """Tokens of KV one instance holds (``kv_capacity_array`` for one configuration)."""
-    return int(kv_capacity_array(engine, fraction, gpu_memory, weight_bytes, tp,
-                                 kv_bytes_per_gpu_token, dcp, state_pool_bytes))
+    """Tokens of KV one instance holds (``kv_capacity`` of one configuration, an int)."""
+    return int(kv_capacity(engine, float(fraction), gpu_memory, weight_bytes, tp,
+                           kv_bytes_per_gpu_token, float(dcp), float(state_pool_bytes)))
 
 
-def sequences_at_once(capacity_tokens, batch, context, output, share=0.0) -> np.ndarray:
+def sequences_at_once(capacity_tokens, batch, context, output, share=0.0):
     """How many of ``batch`` sequences fit at once: each holds its uncached prompt and its
-    output; a cached shared prefix is held once (their state lives in the preallocated pool)."""
-    cap = np.asarray(capacity_tokens, dtype=float)
-    shared = np.asarray(share, dtype=float) * np.asarray(context, dtype=float)
-    per_seq = (np.asarray(context, dtype=float) - shared + np.asarray(output, dtype=float))
-    fit = np.floor((cap - shared) / np.maximum(per_seq, 1.0))
-    return np.clip(fit, 0, np.asarray(batch, dtype=float))
+    output; a cached shared prefix is held once (their state lives in the preallocated pool).
+    Floats or arrays."""
+    shared = share * context
+    per_seq = context - shared + output
+    fit = floor((capacity_tokens - shared) / maximum(per_seq, 1.0))
+    return clip(fit, 0.0, batch)
 
 
-def kv_demand_tokens(batch, context, output, share=0.0) -> np.ndarray:
+def kv_demand_tokens(batch, context, output, share=0.0):
     """KV tokens a whole batch holds when all of it runs at once (shared prefix once)."""
-    shared = np.asarray(share, dtype=float) * np.asarray(context, dtype=float)
-    return shared + np.asarray(batch, dtype=float) * (np.asarray(context, dtype=float) - shared
-                                                      + np.asarray(output, dtype=float))
+    shared = share * context
+    return shared + batch * (context - shared + output)

@@ -21,11 +21,10 @@ from model.memory import (
     DEFAULT_MAX_RUNNING,
     MEM_FLAGS,
     MemoryChoice,
-    choose_fraction,
     kv_demand_tokens,
 )
 from model.predictor import Predictor, predictor_for
-from model.schemas import ConfigPrediction, Exclusion, Recommendation
+from model.schemas import ConfigPrediction, Exclusion, Recommendation, construct
 from model.shape import ModelShape
 from model.silicon import silicon_for
 from model.terms import DECODE_TERMS
@@ -94,31 +93,36 @@ def dcp_constraint(engine: str, dcp: int, tp: int, shape: ModelShape) -> str | N
 
 def memory_choice(model: CostModel, engine: str, gpu: str) -> MemoryChoice:
     """The memory fraction for ``engine`` on ``gpu`` (memoised in the model's predictor)."""
-    cache = predictor_for(model).cache.setdefault("memory", {})
-    key = (engine, gpu)
-    if key not in cache:
-        cache[key] = choose_fraction(engine, gpu, **model.safe_fractions(engine, gpu))
-    return cache[key]
+    return predictor_for(model).memory(engine, gpu)
 
 
 def build_case(model: CostModel, w: Workload, shape: ModelShape, configs: list[Config],
                contexts: np.ndarray | None = None) -> Case:
-    """The one place a query is built: one row per config at the workload's context, or per
-    (config, context) config-major when ``contexts`` is given."""
+    """The one place a query is built: one row per config at the workload's context (lists:
+    evaluated on floats), or per (config, context) config-major when ``contexts`` is given
+    (arrays)."""
     gpu = w.gpu_spec()
-    grid = (np.array([float(w.context_tokens)]) if contexts is None
-            else np.asarray(contexts, dtype=float))
-    k = len(grid)
-    engine = np.repeat(np.array([c.engine for c in configs], dtype=object), k)
-    dcp = np.repeat(np.array([float(c.dcp_size) for c in configs]), k)
-    frac = np.repeat(np.array([memory_choice(model, c.engine, gpu.name).fraction
-                               for c in configs]), k)
     share_in = w.requirements.prefix_reuse_share if w.requirements else 0.0
+    memory = predictor_for(model).memory
+    frac = [memory(c.engine, gpu.name).fraction for c in configs]
+    if contexts is None:
+        ctx = float(w.context_tokens)
+        share = ([effective_share(c.engine, share_in, ctx) for c in configs] if share_in > 0
+                 else 0.0)
+        n = len(configs)
+        return Case(shape, silicon_for(gpu), w.num_gpus, [c.engine for c in configs],
+                    [float(w.batch_size)] * n, [ctx] * n, [float(w.output_tokens)] * n,
+                    [float(c.dcp_size) for c in configs], frac, share)
+    grid = np.asarray(contexts, dtype=float)
+    k = len(grid)
+    engine = np.repeat(np.array([c.engine for c in configs]), k)
+    dcp = np.repeat(np.array([float(c.dcp_size) for c in configs]), k)
     share = (np.array([effective_share(c.engine, share_in, x) for c in configs for x in grid])
              if share_in > 0 else 0.0)
     n = len(engine)
     return Case(shape, silicon_for(gpu), w.num_gpus, engine, np.full(n, float(w.batch_size)),
-                np.tile(grid, len(configs)), np.full(n, float(w.output_tokens)), dcp, frac, share)
+                np.tile(grid, len(configs)), np.full(n, float(w.output_tokens)), dcp,
+                np.repeat(np.array(frac), k), share)
 
 
 def evaluate(model: CostModel, w: Workload, shape: ModelShape,
@@ -130,7 +134,7 @@ def evaluate(model: CostModel, w: Workload, shape: ModelShape,
     gpu = w.gpu_spec()
     values = {"context_tokens": w.context_tokens, "batch_size": w.batch_size,
               "output_tokens": w.output_tokens}
-    cover = [model.coverage(c.engine, gpu.name, w.num_gpus, c.dcp_size, shape.key, values)
+    cover = [pred.coverage(c.engine, gpu.name, w.num_gpus, c.dcp_size, shape.key, values)
              for c in configs]
     extra = np.array([_extra_sigma(status, dist, shape) for status, dist in cover])
     p = pred.predict(build_case(model, w, shape, configs), extra)
@@ -138,29 +142,27 @@ def evaluate(model: CostModel, w: Workload, shape: ModelShape,
                                     w.requirements.prefix_reuse_share if w.requirements else 0))
     source = silicon_for(gpu).read_source("gqa" if shape.attention in ("gqa", "mha") else "mla",
                                           shape.kv_dtype)
-    rows, parts = [], []
-    for i, c in enumerate(configs):
+    total, pf, tpot = p.total.tolist(), p.prefill_all.tolist(), p.tpot.tolist()
+    lo, hi, cap = p.total_lo.tolist(), p.total_hi.tolist(), p.capacity.tolist()
+    running, feasible = p.running.tolist(), p.feasible.tolist()
+    out = []
+    for i, (c, parts) in enumerate(zip(configs, p.step_parts.tolist(), strict=True)):
         status, dist = cover[i]
-        terms = dict(zip(DECODE_TERMS, p.step_parts[i].tolist(), strict=True))
-        parts.append(terms)
-        rows.append({
-            "engine": c.engine, "dcp_size": c.dcp_size, "total_s": float(p.total[i]),
-            "prefill_s": float(p.prefill_all[i]),
-            "decode_s": max(float(p.total[i]) - float(p.prefill_all[i]), 0.0),
-            "tpot_s": float(p.tpot[i]), "interval_s": (float(p.total_lo[i]),
-                                                       float(p.total_hi[i])),
-            "calibrated": status == "calibrated", "transferred": status == "transferred",
+        terms = dict(zip(DECODE_TERMS, parts, strict=True))
+        prediction = construct(ConfigPrediction, {
+            "engine": c.engine, "dcp_size": c.dcp_size, "total_s": total[i],
+            "prefill_s": pf[i], "decode_s": max(total[i] - pf[i], 0.0), "tpot_s": tpot[i],
+            "interval_s": (lo[i], hi[i]), "calibrated": status == "calibrated",
             "extrapolated": status != "calibrated" or dist > 0,
-            "mem_fraction": memory_choice(model, c.engine, gpu.name).fraction,
-            "kv_capacity_tokens": int(min(p.capacity[i], 2 ** 62)),
-            "fits_in_memory": bool(demand <= p.capacity[i]),
-            "running_sequences": int(p.running[i]) if p.feasible[i] else 0,
+            "transferred": status == "transferred",
+            "mem_fraction": pred.memory(c.engine, gpu.name).fraction,
+            "kv_capacity_tokens": int(min(cap[i], 2 ** 62)),
+            "fits_in_memory": demand <= cap[i],
+            "running_sequences": int(running[i]) if feasible[i] else 0,
             "kv_read_source": source, "step_terms_s": terms})
-    fields = set(rows[0])
-    preds = [ConfigPrediction.model_construct(fields, **r) for r in rows]  # types hold here
-    return [Evaluated(c, preds[i], (cover[i][0] != "uncalibrated" or w.allow_extrapolation)
-                      and bool(p.feasible[i]), parts[i])
-            for i, c in enumerate(configs)]
+        out.append(Evaluated(c, prediction, (status != "uncalibrated" or w.allow_extrapolation)
+                             and feasible[i], terms))
+    return out
 
 
 def _extra_sigma(status: str, dist: float, shape: ModelShape) -> float:
@@ -292,14 +294,15 @@ def recommend(model: CostModel, w: Workload, version: str) -> Recommendation:
     reasons = _reasons(w, shape, best, rival, speedup, cross, confidence)
     mem = memory_choice(model, best.config.engine, w.gpu_spec().name)
     reasons.append(mem.reason)
-    return Recommendation(
-        engine=best.config.engine, dcp_size=best.config.dcp_size, mem_fraction=bp.mem_fraction,
-        mem_fraction_flag=MEM_FLAGS[best.config.engine],
-        predictions=[e.pred for e in sorted(evals, key=lambda e: e.pred.total_s)],
-        speedup=speedup, confidence=confidence, crossover_context_tokens=cross,
-        kv_capacity_tokens=bp.kv_capacity_tokens, fits_in_memory=bp.fits_in_memory,
-        launch_command=launch_command(best.config.engine, best.config.dcp_size, bp.mem_fraction, w),
-        reasons=reasons, excluded=excluded, model_version=version)
+    return construct(Recommendation, {
+        "engine": best.config.engine, "dcp_size": best.config.dcp_size,
+        "mem_fraction": bp.mem_fraction, "mem_fraction_flag": MEM_FLAGS[best.config.engine],
+        "predictions": [e.pred for e in sorted(evals, key=lambda e: e.pred.total_s)],
+        "speedup": speedup, "confidence": confidence, "crossover_context_tokens": cross,
+        "kv_capacity_tokens": bp.kv_capacity_tokens, "fits_in_memory": bp.fits_in_memory,
+        "launch_command": launch_command(best.config.engine, best.config.dcp_size,
+                                         bp.mem_fraction, w),
+        "reasons": reasons, "excluded": excluded, "model_version": version})
 
 
 def _label(e: Evaluated) -> str:

@@ -49,6 +49,9 @@ class ModelShape:
     attn_prefill_linear: float = 0.0  # + this x L: sliding-window layers (window-bounded)
     weights_known: bool = True
     summary: dict = field(default_factory=dict, compare=False, hash=False)
+    # model.terms.Physics per (silicon, tp), built on first use; a replaced copy starts empty
+    physics: dict = field(init=False, default_factory=dict, compare=False, hash=False,
+                          repr=False)
 
     @property
     def matmul_flops_per_token(self) -> float:
@@ -68,16 +71,18 @@ class ModelShape:
         """KV bytes per token one GPU holds before DCP (all full-attention layers)."""
         return self.kv_bytes_per_token / self.shards(tp)
 
-    def experts_touched(self, tokens) -> np.ndarray:
-        """Expected routed experts one MoE layer's GEMMs read for a batch of ``tokens``:
-        E (1 - (1 - k/E)^tokens) (expected distinct experts under uniform routing)."""
-        t = np.asarray(tokens, dtype=float)
+    def experts_touched(self, tokens):
+        """Expected routed experts one MoE layer's GEMMs read for a batch of ``tokens`` (a
+        float or an array): E (1 - (1 - k/E)^tokens) (distinct experts under uniform
+        routing)."""
+        if isinstance(tokens, (list, tuple)):
+            tokens = np.asarray(tokens, dtype=float)
         if not self.n_experts:
-            return np.zeros_like(t)
+            return tokens * 0.0
         e, k = float(self.n_experts), float(self.experts_per_token)
-        return e * (1.0 - (1.0 - k / e) ** t)
+        return e * (1.0 - (1.0 - k / e) ** tokens)
 
-    def step_weight_bytes(self, tokens) -> np.ndarray:
+    def step_weight_bytes(self, tokens):
         """Weight bytes one decode step over ``tokens`` sequences reads (whole model)."""
         return (self.dense_step_bytes
                 + self.n_moe_layers * self.experts_touched(tokens) * self.expert_bytes)

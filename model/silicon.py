@@ -25,8 +25,8 @@ from model.gpus import GpuSpec
 from model.hwprofile import (
     KIND_DCP,
     KIND_GPU,
+    ReadCurve,
     cache_generation,
-    eval_read_curve,
     find_profiles,
     profiles_dir,
 )
@@ -71,11 +71,13 @@ class Silicon:
         self.name = gpu.name.upper()
         self.sources: dict[str, str] = {}
         self._curves: dict[tuple[str, str], dict] = {}
+        self._read: dict[tuple[str, str], ReadCurve | None] = {}   # by the family and dtype asked
+        self._matmul: dict[tuple, float] = {}
         self._curve_src: dict[tuple[str, str], str] = {}
         self._gemm: dict[str, dict] = {}
         self._coll: dict[str, dict[int, tuple[float, float]]] = {}
         self._attn_flops: float | None = None
-        self._scalar_links: dict[tuple[str, float], tuple[float, float]] = {}
+        self._collectives: dict[tuple[str, float], Collective] = {}
         # Engine-kernel tables (schema 2, imported) before the project's own kernels: the
         # engines run FlashMLA / FlashInfer / TRT-LLM kernels, ours is a Triton stand-in.
         ranked = sorted(profiles, key=lambda p: (0 if p[1].get("source", {}).get("engine")
@@ -147,16 +149,21 @@ class Silicon:
                 return key
         return None
 
-    def attn_read_s(self, family: str, dtype: str, nbytes) -> np.ndarray:
-        """Seconds of one decode-attention call reading ``nbytes`` of KV (array-like).
+    def attn_read_s(self, family: str, dtype: str, nbytes):
+        """Seconds of one decode-attention call reading ``nbytes`` of KV (a float or an
+        array).
 
         A measured curve of another KV dtype of the same family is used at the same bytes
         (fp8 reads half the bytes of bf16 for the same tokens)."""
-        x = np.asarray(nbytes, dtype=float)
-        key = self._curve_key(family, dtype)
-        if key is None:
-            return x / (self.gpu.hbm_bandwidth * self.eff["hbm"])
-        return eval_read_curve(self._curves[key], np.atleast_1d(x)).reshape(x.shape)
+        try:
+            curve = self._read[(family, dtype)]
+        except KeyError:
+            key = self._curve_key(family, dtype)
+            curve = self._read[(family, dtype)] = (ReadCurve(self._curves[key]) if key
+                                                   else None)
+        if curve is None:
+            return nbytes / (self.gpu.hbm_bandwidth * self.eff["hbm"])
+        return curve(nbytes)
 
     def asymptotic_read_Bps(self, family: str, dtype: str) -> float:
         key = self._curve_key(family, dtype)
@@ -175,6 +182,15 @@ class Silicon:
         g = self._gemm_entry("bf16")
         bw = g.get("weight_read_Bps") if g else None
         return float(bw) if bw else float(self.gpu.hbm_bandwidth) * self.eff["hbm"]
+
+    def matmul_s_per_token(self, flops_by_dtype: tuple[tuple[str, float], ...]) -> float:
+        """Seconds of one token's matmuls: each compute dtype's FLOPs at its achievable rate
+        (memoised per FLOP breakdown)."""
+        hit = self._matmul.get(flops_by_dtype)
+        if hit is None:
+            hit = self._matmul[flops_by_dtype] = sum(f / self.gemm_flops(dtype)
+                                                     for dtype, f in flops_by_dtype)
+        return hit
 
     def gemm_flops(self, dtype: str) -> float:
         """Achievable (measured) or peak (spec) dense FLOP/s of GEMMs in ``dtype``."""
@@ -199,24 +215,15 @@ class Silicon:
         return self._attn_flops or self.spec_flops("bf16") * self.eff["attn"]
 
     # ------------------------------------------------------------------ collectives
-    def _link(self, op: str, n) -> tuple[np.ndarray, np.ndarray]:
-        """(latency, bandwidth) per element of ``n``: measured where the profile has that
-        group size (nearest measured size otherwise), else the spec sheet."""
-        n_arr = np.asarray(n, dtype=float)
+    def _link(self, op: str, n: float) -> tuple[float, float]:
+        """(latency, bandwidth) of ``op`` over ``n`` GPUs: measured where the profile has that
+        group size (the nearest measured size otherwise), else the spec sheet."""
         table = self._link_tables().get(op)
         if table is None:
-            bw = float(self.gpu.nvlink_bandwidth or SPEC_NVLINK_BPS)  # per direction
-            return np.full(n_arr.shape, SPEC_COLLECTIVE_LATENCY_S), np.full(n_arr.shape, bw)
+            return SPEC_COLLECTIVE_LATENCY_S, float(self.gpu.nvlink_bandwidth or SPEC_NVLINK_BPS)
         log_sizes, lat, bw = table
-        if n_arr.ndim == 0 or np.all(n_arr == n_arr.flat[0]):   # one group size (the usual)
-            n0 = float(n_arr.flat[0])
-            hit = self._scalar_links.get((op, n0))
-            if hit is None:
-                i = int(np.abs(math.log2(max(n0, 1.0)) - log_sizes).argmin())
-                hit = self._scalar_links[(op, n0)] = (float(lat[i]), float(bw[i]))
-            return np.full(n_arr.shape, hit[0]), np.full(n_arr.shape, hit[1])
-        idx = np.abs(np.log2(np.maximum(n_arr, 1))[..., None] - log_sizes).argmin(axis=-1)
-        return lat[idx], bw[idx]
+        i = int(np.abs(math.log2(max(n, 1.0)) - log_sizes).argmin())
+        return float(lat[i]), float(bw[i])
 
     def _link_tables(self) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
         tables = self.__dict__.get("_tables")
@@ -233,32 +240,81 @@ class Silicon:
             self.__dict__["_tables"] = tables
         return tables
 
-    def all_reduce_s(self, nbytes, n) -> np.ndarray:
-        """One all-reduce of ``nbytes`` per rank over ``n`` GPUs (0 for n = 1).
+    def collective(self, op: str, n) -> Collective:
+        """The cost of one ``op`` ("all_reduce" or "all_gather") over ``n`` GPUs as a function
+        of bytes (memoised per group size).
 
-        Spec: latency + 2 (n-1)/n x bytes / link bandwidth (ring); measured: the profile's
-        latency + bytes / its fitted bandwidth (bytes as its table defines them)."""
-        n_arr = np.asarray(n, dtype=float)
-        b = np.asarray(nbytes, dtype=float)
-        lat, bw = self._link("all_reduce", n_arr)
-        moved = (b if "all_reduce" in self._coll
-                 else 2.0 * (n_arr - 1) / np.maximum(n_arr, 1) * b)
-        if "custom_all_reduce" in self._link_tables():   # the engines' one-shot kernel for
-            c_lat, c_bw = self._link("custom_all_reduce", n_arr)   # decode-size messages
-            small = b <= CUSTOM_ALL_REDUCE_MAX_BYTES
-            lat, bw, moved = (np.where(small, c_lat, lat), np.where(small, c_bw, bw),
-                              np.where(small, b, moved))
-        return np.where(n_arr > 1, lat + moved / bw, 0.0)
+        all_reduce, spec: latency + 2 (n-1)/n x bytes / link bandwidth (ring); measured: the
+        profile's latency + bytes / its fitted bandwidth (bytes as its table defines them);
+        messages up to ``CUSTOM_ALL_REDUCE_MAX_BYTES`` on the engines' one-shot custom kernel
+        where the profile measures it. all_gather of a result of ``bytes`` per rank: latency +
+        (n-1)/n x bytes / bandwidth. Zero for n = 1."""
+        key = (op, n)
+        hit = self._collectives.get(key)
+        if hit is not None:
+            return hit
+        if n <= 1:
+            c = Collective(0.0, 1.0, 0.0)
+        else:
+            lat, bw = self._link(op, float(n))
+            share = (n - 1) / n
+            if op == "all_gather":
+                c = Collective(lat, bw, share)
+            else:
+                factor = 1.0 if "all_reduce" in self._coll else 2.0 * share
+                if "custom_all_reduce" in self._link_tables():
+                    c_lat, c_bw = self._link("custom_all_reduce", float(n))
+                    c = Collective(lat, bw, factor, CUSTOM_ALL_REDUCE_MAX_BYTES, c_lat, c_bw)
+                else:
+                    c = Collective(lat, bw, factor)
+        self._collectives[key] = c
+        return c
 
-    def all_gather_s(self, nbytes, n) -> np.ndarray:
+    def all_reduce_s(self, nbytes, n):
+        """One all-reduce of ``nbytes`` per rank over ``n`` GPUs (floats or arrays)."""
+        return self._over_groups("all_reduce", nbytes, n)
+
+    def all_gather_s(self, nbytes, n):
         """One all-gather whose gathered result is ``nbytes`` per rank, over ``n`` GPUs."""
-        n_arr = np.asarray(n, dtype=float)
-        b = np.asarray(nbytes, dtype=float)
-        lat, bw = self._link("all_gather", n_arr)
-        received = (n_arr - 1) / np.maximum(n_arr, 1) * b
-        return np.where(n_arr > 1, lat + received / bw, 0.0)
+        return self._over_groups("all_gather", nbytes, n)
+
+    def _over_groups(self, op: str, nbytes, n):
+        if not isinstance(n, np.ndarray):
+            return self.collective(op, float(n))(nbytes)
+        nbytes = np.broadcast_to(np.asarray(nbytes, dtype=float), n.shape)
+        out = np.zeros(n.shape)
+        for size in np.unique(n).tolist():
+            rows = n == size
+            out[rows] = self.collective(op, float(size))(nbytes[rows])
+        return out
 
 
+class Collective:
+    """Seconds of one collective of a fixed group as a function of the bytes per rank:
+    ``latency + bytes x factor / bandwidth``, or the small-message kernel's
+    ``small_latency + bytes / small_bandwidth`` up to ``small_max`` bytes. Floats or arrays."""
+
+    __slots__ = ("lat", "bw", "factor", "small_max", "small_lat", "small_bw")
+
+    def __init__(self, lat: float, bw: float, factor: float, small_max: float = -1.0,
+                 small_lat: float = 0.0, small_bw: float = 1.0):
+        self.lat, self.bw, self.factor = lat, bw, factor
+        self.small_max, self.small_lat, self.small_bw = small_max, small_lat, small_bw
+
+    def __call__(self, nbytes):
+        if not self.factor:
+            return nbytes * 0.0
+        if isinstance(nbytes, np.ndarray):
+            t = self.lat + nbytes * (self.factor / self.bw)
+            if self.small_max >= 0:
+                t = np.where(nbytes <= self.small_max, self.small_lat + nbytes / self.small_bw, t)
+            return t
+        if nbytes <= self.small_max:
+            return self.small_lat + nbytes / self.small_bw
+        return self.lat + nbytes * (self.factor / self.bw)
+
+
+@lru_cache(maxsize=64)
 def roofline_silicon(gpu: GpuSpec) -> Silicon:
     """Spec-sheet peaks only: times on it are lower bounds (``fit`` warns below them)."""
     return Silicon(gpu, peak=True)

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from model.ew import ceil, maximum
 from model.shape import ModelShape
 from model.silicon import Silicon
 
@@ -58,73 +59,133 @@ class Hardware:
     tp: int
 
 
-def decode_terms(shape: ModelShape, hw: Hardware, batch, context, dcp) -> np.ndarray:
-    """Features (n, len(DECODE_TERMS)) of one decode step; arrays broadcast together."""
-    si, tp = hw.silicon, float(hw.tp)
-    b, c, d = np.broadcast_arrays(np.asarray(batch, dtype=float),
-                                  np.asarray(context, dtype=float),
-                                  np.maximum(np.asarray(dcp, dtype=float), 1.0))
-    out = np.zeros(b.shape + (len(DECODE_TERMS),))
-    weights = shape.step_weight_bytes(b) / tp / si.weight_read_Bps
-    flops = b * matmul_seconds_per_token(shape, si) / tp
-    out[..., 0] = np.maximum(weights, flops)
-    if shape.n_full_layers:
-        per_call = b * c * shape.kv_layer_bytes / shape.shards(hw.tp) / d
-        read = si.attn_read_s(_family(shape), shape.kv_dtype, per_call)
-        attn = (b * c * shape.attn_flops_per_ctx_token / shape.n_full_layers / tp / d
-                / si.attn_flops)
-        out[..., 1] = shape.n_full_layers * np.maximum(read, attn)
-    out[..., 2] = 2.0 * b * shape.state_bytes_per_seq / tp / si.gpu.hbm_bandwidth
-    out[..., 3] = 2.0 * shape.n_layers * si.all_reduce_s(b * shape.hidden_size * ACT_BYTES, tp)
-    out[..., 4] = shape.n_full_layers * dcp_combine_layer_s(shape, si, hw.tp, b, d)
-    out[..., 5] = shape.n_layers
-    out[..., 6] = b
-    out[..., 7] = 1.0
-    return out
+class Physics:
+    """The terms of one served model on one GPU type and TP size: every constant the formulas
+    need, computed once (``physics_for``), then ``decode`` and ``prefill`` evaluate rows given
+    as floats or as numpy arrays (``model.ew``)."""
+
+    def __init__(self, shape: ModelShape, si: Silicon, tp: int):
+        t = float(tp)
+        wr = si.weight_read_Bps
+        self.shape, self.silicon, self.tp = shape, si, tp
+        # gemm: dense weights + E (1 - q^B) routed experts per MoE layer, or FLOPs
+        self.w_dense = shape.dense_step_bytes / t / wr
+        self.q = 1.0 - shape.experts_per_token / shape.n_experts if shape.n_experts else 1.0
+        self.w_experts = (shape.n_moe_layers * shape.n_experts * shape.expert_bytes / t / wr)
+        self.mm = si.matmul_s_per_token(shape.matmul_flops) / t
+        # kv_read: one call per full-attention layer on the read curve, or its FLOPs
+        self.n_full = float(shape.n_full_layers)
+        self.kv_call = shape.kv_layer_bytes / shape.shards(tp)
+        self.attn_call = (shape.attn_flops_per_ctx_token / shape.n_full_layers / t
+                          / si.attn_flops) if shape.n_full_layers else 0.0
+        self.family = "gqa" if shape.attention in ("gqa", "mha") else "mla"
+        self.state = 2.0 * shape.state_bytes_per_seq / t / si.gpu.hbm_bandwidth
+        self.n_layers = float(shape.n_layers)
+        self.act_bytes = shape.hidden_size * ACT_BYTES
+        self.tp_ar = si.collective("all_reduce", t)
+        heads = max(shape.q_heads, 1) / t        # per rank, times dcp after the gather
+        self.q_gather = heads * shape.qk_dim * ACT_BYTES
+        self.o_gather = heads * (shape.v_dim * ACT_BYTES + LSE_BYTES)
+        # prefill
+        self.weights_pass = shape.weight_bytes / t / wr
+        self.attn_pf = shape.attn_prefill_coef / (t * si.attn_flops)
+        self.attn_pf_linear = shape.attn_prefill_linear / (t * si.attn_flops)
+        self._memo: dict = {}
+
+    def decode(self, b, c, d) -> tuple:
+        """The ``DECODE_TERMS`` of one step of ``b`` sequences at context ``c``, DCP ``d``."""
+        gemm = maximum(self.w_dense + self.w_experts * (1.0 - self.q ** b), b * self.mm)
+        kv = 0.0 * b
+        if self.n_full:
+            ctx = b * c / maximum(d, 1.0)
+            read = self.silicon.attn_read_s(self.family, self.shape.kv_dtype, ctx * self.kv_call)
+            kv = self.n_full * maximum(read, ctx * self.attn_call)
+        tp_comm = 2.0 * self.n_layers * self.tp_ar(b * self.act_bytes)
+        return (gemm, kv, b * self.state, tp_comm, self.dcp_comm(b, d), self.n_layers, b, 1.0)
+
+    def dcp_comm(self, b, d):
+        """Per full-attention layer, DCP's collectives: all-gather the queries of the group's
+        heads, then gather the partial outputs and log-sum-exps to combine them."""
+        if not self.n_full:
+            return 0.0 * b * d
+        if not isinstance(d, np.ndarray):
+            if d <= 1:
+                return 0.0 * b
+            ag = self.silicon.collective("all_gather", float(d))
+            return self.n_full * (ag(b * d * self.q_gather) + ag(b * d * self.o_gather))
+        b, d = np.broadcast_arrays(np.asarray(b, dtype=float), d)
+        out = np.zeros(d.shape)
+        for size in np.unique(d).tolist():
+            if size > 1:
+                rows = d == size
+                out[rows] = self.dcp_comm(b[rows], size)
+        return out
+
+    def prefill(self, b, L, s=0.0, warm: bool = False) -> tuple:
+        """The ``PREFILL_TERMS`` of prefilling ``b`` prompts of ``L`` tokens, a share ``s`` of
+        each cached: the shared prefix is computed once, by the first prompt, unless ``warm``
+        (an earlier wave left it in the cache)."""
+        first = 0.0 if warm else 1.0    # the prompt that computes the shared prefix
+        new = maximum(L * (b * (1.0 - s) + first * s), 1.0)
+        chunks = ceil(new / CHUNK_TOKENS)
+        chunk = new / chunks
+        gemm = chunks * maximum(chunk * self.mm, self.weights_pass)
+        attn = (self.attn_pf * L * L * (first + (b - first) * (1.0 - s * s))
+                + self.attn_pf_linear * new)
+        comm = chunks * (2.0 * self.n_layers) * self.tp_ar(chunk * self.act_bytes)
+        return (gemm, attn, comm, chunks * self.n_layers, 1.0)
+
+    def memo_decode(self, b: float, c: float, d: float) -> tuple:
+        """``decode`` of floats, memoised (the configurations of one query share most rows)."""
+        key = ("d", b, c, d)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._remember(key, self.decode(b, c, d))
+        return hit
+
+    def memo_prefill(self, b: float, L: float, s: float, warm: bool) -> tuple:
+        key = ("p", b, L, s, warm)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._remember(key, self.prefill(b, L, s, warm))
+        return hit
+
+    def _remember(self, key, value):
+        if len(self._memo) >= MEMO_SIZE:
+            self._memo.clear()
+        self._memo[key] = value
+        return value
 
 
-def dcp_combine_layer_s(shape: ModelShape, si: Silicon, tp: int, batch, dcp) -> np.ndarray:
-    """Seconds DCP's collectives add to one full-attention layer: all-gather the queries of
-    the group's heads, then gather the partial outputs and log-sum-exps to combine them."""
-    heads = max(shape.q_heads, 1) / tp * dcp  # heads each rank attends for after the gather
-    q_bytes = batch * heads * shape.qk_dim * ACT_BYTES
-    o_bytes = batch * heads * (shape.v_dim * ACT_BYTES + LSE_BYTES)
-    return np.where(dcp > 1, si.all_gather_s(q_bytes, dcp) + si.all_gather_s(o_bytes, dcp), 0.0)
+MEMO_SIZE = 4096
+
+
+def physics_for(shape: ModelShape, si: Silicon, tp: int) -> Physics:
+    """The ``Physics`` of a model on a GPU type and TP size (kept with the shape)."""
+    key = (si, tp)
+    hit = shape.physics.get(key)
+    if hit is None:
+        if len(shape.physics) >= 64:    # silicon objects replaced (profiles reloaded)
+            shape.physics.clear()
+        hit = shape.physics[key] = Physics(shape, si, tp)
+    return hit
+
+
+def decode_terms(shape: ModelShape, hw: Hardware, batch, context, dcp) -> tuple:
+    """The ``DECODE_TERMS`` of one decode step, in that order: each a float (float inputs) or
+    an array (array inputs broadcast together; count terms may stay scalars)."""
+    return physics_for(shape, hw.silicon, hw.tp).decode(batch, context, dcp)
 
 
 def prefill_terms(shape: ModelShape, hw: Hardware, batch, context, share=0.0,
-                  warm: bool = False) -> np.ndarray:
-    """Features (n, len(PREFILL_TERMS)) of prefilling ``batch`` prompts of ``context`` tokens,
-    a share ``share`` of each cached: the shared prefix is computed once, by the first prompt,
-    unless ``warm`` (an earlier wave left it in the cache)."""
-    si, tp = hw.silicon, float(hw.tp)
-    b, L, s = np.broadcast_arrays(np.asarray(batch, dtype=float),
-                                  np.asarray(context, dtype=float),
-                                  np.asarray(share, dtype=float))
-    first = 0.0 if warm else 1.0    # the prompt that computes the shared prefix
-    new = L * (b * (1.0 - s) + first * s)
-    new = np.maximum(new, 1.0)
-    chunks = np.ceil(new / CHUNK_TOKENS)
-    chunk = new / chunks
-    out = np.zeros(b.shape + (len(PREFILL_TERMS),))
-    chunk_flops = chunk * matmul_seconds_per_token(shape, si) / tp
-    chunk_weights = shape.weight_bytes / tp / si.weight_read_Bps
-    out[..., 0] = chunks * np.maximum(chunk_flops, chunk_weights)
-    attn = (shape.attn_prefill_coef * L ** 2 * (first + (b - first) * (1.0 - s ** 2))
-            + shape.attn_prefill_linear * new)
-    out[..., 1] = attn / tp / si.attn_flops
-    out[..., 2] = chunks * 2.0 * shape.n_layers * si.all_reduce_s(
-        chunk * shape.hidden_size * ACT_BYTES, tp)
-    out[..., 3] = chunks * shape.n_layers
-    out[..., 4] = 1.0
+                  warm: bool = False) -> tuple:
+    """The ``PREFILL_TERMS`` of a prefill (``Physics.prefill``): floats or arrays."""
+    return physics_for(shape, hw.silicon, hw.tp).prefill(batch, context, share, warm)
+
+
+def stack(terms: tuple, n: int) -> np.ndarray:
+    """(n, len(terms)) array of terms given as arrays or scalars (broadcast)."""
+    out = np.empty((n, len(terms)))
+    for j, t in enumerate(terms):
+        out[:, j] = t
     return out
-
-
-def matmul_seconds_per_token(shape: ModelShape, si: Silicon) -> float:
-    """Seconds of one token's matmuls on one GPU (before dividing by tp): the FLOPs of each
-    compute dtype at that dtype's achievable rate."""
-    return sum(f / si.gemm_flops(dtype) for dtype, f in shape.matmul_flops)
-
-
-def _family(shape: ModelShape) -> str:
-    return "gqa" if shape.attention in ("gqa", "mha") else "mla"

@@ -6,8 +6,6 @@ the scheduler asks once per step, never per token or per request.
 
 from __future__ import annotations
 
-import numpy as np
-
 from model.costmodel import CostModel
 from model.gpus import GpuSpec
 from model.predictor import predictor_for
@@ -26,16 +24,19 @@ class StepTimer:
                              f"(it has {', '.join(model.engine_names)})")
         self.model = model
         self.coef = predictor_for(model).coefficients(engine, gpu.name)[0]
+        self.coef_prefill = self.coef[:N_PREFILL].tolist()
+        self.coef_decode = self.coef[N_PREFILL:].tolist()
         self.shape, self.dcp = shape, float(dcp)
         self.hw = Hardware(silicon_for(gpu), tp)
 
     def prefill_s(self, batch: int, context: float, share: float = 0.0) -> float:
         """Prefill (TTFT) of ``batch`` sequences of ``context`` prompt tokens each."""
-        f = prefill_terms(self.shape, self.hw, max(batch, 1), max(context, 1.0), share)
-        return float(f @ self.coef[:N_PREFILL])
+        f = prefill_terms(self.shape, self.hw, float(max(batch, 1)), float(max(context, 1.0)),
+                          float(share))
+        return float(sum(t * c for t, c in zip(f, self.coef_prefill, strict=True)))
 
     def step_s(self, batch: int, context: float) -> float:
         """One decode step of ``batch`` running sequences at mean context ``context``."""
-        f = decode_terms(self.shape, self.hw, np.array([float(max(batch, 1))]),
-                         np.array([max(context, 1.0)]), np.array([self.dcp]))
-        return float(f[0] @ self.coef[N_PREFILL:])
+        f = decode_terms(self.shape, self.hw, float(max(batch, 1)), float(max(context, 1.0)),
+                         self.dcp)
+        return float(sum(t * c for t, c in zip(f, self.coef_decode, strict=True)))

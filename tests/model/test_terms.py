@@ -36,7 +36,7 @@ SHAPE = dataclasses.replace(
 
 
 def col(row, name, names=DECODE_TERMS):
-    return row[..., names.index(name)]
+    return np.asarray(row[names.index(name)])
 
 
 def test_weights_at_batch_one_read_dense_and_k_experts_per_layer():
