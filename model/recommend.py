@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from cachetools import LRUCache
@@ -52,21 +53,30 @@ class Evaluated:
 
 def candidates(model: CostModel, w: Workload,
                shape: ModelShape) -> tuple[list[Config], list[Exclusion]]:
-    engines = w.engines or list(ENGINES)
-    tp = w.num_gpus
+    """The configurations to evaluate and the ones excluded, with why."""
+    blocked = capability_exclusions(w.requirements, shape) if w.requirements else {}
+    ok, excluded = _candidates(tuple(w.engines or ENGINES), tuple(dcp_sizes(w)), w.num_gpus,
+                               shape.attention, shape.kv_heads, tuple(sorted(blocked.items())))
+    return list(ok), list(excluded)
+
+
+@lru_cache(maxsize=1024)
+def _candidates(engines: tuple[str, ...], dcps: tuple[int, ...], tp: int, attention: str,
+                kv_heads: int, blocked: tuple[tuple[str, str], ...]
+                ) -> tuple[tuple[Config, ...], tuple[Exclusion, ...]]:
+    why = dict(blocked)
     ok, excluded = [], []
-    blocked = capability_exclusions(w.requirements, shape)
     for engine in engines:
-        if engine in blocked:
-            excluded.append(Exclusion(engine=engine, reason=blocked[engine]))
+        if engine in why:
+            excluded.append(Exclusion(engine=engine, reason=why[engine]))
             continue
-        for dcp in dcp_sizes(w):
-            reason = dcp_constraint(engine, dcp, tp, shape)
+        for dcp in dcps:
+            reason = dcp_constraint(engine, dcp, tp, attention, kv_heads)
             if reason:
                 excluded.append(Exclusion(engine=engine, dcp_size=dcp, reason=reason))
             else:
                 ok.append(Config(engine, dcp))
-    return ok, excluded
+    return tuple(ok), tuple(excluded)
 
 
 def dcp_sizes(w: Workload) -> list[int]:
@@ -75,18 +85,20 @@ def dcp_sizes(w: Workload) -> list[int]:
     return sorted(set(w.dcp_sizes)) if w.dcp_sizes else [d for d in range(1, tp + 1) if tp % d == 0]
 
 
-def dcp_constraint(engine: str, dcp: int, tp: int, shape: ModelShape) -> str | None:
-    """Why ``engine`` cannot run DCP ``dcp`` with TP ``tp`` on this model, or None."""
+def dcp_constraint(engine: str, dcp: int, tp: int, attention: str,
+                   kv_heads: int) -> str | None:
+    """Why ``engine`` cannot run DCP ``dcp`` with TP ``tp`` on a model with this attention
+    (``ModelShape.attention``) and KV heads, or None."""
     if tp % dcp:
         return f"dcp {dcp} does not divide the tensor-parallel size {tp}"
-    if dcp == 1 or shape.attention == "unknown":
+    if dcp == 1 or attention == "unknown":
         return None
-    if shape.attention in ("gqa", "mha"):
+    if attention in ("gqa", "mha"):
         if engine == "sglang":
             return "SGLang implements DCP for MLA attention only; this model uses GQA"
-        replicas = tp // shape.kv_heads if shape.kv_heads and shape.kv_heads < tp else 1
+        replicas = tp // kv_heads if kv_heads and kv_heads < tp else 1
         if replicas % dcp:
-            return (f"vLLM needs (tp // kv_heads) % dcp == 0: KV heads {shape.kv_heads} on tp "
+            return (f"vLLM needs (tp // kv_heads) % dcp == 0: KV heads {kv_heads} on tp "
                     f"{tp} are replicated {replicas}x, so dcp {dcp} cannot stripe them")
     return None
 
@@ -102,6 +114,7 @@ def build_case(model: CostModel, w: Workload, shape: ModelShape, configs: list[C
     evaluated on floats), or per (config, context) config-major when ``contexts`` is given
     (arrays)."""
     gpu = w.gpu_spec()
+    si = silicon_for(gpu)
     share_in = w.requirements.prefix_reuse_share if w.requirements else 0.0
     memory = predictor_for(model).memory
     frac = [memory(c.engine, gpu.name).fraction for c in configs]
@@ -110,7 +123,7 @@ def build_case(model: CostModel, w: Workload, shape: ModelShape, configs: list[C
         share = ([effective_share(c.engine, share_in, ctx) for c in configs] if share_in > 0
                  else 0.0)
         n = len(configs)
-        return Case(shape, silicon_for(gpu), w.num_gpus, [c.engine for c in configs],
+        return Case(shape, si, w.num_gpus, [c.engine for c in configs],
                     [float(w.batch_size)] * n, [ctx] * n, [float(w.output_tokens)] * n,
                     [float(c.dcp_size) for c in configs], frac, share)
     grid = np.asarray(contexts, dtype=float)
@@ -120,7 +133,7 @@ def build_case(model: CostModel, w: Workload, shape: ModelShape, configs: list[C
     share = (np.array([effective_share(c.engine, share_in, x) for c in configs for x in grid])
              if share_in > 0 else 0.0)
     n = len(engine)
-    return Case(shape, silicon_for(gpu), w.num_gpus, engine, np.full(n, float(w.batch_size)),
+    return Case(shape, si, w.num_gpus, engine, np.full(n, float(w.batch_size)),
                 np.tile(grid, len(configs)), np.full(n, float(w.output_tokens)), dcp,
                 np.repeat(np.array(frac), k), share)
 
@@ -137,11 +150,12 @@ def evaluate(model: CostModel, w: Workload, shape: ModelShape,
     cover = [pred.coverage(c.engine, gpu.name, w.num_gpus, c.dcp_size, shape.key, values)
              for c in configs]
     extra = np.array([_extra_sigma(status, dist, shape) for status, dist in cover])
-    p = pred.predict(build_case(model, w, shape, configs), extra)
+    case = build_case(model, w, shape, configs)
+    p = pred.predict(case, extra)
     demand = float(kv_demand_tokens(w.batch_size, w.context_tokens, w.output_tokens,
                                     w.requirements.prefix_reuse_share if w.requirements else 0))
-    source = silicon_for(gpu).read_source("gqa" if shape.attention in ("gqa", "mha") else "mla",
-                                          shape.kv_dtype)
+    source = case.silicon.read_source("gqa" if shape.attention in ("gqa", "mha") else "mla",
+                                      shape.kv_dtype)
     total, pf, tpot = p.total.tolist(), p.prefill_all.tolist(), p.tpot.tolist()
     lo, hi, cap = p.total_lo.tolist(), p.total_hi.tolist(), p.capacity.tolist()
     running, feasible = p.running.tolist(), p.feasible.tolist()
@@ -211,7 +225,7 @@ def crossover_near(model: CostModel, w: Workload, shape: ModelShape,
     pred: Predictor = predictor_for(model)
     cache: LRUCache = pred.cache.setdefault("crossover", LRUCache(_CROSSOVER_CACHE_SIZE))
     req = w.requirements
-    key = (shape.key, shape.weight_bytes, w.gpu_spec(), w.num_gpus, w.output_tokens,
+    key = (shape.key, shape.weight_bytes, silicon_for(w.gpu_spec()), w.num_gpus, w.output_tokens,
            w.batch_size, req.prefix_reuse_share if req else 0.0, tuple(configs))
     found = cache.get(key)
     if found is None:
@@ -364,13 +378,5 @@ def _reasons(w: Workload, shape: ModelShape, best: Evaluated, rival: Evaluated |
     if confidence == "low" and rival:
         r.append(f"low confidence: the prediction intervals of {_label(best)} and "
                  f"{_label(rival)} overlap")
-    r.extend(_silicon_reasons(w))
+    r.append(silicon_for(w.gpu_spec()).provenance)
     return r
-
-
-def _silicon_reasons(w: Workload) -> list[str]:
-    """Where the GPU physics came from: measured profiles or the spec sheet."""
-    si = silicon_for(w.gpu_spec())
-    parts = [f"{k.replace('_', ' ')} from {v.removeprefix('profile:')}"
-             for k, v in sorted(si.sources.items())]
-    return [f"{si.name} physics: " + "; ".join(parts)]

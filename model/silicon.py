@@ -17,6 +17,7 @@ Spec-sheet values are peaks: the engines' fitted efficiencies (model.estimator) 
 from __future__ import annotations
 
 import math
+import os
 from functools import lru_cache
 
 import numpy as np
@@ -25,6 +26,7 @@ from model.gpus import GpuSpec
 from model.hwprofile import (
     KIND_DCP,
     KIND_GPU,
+    PROFILES_ENV,
     ReadCurve,
     cache_generation,
     find_profiles,
@@ -137,6 +139,17 @@ class Silicon:
                 if int(n) not in table:
                     table[int(n)] = (float(fit["latency_s"]), float(fit["bandwidth_Bps"]))
                     self.sources["dcp_collectives"] = f"profile:{file_name}"
+
+    @property
+    def provenance(self) -> str:
+        """Where this GPU's physics came from, per quantity: measured profiles or the spec
+        sheet (a recommendation's reason)."""
+        hit = self.__dict__.get("_provenance")
+        if hit is None:
+            parts = [f"{k.replace('_', ' ')} from {v.removeprefix('profile:')}"
+                     for k, v in sorted(self.sources.items())]
+            hit = self.__dict__["_provenance"] = f"{self.name} physics: " + "; ".join(parts)
+        return hit
 
     # ------------------------------------------------------------------ attention reads
     def read_source(self, family: str, dtype: str) -> str:
@@ -323,7 +336,18 @@ def roofline_silicon(gpu: GpuSpec) -> Silicon:
 def silicon_for(gpu: GpuSpec) -> Silicon:
     """The Silicon of a GPU type: its profiles in the profiles directory, else spec only.
     Cached per process and profile-cache generation (``clear_profile_cache`` refreshes)."""
-    return _silicon(gpu, str(profiles_dir()), cache_generation())
+    key = (id(gpu), os.environ.get(PROFILES_ENV), cache_generation())
+    hit = _BY_OBJECT.get(key)     # the hot path: no hashing of the GPU's fields
+    if hit is not None and hit.gpu is gpu:
+        return hit
+    si = _silicon(gpu, str(profiles_dir()), cache_generation())
+    if len(_BY_OBJECT) >= 256:
+        _BY_OBJECT.clear()
+    _BY_OBJECT[key] = si          # holds the GPU object, so its id is not reused meanwhile
+    return si
+
+
+_BY_OBJECT: dict[tuple, Silicon] = {}
 
 
 @lru_cache(maxsize=64)
