@@ -26,7 +26,7 @@ from model.dataset import Measurement, dataset_sha256
 from model.estimator import EngineCostModel
 from model.ew import floor, is_array, maximum, where
 from model.gpus import builtin_gpu
-from model.memory import kv_capacity, max_running, sequences_at_once
+from model.memory import sequences_at_once
 from model.shape import ModelShape
 from model.silicon import Silicon, silicon_for
 from model.terms import (
@@ -117,28 +117,40 @@ SCALAR_ROWS = 32   # cases with at most this many rows are evaluated row by row 
 def row_features(ph: Physics, engine, fraction, batch, context, output, dcp,
                  share=0.0) -> tuple[tuple, tuple, tuple, object, object, object]:
     """(total terms, prefill terms, decode terms, running, capacity, feasible) of rows given as
-    floats (one row) or arrays (many): prefill and decode of the batch in as many waves as its
-    KV needs (full waves of the sequences that fit, then the rest; a shared prompt prefix stays
-    cached after the first wave), decode at the mean context."""
-    shape, tp = ph.shape, ph.tp
-    scalar = not is_array(batch, context, dcp, share)
-    decode = ph.memo_decode if scalar else ph.decode
-    prefill = ph.memo_prefill if scalar else ph.prefill
-    cap = kv_capacity(engine, fraction, ph.silicon.gpu.memory_bytes, shape.weight_bytes, tp,
-                      shape.kv_gpu_token_bytes(tp), dcp,
-                      shape.state_bytes_per_seq / tp * max_running(batch))
-    running = sequences_at_once(cap, batch, context, output, share)
+    floats (one row) or arrays (many): the KV capacity, how the batch runs in waves
+    (``schedule``) and the terms of those waves (``wave_features``)."""
+    cap = ph.capacity(engine, fraction, dcp, batch)
+    run, full, rest, feasible = schedule(cap, batch, context, output, share)
+    total, pf, dec = wave_features(ph, run, full, rest, context, output, dcp, share)
+    return total, pf, dec, run, cap, feasible
+
+
+def schedule(capacity, batch, context, output, share=0.0):
+    """(sequences running at once, full waves of them, sequences of the last partial wave,
+    whether at least one fits): the engine runs what its KV capacity holds and queues the
+    rest; when not even one sequence fits the batch is costed as if it ran at once."""
+    running = sequences_at_once(capacity, batch, context, output, share)
     feasible = running >= 1
     run = where(feasible, running, batch)
     full = floor(batch / run)
-    rest = batch - full * run
+    return run, full, batch - full * run, feasible
+
+
+def wave_features(ph: Physics, run, full, rest, context, output, dcp,
+                  share=0.0) -> tuple[tuple, tuple, tuple]:
+    """(total terms, first wave's prefill terms, decode step terms): prefill and decode of
+    ``full`` waves of ``run`` sequences then one of ``rest`` (a shared prompt prefix stays
+    cached after the first wave), decode at the mean context."""
+    scalar = not is_array(run, context, dcp, share)
+    decode = ph.memo_decode if scalar else ph.decode
+    prefill = ph.memo_prefill if scalar else ph.prefill
     steps = maximum(output - 1.0, 0.0)
     ctx_mean = context + output / 2.0
     pf = prefill(run, context, share, False)
     dec = decode(run, ctx_mean, dcp)
     waves = (full != 1.0) | (rest > 0)
     if not (waves if scalar else waves.any()):   # the whole batch at once (the usual case)
-        return pf + tuple([steps * t for t in dec]), pf, dec, run, cap, feasible
+        return pf + tuple([steps * t for t in dec]), pf, dec
     rest1 = maximum(rest, 1.0)
     pf_warm = prefill(run, context, share, True)
     pf_rest = prefill(rest1, context, share, True)
@@ -148,45 +160,47 @@ def row_features(ph: Physics, engine, fraction, batch, context, output, dcp,
                     for a, b, c in zip(pf, pf_warm, pf_rest, strict=True)])
              + tuple([steps * (full * a + has_rest * b)
                       for a, b in zip(dec, dec_rest, strict=True)]))
-    return total, pf, dec, run, cap, feasible
+    return total, pf, dec
 
 
 def _rows(x, n: int) -> list:
+    if isinstance(x, list):
+        return x
     if isinstance(x, np.ndarray):
         return x.tolist() if x.ndim else [float(x)] * n
-    return list(x) if isinstance(x, (list, tuple)) else [x] * n
+    return list(x) if isinstance(x, tuple) else [float(x)] * n
 
 
 def case_features(case: Case) -> Features:
     """Features of every row of a case (``row_features``): row by row on floats for a few
-    rows, in one vectorised pass otherwise."""
+    rows (rows whose waves and context agree share their terms), in one vectorised pass
+    otherwise."""
     ph = physics_for(case.shape, case.silicon, case.tp)
     n = len(case.batch)
-    if n <= SCALAR_ROWS:
-        cols = [_rows(c, n) for c in (case.engine, case.fraction, case.batch, case.context,
-                                      case.output, case.dcp, case.share)]
-        X, running, cap, feasible = [], [], [], []
-        memo: dict = {}
-        for e, fr, b, c, o, d, s in zip(*cols, strict=True):
-            key = (e, fr, b, c, o, d, s)
-            hit = memo.get(key)
-            if hit is None:
-                total, pf, dec, run, k, ok = memo[key] = row_features(
-                    ph, e, float(fr), float(b), float(c), float(o), float(d), float(s))
-            else:
-                total, pf, dec, run, k, ok = hit
-            X.append(total + pf + dec)
-            running.append(run)
-            cap.append(k)
-            feasible.append(ok)
-        return Features(np.array(X, dtype=float), np.array(running), np.array(cap),
-                        np.array(feasible, dtype=bool))
-    f = lambda x: np.asarray(x, dtype=float)  # noqa: E731
-    total, pf, dec, run, cap, ok = row_features(
-        ph, np.asarray(case.engine), f(case.fraction), f(case.batch),
-        f(case.context), f(case.output), f(case.dcp), f(case.share))
-    return Features(stack(total + pf + dec, n), np.broadcast_to(run, (n,)),
-                    np.broadcast_to(cap, (n,)), np.broadcast_to(ok, (n,)))
+    if n > SCALAR_ROWS:
+        f = lambda x: np.asarray(x, dtype=float)  # noqa: E731
+        total, pf, dec, run, cap, ok = row_features(
+            ph, np.asarray(case.engine), f(case.fraction), f(case.batch),
+            f(case.context), f(case.output), f(case.dcp), f(case.share))
+        return Features(stack(total + pf + dec, n), np.broadcast_to(run, (n,)),
+                        np.broadcast_to(cap, (n,)), np.broadcast_to(ok, (n,)))
+    X, running, caps, feasible = [], [], [], []
+    memo: dict = {}
+    for e, fr, b, c, o, d, s in zip(*[_rows(col, n) for col in (
+            case.engine, case.fraction, case.batch, case.context, case.output, case.dcp,
+            case.share)], strict=True):
+        cap = ph.capacity(e, fr, d, b)
+        run, full, rest, ok = schedule(cap, b, c, o, s)
+        key = (run, full, rest, c, o, d, s)
+        row = memo.get(key)
+        if row is None:
+            total, pf, dec = wave_features(ph, run, full, rest, c, o, d, s)
+            row = memo[key] = total + pf + dec
+        X.append(row)
+        running.append(run)
+        caps.append(cap)
+        feasible.append(ok)
+    return Features(np.array(X), np.array(running), np.array(caps), np.array(feasible))
 
 
 def roofline_total_s(case: Case) -> np.ndarray:

@@ -40,6 +40,7 @@ class Predictor:
         self.cache: dict = {}   # per-model memo for the recommender (see model.recommend)
         self._memory: dict[tuple[str, str], MemoryChoice] = {}
         self._ranges: dict[tuple, tuple] = {}
+        self._stacks: dict[tuple, tuple] = {}
 
     def memory(self, engine: str, gpu: str) -> MemoryChoice:
         """The memory fraction for ``engine`` on ``gpu`` (``model.memory.choose_fraction`` on
@@ -62,6 +63,18 @@ class Predictor:
             return status, math.inf
         return status, doublings_outside(rng, values)
 
+    def _stacked(self, engines: tuple[str, ...], gpu: str):
+        """(coefficients twice per engine (E, 2 x terms), covariances (E, terms, terms),
+        relative noise (E,), whether any covariance is non-zero) of engines on a GPU type."""
+        key = (engines, gpu)
+        hit = self._stacks.get(key)
+        if hit is None:
+            coefs = [self.coefficients(e, gpu) for e in engines]
+            covs = np.array([c[1] for c in coefs])
+            hit = self._stacks[key] = (np.array([np.concatenate([c[0], c[0]]) for c in coefs]),
+                                       covs, np.array([c[2] for c in coefs]), bool(covs.any()))
+        return hit
+
     def coefficients(self, engine: str, gpu: str) -> tuple[np.ndarray, np.ndarray, float]:
         """(coef, covariance, relative noise) of an engine on a GPU type; the physical priors
         where the model has no data for that pair."""
@@ -78,42 +91,40 @@ class Predictor:
         X = f.X
         n = len(X)
         Xt = X[:, :N_TERMS]
-        names = case.engine
-        engines = list(dict.fromkeys(names.tolist() if isinstance(names, np.ndarray)
-                                     else names))
-        coefs = [self.coefficients(e, case.silicon.name) for e in engines]
+        names = case.engine.tolist() if isinstance(case.engine, np.ndarray) else case.engine
+        engines = tuple(dict.fromkeys(names))
+        C2, covs, noise, has_cov = self._stacked(engines, case.silicon.name)
         if len(engines) == 1:
-            coef, cov, noise = coefs[0]
-            C = coef[None, :]
-            var = ((Xt @ cov) * Xt).sum(axis=1) if cov.any() else np.zeros(n)
-            rel = np.full(n, noise)
+            idx = 0
+            sums = X @ (_SUMS * C2[0][:, None])
+            parts = X[:, N_TERMS + N_PREFILL:] * C2[0, N_TERMS + N_PREFILL:]
         else:
-            idx = np.fromiter((engines.index(e) for e in names), dtype=np.intp, count=n) \
-                if not isinstance(names, np.ndarray) else _engine_index(names, engines)
-            C = np.array([c[0] for c in coefs])[idx]
-            rel = np.array([c[2] for c in coefs])[idx]
-            var = np.zeros(n)
-            for k, (_, cov, _) in enumerate(coefs):
-                if cov.any():
-                    rows = idx == k
-                    var[rows] = ((Xt[rows] @ cov) * Xt[rows]).sum(axis=1)
-        total = (Xt * C).sum(axis=1)
+            pos = {e: k for k, e in enumerate(engines)}
+            idx = np.array([pos[e] for e in names], dtype=np.intp)
+            P = X * C2[idx]
+            sums = P @ _SUMS
+            parts = P[:, N_TERMS + N_PREFILL:]
+        if has_cov:   # parameter variance under each row's engine's coefficient covariance
+            V = np.einsum("ij,ejk,ik->ei", Xt, covs, Xt)
+            var = V[idx, np.arange(n)] if len(engines) > 1 else V[0]
+        else:
+            var = 0.0
+        rel = noise[idx]
         if rel_extra is not None:
             rel = rel + rel_extra
+        total = sums[:, 0]
         sd = np.sqrt(np.maximum(var, 0.0) + (rel * total) ** 2)
-        pf = X[:, N_TERMS:N_TERMS + N_PREFILL] * C[:, :N_PREFILL]
-        prefill_all = (Xt[:, :N_PREFILL] * C[:, :N_PREFILL]).sum(axis=1)
-        parts = X[:, N_TERMS + N_PREFILL:] * C[:, N_PREFILL:]
-        return Prediction(total, np.maximum(total - z * sd, 0.0), total + z * sd,
-                          pf.sum(axis=1), prefill_all, parts.sum(axis=1), parts, f.running,
-                          f.capacity, f.feasible)
+        return Prediction(total, np.maximum(total - z * sd, 0.0), total + z * sd, sums[:, 2],
+                          sums[:, 1], sums[:, 3], parts, f.running, f.capacity, f.feasible)
 
 
-def _engine_index(names: np.ndarray, engines: list[str]) -> np.ndarray:
-    idx = np.zeros(len(names), dtype=np.intp)
-    for k, e in enumerate(engines[1:], start=1):
-        idx[names == e] = k
-    return idx
+# Columns of a case's features (model.costmodel.Features.X) summed into: total, prefill of
+# all waves, prefill of the first wave (TTFT), one decode step (TPOT)
+_SUMS = np.zeros((2 * N_TERMS, 4))
+_SUMS[:N_TERMS, 0] = 1.0
+_SUMS[:N_PREFILL, 1] = 1.0
+_SUMS[N_TERMS:N_TERMS + N_PREFILL, 2] = 1.0
+_SUMS[N_TERMS + N_PREFILL:, 3] = 1.0
 
 
 def predictor_for(model: CostModel) -> Predictor:

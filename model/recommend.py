@@ -327,14 +327,16 @@ def _ms(x: float) -> str:
     return f"{x * 1e3:.1f} ms"
 
 
+STEP_NAMES = {"gemm": "weights/GEMMs", "kv_read": "KV reads", "state": "linear-attention state",
+              "tp_comm": "TP all-reduce", "dcp_comm": "DCP collectives",
+              "layer_fixed": "per-layer fixed", "seq_fixed": "per-sequence",
+              "step_fixed": "per-step fixed"}
+
+
 def step_story(parts: dict[str, float]) -> str:
     """'weights 12.0 ms, KV reads 4.1 ms, ...' of one decode step, largest first."""
-    names = {"gemm": "weights/GEMMs", "kv_read": "KV reads", "state": "linear-attention state",
-             "tp_comm": "TP all-reduce", "dcp_comm": "DCP collectives",
-             "layer_fixed": "per-layer fixed", "seq_fixed": "per-sequence", "step_fixed":
-             "per-step fixed"}
     items = sorted(((v, k) for k, v in parts.items() if v > 0), reverse=True)
-    return ", ".join(f"{names[k]} {_ms(v)}" for v, k in items)
+    return ", ".join([f"{STEP_NAMES[k]} {v * 1e3:.1f} ms" for v, k in items])
 
 
 def _reasons(w: Workload, shape: ModelShape, best: Evaluated, rival: Evaluated | None,

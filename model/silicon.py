@@ -73,7 +73,7 @@ class Silicon:
         self.name = gpu.name.upper()
         self.sources: dict[str, str] = {}
         self._curves: dict[tuple[str, str], dict] = {}
-        self._read: dict[tuple[str, str], ReadCurve | None] = {}   # by the family and dtype asked
+        self._read: dict[tuple[str, str], object] = {}   # read curves by the family, dtype asked
         self._matmul: dict[tuple, float] = {}
         self._curve_src: dict[tuple[str, str], str] = {}
         self._gemm: dict[str, dict] = {}
@@ -164,19 +164,22 @@ class Silicon:
 
     def attn_read_s(self, family: str, dtype: str, nbytes):
         """Seconds of one decode-attention call reading ``nbytes`` of KV (a float or an
-        array).
+        array)."""
+        return self.read_curve(family, dtype)(nbytes)
 
-        A measured curve of another KV dtype of the same family is used at the same bytes
-        (fp8 reads half the bytes of bf16 for the same tokens)."""
+    def read_curve(self, family: str, dtype: str):
+        """The function bytes -> seconds of one decode-attention call of ``family`` at KV
+        ``dtype``: the measured read curve (one of another KV dtype of the same family is used
+        at the same bytes: fp8 reads half the bytes of bf16 for the same tokens), else the
+        spec sheet's HBM bandwidth at typical efficiency."""
         try:
-            curve = self._read[(family, dtype)]
+            return self._read[(family, dtype)]
         except KeyError:
             key = self._curve_key(family, dtype)
-            curve = self._read[(family, dtype)] = (ReadCurve(self._curves[key]) if key
-                                                   else None)
-        if curve is None:
-            return nbytes / (self.gpu.hbm_bandwidth * self.eff["hbm"])
-        return curve(nbytes)
+            bps = self.gpu.hbm_bandwidth * self.eff["hbm"]
+            fn = self._read[(family, dtype)] = (ReadCurve(self._curves[key]) if key
+                                                else lambda nbytes: nbytes / bps)
+            return fn
 
     def asymptotic_read_Bps(self, family: str, dtype: str) -> float:
         key = self._curve_key(family, dtype)

@@ -35,7 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from model.ew import ceil, maximum
+from model.ew import ceil, is_array, maximum
+from model.memory import kv_capacity, max_running
 from model.shape import ModelShape
 from model.silicon import Silicon
 
@@ -79,6 +80,7 @@ class Physics:
         self.attn_call = (shape.attn_flops_per_ctx_token / shape.n_full_layers / t
                           / si.attn_flops) if shape.n_full_layers else 0.0
         self.family = "gqa" if shape.attention in ("gqa", "mha") else "mla"
+        self.read = si.read_curve(self.family, shape.kv_dtype)   # bytes -> seconds per call
         self.state = 2.0 * shape.state_bytes_per_seq / t / si.gpu.hbm_bandwidth
         self.n_layers = float(shape.n_layers)
         self.act_bytes = shape.hidden_size * ACT_BYTES
@@ -91,17 +93,55 @@ class Physics:
         self.attn_pf = shape.attn_prefill_coef / (t * si.attn_flops)
         self.attn_pf_linear = shape.attn_prefill_linear / (t * si.attn_flops)
         self._memo: dict = {}
+        self._gathers: dict = {}
+        self._batch_terms: dict = {}
+        self._capacity: dict = {}
+        self.memory = si.gpu.memory_bytes
+        self.kv_gpu_token = shape.kv_gpu_token_bytes(tp)
+        self.state_gpu = shape.state_bytes_per_seq / t
+
+    def capacity(self, engine, fraction, dcp, batch):
+        """KV tokens one instance holds (``model.memory.kv_capacity``; memoised for floats):
+        its budget after weights, the engine's reserve and the state pool of the running-
+        sequence limit the batch sets."""
+        scalar = not is_array(engine, fraction, dcp, batch)
+        if scalar:
+            key = (engine, fraction, dcp, batch)
+            hit = self._capacity.get(key)
+            if hit is not None:
+                return hit
+        cap = kv_capacity(engine, fraction, self.memory, self.shape.weight_bytes, self.tp,
+                          self.kv_gpu_token, dcp, self.state_gpu * max_running(batch))
+        if scalar:
+            if len(self._capacity) >= MEMO_SIZE:
+                self._capacity.clear()
+            self._capacity[key] = cap
+        return cap
 
     def decode(self, b, c, d) -> tuple:
         """The ``DECODE_TERMS`` of one step of ``b`` sequences at context ``c``, DCP ``d``."""
-        gemm = maximum(self.w_dense + self.w_experts * (1.0 - self.q ** b), b * self.mm)
+        d = maximum(d, 1.0)
+        if isinstance(b, np.ndarray) or isinstance(d, np.ndarray):
+            gemm, state, tp_comm, dcp_comm = self.batch_terms(b, d)
+        else:   # memoised: they do not depend on the context
+            key = (b, d)
+            hit = self._batch_terms.get(key)
+            if hit is None:
+                if len(self._batch_terms) >= MEMO_SIZE:
+                    self._batch_terms.clear()
+                hit = self._batch_terms[key] = self.batch_terms(b, d)
+            gemm, state, tp_comm, dcp_comm = hit
         kv = 0.0 * b
         if self.n_full:
-            ctx = b * c / maximum(d, 1.0)
-            read = self.silicon.attn_read_s(self.family, self.shape.kv_dtype, ctx * self.kv_call)
-            kv = self.n_full * maximum(read, ctx * self.attn_call)
+            ctx = b * c / d
+            kv = self.n_full * maximum(self.read(ctx * self.kv_call), ctx * self.attn_call)
+        return (gemm, kv, state, tp_comm, dcp_comm, self.n_layers, b, 1.0)
+
+    def batch_terms(self, b, d) -> tuple:
+        """(gemm, state, tp_comm, dcp_comm) of a decode step of ``b`` sequences, DCP ``d``."""
+        gemm = maximum(self.w_dense + self.w_experts * (1.0 - self.q ** b), b * self.mm)
         tp_comm = 2.0 * self.n_layers * self.tp_ar(b * self.act_bytes)
-        return (gemm, kv, b * self.state, tp_comm, self.dcp_comm(b, d), self.n_layers, b, 1.0)
+        return gemm, b * self.state, tp_comm, self.dcp_comm(b, d)
 
     def dcp_comm(self, b, d):
         """Per full-attention layer, DCP's collectives: all-gather the queries of the group's
@@ -111,7 +151,9 @@ class Physics:
         if not isinstance(d, np.ndarray):
             if d <= 1:
                 return 0.0 * b
-            ag = self.silicon.collective("all_gather", float(d))
+            ag = self._gathers.get(d)
+            if ag is None:
+                ag = self._gathers[d] = self.silicon.collective("all_gather", float(d))
             return self.n_full * (ag(b * d * self.q_gather) + ag(b * d * self.o_gather))
         b, d = np.broadcast_arrays(np.asarray(b, dtype=float), d)
         out = np.zeros(d.shape)
@@ -144,7 +186,7 @@ class Physics:
         return hit
 
     def memo_prefill(self, b: float, L: float, s: float, warm: bool) -> tuple:
-        key = ("p", b, L, s, warm)
+        key = ("p", b, L, s, warm and s > 0)     # without a shared prefix, warm is cold
         hit = self._memo.get(key)
         if hit is None:
             hit = self._remember(key, self.prefill(b, L, s, warm))
