@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_proxy import EXE, ROOT, free_port, seconds  # noqa: E402
 
 BODY = ('{"context_tokens":204800,"output_tokens":2048,"batch_size":64,'
-        '"kv_bytes_per_token":70272}')
+        '"preset":"kimi-k3","gpu":"B300","num_gpus":8}')
 LUA_FIXED = f"""
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
@@ -47,7 +47,7 @@ local headers = {["Content-Type"] = "application/json"}
 request = function()
   n = n + 1
   local body = string.format('{"context_tokens":%d,"output_tokens":2048,"batch_size":64,'
-    .. '"kv_bytes_per_token":70272}', 65536 + n)
+    .. '"preset":"kimi-k3","gpu":"B300","num_gpus":8}', 65536 + n)
   return wrk.format("POST", nil, headers, body)
 end
 """

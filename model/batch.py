@@ -9,9 +9,11 @@ import numpy as np
 from model.capabilities import effective_share
 from model.costmodel import Case, CostModel, Prediction
 from model.predictor import predictor_for
-from model.recommend import memory_choice
 from model.silicon import silicon_for
 from model.workload import Config, Workload
+
+FIELDS = ("total", "total_lo", "total_hi", "prefill", "prefill_all", "tpot", "running",
+          "capacity", "feasible")
 
 
 def predict_grid(model: CostModel, workloads: Sequence[Workload],
@@ -23,43 +25,46 @@ def predict_grid(model: CostModel, workloads: Sequence[Workload],
     ``recommend``."""
     n, m = len(workloads), len(configs)
     pred = predictor_for(model)
+    # per workload: the fields that decide the served model and GPU, then the numbers
+    meta = [((w.preset, id(w.hf_config), w.kv_bytes_per_token, w.kv_cache_dtype,
+              w.model_weight_bytes, w.model, w.gpu if isinstance(w.gpu, str) else id(w.gpu),
+              w.num_gpus, w.requirements is not None),
+             w.batch_size, w.context_tokens, w.output_tokens) for w in workloads]
     groups: dict[tuple, list[int]] = {}
-    shapes, gpus = {}, {}
-    for i, w in enumerate(workloads):
-        shape = w.model_shape()
-        gpu = w.gpu_spec()
-        key = (shape.key, shape.weight_bytes, gpu.name, gpu.memory_bytes, w.num_gpus)
-        shapes.setdefault(key, shape)
-        gpus.setdefault(key, gpu)
-        groups.setdefault(key, []).append(i)
+    for i, row in enumerate(meta):
+        group = groups.get(row[0])
+        if group is None:
+            groups[row[0]] = group = []
+        group.append(i)
     eng = np.array([c.engine for c in configs])
     dcp = np.array([float(c.dcp_size) for c in configs])
-    out = {f: np.empty(n * m) for f in ("total", "total_lo", "total_hi", "prefill",
-                                        "prefill_all", "tpot", "running", "capacity")}
-    out["feasible"] = np.empty(n * m, dtype=bool)
-    parts = None
-    for key, idx in groups.items():
-        gpu, tp = gpus[key], key[4]
-        ws = [workloads[i] for i in idx]
-        k = len(ws)
-        frac = np.array([memory_choice(model, c.engine, gpu.name).fraction for c in configs])
-        if any(w.requirements and w.requirements.prefix_reuse_share for w in ws):
-            share = np.array([[effective_share(c.engine, w.requirements.prefix_reuse_share,
-                                               w.context_tokens)
-                               if w.requirements else 0.0 for c in configs]
-                              for w in ws]).ravel()
-        else:
-            share = 0.0
-        col = lambda attr: np.repeat(np.array([float(getattr(w, attr)) for w in ws]), m)  # noqa
-        case = Case(shapes[key], silicon_for(gpu), tp, np.tile(eng, k), col("batch_size"),
-                    col("context_tokens"), col("output_tokens"), np.tile(dcp, k),
+    preds, rows_list = [], []
+    for idx in groups.values():
+        first = workloads[idx[0]]
+        gpu, tp = first.gpu_spec(), first.num_gpus
+        k = len(idx)
+        frac = np.array([pred.memory(c.engine, gpu.name).fraction for c in configs])
+        share = 0.0
+        if first.requirements is not None:
+            ws = [workloads[i] for i in idx]
+            if any(w.requirements.prefix_reuse_share for w in ws):
+                share = np.array([[effective_share(c.engine, w.requirements.prefix_reuse_share,
+                                                   w.context_tokens) for c in configs]
+                                  for w in ws]).ravel()
+        numbers = np.repeat(np.array([meta[i][1:] for i in idx], dtype=float), m, axis=0)
+        case = Case(first.model_shape(), silicon_for(gpu), tp, np.tile(eng, k),
+                    numbers[:, 0], numbers[:, 1], numbers[:, 2], np.tile(dcp, k),
                     np.tile(frac, k), share)
-        p = pred.predict(case)
-        rows = (np.array(idx)[:, None] * m + np.arange(m)).ravel()
-        for f in out:
+        preds.append(pred.predict(case))
+        rows_list.append((np.array(idx)[:, None] * m + np.arange(m)).ravel())
+    if len(preds) == 1 and len(rows_list[0]) == n * m and n * m and rows_list[0][-1] == n * m - 1 \
+            and np.all(np.diff(rows_list[0]) == 1):
+        return preds[0]   # one group, already in order
+    out = {f: np.empty(n * m, dtype=bool if f == "feasible" else float) for f in FIELDS}
+    parts = np.empty((n * m, len(preds[0].step_parts[0]) if preds else 0))
+    for p, rows in zip(preds, rows_list, strict=True):
+        for f in FIELDS:
             out[f][rows] = getattr(p, f)
-        if parts is None:
-            parts = np.empty((n * m, p.step_parts.shape[1]))
         parts[rows] = p.step_parts
     return Prediction(out["total"], out["total_lo"], out["total_hi"], out["prefill"],
                       out["prefill_all"], out["tpot"], parts, out["running"], out["capacity"],

@@ -152,7 +152,8 @@ def wave_features(ph: Physics, run, full, rest, context, output, dcp,
     if not (waves if scalar else waves.any()):   # the whole batch at once (the usual case)
         return pf + tuple([steps * t for t in dec]), pf, dec
     rest1 = maximum(rest, 1.0)
-    pf_warm = prefill(run, context, share, True)
+    shared = share.any() if isinstance(share, np.ndarray) else share > 0
+    pf_warm = prefill(run, context, share, True) if shared else pf    # no prefix: warm = cold
     pf_rest = prefill(rest1, context, share, True)
     dec_rest = decode(rest1, ctx_mean, dcp)
     has_rest = where(rest > 0, 1.0, 0.0)

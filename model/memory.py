@@ -64,8 +64,9 @@ def engine_reserve(engine):
     if not isinstance(engine, np.ndarray):
         return ENGINE_RESERVE.get(engine, 0.0)
     reserve = np.zeros(engine.shape)
-    for e in set(engine.ravel().tolist()):
-        reserve[engine == e] = ENGINE_RESERVE.get(e, 0.0)
+    for e, r in ENGINE_RESERVE.items():
+        if r:
+            reserve[engine == e] = r
     return reserve
 
 

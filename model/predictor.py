@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from cachetools import LRUCache
 
 from model.costmodel import (
     Case,
@@ -24,8 +25,10 @@ from model.costmodel import (
 from model.estimator import PRIOR
 from model.memory import MemoryChoice, choose_fraction
 from model.terms import N_PREFILL, TERMS
+from model.workload import ENGINES
 
 N_TERMS = len(TERMS)
+CROSSOVER_CACHE_SIZE = 1024
 
 PRIOR_COEF = np.array([PRIOR[t] for t in TERMS])
 
@@ -37,7 +40,9 @@ class Predictor:
         for name, est in model.engines.items():
             self._coef[name] = (est.coef_, est.coef_cov_,
                                 max(est.residual_rel_std_, est.noise_floor))
-        self.cache: dict = {}   # per-model memo for the recommender (see model.recommend)
+        # the recommender's crossover scans (model.recommend.crossover_near), per workload
+        # without its context
+        self.crossovers: LRUCache = LRUCache(CROSSOVER_CACHE_SIZE)
         self._memory: dict[tuple[str, str], MemoryChoice] = {}
         self._ranges: dict[tuple, tuple] = {}
         self._stacks: dict[tuple, tuple] = {}
@@ -64,15 +69,21 @@ class Predictor:
         return status, doublings_outside(rng, values)
 
     def _stacked(self, engines: tuple[str, ...], gpu: str):
-        """(coefficients twice per engine (E, 2 x terms), covariances (E, terms, terms),
-        relative noise (E,), whether any covariance is non-zero) of engines on a GPU type."""
+        """(coefficients twice per engine (E, 2 x terms), covariance factors F (E, terms, rank)
+        with cov = F F' (None when every covariance is zero), relative noise (E,)) of engines
+        on a GPU type."""
         key = (engines, gpu)
         hit = self._stacks.get(key)
         if hit is None:
             coefs = [self.coefficients(e, gpu) for e in engines]
-            covs = np.array([c[1] for c in coefs])
+            factors = [_factor(c[1]) for c in coefs]
+            rank = max(f.shape[1] for f in factors)
+            stacked = np.zeros((len(coefs), N_TERMS, rank))
+            for k, f in enumerate(factors):
+                stacked[k, :, :f.shape[1]] = f
             hit = self._stacks[key] = (np.array([np.concatenate([c[0], c[0]]) for c in coefs]),
-                                       covs, np.array([c[2] for c in coefs]), bool(covs.any()))
+                                       stacked if rank else None,
+                                       np.array([c[2] for c in coefs]))
         return hit
 
     def coefficients(self, engine: str, gpu: str) -> tuple[np.ndarray, np.ndarray, float]:
@@ -91,21 +102,20 @@ class Predictor:
         X = f.X
         n = len(X)
         Xt = X[:, :N_TERMS]
-        names = case.engine.tolist() if isinstance(case.engine, np.ndarray) else case.engine
-        engines = tuple(dict.fromkeys(names))
-        C2, covs, noise, has_cov = self._stacked(engines, case.silicon.name)
+        engines, idx = _engine_index(case.engine)
+        C2, factors, noise = self._stacked(engines, case.silicon.name)
+        Xd = X[:, N_TERMS + N_PREFILL:]
         if len(engines) == 1:
-            idx = 0
             sums = X @ (_SUMS * C2[0][:, None])
-            parts = X[:, N_TERMS + N_PREFILL:] * C2[0, N_TERMS + N_PREFILL:]
-        else:
-            pos = {e: k for k, e in enumerate(engines)}
-            idx = np.array([pos[e] for e in names], dtype=np.intp)
-            P = X * C2[idx]
-            sums = P @ _SUMS
-            parts = P[:, N_TERMS + N_PREFILL:]
-        if has_cov:   # parameter variance under each row's engine's coefficient covariance
-            V = np.einsum("ij,ejk,ik->ei", Xt, covs, Xt)
+            parts = Xd * C2[0, N_TERMS + N_PREFILL:]
+        else:   # each engine's coefficients on all rows, kept where the row is that engine's
+            sums, parts = 0.0, 0.0
+            for k, c in enumerate(C2):
+                mine = (idx == k)[:, None]
+                sums = sums + mine * (X @ (_SUMS * c[:, None]))
+                parts = parts + mine * (Xd * c[N_TERMS + N_PREFILL:])
+        if factors is not None:   # parameter variance: x' cov x = |x' F|^2 with cov = F F'
+            V = ((Xt @ factors) ** 2).sum(axis=-1)       # (engines, rows)
             var = V[idx, np.arange(n)] if len(engines) > 1 else V[0]
         else:
             var = 0.0
@@ -116,6 +126,37 @@ class Predictor:
         sd = np.sqrt(np.maximum(var, 0.0) + (rel * total) ** 2)
         return Prediction(total, np.maximum(total - z * sd, 0.0), total + z * sd, sums[:, 2],
                           sums[:, 1], sums[:, 3], parts, f.running, f.capacity, f.feasible)
+
+
+def _factor(cov: np.ndarray) -> np.ndarray:
+    """F (terms, rank) with F F' = cov, from its eigenvectors (a bootstrap covariance is
+    positive semi-definite and usually of low rank: eigenvalues below 1e-12 of the largest
+    are dropped)."""
+    w, U = np.linalg.eigh(cov)
+    keep = w > max(float(w.max()), 0.0) * 1e-12
+    return U[:, keep] * np.sqrt(w[keep])
+
+
+def _engine_index(names) -> tuple[tuple[str, ...], np.ndarray | int]:
+    """(the engines of a case's rows in order of appearance, each row's index into them)."""
+    if not isinstance(names, np.ndarray):
+        engines = tuple(dict.fromkeys(names))
+        if len(engines) == 1:
+            return engines, 0
+        pos = {e: k for k, e in enumerate(engines)}
+        return engines, np.array([pos[e] for e in names], dtype=np.intp)
+    idx = np.full(len(names), -1, dtype=np.intp)
+    engines: list[str] = []
+    for e in ENGINES:                 # the usual names: no sort of the rows' names
+        rows = names == e
+        if rows.any():
+            idx[rows] = len(engines)
+            engines.append(e)
+    if (idx < 0).any():
+        for e in np.unique(names[idx < 0]).tolist():
+            idx[names == e] = len(engines)
+            engines.append(e)
+    return tuple(engines), (0 if len(engines) == 1 else idx)
 
 
 # Columns of a case's features (model.costmodel.Features.X) summed into: total, prefill of

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from cachetools import LRUCache
 
 from model.capabilities import effective_share
 from model.capabilities import exclusions as capability_exclusions
@@ -34,7 +33,6 @@ from model.workload import ENGINES, Config, Workload
 CROSSOVER_RANGE = (1024, 4 * 1024 * 1024)
 CROSSOVER_GRID = np.geomspace(*CROSSOVER_RANGE, 64)
 BARE_REL_SIGMA = 0.05     # added relative sd when only KV bytes are known (no weights, FLOPs)
-_CROSSOVER_CACHE_SIZE = 1024
 
 
 class NoEligibleConfiguration(ValueError):
@@ -216,17 +214,20 @@ def crossovers(contexts: np.ndarray, totals: np.ndarray) -> list[tuple[int, int,
 
 def crossover_near(model: CostModel, w: Workload, shape: ModelShape,
                    configs: list[Config]) -> int | None:
-    """The context nearest the workload's where the best of ``configs`` changes, or None.
+    """The context nearest the workload's where the best of ``configs`` (ranked, the
+    workload's best first) changes, or None.
 
     The scan over CROSSOVER_GRID does not depend on the workload's context: it is cached per
     (workload without its context, configs) in the model's predictor."""
     if len(configs) < 2:
         return None
     pred: Predictor = predictor_for(model)
-    cache: LRUCache = pred.cache.setdefault("crossover", LRUCache(_CROSSOVER_CACHE_SIZE))
+    cache = pred.crossovers
     req = w.requirements
-    key = (shape.key, shape.weight_bytes, silicon_for(w.gpu_spec()), w.num_gpus, w.output_tokens,
-           w.batch_size, req.prefix_reuse_share if req else 0.0, tuple(configs))
+    # the workload's best first (equal totals elsewhere keep it best), then a fixed order
+    configs = [configs[0], *sorted(configs[1:])]
+    key = (shape.key, shape.kv_dtype, shape.weight_bytes, silicon_for(w.gpu_spec()), w.num_gpus,
+           w.output_tokens, w.batch_size, req.prefix_reuse_share if req else 0.0, tuple(configs))
     found = cache.get(key)
     if found is None:
         found = cache[key] = crossovers(CROSSOVER_GRID, total_curves(model, w, shape, configs,

@@ -226,8 +226,9 @@ def prefill_terms(shape: ModelShape, hw: Hardware, batch, context, share=0.0,
 
 
 def stack(terms: tuple, n: int) -> np.ndarray:
-    """(n, len(terms)) array of terms given as arrays or scalars (broadcast)."""
-    out = np.empty((n, len(terms)))
+    """(n, len(terms)) array of terms given as arrays or scalars (broadcast); column-major,
+    so each term is one contiguous write."""
+    out = np.empty((len(terms), n))
     for j, t in enumerate(terms):
-        out[:, j] = t
-    return out
+        out[j] = t
+    return out.T
