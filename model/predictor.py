@@ -69,7 +69,8 @@ class Predictor:
         return status, doublings_outside(rng, values)
 
     def _stacked(self, engines: tuple[str, ...], gpu: str):
-        """(coefficients twice per engine (E, 2 x terms), covariance factors F (E, terms, rank)
+        """(coefficients twice per engine (E, 2 x terms), their column sums (E, 2 x terms, 4:
+        see _SUMS), covariance factors F (E, terms, rank)
         with cov = F F' (None when every covariance is zero), relative noise (E,)) of engines
         on a GPU type."""
         key = (engines, gpu)
@@ -81,7 +82,8 @@ class Predictor:
             stacked = np.zeros((len(coefs), N_TERMS, rank))
             for k, f in enumerate(factors):
                 stacked[k, :, :f.shape[1]] = f
-            hit = self._stacks[key] = (np.array([np.concatenate([c[0], c[0]]) for c in coefs]),
+            C2 = np.array([np.concatenate([c[0], c[0]]) for c in coefs])
+            hit = self._stacks[key] = (C2, _SUMS[None, :, :] * C2[:, :, None],
                                        stacked if rank else None,
                                        np.array([c[2] for c in coefs]))
         return hit
@@ -103,16 +105,20 @@ class Predictor:
         n = len(X)
         Xt = X[:, :N_TERMS]
         engines, idx = _engine_index(case.engine)
-        C2, factors, noise = self._stacked(engines, case.silicon.name)
+        C2, S, factors, noise = self._stacked(engines, case.silicon.name)
         Xd = X[:, N_TERMS + N_PREFILL:]
         if len(engines) == 1:
-            sums = X @ (_SUMS * C2[0][:, None])
+            sums = X @ S[0]
             parts = Xd * C2[0, N_TERMS + N_PREFILL:]
-        else:   # each engine's coefficients on all rows, kept where the row is that engine's
+        elif n <= 64:   # few rows: each row's coefficients gathered
+            P = X * C2[idx]
+            sums = P @ _SUMS
+            parts = P[:, N_TERMS + N_PREFILL:]
+        else:   # many: each engine's coefficients on all rows, kept on that engine's rows
             sums, parts = 0.0, 0.0
             for k, c in enumerate(C2):
                 mine = (idx == k)[:, None]
-                sums = sums + mine * (X @ (_SUMS * c[:, None]))
+                sums = sums + mine * (X @ S[k])
                 parts = parts + mine * (Xd * c[N_TERMS + N_PREFILL:])
         if factors is not None:   # parameter variance: x' cov x = |x' F|^2 with cov = F F'
             V = ((Xt @ factors) ** 2).sum(axis=-1)       # (engines, rows)
