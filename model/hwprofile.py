@@ -119,7 +119,8 @@ class ReadCurve:
 
 def eval_read_curve(curve: dict, nbytes) -> np.ndarray:
     """Seconds of one call reading ``nbytes`` (array-like) on a fitted read curve."""
-    return ReadCurve(curve)(np.atleast_1d(np.asarray(nbytes, dtype=float)))
+    x = np.asarray(nbytes, dtype=float)
+    return ReadCurve(curve)(np.atleast_1d(x)).reshape(x.shape)
 
 
 # ------------------------------------------------------------------------- DCP comm model
