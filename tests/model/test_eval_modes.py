@@ -46,8 +46,9 @@ def test_float_rows_equal_array_rows(shape, gpu, tp, monkeypatch):
     np.testing.assert_array_equal(by_row.running, vector.running)
     np.testing.assert_array_equal(by_row.capacity, vector.capacity)
     np.testing.assert_array_equal(by_row.feasible, vector.feasible)
-    batch = np.asarray(case.batch)
-    assert np.any(vector.running < batch) and np.any(vector.running == batch)  # waves and not
+    if vector.feasible.any():    # (Kimi-K3's weights do not fit 4 x H200: nothing does)
+        batch = np.asarray(case.batch)
+        assert np.any(vector.running < batch) and np.any(vector.running == batch)  # waves, not
 
 
 def test_memoised_terms_repeat_exactly():
