@@ -54,3 +54,11 @@ def clip(x, lo, hi):
     if isinstance(x, _ARRAY) or isinstance(lo, _ARRAY) or isinstance(hi, _ARRAY):
         return np.clip(x, lo, hi)
     return lo if x < lo else hi if x > hi else x
+
+
+def distinct(x: np.ndarray) -> list[float]:
+    """The distinct values of an array of group sizes (small non-negative integers, stored as
+    floats): a counting pass instead of a sort."""
+    if x.size and x.min() >= 0 and x.max() <= 65536 and np.all(x == np.floor(x)):
+        return np.flatnonzero(np.bincount(x.astype(np.intp).ravel())).astype(float).tolist()
+    return np.unique(x).tolist()

@@ -22,6 +22,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from model.ew import distinct
 from model.gpus import GpuSpec
 from model.hwprofile import (
     KIND_DCP,
@@ -299,7 +300,7 @@ class Silicon:
             return self.collective(op, float(n))(nbytes)
         nbytes = np.broadcast_to(np.asarray(nbytes, dtype=float), n.shape)
         out = np.zeros(n.shape)
-        for size in np.unique(n).tolist():
+        for size in distinct(n):
             rows = n == size
             out[rows] = self.collective(op, float(size))(nbytes[rows])
         return out

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from model.ew import ceil, is_array, maximum
+from model.ew import ceil, distinct, is_array, maximum
 from model.memory import kv_capacity, max_running
 from model.shape import ModelShape
 from model.silicon import Silicon
@@ -157,7 +157,7 @@ class Physics:
             return self.n_full * (ag(b * d * self.q_gather) + ag(b * d * self.o_gather))
         b, d = np.broadcast_arrays(np.asarray(b, dtype=float), d)
         out = np.zeros(d.shape)
-        for size in np.unique(d).tolist():
+        for size in distinct(d):
             if size > 1:
                 rows = d == size
                 out[rows] = self.dcp_comm(b[rows], size)
