@@ -114,14 +114,14 @@ class Predictor:
             P = X * C2[idx]
             sums = P @ _SUMS
             parts = P[:, N_TERMS + N_PREFILL:]
-        else:   # many: each engine's coefficients on all rows, kept on that engine's rows
-            sums, parts = 0.0, 0.0
-            for k, c in enumerate(C2):
-                mine = (idx == k)[:, None]
-                sums = sums + mine * (X @ S[k])
-                parts = parts + mine * (Xd * c[N_TERMS + N_PREFILL:])
+        else:   # many: every engine's sums in one product, each row keeps its engine's
+            every = (X @ S.transpose(1, 0, 2).reshape(2 * N_TERMS, -1)).reshape(n, len(C2), -1)
+            sums = every[np.arange(n), idx]
+            parts = Xd * C2[:, N_TERMS + N_PREFILL:][idx]
         if factors is not None:   # parameter variance: x' cov x = |x' F|^2 with cov = F F'
-            V = ((Xt @ factors) ** 2).sum(axis=-1)       # (engines, rows)
+            Q = Xt @ factors                             # (engines, rows, rank)
+            # (engines, rows); a matmul reduces the short last axis faster on many rows
+            V = (Q * Q).sum(axis=-1) if n <= 64 else (Q * Q) @ np.ones(Q.shape[-1])
             var = V[idx, np.arange(n)] if len(engines) > 1 else V[0]
         else:
             var = 0.0
