@@ -25,16 +25,15 @@ def predict_grid(model: CostModel, workloads: Sequence[Workload],
     ``recommend``."""
     n, m = len(workloads), len(configs)
     pred = predictor_for(model)
-    # per workload: the fields that decide the served model and GPU, then the numbers
-    meta = [((w.preset, id(w.hf_config), w.kv_bytes_per_token, w.kv_cache_dtype,
-              w.model_weight_bytes, w.model, w.gpu if isinstance(w.gpu, str) else id(w.gpu),
-              w.num_gpus, w.requirements is not None),
-             w.batch_size, w.context_tokens, w.output_tokens) for w in workloads]
     groups: dict[tuple, list[int]] = {}
-    for i, row in enumerate(meta):
-        group = groups.get(row[0])
-        if group is None:
-            groups[row[0]] = group = []
+    prev, group = None, []
+    for i, w in enumerate(workloads):   # consecutive workloads usually share their model
+        if prev is None or not _same_model(w, prev):
+            key = _model_key(w)
+            group = groups.get(key)
+            if group is None:
+                groups[key] = group = []
+            prev = w
         group.append(i)
     eng = np.array([c.engine for c in configs])
     dcp = np.array([float(c.dcp_size) for c in configs])
@@ -51,10 +50,12 @@ def predict_grid(model: CostModel, workloads: Sequence[Workload],
                 share = np.array([[effective_share(c.engine, w.requirements.prefix_reuse_share,
                                                    w.context_tokens) for c in configs]
                                   for w in ws]).ravel()
-        numbers = np.repeat(np.array([meta[i][1:] for i in idx], dtype=float), m, axis=0)
-        case = Case(first.model_shape(), silicon_for(gpu), tp, np.tile(eng, k),
-                    numbers[:, 0], numbers[:, 1], numbers[:, 2], np.tile(dcp, k),
-                    np.tile(frac, k), share)
+        ws = [workloads[i] for i in idx] if len(groups) > 1 else workloads
+        batch, context, output = (np.repeat(np.array(v, dtype=float), m) for v in (
+            [w.batch_size for w in ws], [w.context_tokens for w in ws],
+            [w.output_tokens for w in ws]))
+        case = Case(first.model_shape(), silicon_for(gpu), tp, np.tile(eng, k), batch,
+                    context, output, np.tile(dcp, k), np.tile(frac, k), share)
         preds.append(pred.predict(case))
         rows_list.append((np.array(idx)[:, None] * m + np.arange(m)).ravel())
     if len(preds) == 1 and len(rows_list[0]) == n * m and n * m and rows_list[0][-1] == n * m - 1 \
@@ -69,3 +70,20 @@ def predict_grid(model: CostModel, workloads: Sequence[Workload],
     return Prediction(out["total"], out["total_lo"], out["total_hi"], out["prefill"],
                       out["prefill_all"], out["tpot"], parts, out["running"], out["capacity"],
                       out["feasible"])
+
+
+def _same_model(a: Workload, b: Workload) -> bool:
+    """Whether two workloads serve the same model on the same GPU type and count (and both
+    have requirements or neither)."""
+    return (a.preset == b.preset and a.hf_config is b.hf_config
+            and a.kv_bytes_per_token == b.kv_bytes_per_token
+            and a.kv_cache_dtype == b.kv_cache_dtype
+            and a.model_weight_bytes == b.model_weight_bytes and a.model == b.model
+            and (a.gpu is b.gpu or a.gpu == b.gpu) and a.num_gpus == b.num_gpus
+            and (a.requirements is None) == (b.requirements is None))
+
+
+def _model_key(w: Workload) -> tuple:
+    return (w.preset, id(w.hf_config), w.kv_bytes_per_token, w.kv_cache_dtype,
+            w.model_weight_bytes, w.model, w.gpu if isinstance(w.gpu, str) else id(w.gpu),
+            w.num_gpus, w.requirements is not None)
