@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from model.ew import ceil, distinct, is_array, maximum
+from model.ew import ceil, distinct, maximum
 from model.memory import kv_capacity, max_running
 from model.shape import ModelShape
 from model.silicon import Silicon
@@ -104,15 +104,16 @@ class Physics:
         """KV tokens one instance holds (``model.memory.kv_capacity``; memoised for floats):
         its budget after weights, the engine's reserve and the state pool of the running-
         sequence limit the batch sets."""
-        scalar = not is_array(engine, fraction, dcp, batch)
-        if scalar:
-            key = (engine, fraction, dcp, batch)
-            hit = self._capacity.get(key)
-            if hit is not None:
-                return hit
+        key = (engine, fraction, dcp, batch)
+        try:
+            return self._capacity[key]
+        except KeyError:      # floats not seen yet
+            pass
+        except TypeError:     # arrays (unhashable): not memoised
+            key = None
         cap = kv_capacity(engine, fraction, self.memory, self.shape.weight_bytes, self.tp,
                           self.kv_gpu_token, dcp, self.state_gpu * max_running(batch))
-        if scalar:
+        if key is not None:
             if len(self._capacity) >= MEMO_SIZE:
                 self._capacity.clear()
             self._capacity[key] = cap
