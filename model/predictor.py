@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from cachetools import LRUCache
 
 from model.costmodel import (
     Case,
@@ -41,8 +40,8 @@ class Predictor:
             self._coef[name] = (est.coef_, est.coef_cov_,
                                 max(est.residual_rel_std_, est.noise_floor))
         # the recommender's crossover scans (model.recommend.crossover_near), per workload
-        # without its context
-        self.crossovers: LRUCache = LRUCache(CROSSOVER_CACHE_SIZE)
+        # without its context (emptied when full)
+        self.crossovers: dict = {}
         self._memory: dict[tuple[str, str], MemoryChoice] = {}
         self._ranges: dict[tuple, tuple] = {}
         self._stacks: dict[tuple, tuple] = {}

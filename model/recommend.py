@@ -23,7 +23,7 @@ from model.memory import (
     MemoryChoice,
     kv_demand_tokens,
 )
-from model.predictor import Predictor, predictor_for
+from model.predictor import CROSSOVER_CACHE_SIZE, Predictor, predictor_for
 from model.schemas import ConfigPrediction, Exclusion, Recommendation, construct
 from model.shape import ModelShape
 from model.silicon import silicon_for
@@ -230,6 +230,8 @@ def crossover_near(model: CostModel, w: Workload, shape: ModelShape,
            w.output_tokens, w.batch_size, req.prefix_reuse_share if req else 0.0, tuple(configs))
     found = cache.get(key)
     if found is None:
+        if len(cache) >= CROSSOVER_CACHE_SIZE:
+            cache.clear()
         found = cache[key] = crossovers(CROSSOVER_GRID, total_curves(model, w, shape, configs,
                                                                      CROSSOVER_GRID))
     if not found:
