@@ -19,8 +19,11 @@ median TPOT and total time agree within 3 %. Like with like:
   (several ms each to parse and tokenize), so an admit window (400 ms, shorter than the scaled
   prefill) gathers them into one prefill timed from the first one's receipt: the admitted
   group and its start do not depend on how fast each client sends or the simulator parses;
-- the clients' warm-up requests (vLLM's single test prompt, SGLang's warm-up) finish before
-  the batch, which starts on an idle engine as ``calibrate run``'s does.
+- SGLang's client sends one warm-up request first (vLLM's sends none: its ready check is off
+  by default); it finishes before the batch, which starts on an idle engine as
+  ``calibrate run``'s does;
+- the simulator counts the prompt tokens the file records (checked on its ``/metrics``):
+  SGLang's text backends read ``data/prompts.json``, whose text re-encodes exactly.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ SGLANG_PY = COMPAT / "sglang" / "bin" / "python"
 CLIENTS = {"vllm": ("vllm==0.33.0", "vllm-client.txt"),
            "sglang": ("sglang==0.5.23", "sglang-client.txt")}
 TOKENIZER = HERE / "data" / "tokenizer"
+PROMPTS = HERE / "data" / "prompts.json"     # make_tokenizer.py writes it
 MODEL = "kimi-k3"      # a preset: weights and FLOPs known, so prefill and decode are physical
 CONTEXT, OUTPUT, BATCH = 2048, 32, 8
 KV = 27648             # kimi-k3's KV bytes per token (the simulator's default)
@@ -133,23 +137,27 @@ def _vllm_client(s: Proc, backend: str, tmp: Path) -> Path:
 
 def _sglang_client(s: Proc, backend: str, tmp: Path) -> Path:
     out = tmp / "sglang-result.jsonl"
-    # --tokenize-prompt (input_ids) is SGLang-native only; the others send text
-    extra = ["--flush-cache", "--tokenize-prompt"] if backend == "sglang" else []
+    if backend == "sglang":     # native /generate: token ids (--tokenize-prompt), exact counts
+        data = ["--dataset-name", "random-ids", "--tokenize-prompt", "--flush-cache"]
+    else:   # text: prompts of one-token words, which re-encode to the count the file records
+        data = ["--dataset-name", "random", "--dataset-path", str(PROMPTS)]
     _run([str(SGLANG_PY), "-m", "sglang.bench_serving", "--backend", backend,
-          "--base-url", s.url, "--model", MODEL, "--tokenizer", str(TOKENIZER),
-          "--dataset-name", "random-ids", "--random-input-len",
-          str(CONTEXT), "--random-output-len", str(OUTPUT), "--random-range-ratio", "1",
-          "--num-prompts", str(BATCH), "--max-concurrency", str(BATCH), "--output-file",
-          str(out), "--output-details", "--disable-tqdm", *extra], tmp)
+          "--base-url", s.url, "--model", MODEL, "--tokenizer", str(TOKENIZER), *data,
+          "--random-input-len", str(CONTEXT), "--random-output-len", str(OUTPUT),
+          "--random-range-ratio", "1", "--num-prompts", str(BATCH), "--max-concurrency",
+          str(BATCH), "--output-file", str(out), "--output-details", "--disable-tqdm"], tmp)
     return out
 
 
-# SGLang's client over /v1/completions sends its random-ids prompts as text, which this
-# tokenizer re-encodes to more tokens than the ids (the simulator counted 2,334 a request)
-# while the file records 2,048: the simulator prefilled longer prompts than the row says.
-TEXT_COUNT_DRIFT = pytest.mark.xfail(reason="SGLang client's decoded random-ids text "
-                                     "re-tokenizes longer than its recorded input_lens",
-                                     strict=False)
+def _prompt_tokens(s: Proc) -> int:
+    """The simulator's count of prompt tokens it prefilled, from its /metrics."""
+    text = httpx.get(s.url + "/metrics", timeout=30).text
+    for line in text.splitlines():
+        if line.startswith(f"{s.engine}:prompt_tokens_total"):
+            return round(float(line.rsplit(" ", 1)[1]))
+    raise AssertionError(f"no {s.engine}:prompt_tokens_total in /metrics")
+
+
 CASES = [("vllm", "vllm", "vllm"), ("vllm", "openai", "sglang"),
          ("sglang", "sglang", "sglang"), ("sglang", "sglang-oai", "sglang"),
          ("sglang", "vllm", "vllm")]
@@ -157,10 +165,8 @@ CASES = [("vllm", "vllm", "vllm"), ("vllm", "openai", "sglang"),
 
 def _case(client: str, backend: str, flavour: str):
     why = missing_client(client)
-    marks = [pytest.mark.skipif(why is not None, reason=why or "")]
-    if (client, backend) == ("sglang", "sglang-oai"):
-        marks.append(TEXT_COUNT_DRIFT)
-    return pytest.param(client, backend, flavour, marks=marks,
+    return pytest.param(client, backend, flavour,
+                        marks=pytest.mark.skipif(why is not None, reason=why or ""),
                         id=f"{client}-client-{backend}-on-{flavour}")
 
 
@@ -168,10 +174,15 @@ def _case(client: str, backend: str, flavour: str):
 @pytest.mark.parametrize("client, backend, sim", [_case(*c) for c in CASES], indirect=["sim"])
 def test_client_file_imports_and_agrees_with_calibrate_run(sim, client, backend, tmp_path):
     flavour = sim.engine
+    before = _prompt_tokens(sim)
     if client == "vllm":
         path, fmt = _vllm_client(sim, backend, tmp_path), "vllm-bench"
     else:
         path, fmt = _sglang_client(sim, backend, tmp_path), "sglang-bench"
+    # the simulator prefilled what the file records: the batch (and SGLang's one warm-up
+    # request; vLLM 0.33's ready check with a test prompt is off by default), CONTEXT tokens each
+    warmups = 1 if client == "sglang" else 0
+    assert _prompt_tokens(sim) - before == (BATCH + warmups) * CONTEXT
     raw = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     assert len(raw) == 1 and raw[0]["completed"] == BATCH
     assert all(not e for e in raw[0].get("errors") or [])
