@@ -21,10 +21,12 @@ One file entry (a vLLM file, a SGLang line) becomes one row:
 
 - ``batch_size``: ``max_concurrency``, else the number of requests when they were all sent at
   once (``request_rate`` inf), else ``--batch-size``;
-- one wave (requests <= batch): ``total_s`` = ``duration``, ``ttft_s`` = the last request's TTFT
-  (the batch's prefill, as ``calibrate run`` records it; p99 TTFT when there are no per-request
-  arrays), ``tpot_s`` = mean per-request TPOT, computed from the arrays as
-  (TTFT + sum(ITL) - TTFT) / (n - 1) when present;
+- one wave (requests <= batch): ``total_s`` = ``duration``, ``ttft_s`` = the batch's first send
+  -> its last first token (the batch's prefill, as ``calibrate run`` records it) from vLLM's
+  per-request ``start_times`` (``--save-detailed``); without them (SGLang's files) the last
+  request's TTFT, counted from its own send, which the client's send spread (a few ms)
+  shortens; p99 TTFT when there are no per-request arrays; ``tpot_s`` = mean per-request
+  TPOT, computed from the arrays as (TTFT + sum(ITL) - TTFT) / (n - 1) when present;
 - several waves: only ``tpot_s`` (a steady-state batch has no single prefill or total time).
 
 Every file is parsed before anything is written; an error names the file and line and writes
@@ -251,7 +253,7 @@ def entry_to_row(obj: Any, fmt: str, d: Defaults, where: tuple[str, int]) -> Mea
                 tpots.append(float(sum(gaps)) / (n - 1))
         tpot = sum(tpots) / len(tpots) if tpots else None
         if one_wave:
-            ttft = max(float(ttfts[i]) for i in ok)
+            ttft = _batch_ttft(obj, ttfts, ok, n_requests, where)
     if tpot is None:
         ms = _num(obj, "mean_tpot_ms", where, required=False)
         tpot = ms / 1e3 if ms else None
@@ -286,6 +288,18 @@ def entry_to_row(obj: Any, fmt: str, d: Defaults, where: tuple[str, int]) -> Mea
     for message in overhead_warnings(row, res) if res else []:
         warn(f"{where[0]}:{where[1]}: measured against engine-advisor sim: {message}")
     return row
+
+
+def _batch_ttft(obj: dict[str, Any], ttfts: list, ok: list[int], n: int,
+                where: tuple[str, int]) -> float:
+    """First send -> last first token when the file has the send times (vLLM's
+    ``start_times``, one clock), else the longest TTFT."""
+    starts = _array(obj, "start_times", n, where)
+    if starts is None:
+        return max(float(ttfts[i]) for i in ok)
+    if not all(isinstance(x, int | float) and math.isfinite(x) for x in starts):
+        raise BenchFileError(*where, "field 'start_times' must hold numbers (seconds)")
+    return max(float(starts[i]) + float(ttfts[i]) for i in ok) - min(map(float, starts))
 
 
 def _mean_int(values: list, name: str, where: tuple[str, int]) -> int:

@@ -164,6 +164,7 @@ def create_app(state: SimState) -> Starlette:
     engine = cfg.engine
 
     async def generate(request: Request, chat: bool) -> Response:
+        received = asyncio.get_running_loop().time()
         if not state.ready:
             return _error(state, ApiError(503, "The engine is starting up; try again later"))
         try:
@@ -195,7 +196,8 @@ def create_app(state: SimState) -> Starlette:
         if drop_after is not None and drop_after >= plan.n:
             drop_after = None       # the response ends before the cut would happen
         cached = state.prefix.lookup_and_insert(p.prompt_ids)
-        req = core.submit(len(p.prompt_ids), plan.n, reason=plan.finish_reason, cached=cached)
+        req = core.submit(len(p.prompt_ids), plan.n, reason=plan.finish_reason, cached=cached,
+                          received=received)
         state.in_flight += 1
         rid = new_id(engine, chat)
 

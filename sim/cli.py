@@ -56,9 +56,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "that prompt counts equal a client's using the same file (needs the "
                         "'tokenizer' extra; default: the simulator's built-in tokenizer)")
     p.add_argument("--admit-window-ms", type=float, default=0.0,
-                   help="an idle engine waits this long (wall ms) after a request arrives before "
-                        "its first step, so that a burst sent at once is prefilled together "
-                        "whatever its arrival order (default 0)")
+                   help="an idle engine gathers the requests that arrive within this many wall "
+                        "ms of the first into one prefill, timed from the first one's arrival: "
+                        "a burst sent at once is prefilled together whatever order the HTTP "
+                        "layer hands it over in, and the window adds no time while it is "
+                        "shorter than the scaled prefill (default 0)")
     p.set_defaults(handler=run)
 
 

@@ -7,9 +7,13 @@ running sequence. A prefill of k new requests takes the cost model's TTFT at bat
 mean prompt length and yields each request's first token; a decode step takes the cost model's
 TPOT at batch = number running and context = their mean, and yields one token each.
 
-An idle engine that receives a request waits ``admit_window_s`` (wall seconds, default 0)
-before its first step, so that requests a client sends at once are prefilled together rather
-than split by their arrival order (``sim --admit-window-ms``).
+An idle engine that receives a request collects arrivals for ``admit_window_s`` (wall seconds,
+default 0; ``sim --admit-window-ms``) before its first step, so that requests a client sends at
+once are prefilled together rather than split by the order the HTTP layer hands them over (it
+parses and tokenizes one request at a time: several milliseconds each for long text prompts).
+That burst is timed from its first request's arrival, the moment the HTTP layer received it, as
+if all had arrived with it: neither that intake nor the window adds time as long as the window
+is shorter than the scaled prefill (a longer one delays the first tokens to its end).
 
 Times run on an absolute clock (``_clock``): a step that starts late does not push later
 steps back, and when the process falls behind (time scale 0.001 asks for thousands of steps a
@@ -32,9 +36,9 @@ MAX_STEPS_PER_ITERATION = 256
 class SimRequest:
     """One request inside the engine; the HTTP layer waits on ``event`` for progress."""
 
-    __slots__ = ("rid", "prompt_len", "n_out", "cached", "reserve", "arrival", "state",
-                 "produced", "first_token_at", "last_token_at", "finished_at", "aborted",
-                 "event", "reason")
+    __slots__ = ("rid", "prompt_len", "n_out", "cached", "reserve", "arrival", "ready_at",
+                 "state", "produced", "first_token_at", "last_token_at", "finished_at",
+                 "aborted", "event", "reason")
 
     def __init__(self, rid: str, prompt_len: int, n_out: int, arrival: float, cached: int = 0,
                  reason: str = "length"):
@@ -45,6 +49,7 @@ class SimRequest:
         self.cached = cached
         self.reserve = prompt_len + n_out
         self.arrival = arrival
+        self.ready_at = arrival       # the earliest the engine may start it (a burst: its first)
         self.state = WAITING
         self.produced = 0
         self.first_token_at = 0.0
@@ -74,6 +79,7 @@ class EngineCore:
         self._ctx_sum = 0            # sum of current contexts (prompt + produced) of running
         self._wake = asyncio.Event()
         self._clock = 0.0
+        self._window_end = 0.0       # wall time the last admit window closed
         self._ids = itertools.count()
         self._task: asyncio.Task | None = None
 
@@ -108,11 +114,13 @@ class EngineCore:
         return prompt_len + n_out <= self.capacity
 
     def submit(self, prompt_len: int, n_out: int, *, reason: str = "length",
-               cached: int = 0) -> SimRequest:
+               cached: int = 0, received: float | None = None) -> SimRequest:
         """Queue a request of ``prompt_len`` tokens that will generate ``n_out`` tokens and
-        then finish with ``reason``."""
-        loop = asyncio.get_running_loop()
-        req = SimRequest(f"{next(self._ids)}", prompt_len, n_out, loop.time(), cached, reason)
+        then finish with ``reason``. ``received``: when the HTTP layer got it (loop time; its
+        parsing and tokenization since then are the simulator's overhead), else now."""
+        now = asyncio.get_running_loop().time()
+        arrival = now if received is None else min(received, now)
+        req = SimRequest(f"{next(self._ids)}", prompt_len, n_out, arrival, cached, reason)
         self.waiting.append(req)
         self._wake.set()
         return req
@@ -143,13 +151,20 @@ class EngineCore:
     # --------------------------------------------------------------- scheduler
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
+        idle = True
         while True:
             if not self.running and not self.waiting:
+                idle = True
                 self._wake.clear()
                 await self._wake.wait()
-                if self.admit_window > 0:   # let a burst sent at once arrive whole
-                    await asyncio.sleep(self.admit_window)
-                self._clock = loop.time()
+            if idle:            # the first request(s) after a pause
+                idle = False
+                if self.admit_window > 0 and self.waiting:
+                    await self._collect_burst(loop)
+                    if not self.waiting:        # all aborted in the window: idle again
+                        continue
+                else:
+                    self._clock = loop.time()
             if self._admit():
                 await self._prefill(loop)
             elif self.running:
@@ -159,6 +174,19 @@ class EngineCore:
                 # cannot fit are refused at submission); wait for an abort or a new request.
                 self._wake.clear()
                 await self._wake.wait()
+
+    async def _collect_burst(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Wait out the admit window; whatever arrived in it counts as sent with the first
+        arrival (the prefill is timed from there, the window overlapping it)."""
+        await asyncio.sleep(max(self.waiting[0].arrival + self.admit_window - loop.time(), 0.0))
+        self._window_end = loop.time()
+        if not self.waiting:        # all aborted meanwhile
+            return
+        # the earliest receipt (tokenization may reorder them), not before the last step's end
+        first = max(min(r.arrival for r in self.waiting), self._clock)
+        for r in self.waiting:
+            r.ready_at = first
+        self._clock = first
 
     def _admit(self) -> bool:
         while self.waiting and self.num_running < self.max_running:
@@ -180,8 +208,9 @@ class EngineCore:
         if cached:   # a prefix-cache hit skips the cached share of the prefill work
             hit_ctx = cached / len(batch)
             dur -= self.timer.prefill_s(len(batch), hit_ctx) - self.timer.prefill_s(len(batch), 1)
-        start = max(self._clock, max(r.arrival for r in batch))
-        self._clock = start + max(dur, 0.0) * self.scale
+        start = max(self._clock, max(r.ready_at for r in batch))
+        # a window longer than the prefill: the first tokens come when it closes
+        self._clock = max(start + max(dur, 0.0) * self.scale, self._window_end)
         delay = self._clock - loop.time()
         if delay > 0:
             await asyncio.sleep(delay)

@@ -320,6 +320,7 @@ def routes(state: SimState) -> list[Route]:
         return JSONResponse({"error": {"message": message}}, status_code=status)
 
     async def generate(request: Request) -> Response:
+        received = asyncio.get_running_loop().time()
         if not state.ready:
             return refuse(503, "The engine is starting up; try again later")
         try:
@@ -356,7 +357,7 @@ def routes(state: SimState) -> list[Route]:
             apply_stop(it, plan, state.tok.eos_token_id)
             cached = state.prefix.lookup_and_insert(it.ids)
             it.req = core.submit(len(it.ids), it.plan.n, reason=it.plan.finish_reason,
-                                 cached=cached)
+                                 cached=cached, received=received)
         state.in_flight += len(items)
 
         def done() -> None:

@@ -33,6 +33,23 @@ def test_vllm_file_with_per_request_arrays():
     assert row.mem_fraction == 0.92 and row.kv_bytes_per_token == 70272
 
 
+def test_vllm_start_times_give_the_batch_ttft_from_its_first_send(tmp_path):
+    """With ``start_times`` (``--save-detailed``) TTFT is counted as ``calibrate run`` counts
+    it: from the batch's first send to its last first token, not from each request's own send
+    (a request sent 5 ms late with a 1.0 s TTFT ends the batch's prefill at 1.005 s)."""
+    obj = json.loads(VLLM.read_text())
+    obj["ttfts"] = [0.9] * 7 + [1.0]
+    obj["start_times"] = [100.0] * 7 + [100.005]
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps(obj))
+    (row,) = import_files([str(p)], "vllm-bench", D)
+    assert row.ttft_s == pytest.approx(1.005)
+    obj["start_times"][3] = None
+    p.write_text(json.dumps(obj))
+    with pytest.raises(BenchFileError, match="'start_times' must hold numbers"):
+        import_files([str(p)], "vllm-bench", D)
+
+
 def test_vllm_summary_file_of_several_waves_gives_tpot_only():
     (row,) = import_files([str(VLLM_SUMMARY)], "vllm-bench", D)
     assert (row.context_tokens, row.output_tokens, row.batch_size) == (32768, 128, 4)

@@ -1,7 +1,13 @@
-"""Train the small byte-level BPE tokenizer the compatibility tests share (``data/tokenizer``).
+"""Train the small byte-level BPE tokenizer the compatibility tests share (``data/tokenizer``),
+and write the prompts of SGLang's client's text datasets (``data/prompts.json``).
 
 The engines' benchmark clients load a tokenizer with ``transformers.AutoTokenizer`` and the
 simulator loads the same ``tokenizer.json`` (``sim --tokenizer``), so prompt counts agree.
+``prompts.json`` is in ShareGPT's layout (``sglang.bench_serving --dataset-name random
+--dataset-path``): prompts of words that are each one token with their leading space, so
+however the client cuts or repeats their token ids, the text it decodes and sends encodes back
+to exactly as many tokens as it records (its ``random-ids`` text, consecutive vocabulary ids
+decoded, does not: the simulator counted 2,334 tokens for 2,048).
 Deterministic: the corpus is generated from a fixed word list and seed. Run it with a Python
 that has ``tokenizers``:
 
@@ -22,6 +28,7 @@ prompt fraction parallel tensor layer attention expert router proxy sequence win
 long short fast slow measure bench result file line value number data point size""".split()
 VOCAB_SIZE = 2000
 OUT = Path(__file__).parent / "data" / "tokenizer"
+PROMPTS = Path(__file__).parent / "data" / "prompts.json"
 
 
 def corpus(lines: int = 4000, seed: int = 20261130) -> list[str]:
@@ -32,6 +39,19 @@ def corpus(lines: int = 4000, seed: int = 20261130) -> list[str]:
         out.append(" ".join(words).capitalize() + rng.choice([".", ",", "!", "?", ";"]) +
                    f" {rng.randint(0, 9999)}")
     return out
+
+
+def write_prompts(tok, n: int = 16, words: int = 300, seed: int = 20261130) -> None:
+    """ShareGPT-style conversations whose prompts are single-token words (with the space)."""
+    single = [w for w in WORDS if len(tok.encode(" " + w).ids) == 1]
+    rng = random.Random(seed)
+    convs = []
+    for i in range(n):
+        text = " " + " ".join(rng.choices(single, k=words))
+        assert len(tok.encode(text).ids) == words
+        convs.append({"id": f"compat-{i}", "conversations": [
+            {"from": "human", "value": text}, {"from": "gpt", "value": " ok"}]})
+    PROMPTS.write_text(json.dumps(convs, indent=0) + "\n")
 
 
 def main() -> None:
@@ -51,7 +71,8 @@ def main() -> None:
               "model_max_length": 1_048_576, "add_bos_token": False, "add_eos_token": False,
               "clean_up_tokenization_spaces": False}
     (OUT / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
-    print(f"wrote {OUT} ({tok.get_vocab_size()} tokens)")
+    write_prompts(tok)
+    print(f"wrote {OUT} ({tok.get_vocab_size()} tokens) and {PROMPTS}")
 
 
 if __name__ == "__main__":

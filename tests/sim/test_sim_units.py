@@ -95,6 +95,37 @@ def test_scheduler_queues_beyond_max_running_and_capacity():
     asyncio.run(asyncio.wait_for(scenario(), 30))
 
 
+def test_admit_window_times_a_burst_from_its_first_arrival():
+    """A burst whose requests reach the engine over 60 ms (the HTTP layer hands them over one
+    by one) is prefilled together and timed from the first one's receipt: the first tokens come
+    one scaled prefill after it, the window adding nothing while it is shorter than the
+    prefill. A window longer than the prefill delays them to its end."""
+    timer = _timer()
+
+    async def burst(window: float, scale: float) -> tuple[list, float]:
+        core = EngineCore(timer, capacity_tokens=10**7, max_running=64, time_scale=scale,
+                          admit_window_s=window)
+        core.start()
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        reqs = [core.submit(2048, 2, received=t0)]
+        for _ in range(3):
+            await asyncio.sleep(0.02)
+            reqs.append(core.submit(2048, 2, received=loop.time() - 0.005))
+        while not all(r.produced for r in reqs):
+            await asyncio.sleep(0.002)
+        await core.stop()
+        return [r.first_token_at - t0 for r in reqs], core.stats.queue.count
+
+    prefill = timer.prefill_s(4, 2048)          # ~0.24 s, batch 1 ~0.065 s
+    scale = 0.5 / prefill
+    firsts, _ = asyncio.run(burst(0.2, scale))
+    assert max(firsts) - min(firsts) < 1e-9                      # one prefill for all four
+    assert 0.5 <= firsts[0] < 0.5 + 0.05                         # not 0.2 + 0.5
+    firsts, _ = asyncio.run(burst(0.3, 0.1 / prefill))
+    assert 0.3 <= firsts[0] < 0.3 + 0.05                         # the window's end
+
+
 def test_cli_defaults_are_the_configs_defaults():
     """`engine-advisor sim` keeps its defaults as literals (importing sim.config would slow
     every CLI command's start-up by ~170 ms): they must not drift from SimConfig's."""
