@@ -15,9 +15,8 @@ expects an engine to run.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass, field
-
-from cachetools import LRUCache
 
 from model.workload import MAX_BATCH, MAX_CONTEXT, MAX_OUTPUT
 from service.holder import LoadedModel
@@ -31,7 +30,7 @@ CACHE_SIZE = 16_384
 
 
 def bucket(x: int, steps: int) -> int:
-    return round(math.log2(max(x, 1)) * steps)
+    return round(math.log2(x if x > 1 else 1) * steps)
 
 
 def representative(k: int, steps: int, cap: int) -> int:
@@ -54,11 +53,34 @@ class Decision:
         return self.ranked[0]
 
 
+class _Lru(OrderedDict):
+    """At most ``size`` entries, the least recently read one dropped first (an OrderedDict:
+    a hit costs a dict lookup and a C-level move, not Python-level cache bookkeeping)."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.size = size
+
+    def hit(self, key, missing=None):
+        value = self.get(key, missing)
+        if value is not missing:
+            self.move_to_end(key)
+        return value
+
+    def put(self, key, value) -> None:
+        self[key] = value
+        if len(self) > self.size:
+            self.popitem(last=False)
+
+
+_MISSING = object()
+
+
 class Decider:
     def __init__(self, size: int = CACHE_SIZE):
         self.size = size
-        self._cache: LRUCache = LRUCache(size)
-        self._agree: LRUCache = LRUCache(size)
+        self._cache = _Lru(size)
+        self._agree = _Lru(size)
         self.hits = self.misses = 0
 
     def decide(self, loaded: LoadedModel, pools: Pools, context: int, output: int,
@@ -66,7 +88,7 @@ class Decider:
         bc, bo, bb = (bucket(context, CONTEXT_STEPS), bucket(output, OUTPUT_STEPS),
                       bucket(batch, BATCH_STEPS))
         key = (loaded.version, pools.generation, bc, bo, bb)
-        d = self._cache.get(key)
+        d = self._cache.hit(key)
         if d is not None:
             self.hits += 1
             return d
@@ -74,7 +96,7 @@ class Decider:
         d = self._compute(loaded, pools, representative(bc, CONTEXT_STEPS, MAX_CONTEXT),
                           representative(bo, OUTPUT_STEPS, MAX_OUTPUT),
                           representative(bb, BATCH_STEPS, MAX_BATCH))
-        self._cache[key] = d
+        self._cache.put(key, d)
         return d
 
     def agree(self, loaded: LoadedModel, pools: Pools, lo: int, hi: int, output: int,
@@ -83,8 +105,9 @@ class Decider:
         ``points`` log-spaced contexts), else None. Remembered by buckets too."""
         key = (loaded.version, pools.generation, bucket(lo, CONTEXT_STEPS),
                bucket(hi, CONTEXT_STEPS), bucket(output, OUTPUT_STEPS), bucket(batch, BATCH_STEPS))
-        if key in self._agree:
-            return self._agree[key]
+        first = self._agree.hit(key, _MISSING)
+        if first is not _MISSING:
+            return first
         first = self.decide(loaded, pools, lo, output, batch)
         if hi > lo:
             for i in range(1, points):
@@ -92,7 +115,7 @@ class Decider:
                 if self.decide(loaded, pools, ctx, output, batch).best != first.best:
                     first = None
                     break
-        self._agree[key] = first
+        self._agree.put(key, first)
         return first
 
     @staticmethod

@@ -30,7 +30,7 @@ async def handle(request: Request, path: str) -> Response:
     """Both completion routes (also called directly by service.proxy.asgi)."""
     st, pools = current_pools(request)
     authorize(pools, request)
-    req = parse(await read_body(request.receive), path)
+    req = parse(await read_body(request.receive, st.body_cap()), path)
     routed = await route(st, pools, current_model(request), req)
     rid = request.scope.get("state", {}).get("request_id") or ""
     return ProxyCall(st, pools, req, routed.decision, routed.first, rid, routed.prompt_tokens)

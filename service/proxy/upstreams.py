@@ -293,6 +293,11 @@ class Upstream:
     def group(self) -> tuple[str, int]:
         return (self.engine, self.spec.dcp_size)
 
+    @property
+    def group_labels(self) -> tuple[str, str]:
+        """``group`` as metric label values."""
+        return (self.engine, str(self.spec.dcp_size))
+
     def available(self, now: float) -> bool:
         return self.healthy and now >= self.not_before and self.breaker.available()
 
@@ -328,11 +333,15 @@ class Pools:
         layout = self.config.workload.workload(1024, 1, 1, ["vllm"], [1]).model_shape()
         self.kv_bytes_per_token = int(layout.kv_bytes_per_token)
         self.kv_shards = layout.shards(self.config.workload.num_gpus)
+        gpu = self.config.workload.gpu
+        self.gpu_name = (gpu if isinstance(gpu, str) else gpu.name).upper()   # observations
+        self._serving = {m: [u for u in self.upstreams if u.spec.model == m]
+                         for m in self.models}
 
     def serving(self, model: str | None) -> list[Upstream]:
         if model is None:
             return self.upstreams
-        return [u for u in self.upstreams if u.spec.model == model]
+        return self._serving.get(model) or []
 
     def max_model_len(self, model: str | None = None) -> int | None:
         """The longest context the upstreams serving ``model`` (default: all) accept."""
