@@ -17,7 +17,8 @@ upstream connection, so the engine aborts the request (streaming or not).
   like a malformed response.
 - Timeouts: ``connect_s`` (TCP connect), ``first_byte_s`` (streaming: until the first event),
   ``idle_s`` (streaming: between events), ``total_s`` (the whole request, also non-streaming).
-  A timeout answers 504 (or an error event mid-stream) and is not retried.
+  A timeout answers 504 (or an error event mid-stream) and is not retried. They are checked
+  on one shared clock (service.proxy.deadlines): never early, up to 50 ms late.
 """
 
 from __future__ import annotations
@@ -321,12 +322,12 @@ class ProxyCall(Response):
             sent_at = time.perf_counter()
             headers = upstream_headers(scope, up, self.request_id)
             if not self.req.stream:
-                async with asyncio.timeout_at(deadline):
+                async with st.deadlines.at(deadline):
                     resp = await up.fast.request("POST", self.req.path, headers, self.req.raw,
                                                  t.connect_s, whole=True)
                     body = await resp.read()
                 return await self._answer(send, up, resp, body, sent_at, batch)
-            async with asyncio.timeout_at(min(loop.time() + t.first_byte_s, deadline)) as cm:
+            async with st.deadlines.at(min(loop.time() + t.first_byte_s, deadline)) as cm:
                 resp = await up.fast.request("POST", self.req.path, headers, self.req.raw,
                                              t.connect_s, whole=False)
                 if not 200 <= resp.status < 300:

@@ -19,6 +19,7 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 
+from service.proxy.deadlines import Deadlines
 from service.proxy.decide import Decider
 from service.proxy.health_checker import HealthChecker
 from service.proxy.metrics import ProxyMetrics
@@ -58,6 +59,7 @@ class ProxyState:
         self.tokenizer: Tokenizer | None = None
         self.metrics = ProxyMetrics(registry, lambda: self.pools)
         self.decider = Decider()
+        self.deadlines = Deadlines()      # the timeouts of proxied requests
         self.observations = Observations(0)
         self.checker = HealthChecker(lambda: self.pools, on_round=self._export_health)
         self.last_reload = ReloadRecord()
