@@ -140,16 +140,15 @@ class DisconnectWatch:
 
     One ``receive()`` coroutine is stepped by hand from the done-callbacks of the futures it
     waits on, as a Task would step it: a Task per request for this (created, scheduled, then
-    cancelled and unwound) costs more CPU than the rest of the watching. A receive that waits
-    on something else than a future (or fails) is handed to a real task instead."""
+    cancelled and unwound) costs more CPU than the rest of the watching. A receive that fails
+    (or yields what a Task would refuse) ends the watching."""
 
-    __slots__ = ("receive", "task", "coro", "waiting", "gone", "closed", "fallback")
+    __slots__ = ("receive", "task", "coro", "waiting", "gone", "closed")
 
     def __init__(self, receive: Receive, task: asyncio.Task):
         self.receive, self.task = receive, task
         self.gone = self.closed = False
         self.waiting: asyncio.Future | None = None
-        self.fallback: asyncio.Task | None = None
         self.coro = receive()
         self._step()
 
@@ -160,7 +159,8 @@ class DisconnectWatch:
                 waits_on = self.coro.send(None)
             except StopIteration as stop:
                 if stop.value["type"] == "http.disconnect":
-                    self._gone()
+                    self.closed = self.gone = True
+                    self.task.cancel()
                     return
                 self.coro = self.receive()        # more request body: not ours, go on
                 continue
@@ -172,29 +172,15 @@ class DisconnectWatch:
             elif hasattr(waits_on, "add_done_callback"):
                 self.waiting = waits_on
                 waits_on.add_done_callback(self._step)
-            else:                                 # not a future: let a task drive it
-                self.coro.close()
-                self.fallback = asyncio.get_running_loop().create_task(self._watch())
+            else:
+                self.close()
             return
-
-    async def _watch(self) -> None:
-        while (await self.receive())["type"] != "http.disconnect":
-            pass
-        if not self.closed:
-            self._gone()
-
-    def _gone(self) -> None:
-        self.closed = self.gone = True
-        self.task.cancel()
 
     def close(self) -> None:
         """The response is done (or failed): stop watching."""
         if self.closed:
             return
         self.closed = True
-        if self.fallback is not None:
-            self.fallback.cancel()
-            return
         if self.waiting is not None:
             self.waiting.remove_done_callback(self._step)
         self.coro.close()
