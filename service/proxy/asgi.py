@@ -9,7 +9,7 @@
 - Direct path: ``POST /v1/chat/completions`` and ``/v1/completions`` are dispatched by the app
   itself (service.main.App) before FastAPI sees them, to ``DirectPath``: request ids, metrics
   and the body cap as the app's middleware gives every other route, then the handler the
-  FastAPI routes also call (service.proxy.routes.handle). FastAPI's own layers (telemetry
+  FastAPI routes also call (service.proxy.routes.forward). FastAPI's own layers (telemetry
   checks, server-error and exception middleware, route matching, dependency solving) and the
   middleware's wrappers around ``send`` and ``receive`` are a large share of the proxy's CPU
   per request (bench/bench_proxy.py) and are skipped; errors become the same envelope, and an
@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from starlette.exceptions import HTTPException
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -34,7 +34,7 @@ from service.proxy.forward import ProxyCall
 if TYPE_CHECKING:
     from service.proxy.state import ProxyState
 
-Handler = Callable[[Request, str], Awaitable[Response]]
+Handler = Callable[[Scope, Receive, str], Awaitable[Response]]
 
 PROXY_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/route", "/generate"})
 DIRECT_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
@@ -130,7 +130,7 @@ class DirectPath:
                                     param="content-length")
                 if declared > limit:
                     return envelope(413, body_too_large(limit, declared))
-            return await self.handler(Request(scope, receive), scope["path"])
+            return await self.handler(scope, receive, scope["path"])
         except ApiError as exc:
             return exc.response()
         except HTTPException as exc:

@@ -85,8 +85,10 @@ class Decider:
 
     def decide(self, loaded: LoadedModel, pools: Pools, context: int, output: int,
                batch: int) -> Decision:
-        bc, bo, bb = (bucket(context, CONTEXT_STEPS), bucket(output, OUTPUT_STEPS),
-                      bucket(batch, BATCH_STEPS))
+        return self._decide(loaded, pools, bucket(context, CONTEXT_STEPS),
+                            bucket(output, OUTPUT_STEPS), bucket(batch, BATCH_STEPS))
+
+    def _decide(self, loaded: LoadedModel, pools: Pools, bc: int, bo: int, bb: int) -> Decision:
         key = (loaded.version, pools.generation, bc, bo, bb)
         d = self._cache.hit(key)
         if d is not None:
@@ -103,20 +105,35 @@ class Decider:
               batch: int, points: int = 5) -> Decision | None:
         """The decision when it is the same for every context in [lo, hi] (checked at
         ``points`` log-spaced contexts), else None. Remembered by buckets too."""
-        key = (loaded.version, pools.generation, bucket(lo, CONTEXT_STEPS),
-               bucket(hi, CONTEXT_STEPS), bucket(output, OUTPUT_STEPS), bucket(batch, BATCH_STEPS))
+        return self._agree_b(loaded, pools, lo, hi, bucket(output, OUTPUT_STEPS),
+                             bucket(batch, BATCH_STEPS), points)
+
+    def _agree_b(self, loaded: LoadedModel, pools: Pools, lo: int, hi: int, bo: int, bb: int,
+                 points: int = 5) -> Decision | None:
+        bl = bucket(lo, CONTEXT_STEPS)
+        key = (loaded.version, pools.generation, bl, bucket(hi, CONTEXT_STEPS), bo, bb)
         first = self._agree.hit(key, _MISSING)
         if first is not _MISSING:
             return first
-        first = self.decide(loaded, pools, lo, output, batch)
+        first = self._decide(loaded, pools, bl, bo, bb)
         if hi > lo:
             for i in range(1, points):
                 ctx = round(lo * (hi / lo) ** (i / (points - 1)))
-                if self.decide(loaded, pools, ctx, output, batch).best != first.best:
+                if self._decide(loaded, pools, bucket(ctx, CONTEXT_STEPS), bo,
+                                bb).best != first.best:
                     first = None
                     break
         self._agree.put(key, first)
         return first
+
+    def estimated(self, loaded: LoadedModel, pools: Pools, context: int, lo: int, hi: int,
+                  output: int, batch: int, check: bool) -> tuple[Decision, bool]:
+        """For an estimated ``context`` (plausibly ``lo``..``hi``): its decision, and (with
+        ``check``) whether another context in the range would be decided otherwise (then the
+        count is worth asking for). One bucketing of the output and batch for both."""
+        bo, bb = bucket(output, OUTPUT_STEPS), bucket(batch, BATCH_STEPS)
+        differs = check and self._agree_b(loaded, pools, lo, hi, bo, bb) is None
+        return self._decide(loaded, pools, bucket(context, CONTEXT_STEPS), bo, bb), differs
 
     @staticmethod
     def _compute(loaded: LoadedModel, pools: Pools, context: int, output: int,

@@ -292,8 +292,12 @@ class ProxyCall(Response):
     def _passed(resp: Http1Response) -> list[tuple[bytes, bytes]]:
         return [(k, v) for k, v in resp.headers if k in PASS_RESPONSE]
 
-    def _response_headers(self, resp: Http1Response, up: Upstream) -> list[tuple[bytes, bytes]]:
-        return self._passed(resp) + self._ours(up)
+    @staticmethod
+    def _response_headers(resp: Http1Response, up: Upstream) -> list[tuple[bytes, bytes]]:
+        out = [(k, v) for k, v in resp.headers if k in PASS_RESPONSE]
+        out.append((b"x-engine-advisor-engine", up.engine.encode()))
+        out.append((b"x-engine-advisor-upstream", up.name.encode()))
+        return out
 
     async def _attempt(self, scope: Scope, send: Send, up: Upstream,
                        deadline: float) -> Failure | None:

@@ -102,8 +102,14 @@ async def read_body(receive: Receive, limit: int | None = None) -> bytes:
             return b"".join(chunks)
 
 
+_JSON = json.JSONDecoder()
+
+
 def decode(raw: bytes) -> Any:
     try:
+        if raw[:1] == b"{" and raw[1:2] != b"\x00":
+            # what json.loads detects for such bytes (UTF-8), without its detection
+            return _JSON.decode(raw.decode("utf-8", "surrogatepass"))
         return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ApiError(400, f"request body: invalid JSON ({exc})") from None

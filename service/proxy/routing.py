@@ -94,6 +94,7 @@ async def route(st: ProxyState, pools: Pools, loaded: LoadedModel, req: ProxyReq
         raise _unavailable(cands)
     out = req.max_tokens or cfg.workload.output_tokens
     batch = max(cfg.workload.batch_size, 1 + least)
+    decision = None
     if context_tokens is not None:
         n, method = context_tokens, "given"
     elif req.prompt_token_ids is not None:
@@ -107,14 +108,17 @@ async def route(st: ProxyState, pools: Pools, loaded: LoadedModel, req: ProxyReq
     else:
         n, method = estimate(req, cfg.tokens.bytes_per_token), "estimate"
         lo, hi = plausible_range(req)
-        if cfg.tokens.upstream_tokenize \
-                and st.decider.agree(loaded, pools, lo, hi, out, batch) is None:
+        decision, differs = st.decider.estimated(loaded, pools, n, lo, hi, out, batch,
+                                                 cfg.tokens.upstream_tokenize)
+        if differs:
             asker = min((u for u in cands if u.available(now)), key=lambda u: u.in_flight)
             counted = await upstream_count(asker, req, cfg.tokens.tokenize_timeout_s)
             if counted is not None:
                 n, method = counted, "upstream"
+                decision = None
     st.metrics.token_counts.inc((method,))
-    decision = st.decider.decide(loaded, pools, n, out, batch)
+    if decision is None:
+        decision = st.decider.decide(loaded, pools, n, out, batch)
     st.seq += 1
     first = pick(pools, decision, req.model, [], None, st.seq)
     if first is None:     # every available upstream went away while we counted

@@ -263,6 +263,10 @@ class Upstream:
     last_error: str | None = None
     not_before: float = 0.0     # Retry-After: no requests before this monotonic time
     picked: int = 0             # when it was last picked (ties of in-flight go round-robin)
+    name: str = field(init=False, default="")    # spec.name, fixed for the upstream's life
+
+    def __post_init__(self) -> None:
+        self.name = self.spec.name or ""
 
     @classmethod
     def create(cls, engine: str, spec: UpstreamSpec, cfg: PoolsConfig) -> Upstream:
@@ -280,10 +284,6 @@ class Upstream:
     async def aclose(self) -> None:
         await self.client.aclose()
         await self.fast.aclose()
-
-    @property
-    def name(self) -> str:
-        return self.spec.name or ""
 
     @property
     def url(self) -> str:
