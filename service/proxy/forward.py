@@ -197,12 +197,13 @@ class ProxyCall(Response):
         self.finished = False     # the client's response is complete (streams: [DONE] sent)
         self.final: tuple[str, str, int] | None = None   # engine, upstream, status
         self.status_code = 500    # what the client was sent (500: nothing)
+        self.watch: DisconnectWatch | None = None
         self.background = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # The attempts run in this task; the watch cancels it if the client goes away first.
         task = asyncio.current_task()
-        watch = DisconnectWatch(receive, task)
+        self.watch = watch = DisconnectWatch(receive, task)
         try:
             await self._run(scope, send)
         except asyncio.CancelledError:
@@ -214,7 +215,12 @@ class ProxyCall(Response):
         finally:
             watch.close()                 # no await since _run ended: no cancel can be due
 
-    async def _start(self, send: Send, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+    async def _start(self, send: Send, status: int, headers: list[tuple[bytes, bytes]],
+                     whole: bool = False) -> None:
+        """``whole``: the body follows in one message; nothing is left to cancel, so the
+        watch ends first (the response's end then wakes nobody)."""
+        if whole:
+            self.watch.close()
         headers.append((b"x-request-id", self.request_id.encode()))
         self.status_code = status
         await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -280,7 +286,7 @@ class ProxyCall(Response):
         headers.append((b"content-length", str(len(body)).encode()))
         self.final = (up.engine, up.name, status)
         self.state.metrics.count(up.engine, up.name, status)
-        await self._start(send, status, headers)
+        await self._start(send, status, headers, whole=True)
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
     @staticmethod
@@ -396,10 +402,10 @@ class ProxyCall(Response):
                            body, self._passed(resp), after)
         up.breaker.success()
         headers = self._response_headers(resp, up)
-        headers.append((b"content-length", str(len(body)).encode()))
+        headers.append((b"content-length", b"%d" % len(body)))
         self.started = True
         self.final = (up.engine, up.name, status)
-        await self._start(send, status, headers)
+        await self._start(send, status, headers, whole=True)
         await send({"type": "http.response.body", "body": body, "more_body": False})
         self.state.metrics.count(up.engine, up.name, status)
         if 200 <= status < 300:
