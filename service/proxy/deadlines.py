@@ -24,14 +24,14 @@ class Deadline:
 
     __slots__ = ("clock", "when", "task", "expired", "cancelling")
 
-    def __init__(self, clock: Deadlines, when: float | None):
+    def __init__(self, clock: Deadlines, when: float | None, task: asyncio.Task | None = None):
         self.clock, self.when = clock, when
-        self.task: asyncio.Task | None = None
+        self.task = task              # the current task, when the caller knows it
         self.expired = False
         self.cancelling = 0
 
     async def __aenter__(self) -> Deadline:
-        task = asyncio.current_task()
+        task = self.task or asyncio.current_task()
         if task is None:
             raise RuntimeError("Deadline should be used inside a task")
         self.task, self.cancelling = task, task.cancelling()
@@ -67,11 +67,12 @@ class Deadlines:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.timer: asyncio.TimerHandle | None = None
 
-    def at(self, when: float | None) -> Deadline:
-        return Deadline(self, when)
+    def at(self, when: float | None, task: asyncio.Task | None = None) -> Deadline:
+        """A deadline for an ``async with`` block of ``task`` (default: the current one)."""
+        return Deadline(self, when, task)
 
     def add(self, d: Deadline) -> None:
-        loop = asyncio.get_running_loop()
+        loop = d.task.get_loop()
         if loop is not self.loop:              # first use, or another loop (tests)
             self.loop, self.active, self.timer = loop, {}, None
         self.active[d] = None

@@ -202,7 +202,8 @@ class ProxyCall(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # The attempts run in this task; the watch cancels it if the client goes away first.
-        task = asyncio.current_task()
+        self.task = task = asyncio.current_task()
+        self.loop = task.get_loop()
         self.watch = watch = DisconnectWatch(receive, task)
         try:
             await self._run(scope, send)
@@ -229,7 +230,7 @@ class ProxyCall(Response):
     async def _run(self, scope: Scope, send: Send) -> None:
         st, pools = self.state, self.pools
         cfg = pools.config
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         deadline = loop.time() + cfg.timeouts.total_s
         tried: list[Upstream] = []
         failures: list[tuple[Upstream, Failure]] = []
@@ -308,7 +309,7 @@ class ProxyCall(Response):
     async def _attempt(self, scope: Scope, send: Send, up: Upstream,
                        deadline: float) -> Failure | None:
         st, t = self.state, self.pools.config.timeouts
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         up.in_flight += 1
         batch = up.in_flight
         probe = up.breaker.acquire()
@@ -318,12 +319,13 @@ class ProxyCall(Response):
             sent_at = time.perf_counter()
             headers = upstream_headers(scope, up, self.request_id)
             if not self.req.stream:
-                async with st.deadlines.at(deadline):
+                async with st.deadlines.at(deadline, self.task):
                     resp = await up.fast.request("POST", self.req.path, headers, self.req.raw,
                                                  t.connect_s, whole=True)
                     body = await resp.read()
                 return await self._answer(send, up, resp, body, sent_at, batch)
-            async with st.deadlines.at(min(loop.time() + t.first_byte_s, deadline)) as cm:
+            async with st.deadlines.at(min(loop.time() + t.first_byte_s, deadline),
+                                       self.task) as cm:
                 resp = await up.fast.request("POST", self.req.path, headers, self.req.raw,
                                              t.connect_s, whole=False)
                 if not 200 <= resp.status < 300:
@@ -418,7 +420,7 @@ class ProxyCall(Response):
     async def _stream(self, send: Send, up: Upstream, resp: Http1Response, cm,
                       deadline: float, sent_at: float, batch: int) -> Failure | None:
         t = self.pools.config.timeouts
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         pending = b""
         last = b""
         ttft = None
