@@ -14,7 +14,7 @@ from uvicorn.server import ServerState
 
 from service.proxy.deadlines import Deadlines
 from service.proxy.forward import DisconnectWatch
-from service.server import HeadCoalescingProtocol
+from service.server import ServerProtocol
 
 
 def run(test):
@@ -56,7 +56,7 @@ class Recorder(asyncio.Transport):
 async def exchange(app, request: bytes, steps: int = 10) -> Recorder:
     config = Config(app=app, lifespan="off", proxy_headers=False, log_level="warning")
     config.load()
-    p = HeadCoalescingProtocol(config, ServerState(), {}, _loop=asyncio.get_running_loop())
+    p = ServerProtocol(config, ServerState(), {}, _loop=asyncio.get_running_loop())
     t = Recorder()
     p.connection_made(t)
     p.data_received(request)
