@@ -54,7 +54,8 @@ class Recorder(asyncio.Transport):
 
 
 async def exchange(app, request: bytes, steps: int = 10) -> Recorder:
-    config = Config(app=app, lifespan="off", proxy_headers=False, log_level="warning")
+    config = Config(app=app, lifespan="off", proxy_headers=False, log_level="warning",
+                    access_log=False)
     config.load()
     p = ServerProtocol(config, ServerState(), {}, _loop=asyncio.get_running_loop())
     t = Recorder()
@@ -109,6 +110,141 @@ async def test_head_requests_100_continue_and_close_keep_their_order():
     t = await exchange(respond(b"bye"), b"GET / HTTP/1.0\r\n\r\n")      # closed after
     assert t.writes == [b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\nconnection: close\r\n\r\nbye"]
     assert t.closed
+
+
+# ----------------------------------------------------------------------------- the direct lane
+class LaneApp:
+    """An app with a ``direct`` entry, as service.main.App: the lane's requests go there."""
+
+    def __init__(self, direct):
+        self.direct = direct
+        self.seen: list[str] = []
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return
+        self.seen.append(scope["path"])
+        await receive()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", b"4")]})
+        await send({"type": "http.response.body", "body": b"slow"})
+
+
+def post(path: bytes = b"/v1/completions", body: bytes = b'{"a":1}', extra: bytes = b"",
+         version: bytes = b"1.1") -> bytes:
+    return (b"POST " + path + b" HTTP/" + version + b"\r\nhost: x\r\ncontent-length: "
+            + str(len(body)).encode() + b"\r\n" + extra + b"\r\n" + body)
+
+
+def lane(direct_app):
+    app = LaneApp(direct_app)
+    calls: list[dict] = []
+
+    async def direct(scope, receive, send):
+        calls.append(scope)
+        assert scope["app"] is app
+        await direct_app(scope, receive, send)
+
+    app.direct = direct
+    return app, calls
+
+
+async def echo(scope, receive, send):
+    message = await receive()
+    body = message["body"]
+    while message.get("more_body"):
+        message = await receive()
+        body += message["body"]
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-length", str(len(body)).encode()),
+                            (b"x-path", scope["path"].encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+@run
+async def test_the_completion_routes_take_the_direct_lane_and_write_once():
+    app, calls = lane(echo)
+    t = await exchange(app, post() + post(b"/v1/chat/completions", b"{}") + post(b"/v1/route")
+                       + b"GET /v1/completions HTTP/1.1\r\nhost: x\r\n\r\n"
+                       + post(b"/v1/completions?x=1"))
+    assert [c["path"] for c in calls] == ["/v1/completions", "/v1/chat/completions"]
+    assert app.seen == ["/v1/route", "/v1/completions", "/v1/completions"]   # other paths
+    assert t.writes[0] == (b"HTTP/1.1 200 OK\r\ncontent-length: 7\r\nx-path: /v1/completions"
+                           b"\r\n\r\n{\"a\":1}")
+    assert t.writes[1].endswith(b"x-path: /v1/chat/completions\r\n\r\n{}")
+    assert len(t.writes) == 5 and not t.closed          # one write each, in order, kept alive
+    scope = calls[0]
+    assert scope["method"] == "POST" and scope["query_string"] == b"" and \
+        scope["raw_path"] == b"/v1/completions" and (b"content-length", b"7") in scope["headers"]
+
+
+@run
+async def test_the_lane_frames_streams_http10_and_chunked_request_bodies():
+    async def stream(scope, receive, send):
+        await receive()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream")]})
+        await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
+        await asyncio.sleep(0.01)
+        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
+
+    app, _ = lane(stream)
+    t = await exchange(app, post(), steps=3)
+    assert t.writes == [b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                        b"transfer-encoding: chunked\r\n\r\n9\r\ndata: 1\n\n\r\n"]
+    await asyncio.sleep(0.05)
+    assert t.writes[1:] == [b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"]
+    app, _ = lane(echo)
+    t = await exchange(app, post(version=b"1.0"))
+    assert t.writes == [b"HTTP/1.1 200 OK\r\ncontent-length: 7\r\nx-path: /v1/completions"
+                        b"\r\nconnection: close\r\n\r\n{\"a\":1}"] and t.closed
+    chunked = (b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n"
+               b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
+    t = await exchange(app, chunked)
+    assert t.writes[0].endswith(b"\r\n\r\nabcde")
+
+
+@run
+async def test_the_lane_refuses_bad_headers_and_unfinished_responses_like_uvicorn():
+    async def bad(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"x-a", b"ok\r\nset-cookie: evil")]})
+
+    app, _ = lane(bad)
+    t = await exchange(app, post())
+    assert t.writes[0].startswith(b"HTTP/1.1 500 Internal Server Error\r\n")
+    assert b"evil" not in b"".join(t.writes) and t.closed
+
+    async def short(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", b"10")]})
+        await send({"type": "http.response.body", "body": b"abc", "more_body": True})
+
+    app, _ = lane(short)
+    t = await exchange(app, post())
+    assert t.writes == [b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc"] and t.closed
+
+
+@run
+async def test_a_client_gone_mid_request_is_seen_by_receive():
+    seen = []
+
+    async def waits(scope, receive, send):
+        await receive()                          # the body
+        seen.append(await receive())             # then: the disconnect
+
+    app, _ = lane(waits)
+    config = Config(app=app, lifespan="off", proxy_headers=False, log_level="warning",
+                    access_log=False)
+    config.load()
+    p = ServerProtocol(config, ServerState(), {}, _loop=asyncio.get_running_loop())
+    t = Recorder()
+    p.connection_made(t)
+    p.data_received(post())
+    await asyncio.sleep(0.01)
+    p.connection_lost(None)
+    await asyncio.sleep(0.01)
+    assert seen == [{"type": "http.disconnect"}]
 
 
 # ----------------------------------------------------------------------------- the watch
