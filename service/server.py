@@ -20,6 +20,11 @@ pipelining, timeouts, flow control and shutdown stay uvicorn's; what changes:
    ``X-Forwarded-*`` headers only change ``scope["client"]``/``["scheme"]``, which the two
    routes never read.
 
+3. The keep-alive timeout that uvicorn arms after every response (and cancels when the next
+   request arrives) is kept on one shared clock per event loop (``KeepAliveClock``: never
+   early, up to a second late) instead of an event-loop timer per response: under uvloop each
+   such timer is a libuv handle, a few microseconds per request.
+
 ``DirectCycle`` gives uvicorn's protocol the attributes it uses on a cycle (``body``,
 ``more_body``, ``message_event``, ``response_complete``, ``disconnected``, ``keep_alive``,
 ``run_asgi``), so the protocol's own body, disconnect, pipelining and shutdown handling apply
@@ -32,6 +37,7 @@ import asyncio
 import http
 import logging
 import re
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -304,6 +310,65 @@ def _nothing() -> None:
     pass
 
 
+# ----------------------------------------------------------------------------- 3. keep-alive
+class _Alarm:
+    """One keep-alive timeout (what uvicorn keeps as ``timeout_keep_alive_task``)."""
+
+    __slots__ = ("clock", "when", "callback")
+
+    def __init__(self, clock: KeepAliveClock, when: float, callback: Callable[[], None]):
+        self.clock, self.when, self.callback = clock, when, callback
+
+    def cancel(self) -> None:
+        self.clock.alarms.pop(self, None)
+
+
+class KeepAliveClock:
+    """The keep-alive timeouts of one event loop's connections, checked every ``TICK``
+    seconds while any is set."""
+
+    TICK = 1.0
+    _clocks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self.alarms: dict[_Alarm, None] = {}
+        self.timer: asyncio.TimerHandle | None = None
+
+    @classmethod
+    def of(cls, loop: asyncio.AbstractEventLoop) -> KeepAliveClock:
+        clock = cls._clocks.get(loop)
+        if clock is None:
+            clock = cls._clocks[loop] = cls(loop)
+        return clock
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> _Alarm:
+        alarm = _Alarm(self, self.loop.time() + delay, callback)
+        self.alarms[alarm] = None
+        if self.timer is None:
+            self.timer = self.loop.call_later(self.TICK, self._check)
+        return alarm
+
+    def _check(self) -> None:
+        now = self.loop.time()
+        for alarm in [a for a in self.alarms if a.when <= now]:
+            if self.alarms.pop(alarm, 0) is None:      # not cancelled by an earlier callback
+                alarm.callback()
+        self.timer = self.loop.call_later(self.TICK, self._check) if self.alarms else None
+
+
+class _Loop:
+    """The event loop as uvicorn's protocol uses it (``create_task``, ``call_later`` for
+    the keep-alive timeout only): the loop's own ``create_task``, the shared clock's
+    ``call_later``."""
+
+    __slots__ = ("create_task", "call_later")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.create_task = loop.create_task
+        self.call_later = KeepAliveClock.of(loop).call_later
+
+
 def _direct_app(app: Any) -> tuple[Any, Any]:
     """(the app, its ``direct`` ASGI app) when ``app`` is engine-advisor's, reached at most
     through uvicorn's ProxyHeadersMiddleware; else (None, None)."""
@@ -316,6 +381,8 @@ def _direct_app(app: Any) -> tuple[Any, Any]:
 class ServerProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
+        self.event_loop = self.loop
+        self.loop = _Loop(self.loop)              # uvicorn's use of it: see _Loop
         self.direct_app, self.direct = _direct_app(self.app)
         self.lane = (self.direct is not None and not self.root_path and not self.access_log
                      and self.limit_concurrency is None)
@@ -329,7 +396,7 @@ class ServerProtocol(HttpToolsProtocol):
         super().on_headers_complete()
         cycle = self.cycle
         if cycle is not before:
-            cycle.transport = _CycleTransport(cycle.transport, self.loop, cycle)
+            cycle.transport = _CycleTransport(cycle.transport, self.event_loop, cycle)
 
     def _direct(self) -> None:
         version = self.parser.get_http_version()
@@ -343,7 +410,7 @@ class ServerProtocol(HttpToolsProtocol):
         scope["app"] = self.direct_app
         before = self.cycle
         self.cycle = cycle = DirectCycle(
-            scope, self.transport, self.flow, self.loop, self.server_state.default_headers,
+            scope, self.transport, self.flow, self.event_loop, self.server_state.default_headers,
             version != "1.0" and self.parser.should_keep_alive(), self.on_response_complete)
         if before is None or before.response_complete:
             self._start_asgi_task(cycle, self.direct)

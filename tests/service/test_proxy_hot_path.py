@@ -14,7 +14,7 @@ from uvicorn.server import ServerState
 
 from service.proxy.deadlines import Deadlines
 from service.proxy.forward import DisconnectWatch
-from service.server import ServerProtocol
+from service.server import KeepAliveClock, ServerProtocol
 
 
 def run(test):
@@ -245,6 +245,28 @@ async def test_a_client_gone_mid_request_is_seen_by_receive():
     p.connection_lost(None)
     await asyncio.sleep(0.01)
     assert seen == [{"type": "http.disconnect"}]
+
+
+@run
+async def test_an_idle_connection_is_closed_after_the_keep_alive_timeout_never_before():
+    KeepAliveClock.TICK, tick = 0.02, KeepAliveClock.TICK
+    try:
+        config = Config(app=respond(b"hi"), lifespan="off", proxy_headers=False,
+                        log_level="warning", access_log=False, timeout_keep_alive=0.2)
+        config.load()
+        p = ServerProtocol(config, ServerState(), {}, _loop=asyncio.get_running_loop())
+        t = Recorder()
+        p.connection_made(t)
+        p.data_received(GET)
+        await asyncio.sleep(0.15)
+        assert len(t.writes) == 1 and not t.closed
+        p.data_received(GET)               # a new request: the timeout starts again
+        await asyncio.sleep(0.15)
+        assert len(t.writes) == 2 and not t.closed
+        await asyncio.sleep(0.2)
+        assert t.closed
+    finally:
+        KeepAliveClock.TICK = tick
 
 
 # ----------------------------------------------------------------------------- the watch
