@@ -66,14 +66,11 @@ STATUS_LINES = {s: _status_line(s) for s in range(100, 600)}
 _GOOD_NAMES: set[bytes] = set()             # header names already checked (a bounded set)
 
 
-def _check(name: bytes, value: bytes) -> None:
-    if name not in _GOOD_NAMES:
-        if not name or BAD_NAME.search(name):
-            raise RuntimeError(f"invalid HTTP header name {name[:40]!r}")
-        if len(_GOOD_NAMES) < 1024:
-            _GOOD_NAMES.add(name)
-    if BAD_VALUE.search(value):
-        raise RuntimeError(f"invalid HTTP header value for {name[:40]!r}")
+def _check_name(name: bytes) -> None:
+    if not name or BAD_NAME.search(name):
+        raise RuntimeError(f"invalid HTTP header name {name[:40]!r}")
+    if len(_GOOD_NAMES) < 1024:
+        _GOOD_NAMES.add(name)
 
 
 # ----------------------------------------------------------------------------- 1. coalescing
@@ -261,9 +258,13 @@ class DirectCycle:
         parts = [STATUS_LINES.get(status) or _status_line(status)]
         length = None
         chunked = closing = False
+        good = _GOOD_NAMES
         for group in (self.default_headers, headers):
             for name, value in group:
-                _check(name, value)
+                if name not in good:
+                    _check_name(name)
+                if BAD_VALUE.search(value):
+                    raise RuntimeError(f"invalid HTTP header value for {name[:40]!r}")
                 name = name.lower()
                 if name == b"content-length":
                     if length is None:

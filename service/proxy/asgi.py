@@ -96,9 +96,18 @@ class DirectPath:
         scope.setdefault("state", {})["request_id"] = rid.decode()
         status = 500
         try:
-            response = await self._respond(scope, receive, length)
-            if response is None:          # the client left before its body arrived
+            try:
+                response = self._refused(length) if length is not None else None
+                if response is None:
+                    response = await self.handler(scope, receive, path)
+            except ApiError as exc:
+                response = exc.response()
+            except HTTPException as exc:
+                response = envelope(exc.status_code, str(exc.detail), headers=exc.headers)
+            except ClientDisconnect:      # gone before its body arrived: nobody to answer
                 return
+            except Exception:
+                response = internal_error(scope["method"], path)
             if isinstance(response, ProxyCall):
                 try:
                     await response(scope, receive, send)
@@ -118,24 +127,13 @@ class DirectPath:
         finally:
             self.metrics.observe("POST", path, status, time.perf_counter() - start)
 
-    async def _respond(self, scope: Scope, receive: Receive,
-                       length: bytes | None) -> Response | None:
+    def _refused(self, length: bytes) -> Response | None:
+        """The answer to a Content-Length that is not an integer or over the cap, else None."""
         try:
-            if length is not None:
-                limit = self.proxy.body_cap()
-                try:
-                    declared = int(length)
-                except ValueError:
-                    return envelope(400, "Content-Length is not an integer",
-                                    param="content-length")
-                if declared > limit:
-                    return envelope(413, body_too_large(limit, declared))
-            return await self.handler(scope, receive, scope["path"])
-        except ApiError as exc:
-            return exc.response()
-        except HTTPException as exc:
-            return envelope(exc.status_code, str(exc.detail), headers=exc.headers)
-        except ClientDisconnect:          # gone before its body arrived: nobody to answer
-            return None
-        except Exception:
-            return internal_error(scope["method"], scope["path"])
+            declared = int(length)
+        except ValueError:
+            return envelope(400, "Content-Length is not an integer", param="content-length")
+        limit = self.proxy.body_cap()
+        if declared > limit:
+            return envelope(413, body_too_large(limit, declared))
+        return None
