@@ -8,7 +8,8 @@ server on aiohttp (another HTTP stack than the one the simulator shares with the
 /tmp/aiohttp-up/bin/pip install aiohttp``).
 
 - ``direct``: the upstream itself.
-- ``engine-advisor``: ``engine-advisor serve --upstreams FILE`` (one uvicorn worker).
+- ``engine-advisor``: ``engine-advisor serve --upstreams FILE`` (one uvicorn worker); with
+  ``--workers N`` (N > 1) also ``engine-advisor xN``, the same with ``--workers N``.
 - ``sglang-router``: the SGLang model gateway (Rust; PyPI ``sglang-router``), round robin.
 - ``litellm``: LiteLLM's proxy (PyPI ``litellm[proxy]``), one worker.
 
@@ -33,8 +34,9 @@ Three loads per target, in interleaved rounds (medians reported):
    and 2 run every target at saturation, where three processes share this machine's CPUs and
    any CPU the proxy spends shows up as queueing). Not run against LiteLLM (~75 req/s).
 
-CPU per request: each gateway's process CPU time (user + system, from /proc) during its wrk
-run, divided by the requests wrk completed (for ``direct``: the upstream's own).
+CPU per request: each gateway's CPU time (user + system, from /proc: the process and its
+live child processes, so all uvicorn workers) during its wrk run, divided by the requests wrk
+completed (for ``direct``: the upstream's own).
 
 Usage:  .venv/bin/python bench/bench_proxy.py [--rounds 3] [--duration 5] [--connections 32]
         [--upstream aiohttp] [--wrk-only]
@@ -121,10 +123,29 @@ def seconds(text: str) -> float:
     return float(value) * {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}[unit]
 
 
+def _stat(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU time of a process and its live descendants (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                children.setdefault(int(_stat(int(d.name))[1]), []).append(int(d.name))
+            except (OSError, IndexError, ValueError):
+                pass                              # gone meanwhile
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = _stat(p)
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+        todo += children.get(p, [])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def run_wrk(url: str, lua: Path, connections: int, duration: int,
@@ -300,12 +321,15 @@ def main() -> int:
                     help="a Python with aiohttp, for --upstream aiohttp")
     ap.add_argument("--wrk-only", action="store_true",
                     help="only the non-streaming wrk load (no streaming loads)")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="also run engine-advisor with this many uvicorn workers (default 1: "
+                         "only the one-worker target)")
     args = ap.parse_args()
     if not (1 <= args.rounds <= 10 and 1 <= args.duration <= 60
             and 1 <= args.connections <= 1024 and 1 <= args.stream_requests <= 100_000
-            and 0 <= args.paced_rate <= 100_000):
+            and 0 <= args.paced_rate <= 100_000 and 1 <= args.workers <= 16):
         ap.error("--rounds 1..10, --duration 1..60, --connections 1..1024, "
-                 "--stream-requests 1..100000, --paced-rate 0..100000")
+                 "--stream-requests 1..100000, --paced-rate 0..100000, --workers 1..16")
     if shutil.which("wrk") is None:
         print("bench_proxy: wrk not found (Debian: apt-get update && apt-get install -y wrk)",
               file=sys.stderr)
@@ -338,6 +362,14 @@ def main() -> int:
                            tmp / "proxy.log"))
         targets.append(Target("engine-advisor", f"http://127.0.0.1:{p}", procs[-1],
                               tmp / "proxy.log"))
+        if args.workers > 1:
+            p = free_port()
+            name = f"engine-advisor x{args.workers}"
+            procs.append(start([str(EXE), "serve", "--port", str(p), "--workers",
+                                str(args.workers), "--upstreams", str(tmp / "upstreams.yaml"),
+                                "--log-level", "warning"], tmp / "proxy-workers.log"))
+            targets.append(Target(name, f"http://127.0.0.1:{p}", procs[-1],
+                                  tmp / "proxy-workers.log"))
 
         router = args.router_venv / "bin" / "sglang-router"
         if router.exists():
@@ -371,7 +403,7 @@ def main() -> int:
             why = ready(t, 120.0)
             if why is None:
                 live.append(t)
-            elif t.name in ("direct", "engine-advisor"):
+            elif t.name == "direct" or t.name.startswith("engine-advisor"):
                 raise SystemExit(f"bench_proxy: {t.name} {why}")
             else:
                 skipped[t.name] = why
@@ -438,18 +470,20 @@ def main() -> int:
         print(f"| {name} | not measured: {why[:300]} |")
     if not args.wrk_only:
         streaming_tables(args, st_res, paced, check, d_w)
-    ea = wrk_res["engine-advisor"]
-    added = (med(ea, "p50") - med(d_w, "p50")) * 1e3
-    cpu = med(ea, "cpu_us")
-    print(f"\ntarget CPU <= 200 us per request: {cpu:.0f} us {'met' if cpu <= 200 else 'NOT met'}")
-    if "sglang-router" in wrk_res:
-        sr = wrk_res["sglang-router"]
-        ratio = med(ea, "rps") / med(sr, "rps")
-        added_sr = (med(sr, "p50") - med(d_w, "p50")) * 1e3
-        print(f"target throughput >= 0.8x sglang-router: {ratio:.2f}x "
-              f"{'met' if ratio >= 0.8 else 'NOT met'}")
-        print(f"target added p50 <= sglang-router's: {added:+.2f} ms vs {added_sr:+.2f} ms "
-              f"{'met' if added <= added_sr else 'NOT met'}")
+    for name in (n for n in wrk_res if n.startswith("engine-advisor")):
+        ea = wrk_res[name]
+        added = (med(ea, "p50") - med(d_w, "p50")) * 1e3
+        cpu = med(ea, "cpu_us")
+        print(f"\n{name}: target CPU <= 200 us per request: {cpu:.0f} us "
+              f"{'met' if cpu <= 200 else 'NOT met'}")
+        if "sglang-router" in wrk_res:
+            sr = wrk_res["sglang-router"]
+            ratio = med(ea, "rps") / med(sr, "rps")
+            added_sr = (med(sr, "p50") - med(d_w, "p50")) * 1e3
+            print(f"{name}: target throughput >= 0.8x sglang-router: {ratio:.2f}x "
+                  f"{'met' if ratio >= 0.8 else 'NOT met'}")
+            print(f"{name}: target added p50 <= sglang-router's: {added:+.2f} ms vs "
+                  f"{added_sr:+.2f} ms {'met' if added <= added_sr else 'NOT met'}")
     shutil.rmtree(tmp, ignore_errors=True)
     return 0
 

@@ -99,9 +99,13 @@ def run_serve(args: argparse.Namespace) -> int:
             os.environ.pop(key, None)
         else:
             os.environ[key] = str(value)
+    from service.server import PROTOCOL
+
+    # uvloop and httptools (dependencies) are what uvicorn's "auto" picks; PROTOCOL is
+    # uvicorn's httptools protocol writing each response's head and body at once
     uvicorn.run("service.main:app_from_env", factory=True, host=settings.host,
                 port=settings.port, workers=settings.workers, log_level=settings.log_level,
-                access_log=args.access_log, server_header=False)
+                access_log=args.access_log, server_header=False, loop="auto", http=PROTOCOL)
     return 0
 
 

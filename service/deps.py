@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hmac
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
@@ -25,7 +25,12 @@ async def get_holder(request: Request) -> ModelHolder:
 def current_model(request: Request) -> LoadedModel:
     """A snapshot of the loaded model for the whole request (reloads swap the holder); 503
     before the lifespan has loaded it."""
-    holder = getattr(request.app.state, "holder", None)
+    return model_of(request.app.state)
+
+
+def model_of(state: Any) -> LoadedModel:
+    """``current_model`` from the app's state."""
+    holder = getattr(state, "holder", None)
     if holder is None:
         raise ApiError(503, "the model is not loaded yet")
     return holder.current

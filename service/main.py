@@ -109,7 +109,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.recommend_cache = ResponseCache(settings.recommend_cache_size)
     app.state.holder = None
     app.state.proxy = proxy_state
-    app.direct = DirectPath(proxy_state, metrics, proxy.handle)
+    app.direct = DirectPath(proxy_state, metrics, proxy.forward)
     errors.install(app)
     for router in ROUTERS:
         app.include_router(router)

@@ -1,22 +1,99 @@
 """Prometheus metrics of one app (its own registry, so several apps can live in one process).
 
 Labels stay bounded: route templates (or "unmatched"), known methods, status codes, engines.
+
+What is counted on every request (``Counts``, ``Latencies``) is kept in plain dicts and turned
+into metric families when /metrics is scraped: ``Counter.labels(...).inc()`` and
+``Histogram.observe`` cost microseconds each (a lock, several Python calls, a linear bucket
+scan), a dict update a fraction of one. Everything runs on the event loop's thread, the scrape
+too, so the dicts need no lock.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 METHODS = {"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"}
+
+
+class Counts(Collector):
+    """A counter family ``name_total{labels}``: ``inc(values)`` with one value per label."""
+
+    def __init__(self, name: str, documentation: str, labels: Sequence[str],
+                 registry: CollectorRegistry | None = None):
+        self.name, self.documentation, self.labels = name, documentation, list(labels)
+        self.values: dict[tuple[str, ...], float] = {}
+        if registry is not None:
+            registry.register(self)
+
+    def inc(self, values: tuple[str, ...], amount: float = 1.0) -> None:
+        v = self.values
+        v[values] = v.get(values, 0.0) + amount
+
+    def get(self, values: tuple[str, ...]) -> float:
+        return self.values.get(values, 0.0)
+
+    def forget(self, keep) -> None:
+        """Drop the label sets for which ``keep(values)`` is false."""
+        self.values = {k: v for k, v in self.values.items() if keep(k)}
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labels)
+        for values, n in list(self.values.items()):
+            family.add_metric(values, n)
+        yield family
+
+    def describe(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(self.name, self.documentation, labels=self.labels)
+
+
+class Latencies(Collector):
+    """A histogram family: ``observe(values, seconds)``; buckets found by bisection."""
+
+    def __init__(self, name: str, documentation: str, labels: Sequence[str],
+                 buckets: Sequence[float], registry: CollectorRegistry | None = None):
+        self.name, self.documentation, self.labels = name, documentation, list(labels)
+        self.bounds = sorted(float(b) for b in buckets)
+        self.names = [floatToGoString(b) for b in self.bounds] + ["+Inf"]
+        # per label set: a count per bucket (the last one +Inf), then the sum
+        self.values: dict[tuple[str, ...], list[float]] = {}
+        if registry is not None:
+            registry.register(self)
+
+    def observe(self, values: tuple[str, ...], amount: float) -> None:
+        row = self.values.get(values)
+        if row is None:
+            row = self.values[values] = [0] * (len(self.bounds) + 1) + [0.0]
+        row[bisect_left(self.bounds, amount)] += 1
+        row[-1] += amount
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labels)
+        for values, row in list(self.values.items()):
+            cumulative, total = [], 0
+            for name, n in zip(self.names, row[:-1], strict=True):
+                total += n
+                cumulative.append((name, total))
+            family.add_metric(values, cumulative, sum_value=row[-1])
+        yield family
+
+    def describe(self) -> Iterator[Metric]:
+        yield HistogramMetricFamily(self.name, self.documentation, labels=self.labels)
 
 
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.requests = Counter(
+        self.requests = Counts(
             "engine_advisor_http_requests", "HTTP requests by route template and status",
             ["method", "route", "status"], registry=self.registry)
-        self.latency = Histogram(
+        self.latency = Latencies(
             "engine_advisor_http_request_duration_seconds", "HTTP request latency",
             ["method", "route", "status"], registry=self.registry,
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
@@ -29,20 +106,17 @@ class Metrics:
         self.reloads = Counter(
             "engine_advisor_model_reloads", "model reload attempts by result", ["result"],
             registry=self.registry)
-        # (method, route, status) -> (counter, histogram): bounded like the labels themselves
-        self._children: dict[tuple[str, str, int], tuple] = {}
+        # (method, route, status) -> its label values: bounded like the labels themselves
+        self._keys: dict[tuple[str, str, int], tuple[str, str, str]] = {}
 
     def set_model(self, version: str, source: str) -> None:
         self.model_info.clear()
         self.model_info.labels(version=version, source=source[-200:]).set(1)
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
-        m = method if method in METHODS else "other"
-        key = (m, route, status)
-        pair = self._children.get(key)
-        if pair is None:     # labels() costs microseconds: each label set is looked up once
-            code = str(status)
-            pair = self._children[key] = (self.requests.labels(m, route, code),
-                                          self.latency.labels(m, route, code))
-        pair[0].inc()
-        pair[1].observe(seconds)
+        key = self._keys.get((method, route, status))
+        if key is None:
+            m = method if method in METHODS else "other"
+            key = self._keys[(method, route, status)] = (m, route, str(status))
+        self.requests.inc(key)
+        self.latency.observe(key, seconds)

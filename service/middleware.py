@@ -16,6 +16,18 @@ SAFE_ID = re.compile(rb"[A-Za-z0-9._:\-]{1,128}")
 REQUEST_ID = b"x-request-id"
 
 
+def request_id(given: bytes | None) -> bytes:
+    """A safe incoming request id as it is, else a new one."""
+    if given is not None and SAFE_ID.fullmatch(given):
+        return given
+    return os.urandom(16).hex().encode()     # cheaper than uuid4().hex
+
+
+def body_too_large(limit: int, size: int, streamed: bool = False) -> str:
+    got = f"more than {limit:,} bytes arrived" if streamed else f"{size:,} bytes declared"
+    return f"request body too large: {got}; the limit is {limit:,} bytes"
+
+
 class RequestIdMiddleware:
     """Echo a safe incoming ``X-Request-Id`` or create one; anything else is replaced, so a
     client can never put its own bytes (CR/LF, other headers) into the response."""
@@ -30,9 +42,9 @@ class RequestIdMiddleware:
         rid = None
         for k, v in scope["headers"]:
             if k == REQUEST_ID:
-                rid = v if SAFE_ID.fullmatch(v) else None
+                rid = v
                 break
-        rid = rid or os.urandom(16).hex().encode()     # cheaper than uuid4().hex
+        rid = request_id(rid)
         scope.setdefault("state", {})["request_id"] = rid.decode()
 
         async def send_with_id(message: Message) -> None:
@@ -108,5 +120,4 @@ class BodyLimitMiddleware:
         await self.app(scope, counted, send)
 
     def _message(self, size: int, streamed: bool = False) -> str:
-        got = f"more than {self.limit:,} bytes arrived" if streamed else f"{size:,} bytes declared"
-        return f"request body too large: {got}; the limit is {self.limit:,} bytes"
+        return body_too_large(self.limit, size, streamed)

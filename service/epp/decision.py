@@ -92,12 +92,10 @@ def sent(state: ProxyState, up: Upstream) -> None:
     """A request goes to ``up``: one more in flight (a half-open breaker's probe)."""
     up.in_flight += 1
     up.breaker.acquire()
-    state.metrics.child(state.metrics.in_flight, up.name).set(up.in_flight)
 
 
 def done(state: ProxyState, up: Upstream) -> None:
     up.in_flight -= 1
-    state.metrics.child(state.metrics.in_flight, up.name).set(up.in_flight)
 
 
 def served(state: ProxyState, listed: list[Upstream], up: Upstream | None, status: int,

@@ -3,36 +3,38 @@
 - Body cap: the service's global cap (``max_body_bytes``, 1 MiB) suits /v1/recommend; a
   proxied prompt of a long-context model is far larger. Proxy paths get
   ``ProxyState.body_cap()`` (the ``proxy_max_body_bytes`` setting, else enough for the longest
-  context the pools serve, at least 32 MiB); every other path keeps the global cap. Both use
-  service.middleware's BodyLimitMiddleware (413 at once on Content-Length, or while a chunked
-  body streams in). ``ProxyMiddleware`` applies it inside FastAPI; ``DirectPath`` on its own.
+  context the pools serve, at least 32 MiB); every other path keeps the global cap: 413 at once
+  on Content-Length, or while a chunked body streams in. ``ProxyMiddleware`` applies it inside
+  FastAPI (service.middleware's BodyLimitMiddleware); ``DirectPath`` checks the same itself.
 - Direct path: ``POST /v1/chat/completions`` and ``/v1/completions`` are dispatched by the app
   itself (service.main.App) before FastAPI sees them, to ``DirectPath``: request ids, metrics
-  and the body cap (the same middleware classes the app uses), then the handler the FastAPI
-  routes also call (service.proxy.routes.handle). FastAPI's own layers (telemetry checks,
-  server-error and exception middleware, route matching, dependency solving) are a large share
-  of the proxy's CPU per request (bench/bench_proxy.py) and are skipped; errors become the
-  same envelope, and an unexpected exception a logged 500.
-"""
+  and the body cap as the app's middleware gives every other route, then the handler the
+  FastAPI routes also call (service.proxy.routes.forward). FastAPI's own layers (telemetry
+  checks, server-error and exception middleware, route matching, dependency solving) and the
+  middleware's wrappers around ``send`` and ``receive`` are a large share of the proxy's CPU
+  per request (bench/bench_proxy.py) and are skipped; errors become the same envelope, and an
+  unexpected exception a logged 500."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from starlette.exceptions import HTTPException
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.errors import ApiError, envelope, internal_error
 from service.metrics import Metrics
-from service.middleware import BodyLimitMiddleware, MetricsMiddleware, RequestIdMiddleware
+from service.middleware import REQUEST_ID, BodyLimitMiddleware, body_too_large, request_id
+from service.proxy.forward import ProxyCall
 
 if TYPE_CHECKING:
     from service.proxy.state import ProxyState
 
-Handler = Callable[[Request, str], Awaitable[Response]]
+Handler = Callable[[Scope, Receive, str], Awaitable[Response]]
 
 PROXY_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/route", "/generate"})
 DIRECT_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
@@ -67,27 +69,71 @@ class ProxyMiddleware:
 
 
 class DirectPath:
-    """ASGI app of the completion routes, called by service.main.App (see the docstring)."""
+    """ASGI app of the completion routes, called by service.main.App (see the docstring).
+
+    One coroutine does what RequestIdMiddleware, MetricsMiddleware and BodyLimitMiddleware
+    do around the other routes (a request id, the request metrics, the body cap: 400 or 413
+    on Content-Length, 413 while the body streams in), without wrapping ``send`` or
+    ``receive``: a proxied response (``ProxyCall``) adds the request id itself and tells its
+    status; any other response (an error) goes through a ``send`` that adds the id."""
 
     def __init__(self, proxy: ProxyState, metrics: Metrics, handler: Handler):
-        self.proxy, self.handler = proxy, handler
-        self.capped = BodyLimitMiddleware(self._handle, 0)
-        self.app = RequestIdMiddleware(MetricsMiddleware(self.capped, metrics))
+        self.proxy, self.metrics, self.handler = proxy, metrics, handler
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        scope["route"] = ROUTES[scope["path"]]
-        self.capped.limit = self.proxy.body_cap()
-        await self.app(scope, receive, send)
-
-    async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        start = time.perf_counter()
+        path = scope["path"]
+        scope["route"] = ROUTES[path]
+        rid = length = None
+        for k, v in scope["headers"]:
+            if k == REQUEST_ID:
+                if rid is None:
+                    rid = v
+            elif k == b"content-length":
+                if length is None:
+                    length = v
+        rid = request_id(rid)
+        scope.setdefault("state", {})["request_id"] = rid.decode()
+        status = 500
         try:
-            response = await self.handler(Request(scope, receive, send), scope["path"])
-        except ApiError as exc:
-            response = exc.response()
-        except HTTPException as exc:      # the body cap, raised while the body streams in
-            response = envelope(exc.status_code, str(exc.detail), headers=exc.headers)
-        except ClientDisconnect:          # gone before its body arrived: nobody to answer
-            return
-        except Exception:
-            response = internal_error(scope["method"], scope["path"])
-        await response(scope, receive, send)
+            try:
+                response = self._refused(length) if length is not None else None
+                if response is None:
+                    response = await self.handler(scope, receive, path)
+            except ApiError as exc:
+                response = exc.response()
+            except HTTPException as exc:
+                response = envelope(exc.status_code, str(exc.detail), headers=exc.headers)
+            except ClientDisconnect:      # gone before its body arrived: nobody to answer
+                return
+            except Exception:
+                response = internal_error(scope["method"], path)
+            if isinstance(response, ProxyCall):
+                try:
+                    await response(scope, receive, send)
+                finally:
+                    status = response.status_code
+            else:
+                status = response.status_code
+
+                async def send_with_id(message: Message) -> None:
+                    if message["type"] == "http.response.start":
+                        message["headers"] = [
+                            *(h for h in message.get("headers", []) if h[0] != REQUEST_ID),
+                            (REQUEST_ID, rid)]
+                    await send(message)
+
+                await response(scope, receive, send_with_id)
+        finally:
+            self.metrics.observe("POST", path, status, time.perf_counter() - start)
+
+    def _refused(self, length: bytes) -> Response | None:
+        """The answer to a Content-Length that is not an integer or over the cap, else None."""
+        try:
+            declared = int(length)
+        except ValueError:
+            return envelope(400, "Content-Length is not an integer", param="content-length")
+        limit = self.proxy.body_cap()
+        if declared > limit:
+            return envelope(413, body_too_large(limit, declared))
+        return None

@@ -69,7 +69,8 @@ class CircuitBreaker:
     def success(self) -> None:
         self.failures = 0
         self.probing = False
-        self._set(CLOSED)
+        if self._state != CLOSED:
+            self._set(CLOSED)
 
     def failure(self) -> None:
         self.failures += 1

@@ -15,9 +15,8 @@ expects an engine to run.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass, field
-
-from cachetools import LRUCache
 
 from model.workload import MAX_BATCH, MAX_CONTEXT, MAX_OUTPUT
 from service.holder import LoadedModel
@@ -31,7 +30,7 @@ CACHE_SIZE = 16_384
 
 
 def bucket(x: int, steps: int) -> int:
-    return round(math.log2(max(x, 1)) * steps)
+    return round(math.log2(x if x > 1 else 1) * steps)
 
 
 def representative(k: int, steps: int, cap: int) -> int:
@@ -54,19 +53,44 @@ class Decision:
         return self.ranked[0]
 
 
+class _Lru(OrderedDict):
+    """At most ``size`` entries, the least recently read one dropped first (an OrderedDict:
+    a hit costs a dict lookup and a C-level move, not Python-level cache bookkeeping)."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.size = size
+
+    def hit(self, key, missing=None):
+        value = self.get(key, missing)
+        if value is not missing:
+            self.move_to_end(key)
+        return value
+
+    def put(self, key, value) -> None:
+        self[key] = value
+        if len(self) > self.size:
+            self.popitem(last=False)
+
+
+_MISSING = object()
+
+
 class Decider:
     def __init__(self, size: int = CACHE_SIZE):
         self.size = size
-        self._cache: LRUCache = LRUCache(size)
-        self._agree: LRUCache = LRUCache(size)
+        self._cache = _Lru(size)
+        self._agree = _Lru(size)
         self.hits = self.misses = 0
 
     def decide(self, loaded: LoadedModel, pools: Pools, context: int, output: int,
                batch: int) -> Decision:
-        bc, bo, bb = (bucket(context, CONTEXT_STEPS), bucket(output, OUTPUT_STEPS),
-                      bucket(batch, BATCH_STEPS))
+        return self._decide(loaded, pools, bucket(context, CONTEXT_STEPS),
+                            bucket(output, OUTPUT_STEPS), bucket(batch, BATCH_STEPS))
+
+    def _decide(self, loaded: LoadedModel, pools: Pools, bc: int, bo: int, bb: int) -> Decision:
         key = (loaded.version, pools.generation, bc, bo, bb)
-        d = self._cache.get(key)
+        d = self._cache.hit(key)
         if d is not None:
             self.hits += 1
             return d
@@ -74,26 +98,42 @@ class Decider:
         d = self._compute(loaded, pools, representative(bc, CONTEXT_STEPS, MAX_CONTEXT),
                           representative(bo, OUTPUT_STEPS, MAX_OUTPUT),
                           representative(bb, BATCH_STEPS, MAX_BATCH))
-        self._cache[key] = d
+        self._cache.put(key, d)
         return d
 
     def agree(self, loaded: LoadedModel, pools: Pools, lo: int, hi: int, output: int,
               batch: int, points: int = 5) -> Decision | None:
         """The decision when it is the same for every context in [lo, hi] (checked at
         ``points`` log-spaced contexts), else None. Remembered by buckets too."""
-        key = (loaded.version, pools.generation, bucket(lo, CONTEXT_STEPS),
-               bucket(hi, CONTEXT_STEPS), bucket(output, OUTPUT_STEPS), bucket(batch, BATCH_STEPS))
-        if key in self._agree:
-            return self._agree[key]
-        first = self.decide(loaded, pools, lo, output, batch)
+        return self._agree_b(loaded, pools, lo, hi, bucket(output, OUTPUT_STEPS),
+                             bucket(batch, BATCH_STEPS), points)
+
+    def _agree_b(self, loaded: LoadedModel, pools: Pools, lo: int, hi: int, bo: int, bb: int,
+                 points: int = 5) -> Decision | None:
+        bl = bucket(lo, CONTEXT_STEPS)
+        key = (loaded.version, pools.generation, bl, bucket(hi, CONTEXT_STEPS), bo, bb)
+        first = self._agree.hit(key, _MISSING)
+        if first is not _MISSING:
+            return first
+        first = self._decide(loaded, pools, bl, bo, bb)
         if hi > lo:
             for i in range(1, points):
                 ctx = round(lo * (hi / lo) ** (i / (points - 1)))
-                if self.decide(loaded, pools, ctx, output, batch).best != first.best:
+                if self._decide(loaded, pools, bucket(ctx, CONTEXT_STEPS), bo,
+                                bb).best != first.best:
                     first = None
                     break
-        self._agree[key] = first
+        self._agree.put(key, first)
         return first
+
+    def estimated(self, loaded: LoadedModel, pools: Pools, context: int, lo: int, hi: int,
+                  output: int, batch: int, check: bool) -> tuple[Decision, bool]:
+        """For an estimated ``context`` (plausibly ``lo``..``hi``): its decision, and (with
+        ``check``) whether another context in the range would be decided otherwise (then the
+        count is worth asking for). One bucketing of the output and batch for both."""
+        bo, bb = bucket(output, OUTPUT_STEPS), bucket(batch, BATCH_STEPS)
+        differs = check and self._agree_b(loaded, pools, lo, hi, bo, bb) is None
+        return self._decide(loaded, pools, bucket(context, CONTEXT_STEPS), bo, bb), differs
 
     @staticmethod
     def _compute(loaded: LoadedModel, pools: Pools, context: int, output: int,

@@ -17,7 +17,8 @@ upstream connection, so the engine aborts the request (streaming or not).
   like a malformed response.
 - Timeouts: ``connect_s`` (TCP connect), ``first_byte_s`` (streaming: until the first event),
   ``idle_s`` (streaming: between events), ``total_s`` (the whole request, also non-streaming).
-  A timeout answers 504 (or an error event mid-stream) and is not retried.
+  A timeout answers 504 (or an error event mid-stream) and is not retried. They are checked
+  on one shared clock (service.proxy.deadlines): never early, up to 50 ms late.
 """
 
 from __future__ import annotations
@@ -134,6 +135,57 @@ def pick(pools: Pools, decision: Decision, model: str | None, tried: list[Upstre
     return None
 
 
+class DisconnectWatch:
+    """Cancels ``task`` when ``receive()`` says the client has disconnected.
+
+    One ``receive()`` coroutine is stepped by hand from the done-callbacks of the futures it
+    waits on, as a Task would step it: a Task per request for this (created, scheduled, then
+    cancelled and unwound) costs more CPU than the rest of the watching. A receive that fails
+    (or yields what a Task would refuse) ends the watching."""
+
+    __slots__ = ("receive", "task", "coro", "waiting", "gone", "closed")
+
+    def __init__(self, receive: Receive, task: asyncio.Task):
+        self.receive, self.task = receive, task
+        self.gone = self.closed = False
+        self.waiting: asyncio.Future | None = None
+        self.coro = receive()
+        self._step()
+
+    def _step(self, _: object = None) -> None:
+        while not self.closed:
+            self.waiting = None
+            try:
+                waits_on = self.coro.send(None)
+            except StopIteration as stop:
+                if stop.value["type"] == "http.disconnect":
+                    self.closed = self.gone = True
+                    self.task.cancel()
+                    return
+                self.coro = self.receive()        # more request body: not ours, go on
+                continue
+            except Exception:                     # a receive that fails: nothing to watch
+                self.closed = True
+                return
+            if waits_on is None:                  # a bare yield (sleep(0)): step again soon
+                asyncio.get_running_loop().call_soon(self._step)
+            elif hasattr(waits_on, "add_done_callback"):
+                self.waiting = waits_on
+                waits_on.add_done_callback(self._step)
+            else:
+                self.close()
+            return
+
+    def close(self) -> None:
+        """The response is done (or failed): stop watching."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.waiting is not None:
+            self.waiting.remove_done_callback(self._step)
+        self.coro.close()
+
+
 class ProxyCall(Response):
     """The ASGI response of one proxied request (see the module docstring)."""
 
@@ -144,40 +196,41 @@ class ProxyCall(Response):
         self.started = False
         self.finished = False     # the client's response is complete (streams: [DONE] sent)
         self.final: tuple[str, str, int] | None = None   # engine, upstream, status
+        self.status_code = 500    # what the client was sent (500: nothing)
+        self.watch: DisconnectWatch | None = None
         self.background = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # The attempts run in this task; a watcher task cancels it if the client goes away
-        # first (one task per request instead of two plus asyncio.wait: ~10 % of the CPU).
-        task = asyncio.current_task()
-        state = {"done": False, "gone": False}
-
-        async def watch() -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            if not state["done"]:
-                state["gone"] = True
-                task.cancel()
-
-        watcher = asyncio.get_running_loop().create_task(watch())
+        # The attempts run in this task; the watch cancels it if the client goes away first.
+        self.task = task = asyncio.current_task()
+        self.loop = task.get_loop()
+        self.watch = watch = DisconnectWatch(receive, task)
         try:
             await self._run(scope, send)
-            state["done"] = True          # no await between here and the watcher's cancel
         except asyncio.CancelledError:
-            if not state["gone"]:
+            if not watch.gone:
                 raise
             task.uncancel()               # our own cancel: the client left, upstream closed
             eng, name, _ = self.final or (self.first.engine, self.first.name, 0)
             self.state.metrics.count(eng, name, 499)
         finally:
-            state["done"] = True
-            watcher.cancel()
+            watch.close()                 # no await since _run ended: no cancel can be due
+
+    async def _start(self, send: Send, status: int, headers: list[tuple[bytes, bytes]],
+                     whole: bool = False) -> None:
+        """``whole``: the body follows in one message; nothing is left to cancel, so the
+        watch ends first (the response's end then wakes nobody)."""
+        if whole:
+            self.watch.close()
+        headers.append((b"x-request-id", self.request_id.encode()))
+        self.status_code = status
+        await send({"type": "http.response.start", "status": status, "headers": headers})
 
     # ---------------------------------------------------------------- attempts
     async def _run(self, scope: Scope, send: Send) -> None:
         st, pools = self.state, self.pools
         cfg = pools.config
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         deadline = loop.time() + cfg.timeouts.total_s
         tried: list[Upstream] = []
         failures: list[tuple[Upstream, Failure]] = []
@@ -197,7 +250,7 @@ class ProxyCall(Response):
             nxt = pick(pools, self.decision, self.req.model, tried, engine_lock, st.seq)
             if nxt is None:
                 break
-            st.metrics.child(st.metrics.retries, up.name, failure.reason).inc()
+            st.metrics.retries.inc((up.name, failure.reason))
             delay = self._backoff(len(tried) - 1, failure.retry_after)
             if loop.time() + delay >= deadline:
                 break
@@ -234,7 +287,7 @@ class ProxyCall(Response):
         headers.append((b"content-length", str(len(body)).encode()))
         self.final = (up.engine, up.name, status)
         self.state.metrics.count(up.engine, up.name, status)
-        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await self._start(send, status, headers, whole=True)
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
     @staticmethod
@@ -246,16 +299,19 @@ class ProxyCall(Response):
     def _passed(resp: Http1Response) -> list[tuple[bytes, bytes]]:
         return [(k, v) for k, v in resp.headers if k in PASS_RESPONSE]
 
-    def _response_headers(self, resp: Http1Response, up: Upstream) -> list[tuple[bytes, bytes]]:
-        return self._passed(resp) + self._ours(up)
+    @staticmethod
+    def _response_headers(resp: Http1Response, up: Upstream) -> list[tuple[bytes, bytes]]:
+        out = [(k, v) for k, v in resp.headers if k in PASS_RESPONSE]
+        out.append((b"x-engine-advisor-engine", up.engine.encode()))
+        out.append((b"x-engine-advisor-upstream", up.name.encode()))
+        return out
 
     async def _attempt(self, scope: Scope, send: Send, up: Upstream,
                        deadline: float) -> Failure | None:
         st, t = self.state, self.pools.config.timeouts
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         up.in_flight += 1
         batch = up.in_flight
-        st.metrics.child(st.metrics.in_flight, up.name).set(up.in_flight)
         probe = up.breaker.acquire()
         resp: Http1Response | None = None
         self.phase = "first"
@@ -263,12 +319,13 @@ class ProxyCall(Response):
             sent_at = time.perf_counter()
             headers = upstream_headers(scope, up, self.request_id)
             if not self.req.stream:
-                async with asyncio.timeout_at(deadline):
+                async with st.deadlines.at(deadline, self.task):
                     resp = await up.fast.request("POST", self.req.path, headers, self.req.raw,
                                                  t.connect_s, whole=True)
                     body = await resp.read()
                 return await self._answer(send, up, resp, body, sent_at, batch)
-            async with asyncio.timeout_at(min(loop.time() + t.first_byte_s, deadline)) as cm:
+            async with st.deadlines.at(min(loop.time() + t.first_byte_s, deadline),
+                                       self.task) as cm:
                 resp = await up.fast.request("POST", self.req.path, headers, self.req.raw,
                                              t.connect_s, whole=False)
                 if not 200 <= resp.status < 300:
@@ -310,7 +367,6 @@ class ProxyCall(Response):
             if resp is not None:
                 resp.release()
             up.in_flight -= 1
-            st.metrics.child(st.metrics.in_flight, up.name).set(up.in_flight)
 
     async def _failed_midway(self, send: Send, up: Upstream, f: Failure) -> Failure | None:
         """Before any byte reached the client: the failure (maybe retried). After: an error
@@ -348,10 +404,10 @@ class ProxyCall(Response):
                            body, self._passed(resp), after)
         up.breaker.success()
         headers = self._response_headers(resp, up)
-        headers.append((b"content-length", str(len(body)).encode()))
+        headers.append((b"content-length", b"%d" % len(body)))
         self.started = True
         self.final = (up.engine, up.name, status)
-        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await self._start(send, status, headers, whole=True)
         await send({"type": "http.response.body", "body": body, "more_body": False})
         self.state.metrics.count(up.engine, up.name, status)
         if 200 <= status < 300:
@@ -364,7 +420,7 @@ class ProxyCall(Response):
     async def _stream(self, send: Send, up: Upstream, resp: Http1Response, cm,
                       deadline: float, sent_at: float, batch: int) -> Failure | None:
         t = self.pools.config.timeouts
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         pending = b""
         last = b""
         ttft = None
@@ -388,8 +444,7 @@ class ProxyCall(Response):
                 if not any(k == b"content-type" for k, _ in headers):
                     headers.append((b"content-type", b"text/event-stream"))
                 headers.append((b"x-accel-buffering", b"no"))
-                await send({"type": "http.response.start", "status": resp.status,
-                            "headers": headers})
+                await self._start(send, resp.status, headers)
                 self.started = True
                 self.final = (up.engine, up.name, resp.status)
             # [DONE] ends the client's stream in the same write (the upstream's chunked
@@ -451,9 +506,8 @@ class ProxyCall(Response):
             pred = self.decision.predictions.get(up.group)
             if pred is not None and pred.tpot_s > 0:
                 st.metrics.child(st.metrics.tpot_ratio, up.engine).observe(tpot / pred.tpot_s)
-        gpu = w.gpu if isinstance(w.gpu, str) else w.gpu.name
         st.observations.add(Observation(
-            up.engine, up.name, gpu.upper(), w.num_gpus, up.spec.dcp_size, up.spec.mem_fraction,
+            up.engine, up.name, pools.gpu_name, w.num_gpus, up.spec.dcp_size, up.spec.mem_fraction,
             pools.kv_bytes_per_token, pools.kv_shards, max(prompt, 1), n, batch, ttft, tpot,
             total, pools.config.workload.preset or "", pools.config.workload.kv_cache_dtype))
 

@@ -90,6 +90,7 @@ class Connection(asyncio.Protocol):
     def __init__(self, limits: Limits):
         self.limits = limits
         self.transport: asyncio.Transport | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.phase = IDLE
         self.error: UpstreamError | None = None   # the response failed; never reused
@@ -266,7 +267,10 @@ class Connection(asyncio.Protocol):
             w.set_result(None)
 
     async def wait(self) -> None:
-        self.waiter = w = asyncio.get_running_loop().create_future()
+        loop = self.loop
+        if loop is None:                    # looked up once per connection
+            loop = self.loop = asyncio.get_running_loop()
+        self.waiter = w = loop.create_future()
         try:
             await w
         finally:

@@ -2,33 +2,65 @@
 
 Labels stay bounded: engines, configured upstream names (removed again when a reload drops
 an upstream), status codes, a few fixed reasons and methods.
+
+The per-request counters are ``service.metrics.Counts`` (plain dicts, exported at scrape
+time); requests in flight are read from the upstreams at scrape time.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from service.metrics import Counts
 from service.proxy.breaker import STATE_VALUES
+
+if TYPE_CHECKING:
+    from service.proxy.upstreams import Pools
 
 LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 TPOT = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
 RATIO = (0.25, 0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 4.0)
+IN_FLIGHT = ("engine_advisor_proxy_upstream_in_flight", "requests in flight to the upstream")
+
+
+class InFlight(Collector):
+    """Requests in flight per configured upstream, read when scraped."""
+
+    def __init__(self, pools: Callable[[], Pools | None], registry: CollectorRegistry):
+        self.pools = pools
+        registry.register(self)
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(*IN_FLIGHT, labels=["upstream"])
+        pools = self.pools()
+        for u in pools.upstreams if pools is not None else ():
+            family.add_metric([u.name], u.in_flight)
+        yield family
+
+    def describe(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(*IN_FLIGHT, labels=["upstream"])
 
 
 class ProxyMetrics:
-    def __init__(self, registry: CollectorRegistry):
+    def __init__(self, registry: CollectorRegistry,
+                 pools: Callable[[], Pools | None] = lambda: None):
         r = registry
-        self.requests = Counter(
+        self.requests = Counts(
             "engine_advisor_proxy_requests", "proxied requests by engine, upstream and status "
             "(upstream 'none' when no upstream answered)", ["engine", "upstream", "status"],
             registry=r)
-        self.retries = Counter(
+        self.retries = Counts(
             "engine_advisor_proxy_retries", "attempts retried on another upstream, by the "
             "upstream that failed and why", ["upstream", "reason"], registry=r)
-        self.decisions = Counter(
+        self.decisions = Counts(
             "engine_advisor_proxy_decisions", "routing decisions by engine and DCP size",
             ["engine", "dcp_size"], registry=r)
-        self.token_counts = Counter(
+        self.token_counts = Counts(
             "engine_advisor_proxy_prompt_token_counts", "how prompt tokens were counted",
             ["method"], registry=r)
         self.breaker = Gauge(
@@ -37,9 +69,7 @@ class ProxyMetrics:
         self.healthy = Gauge(
             "engine_advisor_proxy_upstream_healthy", "1 when the upstream passes health checks",
             ["upstream"], registry=r)
-        self.in_flight = Gauge(
-            "engine_advisor_proxy_upstream_in_flight", "requests in flight to the upstream",
-            ["upstream"], registry=r)
+        self.in_flight = InFlight(pools, r)
         self.ttft = Histogram(
             "engine_advisor_proxy_ttft_seconds", "observed time to first token (streaming)",
             ["engine"], buckets=LATENCY, registry=r)
@@ -54,6 +84,7 @@ class ProxyMetrics:
             registry=r)
         self._names: set[str] = set()
         self._children: dict[tuple, object] = {}
+        self._status: dict[tuple[str, str, int], tuple[str, str, str]] = {}
 
     def child(self, metric, *labels: str):
         """``metric.labels(*labels)``, remembered (labels() costs microseconds per call)."""
@@ -64,13 +95,16 @@ class ProxyMetrics:
         return c
 
     def count(self, engine: str, upstream: str, status: int) -> None:
-        self.child(self.requests, engine, upstream, str(status)).inc()
+        key = self._status.get((engine, upstream, status))
+        if key is None:
+            key = self._status[(engine, upstream, status)] = (engine, upstream, str(status))
+        self.requests.inc(key)
 
     def track(self, names: list[str]) -> None:
         """Export the upstreams of a (re)loaded pools file; forget dropped ones."""
         self._children.clear()
         for gone in self._names - set(names):
-            for g in (self.breaker, self.healthy, self.in_flight):
+            for g in (self.breaker, self.healthy):
                 try:
                     g.remove(gone)
                 except KeyError:

@@ -11,13 +11,14 @@ traffic can refine the model with ``engine-advisor fit``.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from model.dataset import Measurement, header_csv, row_csv
 
 
-@dataclass(frozen=True, slots=True)
-class Observation:
+class Observation(NamedTuple):
+    """One observed request (immutable; a tuple: built on every proxied request)."""
+
     engine: str
     upstream: str
     gpu: str

@@ -10,6 +10,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import Receive
 
 from service.errors import ApiError
+from service.middleware import body_too_large
 
 CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
 
@@ -75,26 +76,40 @@ def _prompt_size(prompt: Any) -> tuple[int | None, int]:
                    param="prompt")
 
 
-async def read_body(receive: Receive) -> bytes:
-    """The whole request body (Starlette's ``Request.body()`` costs a few times more)."""
+async def read_body(receive: Receive, limit: int | None = None) -> bytes:
+    """The whole request body (Starlette's ``Request.body()`` costs a few times more); more
+    than ``limit`` bytes: 413, as service.middleware.BodyLimitMiddleware answers."""
     message = await receive()
     if message["type"] != "http.request":
         raise ClientDisconnect()
     body = message.get("body", b"")
+    if limit is not None and len(body) > limit:
+        raise ApiError(413, body_too_large(limit, len(body), streamed=True))
     if not message.get("more_body", False):
         return body
     chunks = [body]
+    size = len(body)
     while True:
         message = await receive()
         if message["type"] != "http.request":
             raise ClientDisconnect()
-        chunks.append(message.get("body", b""))
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if limit is not None and size > limit:
+            raise ApiError(413, body_too_large(limit, size, streamed=True))
+        chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
 
 
+_JSON = json.JSONDecoder()
+
+
 def decode(raw: bytes) -> Any:
     try:
+        if raw[:1] == b"{" and raw[1:2] != b"\x00":
+            # what json.loads detects for such bytes (UTF-8), without its detection
+            return _JSON.decode(raw.decode("utf-8", "surrogatepass"))
         return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ApiError(400, f"request body: invalid JSON ({exc})") from None

@@ -6,14 +6,16 @@ from __future__ import annotations
 import time
 
 from fastapi import APIRouter, Request, Response
+from starlette.types import Receive, Scope
 
-from service.deps import AdminDep, current_model
+from service.deps import AdminDep, model_of
 from service.errors import ApiError, error_responses
 from service.proxy.forward import ProxyCall
 from service.proxy.generate import GENERATE_BODY, handle_generate
 from service.proxy.request import CHAT, COMPLETIONS, parse, read_body
 from service.proxy.routing import NO_POOLS, authorize, current_pools, route
 from service.proxy.schemas import ModelCard, ModelList, ReloadResult, UpstreamsStatus
+from service.proxy.state import ProxyState
 
 router = APIRouter(tags=["proxy"])
 
@@ -27,12 +29,22 @@ PASSED = {200: {"description": "the upstream's answer, passed through (JSON, or 
 
 
 async def handle(request: Request, path: str) -> Response:
-    """Both completion routes (also called directly by service.proxy.asgi)."""
-    st, pools = current_pools(request)
-    authorize(pools, request)
-    req = parse(await read_body(request.receive), path)
-    routed = await route(st, pools, current_model(request), req)
-    rid = request.scope.get("state", {}).get("request_id") or ""
+    """Both completion routes."""
+    return await forward(request.scope, request.receive, path)
+
+
+async def forward(scope: Scope, receive: Receive, path: str) -> ProxyCall:
+    """A completion request to its ``ProxyCall`` (service.proxy.asgi calls this directly)."""
+    state = scope["app"].state
+    st: ProxyState = state.proxy
+    pools = st.pools
+    if pools is None:
+        raise ApiError(503, NO_POOLS)
+    if pools.api_keys:
+        authorize(pools, Request(scope))
+    req = parse(await read_body(receive, st.body_cap()), path)
+    routed = await route(st, pools, model_of(state), req)
+    rid = scope.get("state", {}).get("request_id") or ""
     return ProxyCall(st, pools, req, routed.decision, routed.first, rid, routed.prompt_tokens)
 
 

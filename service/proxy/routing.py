@@ -86,11 +86,15 @@ async def route(st: ProxyState, pools: Pools, loaded: LoadedModel, req: ProxyReq
         raise ApiError(404, f"model: {req.model!r} is not served by any pool (served: "
                             f"{', '.join(pools.models)})", param="model", type="model_not_found")
     now = time.monotonic()
-    avail = [u for u in cands if u.available(now)]
-    if not avail:
+    least = None                  # the fewest requests in flight of an available upstream
+    for u in cands:
+        if u.available(now) and (least is None or u.in_flight < least):
+            least = u.in_flight
+    if least is None:
         raise _unavailable(cands)
     out = req.max_tokens or cfg.workload.output_tokens
-    batch = max(cfg.workload.batch_size, 1 + min(u.in_flight for u in avail))
+    batch = max(cfg.workload.batch_size, 1 + least)
+    decision = None
     if context_tokens is not None:
         n, method = context_tokens, "given"
     elif req.prompt_token_ids is not None:
@@ -104,18 +108,20 @@ async def route(st: ProxyState, pools: Pools, loaded: LoadedModel, req: ProxyReq
     else:
         n, method = estimate(req, cfg.tokens.bytes_per_token), "estimate"
         lo, hi = plausible_range(req)
-        if st.decider.agree(loaded, pools, lo, hi, out, batch) is None \
-                and cfg.tokens.upstream_tokenize:
-            asker = min(avail, key=lambda u: u.in_flight)
+        decision, differs = st.decider.estimated(loaded, pools, n, lo, hi, out, batch,
+                                                 cfg.tokens.upstream_tokenize)
+        if differs:
+            asker = min((u for u in cands if u.available(now)), key=lambda u: u.in_flight)
             counted = await upstream_count(asker, req, cfg.tokens.tokenize_timeout_s)
             if counted is not None:
                 n, method = counted, "upstream"
-    st.metrics.child(st.metrics.token_counts, method).inc()
-    decision = st.decider.decide(loaded, pools, n, out, batch)
+                decision = None
+    st.metrics.token_counts.inc((method,))
+    if decision is None:
+        decision = st.decider.decide(loaded, pools, n, out, batch)
     st.seq += 1
     first = pick(pools, decision, req.model, [], None, st.seq)
     if first is None:     # every available upstream went away while we counted
         raise _unavailable(cands)
-    engine, dcp = first.group
-    st.metrics.child(st.metrics.decisions, engine, str(dcp)).inc()
+    st.metrics.decisions.inc(first.group_labels)
     return Routed(decision, first, n, method, out, batch)

@@ -19,6 +19,7 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 
+from service.proxy.deadlines import Deadlines
 from service.proxy.decide import Decider
 from service.proxy.health_checker import HealthChecker
 from service.proxy.metrics import ProxyMetrics
@@ -56,8 +57,9 @@ class ProxyState:
         self.path: Path | None = settings.upstreams
         self.pools: Pools | None = None
         self.tokenizer: Tokenizer | None = None
-        self.metrics = ProxyMetrics(registry)
+        self.metrics = ProxyMetrics(registry, lambda: self.pools)
         self.decider = Decider()
+        self.deadlines = Deadlines()      # the timeouts of proxied requests
         self.observations = Observations(0)
         self.checker = HealthChecker(lambda: self.pools, on_round=self._export_health)
         self.last_reload = ReloadRecord()
@@ -114,7 +116,6 @@ class ProxyState:
         self.metrics.track(names)
         for u in pools.upstreams:
             u.breaker.on_change = lambda s, n=u.name: self.metrics.set_breaker(n, s)
-            self.metrics.in_flight.labels(u.name).set(u.in_flight)
         self._export_health(pools)
         if previous is not None:
             kept = {id(u) for u in pools.upstreams}

@@ -263,6 +263,10 @@ class Upstream:
     last_error: str | None = None
     not_before: float = 0.0     # Retry-After: no requests before this monotonic time
     picked: int = 0             # when it was last picked (ties of in-flight go round-robin)
+    name: str = field(init=False, default="")    # spec.name, fixed for the upstream's life
+
+    def __post_init__(self) -> None:
+        self.name = self.spec.name or ""
 
     @classmethod
     def create(cls, engine: str, spec: UpstreamSpec, cfg: PoolsConfig) -> Upstream:
@@ -282,16 +286,17 @@ class Upstream:
         await self.fast.aclose()
 
     @property
-    def name(self) -> str:
-        return self.spec.name or ""
-
-    @property
     def url(self) -> str:
         return self.spec.base_url()
 
     @property
     def group(self) -> tuple[str, int]:
         return (self.engine, self.spec.dcp_size)
+
+    @property
+    def group_labels(self) -> tuple[str, str]:
+        """``group`` as metric label values."""
+        return (self.engine, str(self.spec.dcp_size))
 
     def available(self, now: float) -> bool:
         return self.healthy and now >= self.not_before and self.breaker.available()
@@ -328,11 +333,15 @@ class Pools:
         layout = self.config.workload.workload(1024, 1, 1, ["vllm"], [1]).model_shape()
         self.kv_bytes_per_token = int(layout.kv_bytes_per_token)
         self.kv_shards = layout.shards(self.config.workload.num_gpus)
+        gpu = self.config.workload.gpu
+        self.gpu_name = (gpu if isinstance(gpu, str) else gpu.name).upper()   # observations
+        self._serving = {m: [u for u in self.upstreams if u.spec.model == m]
+                         for m in self.models}
 
     def serving(self, model: str | None) -> list[Upstream]:
         if model is None:
             return self.upstreams
-        return [u for u in self.upstreams if u.spec.model == model]
+        return self._serving.get(model) or []
 
     def max_model_len(self, model: str | None = None) -> int | None:
         """The longest context the upstreams serving ``model`` (default: all) accept."""

@@ -229,7 +229,7 @@ def test_direct_path_keeps_request_ids_metrics_and_the_error_envelope(tmp_path, 
         assert_error(r, 400, contains="invalid JSON")
         assert len(r.headers["x-request-id"]) == 32            # created when not given
 
-        async def broken(request, path):
+        async def broken(scope, receive, path):
             raise RuntimeError("boom")
 
         app.direct.handler = broken

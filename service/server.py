@@ -1,0 +1,420 @@
+"""uvicorn's httptools protocol with two changes for the proxy's hot path.
+
+``engine-advisor serve`` runs uvicorn with ``http=ServerProtocol``. Parsing, keep-alive,
+pipelining, timeouts, flow control and shutdown stay uvicorn's; what changes:
+
+1. One write per response head and first body bytes. uvicorn writes the status line and
+   headers (``http.response.start``) and the body (``http.response.body``) with two
+   ``transport.write`` calls: with uvloop, which sends at once, two system calls and two TCP
+   segments per response, and a client woken up twice. Here the head is held until the
+   response's first body message and both leave together; a head with no body message in the
+   same event-loop iteration (a stream whose first bytes are not ready, a HEAD request) is
+   written at the end of that iteration.
+2. A direct lane for ``POST /v1/completions`` and ``/v1/chat/completions`` (exact paths, no
+   query, no ``Expect: 100-continue``, no upgrade; without ``--access-log``, a root path or a
+   concurrency limit): the request goes straight to the proxy's ``DirectPath`` with a
+   ``DirectCycle``, this module's leaner ASGI ``receive``/``send`` (no ``asyncio.Event``, the
+   response framed and validated here and written as in 1), instead of uvicorn's
+   ``RequestResponseCycle`` behind its ``ProxyHeadersMiddleware`` and the app's dispatch. Those
+   layers cost a sizeable share of a proxied request's CPU (docs/benchmarks.md, proxy section);
+   ``X-Forwarded-*`` headers only change ``scope["client"]``/``["scheme"]``, which the two
+   routes never read.
+
+3. The keep-alive timeout that uvicorn arms after every response (and cancels when the next
+   request arrives) is kept on one shared clock per event loop (``KeepAliveClock``: never
+   early, up to a second late) instead of an event-loop timer per response: under uvloop each
+   such timer is a libuv handle, a few microseconds per request.
+
+``DirectCycle`` gives uvicorn's protocol the attributes it uses on a cycle (``body``,
+``more_body``, ``message_event``, ``response_complete``, ``disconnected``, ``keep_alive``,
+``run_asgi``), so the protocol's own body, disconnect, pipelining and shutdown handling apply
+to it unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http
+import logging
+import re
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+
+PROTOCOL = "service.server:ServerProtocol"
+DIRECT_URLS = frozenset({b"/v1/completions", b"/v1/chat/completions"})
+
+# RFC 9110 tokens for names; no control characters but HTAB in values (no CR/LF: no splitting)
+BAD_NAME = re.compile(rb"[^!#$%&'*+\-.^_`|~0-9A-Za-z]")
+BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+NO_BODY = frozenset({204, 304})
+log = logging.getLogger("uvicorn.error")
+
+
+def _status_line(status: int) -> bytes:
+    try:
+        phrase = http.HTTPStatus(status).phrase.encode()
+    except ValueError:
+        phrase = b""
+    return b"HTTP/1.1 %d %s\r\n" % (status, phrase)
+
+
+STATUS_LINES = {s: _status_line(s) for s in range(100, 600)}
+_GOOD_NAMES: set[bytes] = set()             # header names already checked (a bounded set)
+
+
+def _check_name(name: bytes) -> None:
+    if not name or BAD_NAME.search(name):
+        raise RuntimeError(f"invalid HTTP header name {name[:40]!r}")
+    if len(_GOOD_NAMES) < 1024:
+        _GOOD_NAMES.add(name)
+
+
+# ----------------------------------------------------------------------------- 1. coalescing
+class _CycleTransport:
+    """What one of uvicorn's request cycles writes through: the real transport, except that
+    the response head (the first write once the cycle has started its response) is held for
+    the next write, or for the end of this event-loop iteration."""
+
+    __slots__ = ("transport", "loop", "cycle", "held", "flush_at")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop,
+                 cycle: RequestResponseCycle):
+        self.transport = transport
+        self.loop = loop
+        self.cycle: RequestResponseCycle | None = cycle    # until its head is written
+        self.held: bytes | None = None
+        self.flush_at: asyncio.Handle | None = None
+
+    def write(self, data: bytes) -> None:
+        cycle = self.cycle
+        if cycle is not None and cycle.response_started:   # before: only "100 Continue"
+            self.cycle = None
+            self.held = data
+            self.flush_at = self.loop.call_soon(self.flush)
+            return
+        held = self.held
+        if held is not None:
+            self.held = None
+            self.flush_at.cancel()
+            data = held + data
+        self.transport.write(data)
+
+    def flush(self) -> None:
+        held = self.held
+        if held is not None:
+            self.held = None
+            if not self.transport.is_closing():
+                self.transport.write(held)
+
+    def close(self) -> None:
+        self.flush()
+        self.transport.close()
+
+    def is_closing(self) -> bool:
+        return self.transport.is_closing()
+
+    def __getattr__(self, name: str) -> Any:        # anything else: the real transport's
+        return getattr(self.transport, name)
+
+
+# ----------------------------------------------------------------------------- 2. direct lane
+class _Wakeup:
+    """The cycle's ``message_event``: what uvicorn's protocol sets when body bytes arrive,
+    the body ends or the client disconnects. An ``asyncio.Event`` without its per-wait
+    running-loop lookup (a ``getpid`` system call each)."""
+
+    __slots__ = ("loop", "flag", "waiters")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self.flag = False
+        self.waiters: list[asyncio.Future] = []
+
+    def set(self) -> None:
+        self.flag = True
+        for w in self.waiters:
+            if not w.done():
+                w.set_result(None)
+
+    def clear(self) -> None:
+        self.flag = False
+
+    async def wait(self) -> None:
+        if self.flag:
+            return
+        w = self.loop.create_future()
+        self.waiters.append(w)
+        try:
+            await w
+        finally:
+            self.waiters.remove(w)
+
+
+class DirectCycle:
+    """One request of the direct lane: ASGI ``receive`` and ``send`` over the connection."""
+
+    def __init__(self, scope: dict, transport: asyncio.Transport, flow: Any,
+                 loop: asyncio.AbstractEventLoop, default_headers: list[tuple[bytes, bytes]],
+                 keep_alive: bool, on_response: Callable[[], None]):
+        self.scope, self.transport, self.flow, self.loop = scope, transport, flow, loop
+        self.default_headers = default_headers
+        self.keep_alive = keep_alive
+        self.on_response = on_response
+        # request state (filled by uvicorn's protocol)
+        self.body = bytearray()
+        self.more_body = True
+        self.message_event = _Wakeup(loop)
+        self.disconnected = False
+        self.body_read = False
+        # response state
+        self.response_started = False
+        self.response_complete = False
+        self.chunked = False
+        self.left = 0                       # Content-Length bytes still to send
+        self.head: bytes | None = None      # held for the first body message
+        self.flush_at: asyncio.Handle | None = None
+
+    async def run_asgi(self, app: Any) -> None:
+        try:
+            await app(self.scope, self.receive, self.send)
+        except BaseException as exc:
+            log.error("Exception in ASGI application\n", exc_info=exc)
+            if not self.response_started:
+                await self._send_500()
+            else:
+                self._close()
+        else:
+            if not self.response_started and not self.disconnected:
+                log.error("ASGI callable returned without starting response.")
+                await self._send_500()
+            elif not self.response_complete and not self.disconnected:
+                log.error("ASGI callable returned without completing response.")
+                self._close()
+        finally:
+            self.on_response = _nothing
+
+    async def receive(self) -> dict:
+        while not (self.disconnected or self.response_complete):
+            if not self.body_read and (self.body or not self.more_body):
+                body, more = bytes(self.body), self.more_body
+                self.body.clear()
+                self.body_read = not more
+                self.message_event.clear()        # seen: wait for what comes next
+                self.flow.resume_reading()
+                return {"type": "http.request", "body": body, "more_body": more}
+            self.flow.resume_reading()
+            await self.message_event.wait()
+            self.message_event.clear()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: dict) -> None:
+        if self.flow.write_paused and not self.disconnected:
+            await self.flow.drain()
+        if self.disconnected:
+            return
+        kind = message["type"]
+        if not self.response_started:
+            if kind != "http.response.start":
+                raise RuntimeError(f"Expected ASGI message 'http.response.start', but got "
+                                   f"'{kind}'.")
+            self._start(message["status"], message.get("headers", ()))
+            return
+        if self.response_complete or kind != "http.response.body":
+            raise RuntimeError(f"Unexpected ASGI message '{kind}' sent, after response "
+                               "already " + ("completed." if self.response_complete else
+                                             "started."))
+        body = message.get("body", b"")
+        more = message.get("more_body", False)
+        if self.chunked:
+            data = b"%x\r\n%b\r\n" % (len(body), body) if body else b""
+            if not more:
+                data += b"0\r\n\r\n"
+        else:
+            if len(body) > self.left:
+                raise RuntimeError("Response content longer than Content-Length")
+            self.left -= len(body)
+            data = body
+        head = self.head
+        if head is not None:
+            self.head = None
+            self.flush_at.cancel()
+            data = head + data
+        if data:
+            self.transport.write(data)
+        if not more:
+            if self.left:
+                raise RuntimeError("Response content shorter than Content-Length")
+            self.response_complete = True
+            self.message_event.set()
+            if not self.keep_alive:
+                self.transport.close()
+            self.on_response()
+
+    def _start(self, status: int, headers: Any) -> None:
+        parts = [STATUS_LINES.get(status) or _status_line(status)]
+        length = None
+        chunked = closing = False
+        good = _GOOD_NAMES
+        for group in (self.default_headers, headers):
+            for name, value in group:
+                if name not in good:
+                    _check_name(name)
+                if BAD_VALUE.search(value):
+                    raise RuntimeError(f"invalid HTTP header value for {name[:40]!r}")
+                name = name.lower()
+                if name == b"content-length":
+                    if length is None:
+                        length = int(value)
+                elif name == b"transfer-encoding":
+                    chunked = chunked or value.lower() == b"chunked"
+                elif name == b"connection":
+                    if b"close" in (t.strip().lower() for t in value.split(b",")):
+                        self.keep_alive, closing = False, True
+                parts += (name, b": ", value, b"\r\n")
+        if not self.keep_alive and not closing:
+            parts.append(b"connection: close\r\n")
+        if status in NO_BODY or status < 200:
+            length, chunked = 0, False
+        elif length is None and not chunked:
+            chunked = True
+            parts.append(b"transfer-encoding: chunked\r\n")
+        parts.append(b"\r\n")
+        self.response_started = True
+        self.chunked = chunked and length is None
+        self.left = 0 if self.chunked else (length or 0)
+        self.head = b"".join(parts)
+        self.flush_at = self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        head = self.head
+        if head is not None:
+            self.head = None
+            if not self.transport.is_closing():
+                self.transport.write(head)
+
+    def _close(self) -> None:
+        self._flush()
+        self.transport.close()
+
+    async def _send_500(self) -> None:
+        await self.send({"type": "http.response.start", "status": 500, "headers": [
+            (b"content-type", b"text/plain; charset=utf-8"), (b"content-length", b"21"),
+            (b"connection", b"close")]})
+        await self.send({"type": "http.response.body", "body": b"Internal Server Error"})
+
+
+def _nothing() -> None:
+    pass
+
+
+# ----------------------------------------------------------------------------- 3. keep-alive
+class _Alarm:
+    """One keep-alive timeout (what uvicorn keeps as ``timeout_keep_alive_task``)."""
+
+    __slots__ = ("clock", "when", "callback")
+
+    def __init__(self, clock: KeepAliveClock, when: float, callback: Callable[[], None]):
+        self.clock, self.when, self.callback = clock, when, callback
+
+    def cancel(self) -> None:
+        self.clock.alarms.pop(self, None)
+
+
+class KeepAliveClock:
+    """The keep-alive timeouts of one event loop's connections, checked every ``TICK``
+    seconds while any is set."""
+
+    TICK = 1.0
+    _clocks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self.alarms: dict[_Alarm, None] = {}
+        self.timer: asyncio.TimerHandle | None = None
+
+    @classmethod
+    def of(cls, loop: asyncio.AbstractEventLoop) -> KeepAliveClock:
+        clock = cls._clocks.get(loop)
+        if clock is None:
+            clock = cls._clocks[loop] = cls(loop)
+        return clock
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> _Alarm:
+        alarm = _Alarm(self, self.loop.time() + delay, callback)
+        self.alarms[alarm] = None
+        if self.timer is None:
+            self.timer = self.loop.call_later(self.TICK, self._check)
+        return alarm
+
+    def _check(self) -> None:
+        now = self.loop.time()
+        for alarm in [a for a in self.alarms if a.when <= now]:
+            if self.alarms.pop(alarm, 0) is None:      # not cancelled by an earlier callback
+                alarm.callback()
+        self.timer = self.loop.call_later(self.TICK, self._check) if self.alarms else None
+
+
+class _Loop:
+    """The event loop as uvicorn's protocol uses it (``create_task``, ``call_later`` for
+    the keep-alive timeout only): the loop's own ``create_task``, the shared clock's
+    ``call_later``."""
+
+    __slots__ = ("create_task", "call_later")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.create_task = loop.create_task
+        self.call_later = KeepAliveClock.of(loop).call_later
+
+
+def _direct_app(app: Any) -> tuple[Any, Any]:
+    """(the app, its ``direct`` ASGI app) when ``app`` is engine-advisor's, reached at most
+    through uvicorn's ProxyHeadersMiddleware; else (None, None)."""
+    if isinstance(app, ProxyHeadersMiddleware):
+        app = app.app
+    direct = getattr(app, "direct", None)
+    return (app, direct) if direct is not None else (None, None)
+
+
+class ServerProtocol(HttpToolsProtocol):
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.event_loop = self.loop
+        self.loop = _Loop(self.loop)              # uvicorn's use of it: see _Loop
+        self.direct_app, self.direct = _direct_app(self.app)
+        self.lane = (self.direct is not None and not self.root_path and not self.access_log
+                     and self.limit_concurrency is None)
+
+    def on_headers_complete(self) -> None:
+        if (self.lane and self.url in DIRECT_URLS and not self.expect_100_continue
+                and self.parser.get_method() == b"POST" and not self.parser.should_upgrade()):
+            self._direct()
+            return
+        before = self.cycle
+        super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not before:
+            cycle.transport = _CycleTransport(cycle.transport, self.event_loop, cycle)
+
+    def _direct(self) -> None:
+        version = self.parser.get_http_version()
+        scope = self.scope
+        scope["method"] = "POST"
+        if version != "1.1":
+            scope["http_version"] = version
+        scope["path"] = self.url.decode("ascii")
+        scope["raw_path"] = self.url
+        scope["query_string"] = b""
+        scope["app"] = self.direct_app
+        before = self.cycle
+        self.cycle = cycle = DirectCycle(
+            scope, self.transport, self.flow, self.event_loop, self.server_state.default_headers,
+            version != "1.0" and self.parser.should_keep_alive(), self.on_response_complete)
+        if before is None or before.response_complete:
+            self._start_asgi_task(cycle, self.direct)
+        else:                                     # pipelined: after the one under way
+            self.flow.pause_reading()
+            self.pipeline.appendleft((cycle, self.direct))
