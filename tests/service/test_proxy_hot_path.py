@@ -53,13 +53,19 @@ class Recorder(asyncio.Transport):
         pass
 
 
-async def exchange(app, request: bytes, steps: int = 10) -> Recorder:
+def connect(app) -> tuple[ServerProtocol, Recorder]:
+    """Our protocol on a recording transport, connected."""
     config = Config(app=app, lifespan="off", proxy_headers=False, log_level="warning",
                     access_log=False)
     config.load()
     p = ServerProtocol(config, ServerState(), {}, _loop=asyncio.get_running_loop())
     t = Recorder()
     p.connection_made(t)
+    return p, t
+
+
+async def exchange(app, request: bytes, steps: int = 10) -> Recorder:
+    p, t = connect(app)
     p.data_received(request)
     for _ in range(steps):
         await asyncio.sleep(0)
@@ -234,12 +240,7 @@ async def test_a_client_gone_mid_request_is_seen_by_receive():
         seen.append(await receive())             # then: the disconnect
 
     app, _ = lane(waits)
-    config = Config(app=app, lifespan="off", proxy_headers=False, log_level="warning",
-                    access_log=False)
-    config.load()
-    p = ServerProtocol(config, ServerState(), {}, _loop=asyncio.get_running_loop())
-    t = Recorder()
-    p.connection_made(t)
+    p, t = connect(app)
     p.data_received(post())
     await asyncio.sleep(0.01)
     p.connection_lost(None)
