@@ -30,12 +30,6 @@ def maximum(a, b):
     return a if a >= b else b
 
 
-def minimum(a, b):
-    if isinstance(a, _ARRAY) or isinstance(b, _ARRAY):
-        return np.minimum(a, b)
-    return a if a <= b else b
-
-
 def floor(x):
     return np.floor(x) if isinstance(x, _ARRAY) else float(math.floor(x))
 
