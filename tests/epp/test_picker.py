@@ -189,13 +189,20 @@ def test_request_without_body_is_left_to_the_gateway(picker):
     assert not out[0].HasField("dynamic_metadata")
 
 
-def test_in_flight_follows_the_endpoint_that_served_and_ends_with_the_response(picker):
-    app, stub, http = picker()
+def open_stream(stub):
+    """A live Process stream that has sent a short request's headers and body: (the queue
+    that feeds it, its responses)."""
     sent: queue.Queue = queue.Queue()
     responses = stub.Process(iter(sent.get, None), timeout=30)
     sent.put(headers())
     for part in body_parts(json.dumps(SHORT).encode()):
         sent.put(part)
+    return sent, responses
+
+
+def test_in_flight_follows_the_endpoint_that_served_and_ends_with_the_response(picker):
+    app, stub, http = picker()
+    sent, responses = open_stream(stub)
     first = next(responses)
     assert mutation(first)["x-engine-advisor-upstream"] == "va"
     next(responses)                                   # the body, echoed
@@ -223,11 +230,7 @@ def test_in_flight_follows_the_endpoint_that_served_and_ends_with_the_response(p
 
 def test_in_flight_released_when_the_gateway_drops_the_stream(picker):
     app, stub, http = picker()
-    sent: queue.Queue = queue.Queue()
-    responses = stub.Process(iter(sent.get, None), timeout=30)
-    sent.put(headers())
-    for part in body_parts(json.dumps(SHORT).encode()):
-        sent.put(part)
+    sent, responses = open_stream(stub)
     next(responses)
     assert sum(in_flight(app).values()) == 1
     responses.cancel()                                # the client went away
@@ -239,11 +242,7 @@ def test_in_flight_released_when_the_gateway_drops_the_stream(picker):
 
 def test_engine_429_holds_it_back_for_its_retry_after(picker):
     app, stub, http = picker()
-    sent: queue.Queue = queue.Queue()
-    responses = stub.Process(iter(sent.get, None), timeout=30)
-    sent.put(headers())
-    for part in body_parts(json.dumps(SHORT).encode()):
-        sent.put(part)
+    sent, responses = open_stream(stub)
     next(responses), next(responses)
     sent.put(response_headers(429, "127.0.0.1:1", **{"retry-after": "1"}))
     next(responses)
