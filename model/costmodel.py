@@ -24,20 +24,12 @@ import numpy as np
 
 from model.dataset import Measurement, dataset_sha256
 from model.estimator import EngineCostModel
-from model.ew import floor, is_array, maximum, where
+from model.formulas import N_PREFILL, rows_into
 from model.gpus import builtin_gpu
-from model.memory import sequences_at_once
+from model.memory import engine_reserve
 from model.shape import ModelShape
 from model.silicon import Silicon, silicon_for
-from model.terms import (
-    DECODE_TERMS,
-    N_PREFILL,
-    PHYSICS_TERMS,
-    TERMS,
-    Physics,
-    physics_for,
-    stack,
-)
+from model.terms import DECODE_TERMS, PHYSICS_TERMS, TERMS, physics_for
 
 RANGE_DIMS = ("context_tokens", "batch_size", "output_tokens")
 UNCALIBRATED_REL_SIGMA = 0.25   # added relative sd: no data for this engine on this hardware
@@ -63,7 +55,7 @@ def efficiency_key(engine: str, gpu: str) -> str:
 @dataclass
 class Case:
     """Rows sharing one served model, GPU type and TP size: the row fields are arrays of equal
-    length, or lists (a few rows: evaluated as Python floats, see ``model.ew``)."""
+    length, lists, or one value for every row."""
 
     shape: ModelShape
     silicon: Silicon
@@ -111,97 +103,35 @@ class Features:
         return out
 
 
-SCALAR_ROWS = 32   # cases with at most this many rows are evaluated row by row on floats
-
-
-def row_features(ph: Physics, engine, fraction, batch, context, output, dcp,
-                 share=0.0) -> tuple[tuple, tuple, tuple, object, object, object]:
-    """(total terms, prefill terms, decode terms, running, capacity, feasible) of rows given as
-    floats (one row) or arrays (many): the KV capacity, how the batch runs in waves
-    (``schedule``) and the terms of those waves (``wave_features``)."""
-    cap = ph.capacity(engine, fraction, dcp, batch)
-    run, full, rest, feasible = schedule(cap, batch, context, output, share)
-    total, pf, dec = wave_features(ph, run, full, rest, context, output, dcp, share)
-    return total, pf, dec, run, cap, feasible
-
-
-def schedule(capacity, batch, context, output, share=0.0):
-    """(sequences running at once, full waves of them, sequences of the last partial wave,
-    whether at least one fits): the engine runs what its KV capacity holds and queues the
-    rest; when not even one sequence fits the batch is costed as if it ran at once."""
-    running = sequences_at_once(capacity, batch, context, output, share)
-    feasible = running >= 1
-    run = where(feasible, running, batch)
-    full = floor(batch / run)
-    return run, full, batch - full * run, feasible
-
-
-def wave_features(ph: Physics, run, full, rest, context, output, dcp,
-                  share=0.0) -> tuple[tuple, tuple, tuple]:
-    """(total terms, first wave's prefill terms, decode step terms): prefill and decode of
-    ``full`` waves of ``run`` sequences then one of ``rest`` (a shared prompt prefix stays
-    cached after the first wave), decode at the mean context."""
-    scalar = not is_array(run, context, dcp, share)
-    decode = ph.memo_decode if scalar else ph.decode
-    prefill = ph.memo_prefill if scalar else ph.prefill
-    steps = maximum(output - 1.0, 0.0)
-    ctx_mean = context + output / 2.0
-    pf = prefill(run, context, share, False)
-    dec = decode(run, ctx_mean, dcp)
-    waves = (full != 1.0) | (rest > 0)
-    if not (waves if scalar else waves.any()):   # the whole batch at once (the usual case)
-        return pf + tuple([steps * t for t in dec]), pf, dec
-    rest1 = maximum(rest, 1.0)
-    shared = share.any() if isinstance(share, np.ndarray) else share > 0
-    pf_warm = prefill(run, context, share, True) if shared else pf    # no prefix: warm = cold
-    pf_rest = prefill(rest1, context, share, True)
-    dec_rest = decode(rest1, ctx_mean, dcp)
-    has_rest = where(rest > 0, 1.0, 0.0)
-    total = (tuple([a + (full - 1.0) * b + has_rest * c
-                    for a, b, c in zip(pf, pf_warm, pf_rest, strict=True)])
-             + tuple([steps * (full * a + has_rest * b)
-                      for a, b in zip(dec, dec_rest, strict=True)]))
-    return total, pf, dec
-
-
-def _rows(x, n: int) -> list:
-    if isinstance(x, list):
-        return x
+def _column(x, n: int) -> np.ndarray:
     if isinstance(x, np.ndarray):
-        return x.tolist() if x.ndim else [float(x)] * n
-    return list(x) if isinstance(x, tuple) else [float(x)] * n
+        return np.ascontiguousarray(np.broadcast_to(x, (n,)), dtype=float)
+    if isinstance(x, list):
+        return np.array(x, dtype=float)
+    return np.full(n, float(x))
 
 
 def case_features(case: Case) -> Features:
-    """Features of every row of a case (``row_features``): row by row on floats for a few
-    rows (rows whose waves and context agree share their terms), in one vectorised pass
-    otherwise."""
+    """Features of every row of a case, in one compiled pass (``rows_into``)."""
     ph = physics_for(case.shape, case.silicon, case.tp)
     n = len(case.batch)
-    if n > SCALAR_ROWS:
-        f = lambda x: np.asarray(x, dtype=float)  # noqa: E731
-        total, pf, dec, run, cap, ok = row_features(
-            ph, np.asarray(case.engine), f(case.fraction), f(case.batch),
-            f(case.context), f(case.output), f(case.dcp), f(case.share))
-        return Features(stack(total + pf + dec, n), np.broadcast_to(run, (n,)),
-                        np.broadcast_to(cap, (n,)), np.broadcast_to(ok, (n,)))
-    X, running, caps, feasible = [], [], [], []
-    memo: dict = {}
-    for e, fr, b, c, o, d, s in zip(*[_rows(col, n) for col in (
-            case.engine, case.fraction, case.batch, case.context, case.output, case.dcp,
-            case.share)], strict=True):
-        cap = ph.capacity(e, fr, d, b)
-        run, full, rest, ok = schedule(cap, b, c, o, s)
-        key = (run, full, rest, c, o, d, s)
-        row = memo.get(key)
-        if row is None:
-            total, pf, dec = wave_features(ph, run, full, rest, c, o, d, s)
-            row = memo[key] = total + pf + dec
-        X.append(row)
-        running.append(run)
-        caps.append(cap)
-        feasible.append(ok)
-    return Features(np.array(X), np.array(running), np.array(caps), np.array(feasible))
+    dcp = _column(case.dcp, n)
+    engine = case.engine
+    if isinstance(engine, np.ndarray):
+        reserve = np.zeros(n)
+        for e in np.unique(engine).tolist():
+            if engine_reserve(e):
+                reserve[engine == e] = engine_reserve(e)
+    else:
+        reserve = np.array([engine_reserve(e) for e in engine], dtype=float)
+    X = np.empty((n, 2 * N_TERMS))
+    running, capacity = np.empty(n), np.empty(n)
+    feasible = np.empty(n, dtype=np.bool_)
+    rows_into(ph.K, ph.collectives(dcp.max() if n else 1.0), ph.curve, reserve,
+              _column(case.fraction, n), _column(case.batch, n), _column(case.context, n),
+              _column(case.output, n), dcp, _column(case.share, n), X, running, capacity,
+              feasible)
+    return Features(X, running, capacity, feasible)
 
 
 def roofline_total_s(case: Case) -> np.ndarray:

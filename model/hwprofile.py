@@ -1,10 +1,11 @@
 """Measured hardware profiles: the JSON files ``engine-advisor calibrate gpu|dcp`` writes.
 
-Pure numpy: the curve fits used both to build a profile (in calibration/) and to evaluate one
-(model/silicon.py), and the loader that finds a GPU's profile by path. The profiles directory is
-``$ENGINE_ADVISOR_PROFILES_DIR`` or, by default, ``calibration/profiles`` beside this package;
-a missing directory means "no profiles" (the spec sheet is used). Each directory is read once
-per process (``clear_profile_cache`` forgets it).
+The curve fits used both to build a profile (in calibration/) and to evaluate one
+(model/silicon.py; the evaluation itself is ``model.formulas.read_s``), and the loader that
+finds a GPU's profile by path. The profiles directory is ``$ENGINE_ADVISOR_PROFILES_DIR`` or,
+by default, ``calibration/profiles`` beside this package; a missing directory means "no
+profiles" (the spec sheet is used). Each directory is read once per process
+(``clear_profile_cache`` forgets it).
 
 Read curve: seconds of one call that reads ``b`` bytes, ``t(b)``, stored as knots (bytes,
 seconds) fitted from measurements: medians in half-octave bins of bytes, made non-decreasing by
@@ -15,7 +16,6 @@ per-call overhead; above the last it grows at the asymptotic bandwidth of the la
 
 from __future__ import annotations
 
-import bisect
 import json
 import math
 import os
@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 from sklearn.isotonic import isotonic_regression
+
+from model.formulas import read_many, read_s
 
 PROFILES_ENV = "ENGINE_ADVISOR_PROFILES_DIR"
 DEFAULT_PROFILES_DIR = Path(__file__).resolve().parent.parent / "calibration" / "profiles"
@@ -70,51 +72,34 @@ def fit_read_curve(nbytes, seconds, overhead_s: float | None = None) -> dict:
 
 
 class ReadCurve:
-    """A fitted read curve, evaluated on a float (one call) or an array of byte counts."""
+    """A read curve as ``model.formulas.read_s`` takes it: ``table`` (4, m) of knot bytes,
+    seconds and their logs, the per-call overhead ``t0``, the asymptotic bandwidth
+    ``asym``; with no knots (``spec``) a plain bandwidth ``bps``. Callable on a float or an
+    array of byte counts."""
 
-    __slots__ = ("kb", "kt", "log_kb", "log_kt", "t0", "asym", "_lkb", "_lkt")
+    __slots__ = ("table", "t0", "asym", "bps")
 
-    def __init__(self, curve: dict):
-        self.kb = [float(v) for v in curve["bytes"]]
-        self.kt = [float(v) for v in curve["seconds"]]
-        self.log_kb = [math.log(v) for v in self.kb]
-        self.log_kt = [math.log(v) for v in self.kt]
-        self._lkb, self._lkt = np.array(self.log_kb), np.array(self.log_kt)
+    def __init__(self, curve: dict | None, bps: float = 0.0):
+        if curve is None:
+            self.table, self.t0, self.asym, self.bps = np.zeros((4, 0)), 0.0, 1.0, float(bps)
+            return
+        kb = np.asarray(curve["bytes"], dtype=float)
+        kt = np.asarray(curve["seconds"], dtype=float)
+        self.table = np.ascontiguousarray(np.stack([kb, kt, np.log(kb), np.log(kt)]))
         self.t0 = float(curve["overhead_s"])
         self.asym = float(curve["asymptotic_Bps"])
+        self.bps = 0.0
+
+    @classmethod
+    def spec(cls, bps: float) -> ReadCurve:
+        return cls(None, bps)
 
     def __call__(self, nbytes):
         if isinstance(nbytes, np.ndarray):
-            return self._array(nbytes.astype(float, copy=False))
-        x = float(nbytes)
-        kb, kt = self.kb, self.kt
-        if x < kb[0]:
-            return self.t0 + (kt[0] - self.t0) * (x if x > 0.0 else 0.0) / kb[0]
-        if x > kb[-1]:
-            return kt[-1] + (x - kb[-1]) / self.asym
-        if len(kb) == 1:
-            return kt[0]
-        lx = math.log(x)
-        i = bisect.bisect_left(self.log_kb, lx)
-        if self.log_kb[i] == lx:
-            return kt[i]
-        a0, a1 = self.log_kb[i - 1], self.log_kb[i]
-        b0, b1 = self.log_kt[i - 1], self.log_kt[i]
-        return math.exp(b0 + (lx - a0) * (b1 - b0) / (a1 - a0))
-
-    def _array(self, x: np.ndarray) -> np.ndarray:
-        kb, kt = self.kb, self.kt
-        out = np.empty_like(x)
-        lo = x < kb[0]
-        hi = x > kb[-1]
-        mid = ~(lo | hi)
-        out[lo] = self.t0 + (kt[0] - self.t0) * np.maximum(x[lo], 0.0) / kb[0]
-        out[hi] = kt[-1] + (x[hi] - kb[-1]) / self.asym
-        if len(kb) == 1:
-            out[mid] = kt[0]
-        else:
-            out[mid] = np.exp(np.interp(np.log(x[mid]), self._lkb, self._lkt))
-        return out
+            x = np.ascontiguousarray(nbytes, dtype=float)
+            return read_many(x.ravel(), self.table, self.t0, self.asym,
+                              self.bps).reshape(x.shape)
+        return read_s(float(nbytes), self.table, self.t0, self.asym, self.bps)
 
 
 def eval_read_curve(curve: dict, nbytes) -> np.ndarray:

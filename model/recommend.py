@@ -17,12 +17,8 @@ from model.costmodel import (
     Case,
     CostModel,
 )
-from model.memory import (
-    DEFAULT_MAX_RUNNING,
-    MEM_FLAGS,
-    MemoryChoice,
-    kv_demand_tokens,
-)
+from model.formulas import DEFAULT_MAX_RUNNING
+from model.memory import MEM_FLAGS, MemoryChoice, kv_demand_tokens
 from model.predictor import CROSSOVER_CACHE_SIZE, Predictor, predictor_for
 from model.schemas import ConfigPrediction, Exclusion, Recommendation, construct
 from model.shape import ModelShape

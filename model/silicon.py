@@ -22,7 +22,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from model.ew import distinct
+from model.formulas import collective_many, collective_s
 from model.gpus import GpuSpec
 from model.hwprofile import (
     KIND_DCP,
@@ -179,7 +179,7 @@ class Silicon:
             key = self._curve_key(family, dtype)
             bps = self.gpu.hbm_bandwidth * self.eff["hbm"]
             fn = self._read[(family, dtype)] = (ReadCurve(self._curves[key]) if key
-                                                else lambda nbytes: nbytes / bps)
+                                                else ReadCurve.spec(bps))
             return fn
 
     def asymptotic_read_Bps(self, family: str, dtype: str) -> float:
@@ -300,7 +300,7 @@ class Silicon:
             return self.collective(op, float(n))(nbytes)
         nbytes = np.broadcast_to(np.asarray(nbytes, dtype=float), n.shape)
         out = np.zeros(n.shape)
-        for size in distinct(n):
+        for size in np.unique(n).tolist():
             rows = n == size
             out[rows] = self.collective(op, float(size))(nbytes[rows])
         return out
@@ -309,26 +309,20 @@ class Silicon:
 class Collective:
     """Seconds of one collective of a fixed group as a function of the bytes per rank:
     ``latency + bytes x factor / bandwidth``, or the small-message kernel's
-    ``small_latency + bytes / small_bandwidth`` up to ``small_max`` bytes. Floats or arrays."""
+    ``small_latency + bytes / small_bandwidth`` up to ``small_max`` bytes (``collective_s``).
+    Floats or arrays."""
 
-    __slots__ = ("lat", "bw", "factor", "small_max", "small_lat", "small_bw")
+    __slots__ = ("params",)
 
     def __init__(self, lat: float, bw: float, factor: float, small_max: float = -1.0,
                  small_lat: float = 0.0, small_bw: float = 1.0):
-        self.lat, self.bw, self.factor = lat, bw, factor
-        self.small_max, self.small_lat, self.small_bw = small_max, small_lat, small_bw
+        self.params = np.array([lat, bw, factor, small_max, small_lat, small_bw], dtype=float)
 
     def __call__(self, nbytes):
-        if not self.factor:
-            return nbytes * 0.0
         if isinstance(nbytes, np.ndarray):
-            t = self.lat + nbytes * (self.factor / self.bw)
-            if self.small_max >= 0:
-                t = np.where(nbytes <= self.small_max, self.small_lat + nbytes / self.small_bw, t)
-            return t
-        if nbytes <= self.small_max:
-            return self.small_lat + nbytes / self.small_bw
-        return self.lat + nbytes * (self.factor / self.bw)
+            x = np.ascontiguousarray(nbytes, dtype=float)
+            return collective_many(x.ravel(), self.params).reshape(x.shape)
+        return collective_s(float(nbytes), self.params)
 
 
 @lru_cache(maxsize=64)

@@ -27,6 +27,12 @@ Prefill of ``B`` prompts of ``L`` tokens, a share ``s`` of each found in the pre
 - ``pf_comm``: two all-reduces of the chunk's activations per layer and chunk;
 - ``pf_fixed`` (count: layers x forward passes);
 - ``pf_batch`` (count: 1 per prefilled batch: scheduling, tokenisation, first sampling).
+
+The formulas are compiled by numba (``model.formulas``: ``decode_into``, ``prefill_into`` and
+the rows of ``model.costmodel.case_features`` that call them): one recommendation evaluates
+its rows in microseconds and a grid of 80,000 rows in milliseconds, with no second
+implementation.
+``Physics`` packs one model's constants on one GPU and TP size into the arrays they read.
 """
 
 from __future__ import annotations
@@ -35,19 +41,44 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from model.ew import ceil, distinct, maximum
-from model.memory import kv_capacity, max_running
+from model.formulas import (
+    ACT,
+    ATTN_CALL,
+    ATTN_PF,
+    ATTN_PF_LINEAR,
+    DECODE_TERMS,
+    KV_CALL,
+    KV_GPU_TOKEN,
+    MEMORY,
+    MM,
+    N_CONSTANTS,
+    N_DECODE,
+    N_FULL,
+    N_LAYERS,
+    N_PREFILL,
+    O_GATHER,
+    PREFILL_TERMS,
+    Q_GATHER,
+    Q_MISS,
+    READ_ASYM,
+    READ_BPS,
+    READ_T0,
+    STATE,
+    STATE_GPU,
+    TP,
+    W_DENSE,
+    W_EXPERTS,
+    WEIGHT_BYTES,
+    WEIGHTS_PASS,
+    decode_into,
+    prefill_into,
+)
 from model.shape import ModelShape
 from model.silicon import Silicon
 
-PREFILL_TERMS = ("pf_gemm", "pf_attn", "pf_comm", "pf_fixed", "pf_batch")
-DECODE_TERMS = ("gemm", "kv_read", "state", "tp_comm", "dcp_comm", "layer_fixed", "seq_fixed",
-                "step_fixed")
 TERMS = PREFILL_TERMS + DECODE_TERMS
-N_PREFILL = len(PREFILL_TERMS)
 PHYSICS_TERMS = ("pf_gemm", "pf_attn", "pf_comm", "gemm", "kv_read", "state", "tp_comm",
                  "dcp_comm")
-CHUNK_TOKENS = 8192          # chunked-prefill budget per forward pass (both engines' default)
 ACT_BYTES = 2                # bf16 activations on the wire
 LSE_BYTES = 4                # one fp32 log-sum-exp per head and sequence
 
@@ -61,146 +92,76 @@ class Hardware:
 
 
 class Physics:
-    """The terms of one served model on one GPU type and TP size: every constant the formulas
-    need, computed once (``physics_for``), then ``decode`` and ``prefill`` evaluate rows given
-    as floats or as numpy arrays (``model.ew``)."""
+    """The constants of one served model on one GPU type and TP size, computed once
+    (``physics_for``) and packed for the compiled formulas:
+
+    - ``K``: the scalars (positions ``W_DENSE`` ... ``READ_BPS``);
+    - ``curve``: the silicon's per-call KV read curve (``model.hwprofile.ReadCurve.table``);
+    - ``collectives(d)``: rows of ``model.silicon.Collective.params``: row 0 the TP
+      all-reduce, row ``k`` the all-gather over ``k`` DCP ranks.
+    """
 
     def __init__(self, shape: ModelShape, si: Silicon, tp: int):
         t = float(tp)
         wr = si.weight_read_Bps
         self.shape, self.silicon, self.tp = shape, si, tp
-        # gemm: dense weights + E (1 - q^B) routed experts per MoE layer, or FLOPs
-        self.w_dense = shape.dense_step_bytes / t / wr
-        self.q = 1.0 - shape.experts_per_token / shape.n_experts if shape.n_experts else 1.0
-        self.w_experts = (shape.n_moe_layers * shape.n_experts * shape.expert_bytes / t / wr)
-        self.mm = si.matmul_s_per_token(shape.matmul_flops) / t
-        # kv_read: one call per full-attention layer on the read curve, or its FLOPs
-        self.n_full = float(shape.n_full_layers)
-        self.kv_call = shape.kv_layer_bytes / shape.shards(tp)
-        self.attn_call = (shape.attn_flops_per_ctx_token / shape.n_full_layers / t
-                          / si.attn_flops) if shape.n_full_layers else 0.0
         self.family = "gqa" if shape.attention in ("gqa", "mha") else "mla"
-        self.read = si.read_curve(self.family, shape.kv_dtype)   # bytes -> seconds per call
-        self.state = 2.0 * shape.state_bytes_per_seq / t / si.gpu.hbm_bandwidth
-        self.n_layers = float(shape.n_layers)
-        self.act_bytes = shape.hidden_size * ACT_BYTES
-        self.tp_ar = si.collective("all_reduce", t)
+        read = si.read_curve(self.family, shape.kv_dtype)
+        self.curve = read.table
         heads = max(shape.q_heads, 1) / t        # per rank, times dcp after the gather
-        self.q_gather = heads * shape.qk_dim * ACT_BYTES
-        self.o_gather = heads * (shape.v_dim * ACT_BYTES + LSE_BYTES)
+        K = np.zeros(N_CONSTANTS)
+        # gemm: dense weights + E (1 - q^B) routed experts per MoE layer, or FLOPs
+        K[W_DENSE] = shape.dense_step_bytes / t / wr
+        K[Q_MISS] = 1.0 - shape.experts_per_token / shape.n_experts if shape.n_experts else 1.0
+        K[W_EXPERTS] = shape.n_moe_layers * shape.n_experts * shape.expert_bytes / t / wr
+        K[MM] = si.matmul_s_per_token(shape.matmul_flops) / t
+        # kv_read: one call per full-attention layer on the read curve, or its FLOPs
+        K[N_FULL] = shape.n_full_layers
+        K[KV_CALL] = shape.kv_layer_bytes / shape.shards(tp)
+        K[ATTN_CALL] = (shape.attn_flops_per_ctx_token / shape.n_full_layers / t
+                        / si.attn_flops) if shape.n_full_layers else 0.0
+        K[STATE] = 2.0 * shape.state_bytes_per_seq / t / si.gpu.hbm_bandwidth
+        K[N_LAYERS] = shape.n_layers
+        K[ACT] = shape.hidden_size * ACT_BYTES
+        K[Q_GATHER] = heads * shape.qk_dim * ACT_BYTES
+        K[O_GATHER] = heads * (shape.v_dim * ACT_BYTES + LSE_BYTES)
         # prefill
-        self.weights_pass = shape.weight_bytes / t / wr
-        self.attn_pf = shape.attn_prefill_coef / (t * si.attn_flops)
-        self.attn_pf_linear = shape.attn_prefill_linear / (t * si.attn_flops)
-        self._memo: dict = {}
-        self._gathers: dict = {}
-        self._batch_terms: dict = {}
-        self._capacity: dict = {}
-        self.memory = si.gpu.memory_bytes
-        self.kv_gpu_token = shape.kv_gpu_token_bytes(tp)
-        self.state_gpu = shape.state_bytes_per_seq / t
+        K[WEIGHTS_PASS] = shape.weight_bytes / t / wr
+        K[ATTN_PF] = shape.attn_prefill_coef / (t * si.attn_flops)
+        K[ATTN_PF_LINEAR] = shape.attn_prefill_linear / (t * si.attn_flops)
+        # capacity (model.memory.kv_capacity)
+        K[MEMORY] = si.gpu.memory_bytes
+        K[WEIGHT_BYTES] = shape.weight_bytes
+        K[TP] = t
+        K[KV_GPU_TOKEN] = shape.kv_gpu_token_bytes(tp)
+        K[STATE_GPU] = shape.state_bytes_per_seq / t
+        K[READ_T0], K[READ_ASYM], K[READ_BPS] = read.t0, read.asym, read.bps
+        self.K = K
+        self._coll = np.array([si.collective("all_reduce", t).params])
 
-    def capacity(self, engine, fraction, dcp, batch):
-        """KV tokens one instance holds (``model.memory.kv_capacity``; memoised for floats):
-        its budget after weights, the engine's reserve and the state pool of the running-
-        sequence limit the batch sets."""
-        key = (engine, fraction, dcp, batch)
-        try:
-            return self._capacity[key]
-        except KeyError:      # floats not seen yet
-            pass
-        except TypeError:     # arrays (unhashable): not memoised
-            key = None
-        cap = kv_capacity(engine, fraction, self.memory, self.shape.weight_bytes, self.tp,
-                          self.kv_gpu_token, dcp, self.state_gpu * max_running(batch))
-        if key is not None:
-            if len(self._capacity) >= MEMO_SIZE:
-                self._capacity.clear()
-            self._capacity[key] = cap
-        return cap
+    def collectives(self, max_dcp: float) -> np.ndarray:
+        """The collective table covering DCP sizes up to ``max_dcp`` (grown on demand)."""
+        have = len(self._coll) - 1
+        if max_dcp > have:
+            rows = [self.silicon.collective("all_gather", float(k)).params
+                    for k in range(have + 1, int(max_dcp) + 1)]
+            self._coll = np.concatenate([self._coll, np.array(rows)])
+        return self._coll
 
-    def decode(self, b, c, d) -> tuple:
+    def decode(self, b: float, c: float, d: float) -> tuple[float, ...]:
         """The ``DECODE_TERMS`` of one step of ``b`` sequences at context ``c``, DCP ``d``."""
-        d = maximum(d, 1.0)
-        if isinstance(b, np.ndarray) or isinstance(d, np.ndarray):
-            gemm, state, tp_comm, dcp_comm = self.batch_terms(b, d)
-        else:   # memoised: they do not depend on the context
-            key = (b, d)
-            hit = self._batch_terms.get(key)
-            if hit is None:
-                if len(self._batch_terms) >= MEMO_SIZE:
-                    self._batch_terms.clear()
-                hit = self._batch_terms[key] = self.batch_terms(b, d)
-            gemm, state, tp_comm, dcp_comm = hit
-        kv = 0.0 * b
-        if self.n_full:
-            ctx = b * c / d
-            kv = self.n_full * maximum(self.read(ctx * self.kv_call), ctx * self.attn_call)
-        return (gemm, kv, state, tp_comm, dcp_comm, self.n_layers, b, 1.0)
+        out = np.empty(N_DECODE)
+        decode_into(self.K, self.collectives(d), self.curve, float(b), float(c), float(d),
+                    out, 0)
+        return tuple(out.tolist())
 
-    def batch_terms(self, b, d) -> tuple:
-        """(gemm, state, tp_comm, dcp_comm) of a decode step of ``b`` sequences, DCP ``d``."""
-        gemm = maximum(self.w_dense + self.w_experts * (1.0 - self.q ** b), b * self.mm)
-        tp_comm = 2.0 * self.n_layers * self.tp_ar(b * self.act_bytes)
-        return gemm, b * self.state, tp_comm, self.dcp_comm(b, d)
-
-    def dcp_comm(self, b, d):
-        """Per full-attention layer, DCP's collectives: all-gather the queries of the group's
-        heads, then gather the partial outputs and log-sum-exps to combine them."""
-        if not self.n_full:
-            return 0.0 * b * d
-        if not isinstance(d, np.ndarray):
-            if d <= 1:
-                return 0.0 * b
-            ag = self._gathers.get(d)
-            if ag is None:
-                ag = self._gathers[d] = self.silicon.collective("all_gather", float(d))
-            return self.n_full * (ag(b * d * self.q_gather) + ag(b * d * self.o_gather))
-        b, d = np.broadcast_arrays(np.asarray(b, dtype=float), d)
-        out = np.zeros(d.shape)
-        for size in distinct(d):
-            if size > 1:
-                rows = d == size
-                out[rows] = self.dcp_comm(b[rows], size)
-        return out
-
-    def prefill(self, b, L, s=0.0, warm: bool = False) -> tuple:
-        """The ``PREFILL_TERMS`` of prefilling ``b`` prompts of ``L`` tokens, a share ``s`` of
-        each cached: the shared prefix is computed once, by the first prompt, unless ``warm``
-        (an earlier wave left it in the cache)."""
-        first = 0.0 if warm else 1.0    # the prompt that computes the shared prefix
-        new = maximum(L * (b * (1.0 - s) + first * s), 1.0)
-        chunks = ceil(new / CHUNK_TOKENS)
-        chunk = new / chunks
-        gemm = chunks * maximum(chunk * self.mm, self.weights_pass)
-        attn = (self.attn_pf * L * L * (first + (b - first) * (1.0 - s * s))
-                + self.attn_pf_linear * new)
-        comm = chunks * (2.0 * self.n_layers) * self.tp_ar(chunk * self.act_bytes)
-        return (gemm, attn, comm, chunks * self.n_layers, 1.0)
-
-    def memo_decode(self, b: float, c: float, d: float) -> tuple:
-        """``decode`` of floats, memoised (the configurations of one query share most rows)."""
-        key = ("d", b, c, d)
-        hit = self._memo.get(key)
-        if hit is None:
-            hit = self._remember(key, self.decode(b, c, d))
-        return hit
-
-    def memo_prefill(self, b: float, L: float, s: float, warm: bool) -> tuple:
-        key = ("p", b, L, s, warm and s > 0)     # without a shared prefix, warm is cold
-        hit = self._memo.get(key)
-        if hit is None:
-            hit = self._remember(key, self.prefill(b, L, s, warm))
-        return hit
-
-    def _remember(self, key, value):
-        if len(self._memo) >= MEMO_SIZE:
-            self._memo.clear()
-        self._memo[key] = value
-        return value
-
-
-MEMO_SIZE = 4096
+    def prefill(self, b: float, L: float, s: float = 0.0,
+                warm: bool = False) -> tuple[float, ...]:
+        """The ``PREFILL_TERMS`` of prefilling ``b`` prompts of ``L`` tokens, a share ``s``
+        of each cached (``prefill_into``)."""
+        out = np.empty(N_PREFILL)
+        prefill_into(self.K, self._coll, float(b), float(L), float(s), bool(warm), out, 0)
+        return tuple(out.tolist())
 
 
 def physics_for(shape: ModelShape, si: Silicon, tp: int) -> Physics:
@@ -214,22 +175,13 @@ def physics_for(shape: ModelShape, si: Silicon, tp: int) -> Physics:
     return hit
 
 
-def decode_terms(shape: ModelShape, hw: Hardware, batch, context, dcp) -> tuple:
-    """The ``DECODE_TERMS`` of one decode step, in that order: each a float (float inputs) or
-    an array (array inputs broadcast together; count terms may stay scalars)."""
+def decode_terms(shape: ModelShape, hw: Hardware, batch: float, context: float,
+                 dcp: float) -> tuple[float, ...]:
+    """The ``DECODE_TERMS`` of one decode step, in that order (``Physics.decode``)."""
     return physics_for(shape, hw.silicon, hw.tp).decode(batch, context, dcp)
 
 
-def prefill_terms(shape: ModelShape, hw: Hardware, batch, context, share=0.0,
-                  warm: bool = False) -> tuple:
-    """The ``PREFILL_TERMS`` of a prefill (``Physics.prefill``): floats or arrays."""
+def prefill_terms(shape: ModelShape, hw: Hardware, batch: float, context: float,
+                  share: float = 0.0, warm: bool = False) -> tuple[float, ...]:
+    """The ``PREFILL_TERMS`` of a prefill (``Physics.prefill``)."""
     return physics_for(shape, hw.silicon, hw.tp).prefill(batch, context, share, warm)
-
-
-def stack(terms: tuple, n: int) -> np.ndarray:
-    """(n, len(terms)) array of terms given as arrays or scalars (broadcast); column-major,
-    so each term is one contiguous write."""
-    out = np.empty((len(terms), n))
-    for j, t in enumerate(terms):
-        out[j] = t
-    return out.T

@@ -1,11 +1,15 @@
-"""The cost model's formulas give the same numbers on Python floats (one recommendation, row by
-row) and on numpy arrays (grids, training); the recommender's fast object construction gives
-what validation gives."""
+"""The compiled formulas (model.formulas) give what the same code gives run as plain Python
+(NUMBA_DISABLE_JIT=1, in a subprocess); lists and arrays give the same rows; the recommender's
+fast object construction gives what validation gives."""
+
+import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-import model.costmodel as costmodel
 from model.costmodel import Case, case_features
 from model.default import default_model
 from model.recommend import evaluate
@@ -14,47 +18,69 @@ from model.shape import bare
 from model.silicon import silicon_for
 from model.workload import Config, Workload, preset_shape
 
-RNG = np.random.default_rng(7)
+SHAPES = {"kimi-k3": lambda: preset_shape("kimi-k3", "bf16"),
+          "llama-70b-fp8": lambda: preset_shape("llama-3.1-70b", "fp8"),
+          "bare": lambda: bare(70_272)}
+HARDWARE = [("B300", 8), ("H200", 4)]
 
 
-def random_case(shape, gpu: str, tp: int, n: int, as_lists: bool) -> Case:
-    engine = RNG.choice(["vllm", "sglang"], n)
-    batch = RNG.choice([1, 3, 64, 700, 5000], n).astype(float)
-    context = np.exp(RNG.uniform(np.log(500), np.log(3e6), n)).round()
-    output = RNG.choice([1, 17, 2048], n).astype(float)
-    dcp = RNG.choice([d for d in (1, 2, 4, 8) if tp % d == 0], n).astype(float)
-    fraction = RNG.choice([0.85, 0.92], n)
-    share = RNG.choice([0.0, 0.5, 0.99], n)
-    cols = [engine, batch, context, output, dcp, fraction]
+def random_case(shape_name: str, gpu: str, tp: int, n: int, seed: int,
+                as_lists: bool = False) -> Case:
+    rng = np.random.default_rng(seed)
+    engine = rng.choice(["vllm", "sglang"], n)
+    batch = rng.choice([1, 3, 64, 700, 5000], n).astype(float)
+    context = np.exp(rng.uniform(np.log(500), np.log(3e6), n)).round()
+    output = rng.choice([1, 17, 2048], n).astype(float)
+    dcp = rng.choice([d for d in (1, 2, 4, 8) if tp % d == 0], n).astype(float)
+    fraction = rng.choice([0.85, 0.92], n)
+    share = rng.choice([0.0, 0.5, 0.99], n)
+    cols = [engine, batch, context, output, dcp, fraction, share]
     if as_lists:
         cols = [c.tolist() for c in cols]
-        share = share.tolist()
-    return Case(shape, silicon_for(Workload(context_tokens=1, output_tokens=1, preset="kimi-k3",
-                                            gpu=gpu).gpu_spec()), tp, *cols, share)
+    gpu_spec = Workload(context_tokens=1, output_tokens=1, preset="kimi-k3", gpu=gpu).gpu_spec()
+    return Case(SHAPES[shape_name](), silicon_for(gpu_spec), tp, *cols)
 
 
-@pytest.mark.parametrize("shape", [preset_shape("kimi-k3", "bf16"),
-                                   preset_shape("llama-3.1-70b", "fp8"), bare(70_272)],
-                         ids=["kimi-k3", "llama-70b-fp8", "bare"])
-@pytest.mark.parametrize("gpu,tp", [("B300", 8), ("H200", 4)])
-def test_float_rows_equal_array_rows(shape, gpu, tp, monkeypatch):
-    case = random_case(shape, gpu, tp, 24, as_lists=True)
-    by_row = case_features(case)
-    monkeypatch.setattr(costmodel, "SCALAR_ROWS", 0)      # the same rows, vectorised
-    vector = case_features(case)
-    np.testing.assert_allclose(by_row.X, vector.X, rtol=1e-12, atol=1e-15)
-    np.testing.assert_array_equal(by_row.running, vector.running)
-    np.testing.assert_array_equal(by_row.capacity, vector.capacity)
-    np.testing.assert_array_equal(by_row.feasible, vector.feasible)
-    if vector.feasible.any():    # (Kimi-K3's weights do not fit 4 x H200: nothing does)
-        batch = np.asarray(case.batch)
-        assert np.any(vector.running < batch) and np.any(vector.running == batch)  # waves, not
+def features_of_every_case() -> dict:
+    out = {}
+    for name in SHAPES:
+        for gpu, tp in HARDWARE:
+            case = random_case(name, gpu, tp, 400, seed=len(out))
+            f = case_features(case)
+            out[f"{name}/{gpu}/{tp}"] = {"X": f.X.tolist(), "running": f.running.tolist(),
+                                         "capacity": f.capacity.tolist(),
+                                         "feasible": f.feasible.tolist(),
+                                         "batch": np.asarray(case.batch).tolist()}
+    return out
 
 
-def test_memoised_terms_repeat_exactly():
-    case = random_case(preset_shape("kimi-k3", "bf16"), "B300", 8, 16, as_lists=True)
-    first = case_features(case).X.copy()
-    np.testing.assert_array_equal(case_features(case).X, first)
+def test_compiled_formulas_equal_plain_python():
+    env = {**os.environ, "NUMBA_DISABLE_JIT": "1"}
+    code = ("import json, sys; sys.path.insert(0, 'tests/model'); import test_eval_modes as t; "
+            "from numba.core.config import DISABLE_JIT; assert DISABLE_JIT; "
+            "print(json.dumps(t.features_of_every_case()))")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=600, check=True)
+    plain = json.loads(proc.stdout)
+    compiled = features_of_every_case()
+    assert plain.keys() == compiled.keys()
+    waves = 0
+    for key, want in plain.items():
+        got = compiled[key]
+        np.testing.assert_allclose(got["X"], want["X"], rtol=1e-12, atol=1e-15, err_msg=key)
+        for field in ("running", "capacity", "feasible"):
+            np.testing.assert_array_equal(got[field], want[field], err_msg=f"{key} {field}")
+        running, feasible = np.array(got["running"]), np.array(got["feasible"])
+        waves += int(np.sum(feasible & (running < np.array(got["batch"]))))
+    assert waves > 0        # the cases run batches in waves, not only at once
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_lists_and_arrays_give_the_same_rows(name):
+    rows = case_features(random_case(name, "B300", 8, 24, seed=3, as_lists=True))
+    arrays = case_features(random_case(name, "B300", 8, 24, seed=3))
+    np.testing.assert_array_equal(rows.X, arrays.X)
+    np.testing.assert_array_equal(rows.running, arrays.running)
 
 
 def test_construct_equals_validation():

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from model.costmodel import Case, case_features
+from model.formulas import CHUNK_TOKENS, sequences_at_once
 from model.gpus import GpuSpec
-from model.memory import ENGINE_RESERVE, kv_capacity_tokens, sequences_at_once
+from model.memory import ENGINE_RESERVE, kv_capacity_tokens
 from model.shape import bare
 from model.silicon import SPEC_EFFICIENCY, Silicon
 from model.terms import (
-    CHUNK_TOKENS,
     DECODE_TERMS,
     PREFILL_TERMS,
     Hardware,
