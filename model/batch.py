@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 
 import numpy as np
 
@@ -26,14 +27,15 @@ def predict_grid(model: CostModel, workloads: Sequence[Workload],
     n, m = len(workloads), len(configs)
     pred = predictor_for(model)
     groups: dict[tuple, list[int]] = {}
-    prev, group = None, []
+    prev, group = (), []
     for i, w in enumerate(workloads):   # consecutive workloads usually share their model
-        if prev is None or not _same_model(w, prev):
+        sig = _SIGNATURE(w)
+        if sig != prev:
             key = _model_key(w)
             group = groups.get(key)
             if group is None:
                 groups[key] = group = []
-            prev = w
+            prev = sig
         group.append(i)
     eng = np.array([c.engine for c in configs])
     dcp = np.array([float(c.dcp_size) for c in configs])
@@ -43,14 +45,12 @@ def predict_grid(model: CostModel, workloads: Sequence[Workload],
         gpu, tp = first.gpu_spec(), first.num_gpus
         k = len(idx)
         frac = np.array([pred.memory(c.engine, gpu.name).fraction for c in configs])
-        share = 0.0
-        if first.requirements is not None:
-            ws = [workloads[i] for i in idx]
-            if any(w.requirements.prefix_reuse_share for w in ws):
-                share = np.array([[effective_share(c.engine, w.requirements.prefix_reuse_share,
-                                                   w.context_tokens) for c in configs]
-                                  for w in ws]).ravel()
         ws = [workloads[i] for i in idx] if len(groups) > 1 else workloads
+        shares = [w.requirements.prefix_reuse_share if w.requirements else 0.0 for w in ws]
+        share = 0.0
+        if any(shares):
+            share = np.array([[effective_share(c.engine, s, w.context_tokens) for c in configs]
+                              for s, w in zip(shares, ws, strict=True)]).ravel()
         batch, context, output = (np.repeat(np.array(v, dtype=float), m) for v in (
             [w.batch_size for w in ws], [w.context_tokens for w in ws],
             [w.output_tokens for w in ws]))
@@ -72,18 +72,13 @@ def predict_grid(model: CostModel, workloads: Sequence[Workload],
                       out["feasible"])
 
 
-def _same_model(a: Workload, b: Workload) -> bool:
-    """Whether two workloads serve the same model on the same GPU type and count (and both
-    have requirements or neither)."""
-    return (a.preset == b.preset and a.hf_config is b.hf_config
-            and a.kv_bytes_per_token == b.kv_bytes_per_token
-            and a.kv_cache_dtype == b.kv_cache_dtype
-            and a.model_weight_bytes == b.model_weight_bytes and a.model == b.model
-            and (a.gpu is b.gpu or a.gpu == b.gpu) and a.num_gpus == b.num_gpus
-            and (a.requirements is None) == (b.requirements is None))
+# Fields that decide a workload's served model, GPU and TP size (compared on consecutive
+# workloads: equal values, or the same config.json object)
+_SIGNATURE = attrgetter("preset", "kv_bytes_per_token", "kv_cache_dtype", "model_weight_bytes",
+                        "model", "gpu", "num_gpus", "hf_config")
 
 
 def _model_key(w: Workload) -> tuple:
     return (w.preset, id(w.hf_config), w.kv_bytes_per_token, w.kv_cache_dtype,
             w.model_weight_bytes, w.model, w.gpu if isinstance(w.gpu, str) else id(w.gpu),
-            w.num_gpus, w.requirements is not None)
+            w.num_gpus)

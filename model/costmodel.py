@@ -24,9 +24,9 @@ import numpy as np
 
 from model.dataset import Measurement, dataset_sha256
 from model.estimator import EngineCostModel
-from model.formulas import N_PREFILL, rows_into
+from model.formulas import N_PREFILL, N_ROW_FIELDS, rows_into
 from model.gpus import builtin_gpu
-from model.memory import engine_reserve
+from model.memory import ENGINE_RESERVE, engine_reserve
 from model.shape import ModelShape
 from model.silicon import Silicon, silicon_for
 from model.terms import DECODE_TERMS, PHYSICS_TERMS, TERMS, physics_for
@@ -54,8 +54,8 @@ def efficiency_key(engine: str, gpu: str) -> str:
 # ------------------------------------------------------------------------------ features
 @dataclass
 class Case:
-    """Rows sharing one served model, GPU type and TP size: the row fields are arrays of equal
-    length, lists, or one value for every row."""
+    """Rows sharing one served model, GPU type and TP size: one engine name per row; the other
+    row fields are arrays or lists of that length, or one value for every row."""
 
     shape: ModelShape
     silicon: Silicon
@@ -69,7 +69,7 @@ class Case:
     share: np.ndarray | list | float = 0.0   # prefix-cache share of each prompt
 
     def __len__(self) -> int:
-        return len(self.batch)
+        return len(self.engine)
 
 
 @dataclass
@@ -103,35 +103,29 @@ class Features:
         return out
 
 
-def _column(x, n: int) -> np.ndarray:
-    if isinstance(x, np.ndarray):
-        return np.ascontiguousarray(np.broadcast_to(x, (n,)), dtype=float)
-    if isinstance(x, list):
-        return np.array(x, dtype=float)
-    return np.full(n, float(x))
-
-
 def case_features(case: Case) -> Features:
-    """Features of every row of a case, in one compiled pass (``rows_into``)."""
+    """Features of every row of a case, in one compiled pass (``model.formulas.rows_into``)."""
     ph = physics_for(case.shape, case.silicon, case.tp)
-    n = len(case.batch)
-    dcp = _column(case.dcp, n)
     engine = case.engine
+    n = len(engine)
+    rows = np.empty((N_ROW_FIELDS, n))
     if isinstance(engine, np.ndarray):
-        reserve = np.zeros(n)
-        for e in np.unique(engine).tolist():
-            if engine_reserve(e):
-                reserve[engine == e] = engine_reserve(e)
+        rows[0] = 0.0
+        for e, reserve in ENGINE_RESERVE.items():
+            if reserve:
+                rows[0, engine == e] = reserve
     else:
-        reserve = np.array([engine_reserve(e) for e in engine], dtype=float)
+        rows[0] = [engine_reserve(e) for e in engine]
+    rows[1] = case.fraction
+    rows[2] = case.batch
+    rows[3] = case.context
+    rows[4] = case.output
+    rows[5] = case.dcp
+    rows[6] = case.share
     X = np.empty((n, 2 * N_TERMS))
-    running, capacity = np.empty(n), np.empty(n)
-    feasible = np.empty(n, dtype=np.bool_)
-    rows_into(ph.K, ph.collectives(dcp.max() if n else 1.0), ph.curve, reserve,
-              _column(case.fraction, n), _column(case.batch, n), _column(case.context, n),
-              _column(case.output, n), dcp, _column(case.share, n), X, running, capacity,
-              feasible)
-    return Features(X, running, capacity, feasible)
+    facts = np.empty((3, n))
+    rows_into(ph.K, ph.collectives(rows[5].max() if n else 1.0), ph.curve, rows, X, facts)
+    return Features(X, facts[0], facts[1], facts[2] > 0.0)
 
 
 def roofline_total_s(case: Case) -> np.ndarray:

@@ -8,7 +8,7 @@ constants into the arrays these functions read:
 - ``read_s``: one decode-attention call's seconds on a read curve (``model.hwprofile``);
 - ``collective_s``: one collective (``model.silicon.Collective``);
 - ``kv_capacity``, ``sequences_at_once``, ``max_running``: memory (``model.memory``);
-- ``decode_into``, ``prefill_into``: the terms (``model.terms``; ``K`` packed by
+- ``batch_terms``, ``decode_into``, ``prefill_into``: the terms (``model.terms``; ``K`` packed by
   ``model.terms.Physics``, positions below);
 - ``rows_into``: a case's rows, waves included (``model.costmodel.case_features``);
 - ``predict_into``: coefficients x features, intervals (``model.predictor``).
@@ -33,6 +33,8 @@ N_DECODE = len(DECODE_TERMS)
 N_TERMS = N_PREFILL + N_DECODE
 FIRST_PREFILL = N_TERMS            # a row of features: total terms | first prefill | one step
 STEP = N_TERMS + N_PREFILL
+ROW_FIELDS = ("reserve", "fraction", "batch", "context", "output", "dcp", "share")
+N_ROW_FIELDS = len(ROW_FIELDS)
 CHUNK_TOKENS = 8192          # chunked-prefill budget per forward pass (both engines' default)
 # Both engines preallocate the constant per-sequence state of linear-attention layers (vLLM's
 # mamba/KDA state cache, SGLang's state pool) for their maximum running sequences: 256 by
@@ -40,31 +42,38 @@ CHUNK_TOKENS = 8192          # chunked-prefill budget per forward pass (both eng
 DEFAULT_MAX_RUNNING = 256
 
 # Positions in model.terms.Physics.K, the constants of one model on one GPU and TP size
-(W_DENSE, Q_MISS, W_EXPERTS, MM, N_FULL, KV_CALL, ATTN_CALL, STATE, N_LAYERS, ACT, Q_GATHER,
+(W_DENSE, LOG_Q_MISS, W_EXPERTS, MM, N_FULL, KV_CALL, ATTN_CALL, STATE, N_LAYERS, ACT, Q_GATHER,
  O_GATHER, WEIGHTS_PASS, ATTN_PF, ATTN_PF_LINEAR, MEMORY, WEIGHT_BYTES, TP, KV_GPU_TOKEN,
  STATE_GPU, READ_T0, READ_ASYM, READ_BPS) = range(23)
 N_CONSTANTS = 23
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def read_s(x: float, curve: np.ndarray, t0: float, asym: float, bps: float) -> float:
     """Seconds of one call reading ``x`` bytes on a read curve given as ``curve`` (4, m): knot
     bytes, seconds and their logs (``ReadCurve.table``), or, with no knots, ``x / bps``."""
     m = curve.shape[1]
     if m == 0:
         return x / bps
-    kb, kt, lkb, lkt = curve[0], curve[1], curve[2], curve[3]
-    if x < kb[0]:
-        return t0 + (kt[0] - t0) * (x if x > 0.0 else 0.0) / kb[0]
-    if x > kb[m - 1]:
-        return kt[m - 1] + (x - kb[m - 1]) / asym
+    if x < curve[0, 0]:
+        return t0 + (curve[1, 0] - t0) * (x if x > 0.0 else 0.0) / curve[0, 0]
+    if x > curve[0, m - 1]:
+        return curve[1, m - 1] + (x - curve[0, m - 1]) / asym
     if m == 1:
-        return kt[0]
+        return curve[1, 0]
     lx = math.log(x)
-    i = np.searchsorted(lkb, lx)
-    if lkb[i] == lx:
-        return kt[i]
-    return math.exp(lkt[i - 1] + (lx - lkb[i - 1]) * (lkt[i] - lkt[i - 1]) / (lkb[i] - lkb[i - 1]))
+    lo, hi = 0, m - 1           # the first knot with log bytes >= lx (binary search)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if curve[2, mid] < lx:
+            lo = mid + 1
+        else:
+            hi = mid
+    i = lo
+    if curve[2, i] == lx:
+        return curve[1, i]
+    return math.exp(curve[3, i - 1] + (lx - curve[2, i - 1]) * (curve[3, i] - curve[3, i - 1])
+                    / (curve[2, i] - curve[2, i - 1]))
 
 
 @njit(cache=True)
@@ -76,36 +85,33 @@ def read_many(x: np.ndarray, curve: np.ndarray, t0: float, asym: float,
     return out
 
 
-
-@njit(cache=True)
-def collective_s(nbytes: float, c: np.ndarray) -> float:
-    """Seconds of one collective of ``nbytes`` per rank whose parameters are ``c`` =
-    ``Collective.params``: (latency, bandwidth, factor, small_max, small_latency,
-    small_bandwidth)."""
-    if c[2] == 0.0:
+@njit(cache=True, inline="always")
+def collective_s(nbytes: float, table: np.ndarray, k: int) -> float:
+    """Seconds of one collective of ``nbytes`` per rank whose parameters are row ``k`` of
+    ``table``, a stack of ``Collective.params``: (latency, bandwidth, factor, small_max,
+    small_latency, small_bandwidth)."""
+    if table[k, 2] == 0.0:
         return 0.0
-    if nbytes <= c[3]:
-        return c[4] + nbytes / c[5]
-    return c[0] + nbytes * (c[2] / c[1])
+    if nbytes <= table[k, 3]:
+        return table[k, 4] + nbytes / table[k, 5]
+    return table[k, 0] + nbytes * (table[k, 2] / table[k, 1])
 
 
 @njit(cache=True)
-def collective_many(nbytes: np.ndarray, c: np.ndarray) -> np.ndarray:
+def collective_many(nbytes: np.ndarray, table: np.ndarray, k: int) -> np.ndarray:
     out = np.empty(nbytes.shape[0])
     for i in range(nbytes.shape[0]):
-        out[i] = collective_s(nbytes[i], c)
+        out[i] = collective_s(nbytes[i], table, k)
     return out
 
 
-
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def max_running(batch: float) -> float:
     """The running-sequence limit an engine is launched with for a batch (the state pool)."""
     return max(float(DEFAULT_MAX_RUNNING), np.floor(batch))
 
 
-
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def kv_capacity(reserve: float, fraction: float, gpu_memory: float, weight_bytes: float,
                 tp: float, kv_bytes_per_gpu_token: float, dcp: float,
                 state_pool_bytes: float = 0.0) -> float:
@@ -121,8 +127,7 @@ def kv_capacity(reserve: float, fraction: float, gpu_memory: float, weight_bytes
     return np.floor(budget / (kv_bytes_per_gpu_token / dcp))
 
 
-
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def sequences_at_once(capacity_tokens: float, batch: float, context: float, output: float,
                       share: float = 0.0) -> float:
     """How many of ``batch`` sequences fit at once: each holds its uncached prompt and its
@@ -133,13 +138,20 @@ def sequences_at_once(capacity_tokens: float, batch: float, context: float, outp
     return min(max(fit, 0.0), batch)
 
 
+@njit(cache=True, inline="always")
+def batch_terms(K, coll, b):
+    """(gemm, tp_comm) of a decode step of ``b`` sequences: the terms that do not depend on
+    the context."""
+    # expected share of a layer's experts the batch touches: 1 - q^b, q = 1 - k / E
+    gemm = max(K[W_DENSE] - K[W_EXPERTS] * math.expm1(b * K[LOG_Q_MISS]), b * K[MM])
+    return gemm, 2.0 * K[N_LAYERS] * collective_s(b * K[ACT], coll, 0)
 
-@njit(cache=True)
-def decode_into(K, coll, curve, b, c, d, out, at):
+
+@njit(cache=True, inline="always")
+def decode_into(K, coll, curve, b, c, d, gemm, tp_comm, out, r, at):
     """Write the ``DECODE_TERMS`` of one step of ``b`` sequences at context ``c``, DCP ``d``
-    into ``out[at:at + N_DECODE]``."""
+    into ``out[r, at:at + N_DECODE]``, given its ``batch_terms``."""
     d = max(d, 1.0)
-    gemm = max(K[W_DENSE] + K[W_EXPERTS] * (1.0 - K[Q_MISS] ** b), b * K[MM])
     kv = 0.0
     dcp_comm = 0.0
     if K[N_FULL] > 0.0:
@@ -149,50 +161,56 @@ def decode_into(K, coll, curve, b, c, d, out, at):
         if d > 1.0:
             # all-gather the queries of the group's heads, then the partial outputs and
             # log-sum-exps to combine them
-            ag = coll[int(d)]
-            dcp_comm = K[N_FULL] * (collective_s(b * d * K[Q_GATHER], ag)
-                                    + collective_s(b * d * K[O_GATHER], ag))
-    out[at] = gemm
-    out[at + 1] = kv
-    out[at + 2] = b * K[STATE]
-    out[at + 3] = 2.0 * K[N_LAYERS] * collective_s(b * K[ACT], coll[0])
-    out[at + 4] = dcp_comm
-    out[at + 5] = K[N_LAYERS]
-    out[at + 6] = b
-    out[at + 7] = 1.0
+            ag = int(d)
+            dcp_comm = K[N_FULL] * (collective_s(b * d * K[Q_GATHER], coll, ag)
+                                    + collective_s(b * d * K[O_GATHER], coll, ag))
+    out[r, at] = gemm
+    out[r, at + 1] = kv
+    out[r, at + 2] = b * K[STATE]
+    out[r, at + 3] = tp_comm
+    out[r, at + 4] = dcp_comm
+    out[r, at + 5] = K[N_LAYERS]
+    out[r, at + 6] = b
+    out[r, at + 7] = 1.0
 
 
-@njit(cache=True)
-def prefill_into(K, coll, b, L, s, warm, out, at):
+@njit(cache=True, inline="always")
+def prefill_into(K, coll, b, L, s, warm, out, r, at):
     """Write the ``PREFILL_TERMS`` of prefilling ``b`` prompts of ``L`` tokens, a share ``s``
-    of each cached, into ``out[at:at + N_PREFILL]``: the shared prefix is computed once, by
+    of each cached, into ``out[r, at:at + N_PREFILL]``: the shared prefix is computed once, by
     the first prompt, unless ``warm`` (an earlier wave left it in the cache)."""
     first = 0.0 if warm else 1.0    # the prompt that computes the shared prefix
     new = max(L * (b * (1.0 - s) + first * s), 1.0)
     chunks = np.ceil(new / CHUNK_TOKENS)
     chunk = new / chunks
-    out[at] = chunks * max(chunk * K[MM], K[WEIGHTS_PASS])
-    out[at + 1] = (K[ATTN_PF] * L * L * (first + (b - first) * (1.0 - s * s))
-                   + K[ATTN_PF_LINEAR] * new)
-    out[at + 2] = chunks * (2.0 * K[N_LAYERS]) * collective_s(chunk * K[ACT], coll[0])
-    out[at + 3] = chunks * K[N_LAYERS]
-    out[at + 4] = 1.0
-
+    out[r, at] = chunks * max(chunk * K[MM], K[WEIGHTS_PASS])
+    out[r, at + 1] = (K[ATTN_PF] * L * L * (first + (b - first) * (1.0 - s * s))
+                      + K[ATTN_PF_LINEAR] * new)
+    out[r, at + 2] = chunks * (2.0 * K[N_LAYERS]) * collective_s(chunk * K[ACT], coll, 0)
+    out[r, at + 3] = chunks * K[N_LAYERS]
+    out[r, at + 4] = 1.0
 
 
 @njit(cache=True)
-def rows_into(K, coll, curve, reserve, fraction, batch, context, output, dcp, share,
-              X, running, capacity, feasible):
-    """Each row's features into ``X`` (see ``Features``) and its sequences at once, KV
-    capacity and feasibility: the KV capacity (``model.memory.kv_capacity``), how many
-    sequences run at once (the engine runs what fits and queues the rest; when not even one
-    fits, the batch is costed as if it ran at once), then ``full`` waves of ``run`` sequences
-    and one of the ``rest``, each a prefill (a shared prompt prefix stays cached after the
-    first wave) and ``output - 1`` decode steps at the mean context."""
-    scratch = np.empty(2 * N_PREFILL + N_DECODE)
+def rows_into(K, coll, curve, rows, X, facts):
+    """Each row's features into ``X`` (``model.costmodel.Features``) and, into ``facts``
+    (3, n), its sequences at once, KV capacity and whether one sequence fits, from ``rows``
+    (N_ROW_FIELDS, n): engine reserve, memory fraction, batch, context, output, DCP size and
+    prefix share per row (``ROW_FIELDS``).
+
+    The KV capacity (``kv_capacity``), how many sequences run at once (the engine runs what
+    fits and queues the rest; when not even one fits, the batch is costed as if it ran at
+    once), then ``full`` waves of ``run`` sequences and one of the ``rest``, each a prefill (a
+    shared prompt prefix stays cached after the first wave) and ``output - 1`` decode steps
+    at the mean context. Rows usually come in groups that differ only by configuration: a
+    row's first prefill and batch terms are reused from the row before when their inputs
+    are the same."""
+    sc = np.empty((1, 2 * N_PREFILL + N_DECODE))     # a later wave's terms
+    last_pf = (-1.0, -1.0, -1.0)          # (sequences, context, share) of row i - 1's prefill
+    last_b, gemm, tp_comm = -1.0, 0.0, 0.0
     for i in range(X.shape[0]):
-        b, c, o, d, s = batch[i], context[i], output[i], dcp[i], share[i]
-        cap = kv_capacity(reserve[i], fraction[i], K[MEMORY], K[WEIGHT_BYTES], K[TP],
+        b, c, o, d, s = rows[2, i], rows[3, i], rows[4, i], rows[5, i], rows[6, i]
+        cap = kv_capacity(rows[0, i], rows[1, i], K[MEMORY], K[WEIGHT_BYTES], K[TP],
                           K[KV_GPU_TOKEN], d, K[STATE_GPU] * max_running(b))
         fits = sequences_at_once(cap, b, c, o, s)
         run = fits if fits >= 1.0 else b
@@ -200,32 +218,81 @@ def rows_into(K, coll, curve, reserve, fraction, batch, context, output, dcp, sh
         rest = b - full * run
         steps = max(o - 1.0, 0.0)
         ctx_mean = c + o / 2.0
-        row = X[i]
-        prefill_into(K, coll, run, c, s, False, row, FIRST_PREFILL)
-        decode_into(K, coll, curve, run, ctx_mean, d, row, STEP)
+        if last_pf == (run, c, s):
+            for j in range(FIRST_PREFILL, STEP):
+                X[i, j] = X[i - 1, j]
+        else:
+            prefill_into(K, coll, run, c, s, False, X, i, FIRST_PREFILL)
+            last_pf = (run, c, s)
+        if run != last_b:
+            gemm, tp_comm = batch_terms(K, coll, run)
+            last_b = run
+        decode_into(K, coll, curve, run, ctx_mean, d, gemm, tp_comm, X, i, STEP)
         if full == 1.0 and rest <= 0.0:     # the whole batch at once (the usual case)
             for j in range(N_PREFILL):
-                row[j] = row[FIRST_PREFILL + j]
+                X[i, j] = X[i, FIRST_PREFILL + j]
             for j in range(N_DECODE):
-                row[N_PREFILL + j] = steps * row[STEP + j]
+                X[i, N_PREFILL + j] = steps * X[i, STEP + j]
         else:
             rest1 = max(rest, 1.0)
             if s > 0.0:
-                prefill_into(K, coll, run, c, s, True, scratch, 0)
+                prefill_into(K, coll, run, c, s, True, sc, 0, 0)
             else:                           # no shared prefix: a warm prefill is a cold one
                 for j in range(N_PREFILL):
-                    scratch[j] = row[FIRST_PREFILL + j]
-            prefill_into(K, coll, rest1, c, s, True, scratch, N_PREFILL)
-            decode_into(K, coll, curve, rest1, ctx_mean, d, scratch, 2 * N_PREFILL)
+                    sc[0, j] = X[i, FIRST_PREFILL + j]
+            prefill_into(K, coll, rest1, c, s, True, sc, 0, N_PREFILL)
+            g, t = batch_terms(K, coll, rest1)
+            decode_into(K, coll, curve, rest1, ctx_mean, d, g, t, sc, 0, 2 * N_PREFILL)
             has_rest = 1.0 if rest > 0.0 else 0.0
             for j in range(N_PREFILL):
-                row[j] = (row[FIRST_PREFILL + j] + (full - 1.0) * scratch[j]
-                          + has_rest * scratch[N_PREFILL + j])
+                X[i, j] = (X[i, FIRST_PREFILL + j] + (full - 1.0) * sc[0, j]
+                           + has_rest * sc[0, N_PREFILL + j])
             for j in range(N_DECODE):
-                row[N_PREFILL + j] = steps * (full * row[STEP + j]
-                                              + has_rest * scratch[2 * N_PREFILL + j])
-        running[i] = run
-        capacity[i] = cap
-        feasible[i] = fits >= 1.0
+                X[i, N_PREFILL + j] = steps * (full * X[i, STEP + j]
+                                               + has_rest * sc[0, 2 * N_PREFILL + j])
+        facts[0, i] = run
+        facts[1, i] = cap
+        facts[2, i] = 1.0 if fits >= 1.0 else 0.0
 
 
+@njit(cache=True)
+def predict_into(X, coef, factors, noise, engine, rel_extra, z, out, parts):
+    """Each row's prediction from its features ``X`` (``rows_into``) and its engine's fitted
+    efficiencies: ``coef`` (engines, 2 x N_TERMS) the coefficients of X's columns, ``factors``
+    (engines, N_TERMS, rank) with the coefficients' covariance = F F', ``noise`` (engines,) the
+    relative residual sd, ``engine`` each row's index into them, ``rel_extra`` each row's added
+    relative sd. Writes ``out`` (n, 6): total, its ``z``-sd interval (low, high), the first
+    wave's prefill (TTFT), all waves' prefill, one decode step; ``parts`` (n, N_DECODE): the
+    seconds of each term of that step."""
+    rank = factors.shape[2]
+    for i in range(X.shape[0]):
+        e = engine[i]
+        total = 0.0
+        prefill_all = 0.0
+        for j in range(N_TERMS):
+            v = X[i, j] * coef[e, j]
+            total += v
+            if j < N_PREFILL:
+                prefill_all += v
+        ttft = 0.0
+        for j in range(N_PREFILL):
+            ttft += X[i, FIRST_PREFILL + j] * coef[e, FIRST_PREFILL + j]
+        tpot = 0.0
+        for j in range(N_DECODE):
+            v = X[i, STEP + j] * coef[e, STEP + j]
+            parts[i, j] = v
+            tpot += v
+        var = 0.0           # parameter variance x' cov x = |x' F|^2
+        for r in range(rank):
+            q = 0.0
+            for j in range(N_TERMS):
+                q += X[i, j] * factors[e, j, r]
+            var += q * q
+        rel = noise[e] + rel_extra[i]
+        sd = math.sqrt(max(var, 0.0) + (rel * total) ** 2)
+        out[i, 0] = total
+        out[i, 1] = max(total - z * sd, 0.0)
+        out[i, 2] = total + z * sd
+        out[i, 3] = ttft
+        out[i, 4] = prefill_all
+        out[i, 5] = tpot

@@ -9,7 +9,7 @@ on a GPU type predicts with the physical priors (``model.estimator.PRIOR``).
 
 from __future__ import annotations
 
-import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -18,18 +18,29 @@ from model.costmodel import (
     CostModel,
     Prediction,
     case_features,
-    doublings_outside,
     efficiency_key,
 )
 from model.estimator import PRIOR
+from model.formulas import N_DECODE, N_PREFILL, predict_into
 from model.memory import MemoryChoice, choose_fraction
-from model.terms import N_PREFILL, TERMS
-from model.workload import ENGINES
+from model.terms import TERMS
+from model.workload import ENGINES, Config
 
 N_TERMS = len(TERMS)
 CROSSOVER_CACHE_SIZE = 1024
+FACTS_CACHE_SIZE = 1024
 
 PRIOR_COEF = np.array([PRIOR[t] for t in TERMS])
+
+
+class QueryFacts(NamedTuple):
+    """Per configuration of a query: engine, DCP size, memory fraction and (calibration
+    status, calibrated range or None) (``model.costmodel.CostModel.calibrated_range``)."""
+
+    engines: list[str]
+    dcps: list[float]
+    fractions: list[float]
+    ranges: list[tuple[str, dict | None]]
 
 
 class Predictor:
@@ -43,7 +54,7 @@ class Predictor:
         # without its context (emptied when full)
         self.crossovers: dict = {}
         self._memory: dict[tuple[str, str], MemoryChoice] = {}
-        self._ranges: dict[tuple, tuple] = {}
+        self._facts: dict[tuple, QueryFacts] = {}
         self._stacks: dict[tuple, tuple] = {}
 
     def memory(self, engine: str, gpu: str) -> MemoryChoice:
@@ -55,23 +66,25 @@ class Predictor:
                 engine, gpu, **self.model.safe_fractions(engine, gpu))
         return hit
 
-    def coverage(self, engine: str, gpu: str, num_gpus: int, dcp: int, model_key: str,
-                 values: dict[str, float]) -> tuple[str, float]:
-        """``CostModel.coverage``, its range lookup memoised."""
-        key = (engine, gpu, num_gpus, dcp, model_key)
-        hit = self._ranges.get(key)
+    def facts(self, gpu: str, num_gpus: int, model_key: str,
+              configs: tuple[Config, ...]) -> QueryFacts:
+        """What a query's configurations need that does not depend on the workload's sizes:
+        engines, DCP sizes, memory fractions and calibrated ranges (memoised)."""
+        key = (gpu, num_gpus, model_key, configs)
+        hit = self._facts.get(key)
         if hit is None:
-            hit = self._ranges[key] = self.model.calibrated_range(*key)
-        status, rng = hit
-        if status == "uncalibrated":
-            return status, math.inf
-        return status, doublings_outside(rng, values)
+            if len(self._facts) >= FACTS_CACHE_SIZE:
+                self._facts.clear()
+            hit = self._facts[key] = QueryFacts(
+                [c.engine for c in configs], [float(c.dcp_size) for c in configs],
+                [self.memory(c.engine, gpu).fraction for c in configs],
+                [self.model.calibrated_range(c.engine, gpu, num_gpus, c.dcp_size, model_key)
+                 for c in configs])
+        return hit
 
     def _stacked(self, engines: tuple[str, ...], gpu: str):
-        """(coefficients twice per engine (E, 2 x terms), their column sums (E, 2 x terms, 4:
-        see _SUMS), covariance factors F (E, terms, rank)
-        with cov = F F' (None when every covariance is zero), relative noise (E,)) of engines
-        on a GPU type."""
+        """(coefficients of a case's feature columns (E, 2 x terms), covariance factors F
+        (E, terms, rank) with cov = F F', relative noise (E,)) of engines on a GPU type."""
         key = (engines, gpu)
         hit = self._stacks.get(key)
         if hit is None:
@@ -81,10 +94,9 @@ class Predictor:
             stacked = np.zeros((len(coefs), N_TERMS, rank))
             for k, f in enumerate(factors):
                 stacked[k, :, :f.shape[1]] = f
-            C2 = np.array([np.concatenate([c[0], c[0]]) for c in coefs])
-            hit = self._stacks[key] = (C2, _SUMS[None, :, :] * C2[:, :, None],
-                                       stacked if rank else None,
-                                       np.array([c[2] for c in coefs]))
+            coef = np.array([np.concatenate([c[0], c[0][:N_PREFILL], c[0][N_PREFILL:]])
+                             for c in coefs])
+            hit = self._stacks[key] = (coef, stacked, np.array([c[2] for c in coefs]))
         return hit
 
     def coefficients(self, engine: str, gpu: str) -> tuple[np.ndarray, np.ndarray, float]:
@@ -99,38 +111,23 @@ class Predictor:
 
     def predict(self, case: Case, rel_extra: np.ndarray | None = None,
                 z: float = 1.645) -> Prediction:
+        """Every row of a case: its features (``case_features``) times its engine's
+        efficiencies, with ``z``-sd intervals (``model.formulas.predict_into``)."""
         f = case_features(case)
-        X = f.X
-        n = len(X)
-        Xt = X[:, :N_TERMS]
+        n = len(f.X)
         engines, idx = _engine_index(case.engine)
-        C2, S, factors, noise = self._stacked(engines, case.silicon.name)
-        Xd = X[:, N_TERMS + N_PREFILL:]
-        if len(engines) == 1:
-            sums = X @ S[0]
-            parts = Xd * C2[0, N_TERMS + N_PREFILL:]
-        elif n <= 64:   # few rows: each row's coefficients gathered
-            P = X * C2[idx]
-            sums = P @ _SUMS
-            parts = P[:, N_TERMS + N_PREFILL:]
-        else:   # many: every engine's sums in one product, each row keeps its engine's
-            every = (X @ S.transpose(1, 0, 2).reshape(2 * N_TERMS, -1)).reshape(n, len(C2), -1)
-            sums = every[np.arange(n), idx]
-            parts = Xd * C2[:, N_TERMS + N_PREFILL:][idx]
-        if factors is not None:   # parameter variance: x' cov x = |x' F|^2 with cov = F F'
-            Q = Xt @ factors                             # (engines, rows, rank)
-            # (engines, rows); a matmul reduces the short last axis faster on many rows
-            V = (Q * Q).sum(axis=-1) if n <= 64 else (Q * Q) @ np.ones(Q.shape[-1])
-            var = V[idx, np.arange(n)] if len(engines) > 1 else V[0]
+        coef, factors, noise = self._stacked(engines, case.silicon.name)
+        out = np.empty((n, 6))
+        parts = np.empty((n, N_DECODE))
+        if rel_extra is None:
+            extra = np.zeros(n)
+        elif isinstance(rel_extra, np.ndarray) and rel_extra.shape == (n,):
+            extra = rel_extra.astype(float, copy=False)
         else:
-            var = 0.0
-        rel = noise[idx]
-        if rel_extra is not None:
-            rel = rel + rel_extra
-        total = sums[:, 0]
-        sd = np.sqrt(np.maximum(var, 0.0) + (rel * total) ** 2)
-        return Prediction(total, np.maximum(total - z * sd, 0.0), total + z * sd, sums[:, 2],
-                          sums[:, 1], sums[:, 3], parts, f.running, f.capacity, f.feasible)
+            extra = np.ascontiguousarray(np.broadcast_to(rel_extra, (n,)), dtype=float)
+        predict_into(f.X, coef, factors, noise, idx, extra, float(z), out, parts)
+        return Prediction(out[:, 0], out[:, 1], out[:, 2], out[:, 3], out[:, 4], out[:, 5],
+                          parts, f.running, f.capacity, f.feasible)
 
 
 def _factor(cov: np.ndarray) -> np.ndarray:
@@ -142,14 +139,12 @@ def _factor(cov: np.ndarray) -> np.ndarray:
     return U[:, keep] * np.sqrt(w[keep])
 
 
-def _engine_index(names) -> tuple[tuple[str, ...], np.ndarray | int]:
+def _engine_index(names) -> tuple[tuple[str, ...], np.ndarray]:
     """(the engines of a case's rows in order of appearance, each row's index into them)."""
     if not isinstance(names, np.ndarray):
-        engines = tuple(dict.fromkeys(names))
-        if len(engines) == 1:
-            return engines, 0
-        pos = {e: k for k, e in enumerate(engines)}
-        return engines, np.array([pos[e] for e in names], dtype=np.intp)
+        pos: dict[str, int] = {}
+        idx = [pos.setdefault(e, len(pos)) for e in names]
+        return tuple(pos), np.array(idx, dtype=np.intp)
     idx = np.full(len(names), -1, dtype=np.intp)
     engines: list[str] = []
     for e in ENGINES:                 # the usual names: no sort of the rows' names
@@ -161,16 +156,7 @@ def _engine_index(names) -> tuple[tuple[str, ...], np.ndarray | int]:
         for e in np.unique(names[idx < 0]).tolist():
             idx[names == e] = len(engines)
             engines.append(e)
-    return tuple(engines), (0 if len(engines) == 1 else idx)
-
-
-# Columns of a case's features (model.costmodel.Features.X) summed into: total, prefill of
-# all waves, prefill of the first wave (TTFT), one decode step (TPOT)
-_SUMS = np.zeros((2 * N_TERMS, 4))
-_SUMS[:N_TERMS, 0] = 1.0
-_SUMS[:N_PREFILL, 1] = 1.0
-_SUMS[N_TERMS:N_TERMS + N_PREFILL, 2] = 1.0
-_SUMS[N_TERMS + N_PREFILL:, 3] = 1.0
+    return tuple(engines), idx
 
 
 def predictor_for(model: CostModel) -> Predictor:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from operator import itemgetter
 
 import numpy as np
 
@@ -16,13 +17,14 @@ from model.costmodel import (
     UNCALIBRATED_REL_SIGMA,
     Case,
     CostModel,
+    doublings_outside,
 )
 from model.formulas import DEFAULT_MAX_RUNNING
 from model.memory import MEM_FLAGS, MemoryChoice, kv_demand_tokens
 from model.predictor import CROSSOVER_CACHE_SIZE, Predictor, predictor_for
 from model.schemas import ConfigPrediction, Exclusion, Recommendation, construct
 from model.shape import ModelShape
-from model.silicon import silicon_for
+from model.silicon import Silicon, silicon_for
 from model.terms import DECODE_TERMS
 from model.workload import ENGINES, Config, Workload
 
@@ -75,8 +77,12 @@ def _candidates(engines: tuple[str, ...], dcps: tuple[int, ...], tp: int, attent
 
 def dcp_sizes(w: Workload) -> list[int]:
     """The DCP sizes to consider: the workload's, else every divisor of its TP size."""
-    tp = w.num_gpus
-    return sorted(set(w.dcp_sizes)) if w.dcp_sizes else [d for d in range(1, tp + 1) if tp % d == 0]
+    return sorted(set(w.dcp_sizes)) if w.dcp_sizes else list(_divisors(w.num_gpus))
+
+
+@lru_cache(maxsize=64)
+def _divisors(n: int) -> tuple[int, ...]:
+    return tuple(d for d in range(1, n + 1) if n % d == 0)
 
 
 def dcp_constraint(engine: str, dcp: int, tp: int, attention: str,
@@ -103,87 +109,86 @@ def memory_choice(model: CostModel, engine: str, gpu: str) -> MemoryChoice:
 
 
 def build_case(model: CostModel, w: Workload, shape: ModelShape, configs: list[Config],
-               contexts: np.ndarray | None = None) -> Case:
-    """The one place a query is built: one row per config at the workload's context (lists:
-    evaluated on floats), or per (config, context) config-major when ``contexts`` is given
-    (arrays)."""
+               contexts: np.ndarray | None = None, si: Silicon | None = None) -> Case:
+    """The one place a query is built: one row per config at the workload's context, or per
+    (config, context) config-major when ``contexts`` is given. ``si``: the workload's GPU's
+    ``silicon_for`` when the caller has it."""
     gpu = w.gpu_spec()
-    si = silicon_for(gpu)
+    facts = predictor_for(model).facts(gpu.name, w.num_gpus, shape.key, tuple(configs))
+    si = si or silicon_for(gpu)
     share_in = w.requirements.prefix_reuse_share if w.requirements else 0.0
-    memory = predictor_for(model).memory
-    frac = [memory(c.engine, gpu.name).fraction for c in configs]
     if contexts is None:
         ctx = float(w.context_tokens)
-        share = ([effective_share(c.engine, share_in, ctx) for c in configs] if share_in > 0
+        share = ([effective_share(e, share_in, ctx) for e in facts.engines] if share_in > 0
                  else 0.0)
-        n = len(configs)
-        return Case(shape, si, w.num_gpus, [c.engine for c in configs],
-                    [float(w.batch_size)] * n, [ctx] * n, [float(w.output_tokens)] * n,
-                    [float(c.dcp_size) for c in configs], frac, share)
+        return Case(shape, si, w.num_gpus, facts.engines, float(w.batch_size), ctx,
+                    float(w.output_tokens), facts.dcps, facts.fractions, share)
     grid = np.asarray(contexts, dtype=float)
     k = len(grid)
-    engine = np.repeat(np.array([c.engine for c in configs]), k)
-    dcp = np.repeat(np.array([float(c.dcp_size) for c in configs]), k)
-    share = (np.array([effective_share(c.engine, share_in, x) for c in configs for x in grid])
+    engine = np.repeat(np.array(facts.engines), k)
+    share = (np.array([effective_share(e, share_in, x) for e in facts.engines for x in grid])
              if share_in > 0 else 0.0)
     n = len(engine)
     return Case(shape, si, w.num_gpus, engine, np.full(n, float(w.batch_size)),
-                np.tile(grid, len(configs)), np.full(n, float(w.output_tokens)), dcp,
-                np.repeat(np.array(frac), k), share)
+                np.tile(grid, len(configs)), np.full(n, float(w.output_tokens)),
+                np.repeat(np.array(facts.dcps), k), np.repeat(np.array(facts.fractions), k),
+                share)
 
 
-def evaluate(model: CostModel, w: Workload, shape: ModelShape,
-             configs: list[Config]) -> list[Evaluated]:
+def evaluate(model: CostModel, w: Workload, shape: ModelShape, configs: list[Config],
+             si: Silicon | None = None) -> list[Evaluated]:
     """Every config's prediction, memory and calibration status at the workload's context."""
     if not configs:
         return []
     pred = predictor_for(model)
-    gpu = w.gpu_spec()
+    case = build_case(model, w, shape, configs, si=si)
     values = {"context_tokens": w.context_tokens, "batch_size": w.batch_size,
               "output_tokens": w.output_tokens}
-    cover = [pred.coverage(c.engine, gpu.name, w.num_gpus, c.dcp_size, shape.key, values)
-             for c in configs]
-    extra = np.array([_extra_sigma(status, dist, shape) for status, dist in cover])
-    case = build_case(model, w, shape, configs)
-    p = pred.predict(case, extra)
+    bare_sigma = 0.0 if shape.weights_known else BARE_REL_SIGMA
+    cover, extra = [], []
+    for status, rng in pred.facts(case.silicon.name, w.num_gpus, shape.key,
+                                  tuple(configs)).ranges:
+        dist = doublings_outside(rng, values) if status == "calibrated" else 0.0
+        cover.append((status, dist))
+        extra.append(_EXTRA_SIGMA[status] * (dist if status == "calibrated" else 1.0)
+                     + bare_sigma)
+    p = pred.predict(case, np.array(extra))
     demand = float(kv_demand_tokens(w.batch_size, w.context_tokens, w.output_tokens,
                                     w.requirements.prefix_reuse_share if w.requirements else 0))
     source = case.silicon.read_source("gqa" if shape.attention in ("gqa", "mha") else "mla",
                                       shape.kv_dtype)
-    total, pf, tpot = p.total.tolist(), p.prefill_all.tolist(), p.tpot.tolist()
-    lo, hi, cap = p.total_lo.tolist(), p.total_hi.tolist(), p.capacity.tolist()
-    running, feasible = p.running.tolist(), p.feasible.tolist()
     out = []
-    for i, (c, parts) in enumerate(zip(configs, p.step_parts.tolist(), strict=True)):
-        status, dist = cover[i]
+    for c, (status, dist), fraction, total, pf, tpot, lo, hi, cap, run, ok, parts in zip(
+            configs, cover, case.fraction, p.total.tolist(), p.prefill_all.tolist(),
+            p.tpot.tolist(), p.total_lo.tolist(), p.total_hi.tolist(), p.capacity.tolist(),
+            p.running.tolist(), p.feasible.tolist(), p.step_parts.tolist(), strict=True):
         terms = dict(zip(DECODE_TERMS, parts, strict=True))
+        calibrated = status == "calibrated"
         prediction = construct(ConfigPrediction, {
-            "engine": c.engine, "dcp_size": c.dcp_size, "total_s": total[i],
-            "prefill_s": pf[i], "decode_s": max(total[i] - pf[i], 0.0), "tpot_s": tpot[i],
-            "interval_s": (lo[i], hi[i]), "calibrated": status == "calibrated",
-            "extrapolated": status != "calibrated" or dist > 0,
-            "transferred": status == "transferred",
-            "mem_fraction": pred.memory(c.engine, gpu.name).fraction,
-            "kv_capacity_tokens": int(min(cap[i], 2 ** 62)),
-            "fits_in_memory": demand <= cap[i],
-            "running_sequences": int(running[i]) if feasible[i] else 0,
+            "engine": c.engine, "dcp_size": c.dcp_size, "total_s": total,
+            "prefill_s": pf, "decode_s": total - pf if total > pf else 0.0, "tpot_s": tpot,
+            "interval_s": (lo, hi), "calibrated": calibrated,
+            "extrapolated": not calibrated or dist > 0,
+            "transferred": status == "transferred", "mem_fraction": fraction,
+            "kv_capacity_tokens": int(cap) if cap < 2 ** 62 else 2 ** 62,
+            "fits_in_memory": demand <= cap, "running_sequences": int(run) if ok else 0,
             "kv_read_source": source, "step_terms_s": terms})
         out.append(Evaluated(c, prediction, (status != "uncalibrated" or w.allow_extrapolation)
-                             and feasible[i], terms))
+                             and ok, terms))
     return out
 
 
-def _extra_sigma(status: str, dist: float, shape: ModelShape) -> float:
-    extra = {"calibrated": EXTRAPOLATION_REL_SIGMA * dist, "transferred": TRANSFERRED_REL_SIGMA,
-             "uncalibrated": UNCALIBRATED_REL_SIGMA}[status]
-    return extra + (0.0 if shape.weights_known else BARE_REL_SIGMA)
+# Added relative sd of a prediction by calibration status (per doubling outside the
+# calibrated range when calibrated)
+_EXTRA_SIGMA = {"calibrated": EXTRAPOLATION_REL_SIGMA, "transferred": TRANSFERRED_REL_SIGMA,
+                "uncalibrated": UNCALIBRATED_REL_SIGMA}
 
 
 def total_curves(model: CostModel, w: Workload, shape: ModelShape, configs: list[Config],
-                 contexts: np.ndarray) -> np.ndarray:
+                 contexts: np.ndarray, si: Silicon | None = None) -> np.ndarray:
     """Predicted total seconds, shape (len(configs), len(contexts)); NaN where not even one
     sequence fits."""
-    p = predictor_for(model).predict(build_case(model, w, shape, configs, contexts))
+    p = predictor_for(model).predict(build_case(model, w, shape, configs, contexts, si))
     total = np.where(p.feasible, p.total, np.nan)
     return total.reshape(len(configs), len(contexts))
 
@@ -208,8 +213,8 @@ def crossovers(contexts: np.ndarray, totals: np.ndarray) -> list[tuple[int, int,
     return found
 
 
-def crossover_near(model: CostModel, w: Workload, shape: ModelShape,
-                   configs: list[Config]) -> int | None:
+def crossover_near(model: CostModel, w: Workload, shape: ModelShape, configs: list[Config],
+                   si: Silicon | None = None) -> int | None:
     """The context nearest the workload's where the best of ``configs`` (ranked, the
     workload's best first) changes, or None.
 
@@ -222,14 +227,15 @@ def crossover_near(model: CostModel, w: Workload, shape: ModelShape,
     req = w.requirements
     # the workload's best first (equal totals elsewhere keep it best), then a fixed order
     configs = [configs[0], *sorted(configs[1:])]
-    key = (shape.key, shape.kv_dtype, shape.weight_bytes, silicon_for(w.gpu_spec()), w.num_gpus,
-           w.output_tokens, w.batch_size, req.prefix_reuse_share if req else 0.0, tuple(configs))
+    si = si or silicon_for(w.gpu_spec())
+    key = (shape.key, shape.kv_dtype, shape.weight_bytes, si, w.num_gpus, w.output_tokens,
+           w.batch_size, req.prefix_reuse_share if req else 0.0, tuple(configs))
     found = cache.get(key)
     if found is None:
         if len(cache) >= CROSSOVER_CACHE_SIZE:
             cache.clear()
-        found = cache[key] = crossovers(CROSSOVER_GRID, total_curves(model, w, shape, configs,
-                                                                     CROSSOVER_GRID))
+        found = cache[key] = crossovers(CROSSOVER_GRID, total_curves(
+            model, w, shape, configs, CROSSOVER_GRID, si))
     if not found:
         return None
     return min(found, key=lambda f: abs(math.log(f[0] / w.context_tokens)))[0]
@@ -271,7 +277,8 @@ def recommend(model: CostModel, w: Workload, version: str) -> Recommendation:
                                       + "; ".join(x.describe() for x in excluded))
         exc.field = "requirements" if w.requirements else "engines"
         raise exc
-    evals = evaluate(model, w, shape, configs)
+    si = silicon_for(w.gpu_spec())
+    evals = evaluate(model, w, shape, configs, si)
     for e in evals:
         if e.pred.running_sequences == 0:
             excluded.append(Exclusion(
@@ -303,8 +310,8 @@ def recommend(model: CostModel, w: Workload, version: str) -> Recommendation:
         confidence = "medium"
     else:
         confidence = "high"
-    cross = crossover_near(model, w, shape, [e.config for e in eligible])
-    reasons = _reasons(w, shape, best, rival, speedup, cross, confidence)
+    cross = crossover_near(model, w, shape, [e.config for e in eligible], si)
+    reasons = _reasons(w, shape, si, best, rival, speedup, cross, confidence)
     mem = memory_choice(model, best.config.engine, w.gpu_spec().name)
     reasons.append(mem.reason)
     return construct(Recommendation, {
@@ -334,12 +341,16 @@ STEP_NAMES = {"gemm": "weights/GEMMs", "kv_read": "KV reads", "state": "linear-a
 
 def step_story(parts: dict[str, float]) -> str:
     """'weights 12.0 ms, KV reads 4.1 ms, ...' of one decode step, largest first."""
-    items = sorted(((v, k) for k, v in parts.items() if v > 0), reverse=True)
-    return ", ".join([f"{STEP_NAMES[k]} {v * 1e3:.1f} ms" for v, k in items])
+    items = sorted(parts.items(), key=_second, reverse=True)
+    return ", ".join([f"{STEP_NAMES[k]} {v * 1e3:.1f} ms" for k, v in items if v > 0])
 
 
-def _reasons(w: Workload, shape: ModelShape, best: Evaluated, rival: Evaluated | None,
-             speedup: float | None, cross: int | None, confidence: str) -> list[str]:
+_second = itemgetter(1)
+
+
+def _reasons(w: Workload, shape: ModelShape, si: Silicon, best: Evaluated,
+             rival: Evaluated | None, speedup: float | None, cross: int | None,
+             confidence: str) -> list[str]:
     bp = best.pred
     r = [f"{_label(best)} is predicted fastest: {bp.total_s:.1f} s for {w.batch_size} sequences "
          f"of {w.context_tokens:,} + {w.output_tokens:,} tokens"
@@ -379,5 +390,5 @@ def _reasons(w: Workload, shape: ModelShape, best: Evaluated, rival: Evaluated |
     if confidence == "low" and rival:
         r.append(f"low confidence: the prediction intervals of {_label(best)} and "
                  f"{_label(rival)} overlap")
-    r.append(silicon_for(w.gpu_spec()).provenance)
+    r.append(si.provenance)
     return r

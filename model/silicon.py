@@ -312,17 +312,18 @@ class Collective:
     ``small_latency + bytes / small_bandwidth`` up to ``small_max`` bytes (``collective_s``).
     Floats or arrays."""
 
-    __slots__ = ("params",)
+    __slots__ = ("params", "_table")
 
     def __init__(self, lat: float, bw: float, factor: float, small_max: float = -1.0,
                  small_lat: float = 0.0, small_bw: float = 1.0):
         self.params = np.array([lat, bw, factor, small_max, small_lat, small_bw], dtype=float)
+        self._table = self.params[None, :]
 
     def __call__(self, nbytes):
         if isinstance(nbytes, np.ndarray):
             x = np.ascontiguousarray(nbytes, dtype=float)
-            return collective_many(x.ravel(), self.params).reshape(x.shape)
-        return collective_s(float(nbytes), self.params)
+            return collective_many(x.ravel(), self._table, 0).reshape(x.shape)
+        return collective_s(float(nbytes), self._table, 0)
 
 
 @lru_cache(maxsize=64)

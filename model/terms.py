@@ -37,6 +37,7 @@ implementation.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,6 +50,7 @@ from model.formulas import (
     DECODE_TERMS,
     KV_CALL,
     KV_GPU_TOKEN,
+    LOG_Q_MISS,
     MEMORY,
     MM,
     N_CONSTANTS,
@@ -59,7 +61,6 @@ from model.formulas import (
     O_GATHER,
     PREFILL_TERMS,
     Q_GATHER,
-    Q_MISS,
     READ_ASYM,
     READ_BPS,
     READ_T0,
@@ -70,6 +71,7 @@ from model.formulas import (
     W_EXPERTS,
     WEIGHT_BYTES,
     WEIGHTS_PASS,
+    batch_terms,
     decode_into,
     prefill_into,
 )
@@ -112,7 +114,8 @@ class Physics:
         K = np.zeros(N_CONSTANTS)
         # gemm: dense weights + E (1 - q^B) routed experts per MoE layer, or FLOPs
         K[W_DENSE] = shape.dense_step_bytes / t / wr
-        K[Q_MISS] = 1.0 - shape.experts_per_token / shape.n_experts if shape.n_experts else 1.0
+        miss = 1.0 - shape.experts_per_token / shape.n_experts if shape.n_experts else 1.0
+        K[LOG_Q_MISS] = math.log(miss) if miss > 0 else -math.inf
         K[W_EXPERTS] = shape.n_moe_layers * shape.n_experts * shape.expert_bytes / t / wr
         K[MM] = si.matmul_s_per_token(shape.matmul_flops) / t
         # kv_read: one call per full-attention layer on the read curve, or its FLOPs
@@ -150,18 +153,19 @@ class Physics:
 
     def decode(self, b: float, c: float, d: float) -> tuple[float, ...]:
         """The ``DECODE_TERMS`` of one step of ``b`` sequences at context ``c``, DCP ``d``."""
-        out = np.empty(N_DECODE)
+        out = np.empty((1, N_DECODE))
+        gemm, tp_comm = batch_terms(self.K, self._coll, float(b))
         decode_into(self.K, self.collectives(d), self.curve, float(b), float(c), float(d),
-                    out, 0)
-        return tuple(out.tolist())
+                    gemm, tp_comm, out, 0, 0)
+        return tuple(out[0].tolist())
 
     def prefill(self, b: float, L: float, s: float = 0.0,
                 warm: bool = False) -> tuple[float, ...]:
         """The ``PREFILL_TERMS`` of prefilling ``b`` prompts of ``L`` tokens, a share ``s``
         of each cached (``prefill_into``)."""
-        out = np.empty(N_PREFILL)
-        prefill_into(self.K, self._coll, float(b), float(L), float(s), bool(warm), out, 0)
-        return tuple(out.tolist())
+        out = np.empty((1, N_PREFILL))
+        prefill_into(self.K, self._coll, float(b), float(L), float(s), bool(warm), out, 0, 0)
+        return tuple(out[0].tolist())
 
 
 def physics_for(shape: ModelShape, si: Silicon, tp: int) -> Physics:
