@@ -41,7 +41,8 @@ CHUNK_TOKENS = 8192          # chunked-prefill budget per forward pass (both eng
 # default (--max-num-seqs / --max-running-requests), or the batch when it is set higher.
 DEFAULT_MAX_RUNNING = 256
 
-# Positions in model.terms.Physics.K, the constants of one model on one GPU and TP size
+# Positions in model.terms.Physics.K, the constants of one model on one GPU and TP size (a
+# tuple of floats: unlike an array, passing it on costs no reference counting)
 (W_DENSE, LOG_Q_MISS, W_EXPERTS, MM, N_FULL, KV_CALL, ATTN_CALL, STATE, N_LAYERS, ACT, Q_GATHER,
  O_GATHER, WEIGHTS_PASS, ATTN_PF, ATTN_PF_LINEAR, MEMORY, WEIGHT_BYTES, TP, KV_GPU_TOKEN,
  STATE_GPU, READ_T0, READ_ASYM, READ_BPS) = range(23)

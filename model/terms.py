@@ -97,7 +97,7 @@ class Physics:
     """The constants of one served model on one GPU type and TP size, computed once
     (``physics_for``) and packed for the compiled formulas:
 
-    - ``K``: the scalars (positions ``W_DENSE`` ... ``READ_BPS``);
+    - ``K``: the scalars, a tuple (positions ``W_DENSE`` ... ``READ_BPS``);
     - ``curve``: the silicon's per-call KV read curve (``model.hwprofile.ReadCurve.table``);
     - ``collectives(d)``: rows of ``model.silicon.Collective.params``: row 0 the TP
       all-reduce, row ``k`` the all-gather over ``k`` DCP ranks.
@@ -139,7 +139,7 @@ class Physics:
         K[KV_GPU_TOKEN] = shape.kv_gpu_token_bytes(tp)
         K[STATE_GPU] = shape.state_bytes_per_seq / t
         K[READ_T0], K[READ_ASYM], K[READ_BPS] = read.t0, read.asym, read.bps
-        self.K = K
+        self.K = tuple(K.tolist())    # a tuple: the compiled code reads it without reference counts
         self._coll = np.array([si.collective("all_reduce", t).params])
 
     def collectives(self, max_dcp: float) -> np.ndarray:
