@@ -124,7 +124,9 @@ def case_features(case: Case) -> Features:
     rows[6] = case.share
     X = np.empty((n, 2 * N_TERMS))
     facts = np.empty((3, n))
-    rows_into(ph.K, ph.collectives(rows[5].max() if n else 1.0), ph.curve, rows, X, facts)
+    dcp = case.dcp
+    max_dcp = (max(dcp) if isinstance(dcp, list) else float(np.max(dcp))) if n else 1.0
+    rows_into(ph.K, ph.collectives(max_dcp), ph.curve, rows, X, facts)
     return Features(X, facts[0], facts[1], facts[2] > 0.0)
 
 

@@ -25,7 +25,7 @@ from model.predictor import CROSSOVER_CACHE_SIZE, Predictor, predictor_for
 from model.schemas import ConfigPrediction, Exclusion, Recommendation, construct
 from model.shape import ModelShape
 from model.silicon import Silicon, silicon_for
-from model.terms import DECODE_TERMS
+from model.terms import DECODE_TERMS, physics_for
 from model.workload import ENGINES, Config, Workload
 
 CROSSOVER_RANGE = (1024, 4 * 1024 * 1024)
@@ -323,6 +323,21 @@ def recommend(model: CostModel, w: Workload, version: str) -> Recommendation:
         "launch_command": launch_command(best.config.engine, best.config.dcp_size,
                                          bp.mem_fraction, w),
         "reasons": reasons, "excluded": excluded, "model_version": version})
+
+
+def warm_up(model: CostModel) -> None:
+    """One recommendation of the seed's workload and one decode and prefill of its terms, so
+    that the compiled formulas (``model.formulas``: compiled on a fresh checkout, loaded from
+    numba's cache after) are ready before the first query is timed or served."""
+    w = Workload(context_tokens=65_536, output_tokens=256, batch_size=8, preset="kimi-k3",
+                 allow_extrapolation=True)
+    try:
+        recommend(model, w, "warm-up")
+    except NoEligibleConfiguration:    # a model without these engines: compiled all the same
+        pass
+    ph = physics_for(w.model_shape(), silicon_for(w.gpu_spec()), w.num_gpus)
+    ph.decode(1.0, 1.0, 1.0)             # the simulator's step timer calls these one by one
+    ph.prefill(1.0, 1.0)
 
 
 def _label(e: Evaluated) -> str:

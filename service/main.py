@@ -11,6 +11,7 @@ from fastapi.routing import APIRoute
 from starlette.middleware import Middleware
 from starlette.types import Receive, Scope, Send
 
+from model.recommend import warm_up
 from service import epp, errors
 from service.cache import ResponseCache
 from service.holder import ModelHolder, load_artifact, load_default
@@ -56,6 +57,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.holder = ModelHolder(loaded)
     current = app.state.holder.current
     app.state.metrics.set_model(current.version, current.source)
+    warm_up(current.model)       # the compiled formulas, before /readyz answers
     # Everything loaded so far (libraries, the model) lives for the whole process: keep it out
     # of the cyclic GC's generations so full collections stay short (tail latency).
     gc.collect()

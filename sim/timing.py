@@ -28,6 +28,8 @@ class StepTimer:
         self.coef_decode = self.coef[N_PREFILL:].tolist()
         self.shape, self.dcp = shape, float(dcp)
         self.hw = Hardware(silicon_for(gpu), tp)
+        self.prefill_s(1, 1.0)   # the compiled formulas, before the first step is timed
+        self.step_s(1, 1.0)
 
     def prefill_s(self, batch: int, context: float, share: float = 0.0) -> float:
         """Prefill (TTFT) of ``batch`` sequences of ``context`` prompt tokens each."""
