@@ -103,8 +103,9 @@ class Features:
         return out
 
 
-def case_features(case: Case) -> Features:
-    """Features of every row of a case, in one compiled pass (``model.formulas.rows_into``)."""
+def kernel_inputs(case: Case) -> tuple:
+    """(K, collectives, read curve, rows) of a case: what ``model.formulas.rows_into`` reads
+    (the model's constants on its GPU and TP size, and one column per row)."""
     ph = physics_for(case.shape, case.silicon, case.tp)
     engine = case.engine
     n = len(engine)
@@ -122,11 +123,18 @@ def case_features(case: Case) -> Features:
     rows[4] = case.output
     rows[5] = case.dcp
     rows[6] = case.share
-    X = np.empty((n, 2 * N_TERMS))
-    facts = np.empty((3, n))
     dcp = case.dcp
     max_dcp = (max(dcp) if isinstance(dcp, list) else float(np.max(dcp))) if n else 1.0
-    rows_into(ph.K, ph.collectives(max_dcp), ph.curve, rows, X, facts)
+    return ph.K, ph.collectives(max_dcp), ph.curve, rows
+
+
+def case_features(case: Case) -> Features:
+    """Features of every row of a case, in one compiled pass (``model.formulas.rows_into``)."""
+    K, coll, curve, rows = kernel_inputs(case)
+    n = rows.shape[1]
+    X = np.empty((n, 2 * N_TERMS))
+    facts = np.empty((3, n))
+    rows_into(K, coll, curve, rows, X, facts)
     return Features(X, facts[0], facts[1], facts[2] > 0.0)
 
 

@@ -11,7 +11,8 @@ constants into the arrays these functions read:
 - ``batch_terms``, ``decode_into``, ``prefill_into``: the terms (``model.terms``; ``K`` packed by
   ``model.terms.Physics``, positions below);
 - ``rows_into``: a case's rows, waves included (``model.costmodel.case_features``);
-- ``predict_into``: coefficients x features, intervals (``model.predictor``).
+- ``predict_into``: coefficients x features, intervals; ``predict_rows`` both passes in one
+  call (``model.predictor``).
 
 They share one file because numba's on-disk cache is invalidated by the source file of the
 function it compiled, not by the files of the functions it calls. ``NUMBA_DISABLE_JIT=1`` runs
@@ -256,15 +257,38 @@ def rows_into(K, coll, curve, rows, X, facts):
         facts[2, i] = 1.0 if fits >= 1.0 else 0.0
 
 
+# Columns of a prediction table (predict_rows): the figures, then each decode term's seconds
+(TOTAL, TOTAL_LO, TOTAL_HI, TTFT, PREFILL_ALL, TPOT, RUNNING, CAPACITY, FEASIBLE) = range(9)
+PARTS = 9
+N_TABLE = PARTS + N_DECODE
+
+
 @njit(cache=True)
-def predict_into(X, coef, factors, noise, engine, rel_extra, z, out, parts):
+def predict_rows(K, coll, curve, rows, coef, factors, noise, engine, rel_extra, z):
+    """The prediction table (n, N_TABLE) of a case's rows: ``rows_into`` then
+    ``predict_into``, in one call (one recommendation pays one dispatch)."""
+    n = rows.shape[1]
+    X = np.empty((n, 2 * N_TERMS))
+    facts = np.empty((3, n))
+    rows_into(K, coll, curve, rows, X, facts)
+    out = np.empty((n, N_TABLE))
+    predict_into(X, coef, factors, noise, engine, rel_extra, z, out)
+    for i in range(n):
+        out[i, RUNNING] = facts[0, i]
+        out[i, CAPACITY] = facts[1, i]
+        out[i, FEASIBLE] = facts[2, i]
+    return out
+
+
+@njit(cache=True)
+def predict_into(X, coef, factors, noise, engine, rel_extra, z, out):
     """Each row's prediction from its features ``X`` (``rows_into``) and its engine's fitted
     efficiencies: ``coef`` (engines, 2 x N_TERMS) the coefficients of X's columns, ``factors``
     (engines, N_TERMS, rank) with the coefficients' covariance = F F', ``noise`` (engines,) the
     relative residual sd, ``engine`` each row's index into them, ``rel_extra`` each row's added
-    relative sd. Writes ``out`` (n, 6): total, its ``z``-sd interval (low, high), the first
-    wave's prefill (TTFT), all waves' prefill, one decode step; ``parts`` (n, N_DECODE): the
-    seconds of each term of that step."""
+    relative sd. Writes into ``out`` (n, N_TABLE) columns TOTAL ... TPOT: total, its ``z``-sd
+    interval (low, high), the first wave's prefill (TTFT), all waves' prefill, one decode
+    step; and from PARTS on the seconds of each term of that step."""
     rank = factors.shape[2]
     for i in range(X.shape[0]):
         e = engine[i]
@@ -281,7 +305,7 @@ def predict_into(X, coef, factors, noise, engine, rel_extra, z, out, parts):
         tpot = 0.0
         for j in range(N_DECODE):
             v = X[i, STEP + j] * coef[e, STEP + j]
-            parts[i, j] = v
+            out[i, PARTS + j] = v
             tpot += v
         var = 0.0           # parameter variance x' cov x = |x' F|^2
         for r in range(rank):
@@ -291,9 +315,9 @@ def predict_into(X, coef, factors, noise, engine, rel_extra, z, out, parts):
             var += q * q
         rel = noise[e] + rel_extra[i]
         sd = math.sqrt(max(var, 0.0) + (rel * total) ** 2)
-        out[i, 0] = total
-        out[i, 1] = max(total - z * sd, 0.0)
-        out[i, 2] = total + z * sd
-        out[i, 3] = ttft
-        out[i, 4] = prefill_all
-        out[i, 5] = tpot
+        out[i, TOTAL] = total
+        out[i, TOTAL_LO] = max(total - z * sd, 0.0)
+        out[i, TOTAL_HI] = total + z * sd
+        out[i, TTFT] = ttft
+        out[i, PREFILL_ALL] = prefill_all
+        out[i, TPOT] = tpot

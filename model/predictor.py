@@ -13,15 +13,22 @@ from typing import NamedTuple
 
 import numpy as np
 
-from model.costmodel import (
-    Case,
-    CostModel,
-    Prediction,
-    case_features,
-    efficiency_key,
-)
+from model.costmodel import Case, CostModel, Prediction, efficiency_key, kernel_inputs
 from model.estimator import PRIOR
-from model.formulas import N_DECODE, N_PREFILL, predict_into
+from model.formulas import (
+    CAPACITY,
+    FEASIBLE,
+    N_PREFILL,
+    PARTS,
+    PREFILL_ALL,
+    RUNNING,
+    TOTAL,
+    TOTAL_HI,
+    TOTAL_LO,
+    TPOT,
+    TTFT,
+    predict_rows,
+)
 from model.memory import MemoryChoice, choose_fraction
 from model.terms import TERMS
 from model.workload import ENGINES, Config
@@ -109,25 +116,30 @@ class Predictor:
             hit = self._coef[key] = (PRIOR_COEF, np.zeros((k, k)), 0.03)
         return hit
 
-    def predict(self, case: Case, rel_extra: np.ndarray | None = None,
-                z: float = 1.645) -> Prediction:
-        """Every row of a case: its features (``case_features``) times its engine's
-        efficiencies, with ``z``-sd intervals (``model.formulas.predict_into``)."""
-        f = case_features(case)
-        n = len(f.X)
+    def table(self, case: Case, rel_extra: np.ndarray | None = None,
+              z: float = 1.645) -> np.ndarray:
+        """The prediction table (n, ``model.formulas.N_TABLE``) of every row of a case: its
+        features times its engine's efficiencies, with ``z``-sd intervals, its sequences at
+        once, KV capacity, feasibility and decode terms (``model.formulas.predict_rows``)."""
+        K, coll, curve, rows = kernel_inputs(case)
+        n = rows.shape[1]
         engines, idx = _engine_index(case.engine)
         coef, factors, noise = self._stacked(engines, case.silicon.name)
-        out = np.empty((n, 6))
-        parts = np.empty((n, N_DECODE))
         if rel_extra is None:
             extra = np.zeros(n)
         elif isinstance(rel_extra, np.ndarray) and rel_extra.shape == (n,):
             extra = rel_extra.astype(float, copy=False)
         else:
             extra = np.ascontiguousarray(np.broadcast_to(rel_extra, (n,)), dtype=float)
-        predict_into(f.X, coef, factors, noise, idx, extra, float(z), out, parts)
-        return Prediction(out[:, 0], out[:, 1], out[:, 2], out[:, 3], out[:, 4], out[:, 5],
-                          parts, f.running, f.capacity, f.feasible)
+        return predict_rows(K, coll, curve, rows, coef, factors, noise, idx, extra, float(z))
+
+    def predict(self, case: Case, rel_extra: np.ndarray | None = None,
+                z: float = 1.645) -> Prediction:
+        """``table`` as named columns."""
+        t = self.table(case, rel_extra, z)
+        return Prediction(t[:, TOTAL], t[:, TOTAL_LO], t[:, TOTAL_HI], t[:, TTFT],
+                          t[:, PREFILL_ALL], t[:, TPOT], t[:, PARTS:], t[:, RUNNING],
+                          t[:, CAPACITY], t[:, FEASIBLE] > 0.0)
 
 
 def _factor(cov: np.ndarray) -> np.ndarray:

@@ -19,7 +19,18 @@ from model.costmodel import (
     CostModel,
     doublings_outside,
 )
-from model.formulas import DEFAULT_MAX_RUNNING
+from model.formulas import (
+    CAPACITY,
+    DEFAULT_MAX_RUNNING,
+    FEASIBLE,
+    PARTS,
+    PREFILL_ALL,
+    RUNNING,
+    TOTAL,
+    TOTAL_HI,
+    TOTAL_LO,
+    TPOT,
+)
 from model.memory import MEM_FLAGS, MemoryChoice, kv_demand_tokens
 from model.predictor import CROSSOVER_CACHE_SIZE, Predictor, predictor_for
 from model.schemas import ConfigPrediction, Exclusion, Recommendation, construct
@@ -152,26 +163,24 @@ def evaluate(model: CostModel, w: Workload, shape: ModelShape, configs: list[Con
         cover.append((status, dist))
         extra.append(_EXTRA_SIGMA[status] * (dist if status == "calibrated" else 1.0)
                      + bare_sigma)
-    p = pred.predict(case, np.array(extra))
+    table = pred.table(case, np.array(extra)).tolist()
     demand = float(kv_demand_tokens(w.batch_size, w.context_tokens, w.output_tokens,
                                     w.requirements.prefix_reuse_share if w.requirements else 0))
     source = case.silicon.read_source("gqa" if shape.attention in ("gqa", "mha") else "mla",
                                       shape.kv_dtype)
     out = []
-    for c, (status, dist), fraction, total, pf, tpot, lo, hi, cap, run, ok, parts in zip(
-            configs, cover, case.fraction, p.total.tolist(), p.prefill_all.tolist(),
-            p.tpot.tolist(), p.total_lo.tolist(), p.total_hi.tolist(), p.capacity.tolist(),
-            p.running.tolist(), p.feasible.tolist(), p.step_parts.tolist(), strict=True):
-        terms = dict(zip(DECODE_TERMS, parts, strict=True))
+    for c, (status, dist), fraction, t in zip(configs, cover, case.fraction, table, strict=True):
+        total, pf, cap, ok = t[TOTAL], t[PREFILL_ALL], t[CAPACITY], t[FEASIBLE] > 0.0
+        terms = dict(zip(DECODE_TERMS, t[PARTS:], strict=True))
         calibrated = status == "calibrated"
         prediction = construct(ConfigPrediction, {
             "engine": c.engine, "dcp_size": c.dcp_size, "total_s": total,
-            "prefill_s": pf, "decode_s": total - pf if total > pf else 0.0, "tpot_s": tpot,
-            "interval_s": (lo, hi), "calibrated": calibrated,
+            "prefill_s": pf, "decode_s": total - pf if total > pf else 0.0, "tpot_s": t[TPOT],
+            "interval_s": (t[TOTAL_LO], t[TOTAL_HI]), "calibrated": calibrated,
             "extrapolated": not calibrated or dist > 0,
             "transferred": status == "transferred", "mem_fraction": fraction,
             "kv_capacity_tokens": int(cap) if cap < 2 ** 62 else 2 ** 62,
-            "fits_in_memory": demand <= cap, "running_sequences": int(run) if ok else 0,
+            "fits_in_memory": demand <= cap, "running_sequences": int(t[RUNNING]) if ok else 0,
             "kv_read_source": source, "step_terms_s": terms})
         out.append(Evaluated(c, prediction, (status != "uncalibrated" or w.allow_extrapolation)
                              and ok, terms))

@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 
 M = TypeVar("M", bound=BaseModel)
 _setattr = object.__setattr__
+_new = object.__new__
 
 
 def construct(cls: type[M], values: dict) -> M:
@@ -16,7 +17,7 @@ def construct(cls: type[M], values: dict) -> M:
     builds about ten per query). Only for the plain models of this module (no aliases,
     validators, private attributes or extra fields; ``tests/model/test_schemas.py`` checks
     the result equals validation's)."""
-    m = cls.__new__(cls)
+    m = _new(cls)
     _setattr(m, "__dict__", values)
     _setattr(m, "__pydantic_fields_set__", set(values))
     _setattr(m, "__pydantic_extra__", None)
