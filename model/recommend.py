@@ -19,18 +19,7 @@ from model.costmodel import (
     CostModel,
     doublings_outside,
 )
-from model.formulas import (
-    CAPACITY,
-    DEFAULT_MAX_RUNNING,
-    FEASIBLE,
-    PARTS,
-    PREFILL_ALL,
-    RUNNING,
-    TOTAL,
-    TOTAL_HI,
-    TOTAL_LO,
-    TPOT,
-)
+from model.formulas import DEFAULT_MAX_RUNNING, PARTS
 from model.memory import MEM_FLAGS, MemoryChoice, kv_demand_tokens
 from model.predictor import CROSSOVER_CACHE_SIZE, Predictor, predictor_for
 from model.schemas import ConfigPrediction, Exclusion, Recommendation, construct
@@ -170,20 +159,21 @@ def evaluate(model: CostModel, w: Workload, shape: ModelShape, configs: list[Con
                                       shape.kv_dtype)
     out = []
     for c, (status, dist), fraction, t in zip(configs, cover, case.fraction, table, strict=True):
-        total, pf, cap, ok = t[TOTAL], t[PREFILL_ALL], t[CAPACITY], t[FEASIBLE] > 0.0
+        # the table's columns (model.formulas: TOTAL ... FEASIBLE, then the decode terms)
+        total, lo, hi, _, pf, tpot, run, cap, ok = t[:PARTS]
         terms = dict(zip(DECODE_TERMS, t[PARTS:], strict=True))
         calibrated = status == "calibrated"
         prediction = construct(ConfigPrediction, {
             "engine": c.engine, "dcp_size": c.dcp_size, "total_s": total,
-            "prefill_s": pf, "decode_s": total - pf if total > pf else 0.0, "tpot_s": t[TPOT],
-            "interval_s": (t[TOTAL_LO], t[TOTAL_HI]), "calibrated": calibrated,
+            "prefill_s": pf, "decode_s": total - pf if total > pf else 0.0, "tpot_s": tpot,
+            "interval_s": (lo, hi), "calibrated": calibrated,
             "extrapolated": not calibrated or dist > 0,
             "transferred": status == "transferred", "mem_fraction": fraction,
             "kv_capacity_tokens": int(cap) if cap < 2 ** 62 else 2 ** 62,
-            "fits_in_memory": demand <= cap, "running_sequences": int(t[RUNNING]) if ok else 0,
+            "fits_in_memory": demand <= cap, "running_sequences": int(run) if ok else 0,
             "kv_read_source": source, "step_terms_s": terms})
         out.append(Evaluated(c, prediction, (status != "uncalibrated" or w.allow_extrapolation)
-                             and ok, terms))
+                             and ok > 0.0, terms))
     return out
 
 
