@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 _NUMERIC: dict[type, dict[str, str]] = {}
+_PLAIN = frozenset({int, float, type(None)})    # values that need no look (bool is not int)
 
 
 def _kind(tp: Any) -> str | None:
@@ -48,8 +49,10 @@ class JsonModel(BaseModel):
             numeric = _NUMERIC[cls] = {name: k for name, f in cls.model_fields.items()
                                        if (k := _kind(f.annotation))}
         errors = []
-        for name, kind in numeric.items():
-            value = data.get(name)
+        for name, value in data.items():
+            if type(value) in _PLAIN or name not in numeric:   # the usual case, at once
+                continue
+            kind = numeric[name]
             if isinstance(value, list | tuple):
                 errors += [_error((name, i), v, kind) for i, v in enumerate(value)
                            if isinstance(v, bool | str | bytes)]
