@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 
 import numpy as np
 
@@ -284,7 +284,8 @@ def recommend(model: CostModel, w: Workload, version: str) -> Recommendation:
                 engine=e.config.engine, dcp_size=e.config.dcp_size,
                 reason=f"not even one sequence of {w.context_tokens + w.output_tokens:,} tokens "
                        f"fits its KV capacity of {e.pred.kv_capacity_tokens:,} tokens"))
-    eligible = sorted((e for e in evals if e.eligible), key=lambda e: e.pred.total_s)
+    ranked = sorted(evals, key=_total)
+    eligible = [e for e in ranked if e.eligible]
     if not eligible:
         names = ", ".join(f"{e.config.engine} dcp {e.config.dcp_size}" for e in evals) or "none"
         if all(e.pred.running_sequences == 0 for e in evals):
@@ -316,7 +317,7 @@ def recommend(model: CostModel, w: Workload, version: str) -> Recommendation:
     return construct(Recommendation, {
         "engine": best.config.engine, "dcp_size": best.config.dcp_size,
         "mem_fraction": bp.mem_fraction, "mem_fraction_flag": MEM_FLAGS[best.config.engine],
-        "predictions": [e.pred for e in sorted(evals, key=lambda e: e.pred.total_s)],
+        "predictions": [e.pred for e in ranked],
         "speedup": speedup, "confidence": confidence, "crossover_context_tokens": cross,
         "kv_capacity_tokens": bp.kv_capacity_tokens, "fits_in_memory": bp.fits_in_memory,
         "launch_command": launch_command(best.config.engine, best.config.dcp_size,
@@ -360,15 +361,18 @@ def step_story(parts: dict[str, float]) -> str:
 
 
 _second = itemgetter(1)
+_total = attrgetter("pred.total_s")
 
 
 def _reasons(w: Workload, shape: ModelShape, si: Silicon, best: Evaluated,
              rival: Evaluated | None, speedup: float | None, cross: int | None,
              confidence: str) -> list[str]:
     bp = best.pred
-    r = [f"{_label(best)} is predicted fastest: {bp.total_s:.1f} s for {w.batch_size} sequences "
+    best_l = _label(best)
+    rival_l = _label(rival) if rival else ""
+    r = [f"{best_l} is predicted fastest: {bp.total_s:.1f} s for {w.batch_size} sequences "
          f"of {w.context_tokens:,} + {w.output_tokens:,} tokens"
-         + (f", {speedup:.2f}x faster than {_label(rival)} ({rival.pred.total_s:.1f} s)"
+         + (f", {speedup:.2f}x faster than {rival_l} ({rival.pred.total_s:.1f} s)"
             if rival and speedup else "")]
     step = sum(best.step_parts.values()) or 1e-12
     r.append(f"decode is {bp.decode_s / max(bp.total_s, 1e-12):.0%} of the time; one decode "
@@ -376,7 +380,7 @@ def _reasons(w: Workload, shape: ModelShape, si: Silicon, best: Evaluated,
              f"{step_story(best.step_parts)}")
     if rival:
         rstep = sum(rival.step_parts.values())
-        r.append(f"{_label(rival)}: {_ms(rstep)} per step of {rival.pred.running_sequences} "
+        r.append(f"{rival_l}: {_ms(rstep)} per step of {rival.pred.running_sequences} "
                  f"sequences: {step_story(rival.step_parts)}")
     if bp.running_sequences < w.batch_size:
         waves = math.ceil(w.batch_size / max(bp.running_sequences, 1))
@@ -384,7 +388,7 @@ def _reasons(w: Workload, shape: ModelShape, si: Silicon, best: Evaluated,
                  f"the {w.batch_size} sequences at once: the engine runs them in {waves} waves "
                  "(queueing the rest), which the prediction includes")
     if rival and rival.pred.running_sequences < w.batch_size and rival.pred.running_sequences:
-        r.append(f"{_label(rival)} holds {rival.pred.running_sequences} of {w.batch_size} "
+        r.append(f"{rival_l} holds {rival.pred.running_sequences} of {w.batch_size} "
                  f"sequences at once ({rival.pred.kv_capacity_tokens:,} KV tokens)")
     if cross:
         r.append(f"the best engine changes near {cross:,} context tokens")
@@ -393,16 +397,16 @@ def _reasons(w: Workload, shape: ModelShape, si: Silicon, best: Evaluated,
                  "FLOPs and per-layer costs are not modelled, so KV capacity is an upper bound "
                  "and the interval is widened")
     if bp.transferred:
-        r.append(f"{_label(best)} is calibrated on {w.gpu_spec().name} x {w.num_gpus} for other "
+        r.append(f"{best_l} is calibrated on {w.gpu_spec().name} x {w.num_gpus} for other "
                  f"models: this model's physics with the engine's fitted efficiencies "
                  "(transferred; interval widened)")
     elif not bp.calibrated:
-        r.append(f"{_label(best)} has no calibration data on {w.gpu_spec().name} x {w.num_gpus}: "
+        r.append(f"{best_l} has no calibration data on {w.gpu_spec().name} x {w.num_gpus}: "
                  "extrapolated from the physics prior (allow_extrapolation)")
     elif bp.extrapolated:
         r.append("the workload lies outside the calibrated range: the interval is widened")
     if confidence == "low" and rival:
-        r.append(f"low confidence: the prediction intervals of {_label(best)} and "
-                 f"{_label(rival)} overlap")
+        r.append(f"low confidence: the prediction intervals of {best_l} and "
+                 f"{rival_l} overlap")
     r.append(si.provenance)
     return r
