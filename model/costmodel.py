@@ -67,6 +67,7 @@ class Case:
     dcp: np.ndarray | list
     fraction: np.ndarray | list  # memory fraction per row
     share: np.ndarray | list | float = 0.0   # prefix-cache share of each prompt
+    facts: object = None    # the query's per-configuration facts (model.predictor.QueryFacts)
 
     def __len__(self) -> int:
         return len(self.engine)

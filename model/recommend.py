@@ -122,7 +122,7 @@ def build_case(model: CostModel, w: Workload, shape: ModelShape, configs: list[C
         share = ([effective_share(e, share_in, ctx) for e in facts.engines] if share_in > 0
                  else 0.0)
         return Case(shape, si, w.num_gpus, facts.engines, float(w.batch_size), ctx,
-                    float(w.output_tokens), facts.dcps, facts.fractions, share)
+                    float(w.output_tokens), facts.dcps, facts.fractions, share, facts)
     grid = np.asarray(contexts, dtype=float)
     k = len(grid)
     engine = np.repeat(np.array(facts.engines), k)
@@ -132,7 +132,7 @@ def build_case(model: CostModel, w: Workload, shape: ModelShape, configs: list[C
     return Case(shape, si, w.num_gpus, engine, np.full(n, float(w.batch_size)),
                 np.tile(grid, len(configs)), np.full(n, float(w.output_tokens)),
                 np.repeat(np.array(facts.dcps), k), np.repeat(np.array(facts.fractions), k),
-                share)
+                share, facts)
 
 
 def evaluate(model: CostModel, w: Workload, shape: ModelShape, configs: list[Config],
@@ -146,12 +146,14 @@ def evaluate(model: CostModel, w: Workload, shape: ModelShape, configs: list[Con
               "output_tokens": w.output_tokens}
     bare_sigma = 0.0 if shape.weights_known else BARE_REL_SIGMA
     cover, extra = [], []
-    for status, rng in pred.facts(case.silicon.name, w.num_gpus, shape.key,
-                                  tuple(configs)).ranges:
-        dist = doublings_outside(rng, values) if status == "calibrated" else 0.0
+    for status, rng in case.facts.ranges:
+        if status == "calibrated":
+            dist = doublings_outside(rng, values)
+            extra.append(EXTRAPOLATION_REL_SIGMA * dist + bare_sigma)
+        else:
+            dist = 0.0
+            extra.append(_EXTRA_SIGMA[status] + bare_sigma)
         cover.append((status, dist))
-        extra.append(_EXTRA_SIGMA[status] * (dist if status == "calibrated" else 1.0)
-                     + bare_sigma)
     table = pred.table(case, np.array(extra)).tolist()
     demand = float(kv_demand_tokens(w.batch_size, w.context_tokens, w.output_tokens,
                                     w.requirements.prefix_reuse_share if w.requirements else 0))
@@ -177,10 +179,9 @@ def evaluate(model: CostModel, w: Workload, shape: ModelShape, configs: list[Con
     return out
 
 
-# Added relative sd of a prediction by calibration status (per doubling outside the
-# calibrated range when calibrated)
-_EXTRA_SIGMA = {"calibrated": EXTRAPOLATION_REL_SIGMA, "transferred": TRANSFERRED_REL_SIGMA,
-                "uncalibrated": UNCALIBRATED_REL_SIGMA}
+# Added relative sd of a prediction without calibration data for its model or hardware (a
+# calibrated one adds EXTRAPOLATION_REL_SIGMA per doubling outside the calibrated range)
+_EXTRA_SIGMA = {"transferred": TRANSFERRED_REL_SIGMA, "uncalibrated": UNCALIBRATED_REL_SIGMA}
 
 
 def total_curves(model: CostModel, w: Workload, shape: ModelShape, configs: list[Config],
