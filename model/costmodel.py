@@ -104,11 +104,9 @@ class Features:
         return out
 
 
-def kernel_inputs(case: Case) -> tuple:
-    """(K, collectives, read curve, rows) of a case: what ``model.formulas.rows_into`` reads
-    (the model's constants on its GPU and TP size, and one column per row)."""
-    ph = physics_for(case.shape, case.silicon, case.tp)
-    engine = case.engine
+def static_rows(engine, fraction, dcp) -> np.ndarray:
+    """The rows ``model.formulas.rows_into`` reads (ROW_FIELDS) with the configurations'
+    fields filled: engine reserve, memory fraction and DCP size."""
     n = len(engine)
     rows = np.empty((N_ROW_FIELDS, n))
     if isinstance(engine, np.ndarray):
@@ -118,14 +116,27 @@ def kernel_inputs(case: Case) -> tuple:
                 rows[0, engine == e] = reserve
     else:
         rows[0] = [engine_reserve(e) for e in engine]
-    rows[1] = case.fraction
+    rows[1] = fraction
+    rows[5] = dcp
+    return rows
+
+
+def kernel_inputs(case: Case) -> tuple:
+    """(K, collectives, read curve, rows) of a case: what ``model.formulas.rows_into`` reads
+    (the model's constants on its GPU and TP size, and one column per row)."""
+    ph = physics_for(case.shape, case.silicon, case.tp)
+    n = len(case.engine)
+    facts = case.facts
+    if facts is not None and len(facts.engines) == n:    # one row per configuration
+        rows = facts.rows.copy()
+        max_dcp = max(facts.dcps)
+    else:
+        rows = static_rows(case.engine, case.fraction, case.dcp)
+        max_dcp = float(rows[5].max()) if n else 1.0
     rows[2] = case.batch
     rows[3] = case.context
     rows[4] = case.output
-    rows[5] = case.dcp
     rows[6] = case.share
-    dcp = case.dcp
-    max_dcp = (max(dcp) if isinstance(dcp, list) else float(np.max(dcp))) if n else 1.0
     return ph.K, ph.collectives(max_dcp), ph.curve, rows
 
 

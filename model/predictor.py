@@ -13,7 +13,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from model.costmodel import Case, CostModel, Prediction, efficiency_key, kernel_inputs
+from model.costmodel import (
+    Case,
+    CostModel,
+    Prediction,
+    efficiency_key,
+    kernel_inputs,
+    static_rows,
+)
 from model.estimator import PRIOR
 from model.formulas import (
     CAPACITY,
@@ -42,12 +49,17 @@ PRIOR_COEF = np.array([PRIOR[t] for t in TERMS])
 
 class QueryFacts(NamedTuple):
     """Per configuration of a query: engine, DCP size, memory fraction and (calibration
-    status, calibrated range or None) (``model.costmodel.CostModel.calibrated_range``)."""
+    status, calibrated range or None) (``model.costmodel.CostModel.calibrated_range``); and
+    for a query of one row per configuration, the compiled code's input rows that do not
+    depend on the workload's sizes (``model.costmodel.kernel_inputs``) and each row's engine
+    index (``_engine_index``)."""
 
     engines: list[str]
     dcps: list[float]
     fractions: list[float]
     ranges: list[tuple[str, dict | None]]
+    rows: np.ndarray
+    engine_index: tuple[tuple[str, ...], np.ndarray]
 
 
 class Predictor:
@@ -82,11 +94,14 @@ class Predictor:
         if hit is None:
             if len(self._facts) >= FACTS_CACHE_SIZE:
                 self._facts.clear()
+            engines = [c.engine for c in configs]
+            dcps = [float(c.dcp_size) for c in configs]
+            fractions = [self.memory(c.engine, gpu).fraction for c in configs]
             hit = self._facts[key] = QueryFacts(
-                [c.engine for c in configs], [float(c.dcp_size) for c in configs],
-                [self.memory(c.engine, gpu).fraction for c in configs],
+                engines, dcps, fractions,
                 [self.model.calibrated_range(c.engine, gpu, num_gpus, c.dcp_size, model_key)
-                 for c in configs])
+                 for c in configs],
+                static_rows(engines, fractions, dcps), _engine_index(engines))
         return hit
 
     def _stacked(self, engines: tuple[str, ...], gpu: str):
@@ -123,7 +138,9 @@ class Predictor:
         once, KV capacity, feasibility and decode terms (``model.formulas.predict_rows``)."""
         K, coll, curve, rows = kernel_inputs(case)
         n = rows.shape[1]
-        engines, idx = _engine_index(case.engine)
+        facts = case.facts
+        engines, idx = (facts.engine_index if facts is not None and len(facts.engines) == n
+                        else _engine_index(case.engine))
         coef, factors, noise = self._stacked(engines, case.silicon.name)
         if rel_extra is None:
             extra = np.zeros(n)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from functools import lru_cache
 from operator import attrgetter, itemgetter
+from typing import NamedTuple
 
 import numpy as np
 
@@ -39,8 +39,10 @@ class NoEligibleConfiguration(ValueError):
     field = "allow_extrapolation"
 
 
-@dataclass
-class Evaluated:
+class Evaluated(NamedTuple):
+    """One configuration's prediction, whether it may be recommended, and the seconds of each
+    term of its decode step."""
+
     config: Config
     pred: ConfigPrediction
     eligible: bool
