@@ -125,12 +125,14 @@ class _CycleTransport:
 class _Wakeup:
     """The cycle's ``message_event``: what uvicorn's protocol sets when body bytes arrive,
     the body ends or the client disconnects. An ``asyncio.Event`` without its per-wait
-    running-loop lookup (a ``getpid`` system call each)."""
+    running-loop lookup (a ``getpid`` system call each); once the client has disconnected,
+    it also calls the cycle's ``on_disconnect`` (once)."""
 
-    __slots__ = ("loop", "flag", "waiters")
+    __slots__ = ("loop", "cycle", "flag", "waiters")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop):
+    def __init__(self, loop: asyncio.AbstractEventLoop, cycle: DirectCycle):
         self.loop = loop
+        self.cycle = cycle
         self.flag = False
         self.waiters: list[asyncio.Future] = []
 
@@ -139,6 +141,10 @@ class _Wakeup:
         for w in self.waiters:
             if not w.done():
                 w.set_result(None)
+        cycle = self.cycle
+        if cycle.disconnected and cycle.on_disconnect is not None:
+            call, cycle.on_disconnect = cycle.on_disconnect, None
+            call()
 
     def clear(self) -> None:
         self.flag = False
@@ -167,8 +173,9 @@ class DirectCycle:
         # request state (filled by uvicorn's protocol)
         self.body = bytearray()
         self.more_body = True
-        self.message_event = _Wakeup(loop)
         self.disconnected = False
+        self.on_disconnect: Callable[[], None] | None = None   # see _Wakeup
+        self.message_event = _Wakeup(loop, self)
         self.body_read = False
         # response state
         self.response_started = False
@@ -180,7 +187,11 @@ class DirectCycle:
 
     async def run_asgi(self, app: Any) -> None:
         try:
-            await app(self.scope, self.receive, self.send)
+            lane = getattr(app, "lane", None)     # DirectPath: the cycle itself, no ASGI
+            if lane is not None:
+                await lane(self)
+            else:
+                await app(self.scope, self.receive, self.send)
         except BaseException as exc:
             log.error("Exception in ASGI application\n", exc_info=exc)
             if not self.response_started:
@@ -196,6 +207,39 @@ class DirectCycle:
                 self._close()
         finally:
             self.on_response = _nothing
+
+    def whole_body(self) -> bytes | None:
+        """The request body when all of it has arrived and none was read yet, else None
+        (then read it with ``receive``)."""
+        if self.more_body or self.body_read or self.disconnected:
+            return None
+        self.body_read = True
+        body = bytes(self.body)
+        self.body.clear()
+        self.message_event.clear()
+        self.flow.resume_reading()
+        return body
+
+    def respond(self, status: int, head: bytes, body: bytes) -> None:
+        """A whole response in one write, without ASGI messages: ``head`` is its header
+        lines (``name: value\r\n`` each, checked by the caller, Content-Length among
+        them); the status line, uvicorn's default headers and ``connection: close`` when
+        the connection closes after it are added here. Nothing is sent to a client that
+        has gone."""
+        if self.disconnected:
+            return
+        if self.response_started:
+            raise RuntimeError("Unexpected response, after response already started.")
+        self.response_started = self.response_complete = True
+        data = b"%b%b%b%b\r\n%b" % (
+            STATUS_LINES.get(status) or _status_line(status), _defaults(self.default_headers),
+            head, b"" if self.keep_alive else b"connection: close\r\n",
+            b"" if status in NO_BODY or status < 200 else body)
+        self.transport.write(data)
+        self.message_event.set()
+        if not self.keep_alive:
+            self.transport.close()
+        self.on_response()
 
     async def receive(self) -> dict:
         while not (self.disconnected or self.response_complete):
@@ -309,6 +353,28 @@ class DirectCycle:
 
 def _nothing() -> None:
     pass
+
+
+_default_lines: tuple[list, bytes] = ([], b"")
+
+
+def _defaults(headers: list[tuple[bytes, bytes]]) -> bytes:
+    """uvicorn's default headers (``date`` and ``--header`` ones) as header lines: checked
+    and encoded once per list (uvicorn makes a new one every second)."""
+    global _default_lines
+    seen, lines = _default_lines
+    if headers is seen:
+        return lines
+    parts = []
+    for name, value in headers:
+        if name not in _GOOD_NAMES:
+            _check_name(name)
+        if BAD_VALUE.search(value):
+            raise RuntimeError(f"invalid HTTP header value for {name[:40]!r}")
+        parts += (name.lower(), b": ", value, b"\r\n")
+    lines = b"".join(parts)
+    _default_lines = (headers, lines)
+    return lines
 
 
 # ----------------------------------------------------------------------------- 3. keep-alive

@@ -33,8 +33,9 @@ from service.proxy.forward import ProxyCall
 
 if TYPE_CHECKING:
     from service.proxy.state import ProxyState
+    from service.server import DirectCycle
 
-Handler = Callable[[Scope, Receive, str], Awaitable[Response]]
+Handler = Callable[..., Awaitable[Response]]    # (scope, receive, path[, body])
 
 PROXY_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/route", "/generate"})
 DIRECT_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
@@ -124,6 +125,54 @@ class DirectPath:
                     await send(message)
 
                 await response(scope, receive, send_with_id)
+        finally:
+            self.metrics.observe("POST", path, status, time.perf_counter() - start)
+
+    async def lane(self, cycle: DirectCycle) -> None:
+        """The same for a request of uvicorn's direct lane (service.server), on its cycle:
+        a body that has all arrived is taken as it is, and a proxied whole response is
+        written as bytes (``DirectCycle.respond``) instead of ASGI messages."""
+        start = time.perf_counter()
+        scope = cycle.scope
+        path = scope["path"]
+        scope["route"] = ROUTES[path]
+        rid = length = None
+        for k, v in scope["headers"]:
+            if k == REQUEST_ID:
+                if rid is None:
+                    rid = v
+            elif k == b"content-length":
+                if length is None:
+                    length = v
+        rid = request_id(rid)
+        scope["state"]["request_id"] = rid.decode()
+        status = 500
+        try:
+            try:
+                response = self._refused(length) if length is not None else None
+                if response is None:
+                    body = cycle.whole_body()
+                    if body is not None and len(body) > self.proxy.body_cap():
+                        raise ApiError(413, body_too_large(self.proxy.body_cap(), len(body),
+                                                           streamed=True))
+                    response = await self.handler(scope, cycle.receive, path, body)
+            except ApiError as exc:
+                response = exc.response()
+            except HTTPException as exc:
+                response = envelope(exc.status_code, str(exc.detail), headers=exc.headers)
+            except ClientDisconnect:
+                return
+            except Exception:
+                response = internal_error(scope["method"], path)
+            if isinstance(response, ProxyCall):
+                try:
+                    await response.on_cycle(cycle)
+                finally:
+                    status = response.status_code
+            else:
+                status = response.status_code
+                response.headers[REQUEST_ID.decode()] = rid.decode()
+                await response(scope, cycle.receive, cycle.send)
         finally:
             self.metrics.observe("POST", path, status, time.perf_counter() - start)
 

@@ -52,6 +52,7 @@ from service.proxy.upstreams import Pools, Upstream
 
 if TYPE_CHECKING:
     from service.proxy.state import ProxyState
+    from service.server import DirectCycle
 
 log = logging.getLogger("engine_advisor.proxy")
 
@@ -62,6 +63,8 @@ PASS_RESPONSE = {b"content-type", b"cache-control", b"retry-after"}
 COMPLETION = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 PROMPT = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
 DONE = b"data: [DONE]"
+BAD_NAME = re.compile(rb"[^!#$%&'*+\-.^_`|~0-9A-Za-z]")
+BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 @dataclass
@@ -102,6 +105,18 @@ def ends_with_done(events: bytes) -> bool:
     body = events.rstrip(b"\r\n")
     k = len(body) - len(DONE)
     return body.endswith(DONE) and (k == 0 or body[k - 1] == 0x0A)
+
+
+def header_lines(headers: list[tuple[bytes, bytes]]) -> bytes:
+    """``name: value\r\n`` lines; a name or value that could split or end the head
+    (anything but an RFC 9110 token as a name, a control character but HTAB in a value)
+    raises ``ValueError``."""
+    out = b""
+    for k, v in headers:
+        if BAD_NAME.search(k) or BAD_VALUE.search(v) or not k:
+            raise ValueError(f"invalid response header {k[:40]!r}")
+        out += b"%b: %b\r\n" % (k, v)
+    return out
 
 
 def upstream_headers(scope: Scope, up: Upstream, request_id: str) -> list[tuple[bytes, bytes]]:
@@ -186,6 +201,31 @@ class DisconnectWatch:
         self.coro.close()
 
 
+class CycleWatch:
+    """``DisconnectWatch`` for a request of uvicorn's direct lane (service.server): the
+    cycle calls back when its client disconnects, so nothing is stepped or waited on."""
+
+    __slots__ = ("cycle", "task", "gone", "closed")
+
+    def __init__(self, cycle: DirectCycle, task: asyncio.Task):
+        self.cycle, self.task = cycle, task
+        self.gone = self.closed = False
+        if cycle.disconnected:
+            self._fire()
+        else:
+            cycle.on_disconnect = self._fire
+
+    def _fire(self) -> None:
+        if not self.closed:
+            self.closed = self.gone = True
+            self.task.cancel()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.cycle.on_disconnect = None
+
+
 class ProxyCall(Response):
     """The ASGI response of one proxied request (see the module docstring)."""
 
@@ -193,18 +233,33 @@ class ProxyCall(Response):
                  first: Upstream, request_id: str, prompt_tokens: int):
         self.state, self.pools, self.req, self.decision = state, pools, req, decision
         self.first, self.request_id, self.prompt_tokens = first, request_id, prompt_tokens
+        self.rid = request_id.encode()
         self.started = False
         self.finished = False     # the client's response is complete (streams: [DONE] sent)
         self.final: tuple[str, str, int] | None = None   # engine, upstream, status
         self.status_code = 500    # what the client was sent (500: nothing)
-        self.watch: DisconnectWatch | None = None
+        self.watch: DisconnectWatch | CycleWatch | None = None
+        self.cycle: DirectCycle | None = None
         self.background = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # The attempts run in this task; the watch cancels it if the client goes away first.
         self.task = task = asyncio.current_task()
         self.loop = task.get_loop()
-        self.watch = watch = DisconnectWatch(receive, task)
+        await self._watched(scope, send, DisconnectWatch(receive, task))
+
+    async def on_cycle(self, cycle: DirectCycle) -> None:
+        """The same on a cycle of uvicorn's direct lane: whole responses (every
+        non-streaming one, every error before a stream starts) are written as bytes."""
+        self.task = task = asyncio.current_task()
+        self.loop = task.get_loop()
+        self.cycle = cycle
+        await self._watched(cycle.scope, cycle.send, CycleWatch(cycle, task))
+
+    async def _watched(self, scope: Scope, send: Send, watch: DisconnectWatch | CycleWatch
+                       ) -> None:
+        task = self.task
+        self.watch = watch
         try:
             await self._run(scope, send)
         except asyncio.CancelledError:
@@ -283,12 +338,27 @@ class ProxyCall(Response):
             body = error_bytes(status, msg, "service_unavailable" if status == 503 else
                                "upstream_timeout" if status == 504 else "upstream_error")
             headers = [(b"content-type", b"application/json")]
-        headers += self._ours(up)
-        headers.append((b"content-length", str(len(body)).encode()))
         self.final = (up.engine, up.name, status)
         self.state.metrics.count(up.engine, up.name, status)
-        await self._start(send, status, headers, whole=True)
-        await send({"type": "http.response.body", "body": body, "more_body": False})
+        await self._whole(send, status, headers, up, body)
+
+    async def _whole(self, send: Send, status: int, headers: list[tuple[bytes, bytes]],
+                     up: Upstream, body: bytes) -> None:
+        """A whole response: ``headers`` (the upstream's passed ones, or ours), then the
+        upstream's name, the length and the request id."""
+        cycle = self.cycle
+        if cycle is None:
+            headers += self._ours(up)
+            headers.append((b"content-length", b"%d" % len(body)))
+            await self._start(send, status, headers, whole=True)
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+            return
+        self.watch.close()
+        if cycle.flow.write_paused and not cycle.disconnected:
+            await cycle.flow.drain()
+        self.status_code = status
+        cycle.respond(status, b"%b%bcontent-length: %d\r\nx-request-id: %b\r\n" % (
+            header_lines(headers), up.lines, len(body), self.rid), body)
 
     @staticmethod
     def _ours(up: Upstream) -> list[tuple[bytes, bytes]]:
@@ -403,12 +473,9 @@ class ProxyCall(Response):
             return Failure("status", f"upstream {up.name} answered {status}", True, status,
                            body, self._passed(resp), after)
         up.breaker.success()
-        headers = self._response_headers(resp, up)
-        headers.append((b"content-length", b"%d" % len(body)))
         self.started = True
         self.final = (up.engine, up.name, status)
-        await self._start(send, status, headers, whole=True)
-        await send({"type": "http.response.body", "body": body, "more_body": False})
+        await self._whole(send, status, self._passed(resp), up, body)
         self.state.metrics.count(up.engine, up.name, status)
         if 200 <= status < 300:
             total = time.perf_counter() - sent_at

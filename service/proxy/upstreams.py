@@ -264,9 +264,13 @@ class Upstream:
     not_before: float = 0.0     # Retry-After: no requests before this monotonic time
     picked: int = 0             # when it was last picked (ties of in-flight go round-robin)
     name: str = field(init=False, default="")    # spec.name, fixed for the upstream's life
+    lines: bytes = field(init=False, default=b"")  # its response header lines (see below)
 
     def __post_init__(self) -> None:
         self.name = self.spec.name or ""
+        # what every response through it carries (engine and name: NAME-pattern tokens)
+        self.lines = (b"x-engine-advisor-engine: %b\r\nx-engine-advisor-upstream: %b\r\n"
+                      % (self.engine.encode(), self.name.encode()))
 
     @classmethod
     def create(cls, engine: str, spec: UpstreamSpec, cfg: PoolsConfig) -> Upstream:
