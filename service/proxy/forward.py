@@ -119,15 +119,6 @@ def header_lines(headers: list[tuple[bytes, bytes]]) -> bytes:
     return out
 
 
-def upstream_headers(scope: Scope, up: Upstream, request_id: str) -> list[tuple[bytes, bytes]]:
-    out = [(k, v) for k, v in scope["headers"] if k not in DROP_REQUEST]
-    out.append((b"accept-encoding", b"identity"))
-    out.append((b"x-request-id", request_id.encode()))
-    if up.spec.api_key is not None:
-        out.append((b"authorization", b"Bearer " + up.spec.api_key.get_secret_value().encode()))
-    return out
-
-
 def pick(pools: Pools, decision: Decision, model: str | None, tried: list[Upstream],
          engine: str | None, seq: int) -> Upstream | None:
     """The available upstream with the fewest requests in flight, of the best-ranked group
@@ -234,6 +225,7 @@ class ProxyCall(Response):
         self.state, self.pools, self.req, self.decision = state, pools, req, decision
         self.first, self.request_id, self.prompt_tokens = first, request_id, prompt_tokens
         self.rid = request_id.encode()
+        self.own_lines: bytes | None = None
         self.started = False
         self.finished = False     # the client's response is complete (streams: [DONE] sent)
         self.final: tuple[str, str, int] | None = None   # engine, upstream, status
@@ -387,17 +379,25 @@ class ProxyCall(Response):
         self.phase = "first"
         try:
             sent_at = time.perf_counter()
-            headers = upstream_headers(scope, up, self.request_id)
+            lines = self._lines(scope, up)
             if not self.req.stream:
-                async with st.deadlines.at(deadline, self.task):
-                    resp = await up.fast.request("POST", self.req.path, headers, self.req.raw,
-                                                 t.connect_s, whole=True)
+                dl = st.deadlines.at(deadline, self.task).start()
+                try:
+                    resp = await up.fast.request("POST", self.req.path, None, self.req.raw,
+                                                 t.connect_s, whole=True, lines=lines)
                     body = await resp.read()
+                except asyncio.CancelledError as exc:
+                    dl.end()
+                    if dl.timed_out():
+                        raise TimeoutError from exc
+                    raise
+                finally:
+                    dl.end()
                 return await self._answer(send, up, resp, body, sent_at, batch)
             async with st.deadlines.at(min(loop.time() + t.first_byte_s, deadline),
                                        self.task) as cm:
-                resp = await up.fast.request("POST", self.req.path, headers, self.req.raw,
-                                             t.connect_s, whole=False)
+                resp = await up.fast.request("POST", self.req.path, None, self.req.raw,
+                                             t.connect_s, whole=False, lines=lines)
                 if not 200 <= resp.status < 300:
                     cm.reschedule(deadline)
                     self.phase = "total"
@@ -437,6 +437,19 @@ class ProxyCall(Response):
             if resp is not None:
                 resp.release()
             up.in_flight -= 1
+
+    def _lines(self, scope: Scope, up: Upstream) -> bytes:
+        """The upstream request's header lines: the client's but ``DROP_REQUEST`` (built
+        once per request), ``accept-encoding: identity``, the request id and the upstream's
+        API key."""
+        own = self.own_lines
+        if own is None:
+            own = self.own_lines = b"".join([b"%b: %b\r\n" % kv for kv in scope["headers"]
+                                             if kv[0] not in DROP_REQUEST])
+        key = up.spec.api_key
+        return b"%baccept-encoding: identity\r\nx-request-id: %b\r\n%b" % (
+            own, self.rid, b"" if key is None else
+            b"authorization: Bearer %b\r\n" % key.get_secret_value().encode())
 
     async def _failed_midway(self, send: Send, up: Upstream, f: Failure) -> Failure | None:
         """Before any byte reached the client: the failure (maybe retried). After: an error
