@@ -34,6 +34,7 @@ to it unchanged.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import http
 import logging
 import re
@@ -184,6 +185,7 @@ class DirectCycle:
         self.left = 0                       # Content-Length bytes still to send
         self.head: bytes | None = None      # held for the first body message
         self.flush_at: asyncio.Handle | None = None
+        self.task: asyncio.Task | None = None    # the task running it, once started
 
     async def run_asgi(self, app: Any) -> None:
         try:
@@ -464,6 +466,20 @@ class ServerProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if cycle is not before:
             cycle.transport = _CycleTransport(cycle.transport, self.event_loop, cycle)
+
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        if not isinstance(cycle, DirectCycle):
+            super()._start_asgi_task(cycle, app)
+            return
+        # as uvicorn's, the task also kept on the cycle (its request needs no lookup)
+        if self.config.reset_contextvars:
+            task = self.event_loop.create_task(cycle.run_asgi(app),
+                                               context=contextvars.Context())
+        else:
+            task = self.event_loop.create_task(cycle.run_asgi(app))
+        cycle.task = task
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
 
     def _direct(self) -> None:
         version = self.parser.get_http_version()

@@ -152,9 +152,8 @@ class DirectPath:
                 response = self._refused(length) if length is not None else None
                 if response is None:
                     body = cycle.whole_body()
-                    if body is not None and len(body) > self.proxy.body_cap():
-                        raise ApiError(413, body_too_large(self.proxy.body_cap(), len(body),
-                                                           streamed=True))
+                    if body is not None and len(body) > (cap := self.proxy.body_cap()):
+                        raise ApiError(413, body_too_large(cap, len(body), streamed=True))
                     response = await self.handler(scope, cycle.receive, path, body)
             except ApiError as exc:
                 response = exc.response()
@@ -166,7 +165,7 @@ class DirectPath:
                 response = internal_error(scope["method"], path)
             if isinstance(response, ProxyCall):
                 try:
-                    await response.on_cycle(cycle)
+                    await response.on_cycle(cycle, cycle.task)
                 finally:
                     status = response.status_code
             else:

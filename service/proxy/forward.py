@@ -240,13 +240,24 @@ class ProxyCall(Response):
         self.loop = task.get_loop()
         await self._watched(scope, send, DisconnectWatch(receive, task))
 
-    async def on_cycle(self, cycle: DirectCycle) -> None:
-        """The same on a cycle of uvicorn's direct lane: whole responses (every
-        non-streaming one, every error before a stream starts) are written as bytes."""
-        self.task = task = asyncio.current_task()
-        self.loop = task.get_loop()
+    async def on_cycle(self, cycle: DirectCycle, task: asyncio.Task) -> None:
+        """The same on a cycle of uvicorn's direct lane, in its ``task``: whole responses
+        (every non-streaming one, every error before a stream starts) are written as
+        bytes."""
+        self.task = task
+        self.loop = cycle.loop
         self.cycle = cycle
-        await self._watched(cycle.scope, cycle.send, CycleWatch(cycle, task))
+        self.watch = watch = CycleWatch(cycle, task)
+        try:
+            await self._run(cycle.scope, cycle.send)
+        except asyncio.CancelledError:
+            if not watch.gone:
+                raise
+            task.uncancel()
+            eng, name, _ = self.final or (self.first.engine, self.first.name, 0)
+            self.state.metrics.count(eng, name, 499)
+        finally:
+            watch.close()
 
     async def _watched(self, scope: Scope, send: Send, watch: DisconnectWatch | CycleWatch
                        ) -> None:

@@ -265,6 +265,8 @@ class Upstream:
     picked: int = 0             # when it was last picked (ties of in-flight go round-robin)
     name: str = field(init=False, default="")    # spec.name, fixed for the upstream's life
     lines: bytes = field(init=False, default=b"")  # its response header lines (see below)
+    _labels: tuple[tuple[str, str], int] = field(init=False, default=(("", ""), 0),
+                                                 repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.name = self.spec.name or ""
@@ -300,7 +302,11 @@ class Upstream:
     @property
     def group_labels(self) -> tuple[str, str]:
         """``group`` as metric label values."""
-        return (self.engine, str(self.spec.dcp_size))
+        labels = self._labels
+        if labels[1] != self.spec.dcp_size:           # first use, or a reload changed it
+            labels = self._labels = ((self.engine, str(self.spec.dcp_size)),
+                                     self.spec.dcp_size)
+        return labels[0]
 
     def available(self, now: float) -> bool:
         return self.healthy and now >= self.not_before and self.breaker.available()
