@@ -126,14 +126,12 @@ class _CycleTransport:
 class _Wakeup:
     """The cycle's ``message_event``: what uvicorn's protocol sets when body bytes arrive,
     the body ends or the client disconnects. An ``asyncio.Event`` without its per-wait
-    running-loop lookup (a ``getpid`` system call each); once the client has disconnected,
-    it also calls the cycle's ``on_disconnect`` (once)."""
+    running-loop lookup (a ``getpid`` system call each)."""
 
-    __slots__ = ("loop", "cycle", "flag", "waiters")
+    __slots__ = ("loop", "flag", "waiters")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, cycle: DirectCycle):
+    def __init__(self, loop: asyncio.AbstractEventLoop):
         self.loop = loop
-        self.cycle = cycle
         self.flag = False
         self.waiters: list[asyncio.Future] = []
 
@@ -142,10 +140,6 @@ class _Wakeup:
         for w in self.waiters:
             if not w.done():
                 w.set_result(None)
-        cycle = self.cycle
-        if cycle.disconnected and cycle.on_disconnect is not None:
-            call, cycle.on_disconnect = cycle.on_disconnect, None
-            call()
 
     def clear(self) -> None:
         self.flag = False
@@ -175,8 +169,8 @@ class DirectCycle:
         self.body = bytearray()
         self.more_body = True
         self.disconnected = False
-        self.on_disconnect: Callable[[], None] | None = None   # see _Wakeup
-        self.message_event = _Wakeup(loop, self)
+        self.on_disconnect: Callable[[], None] | None = None   # called once when it does
+        self.message_event = _Wakeup(loop)
         self.body_read = False
         # response state
         self.response_started = False
@@ -466,6 +460,14 @@ class ServerProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if cycle is not before:
             cycle.transport = _CycleTransport(cycle.transport, self.event_loop, cycle)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        cycle = self.cycle
+        super().connection_lost(exc)
+        if isinstance(cycle, DirectCycle) and cycle.disconnected \
+                and cycle.on_disconnect is not None:
+            call, cycle.on_disconnect = cycle.on_disconnect, None
+            call()
 
     def _start_asgi_task(self, cycle: Any, app: Any) -> None:
         if not isinstance(cycle, DirectCycle):
