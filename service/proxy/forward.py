@@ -131,9 +131,11 @@ def pick(pools: Pools, decision: Decision, model: str | None, tried: list[Upstre
         best: Upstream | None = None
         for u in pools.groups.get(g, ()):
             if u in tried or (model is not None and u.spec.model != model) \
-                    or not u.available(now):
+                    or not (u.healthy and now >= u.not_before          # u.available(now)
+                            and (u.breaker.closed or u.breaker.available())):
                 continue
-            if best is None or (u.in_flight, u.picked) < (best.in_flight, best.picked):
+            if best is None or u.in_flight < best.in_flight or (
+                    u.in_flight == best.in_flight and u.picked < best.picked):
                 best = u
         if best is not None:
             best.picked = seq

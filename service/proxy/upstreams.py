@@ -309,7 +309,8 @@ class Upstream:
         return labels[0]
 
     def available(self, now: float) -> bool:
-        return self.healthy and now >= self.not_before and self.breaker.available()
+        return self.healthy and now >= self.not_before and (
+            self.breaker.closed or self.breaker.available())
 
     def identity(self) -> tuple:
         return self.identity_of(self.engine, self.spec)
