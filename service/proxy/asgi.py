@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from service.proxy.state import ProxyState
     from service.server import DirectCycle
 
-Handler = Callable[..., Awaitable[Response]]    # (scope, receive, path[, body])
+Handler = Callable[..., Awaitable[Response]]    # (scope, receive, path[, body, state])
 
 PROXY_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/route", "/generate"})
 DIRECT_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
@@ -149,12 +149,13 @@ class DirectPath:
         status = 500
         try:
             try:
-                response = self._refused(length) if length is not None else None
+                cap = self.proxy.body_cap()
+                response = self._refused(length, cap) if length is not None else None
                 if response is None:
                     body = cycle.whole_body()
-                    if body is not None and len(body) > (cap := self.proxy.body_cap()):
+                    if body is not None and len(body) > cap:
                         raise ApiError(413, body_too_large(cap, len(body), streamed=True))
-                    response = await self.handler(scope, cycle.receive, path, body)
+                    response = await self.handler(scope, cycle.receive, path, body, self.proxy)
             except ApiError as exc:
                 response = exc.response()
             except HTTPException as exc:
@@ -175,13 +176,15 @@ class DirectPath:
         finally:
             self.metrics.observe("POST", path, status, time.perf_counter() - start)
 
-    def _refused(self, length: bytes) -> Response | None:
-        """The answer to a Content-Length that is not an integer or over the cap, else None."""
+    def _refused(self, length: bytes, limit: int | None = None) -> Response | None:
+        """The answer to a Content-Length that is not an integer or over the cap (``limit``,
+        default the proxy's), else None."""
         try:
             declared = int(length)
         except ValueError:
             return envelope(400, "Content-Length is not an integer", param="content-length")
-        limit = self.proxy.body_cap()
+        if limit is None:
+            limit = self.proxy.body_cap()
         if declared > limit:
             return envelope(413, body_too_large(limit, declared))
         return None

@@ -119,6 +119,17 @@ def header_lines(headers: list[tuple[bytes, bytes]]) -> bytes:
     return out
 
 
+def passed_lines(headers: list[tuple[bytes, bytes]]) -> bytes:
+    """``header_lines`` of the ``PASS_RESPONSE`` ones of an upstream's response headers."""
+    out = b""
+    for k, v in headers:
+        if k in PASS_RESPONSE:
+            if BAD_VALUE.search(v):
+                raise ValueError(f"invalid response header {k[:40]!r}")
+            out += b"%b: %b\r\n" % (k, v)
+    return out
+
+
 def pick(pools: Pools, decision: Decision, model: str | None, tried: list[Upstream],
          engine: str | None, seq: int) -> Upstream | None:
     """The available upstream with the fewest requests in flight, of the best-ranked group
@@ -358,12 +369,17 @@ class ProxyCall(Response):
             await self._start(send, status, headers, whole=True)
             await send({"type": "http.response.body", "body": body, "more_body": False})
             return
-        self.watch.close()
         if cycle.flow.write_paused and not cycle.disconnected:
             await cycle.flow.drain()
+        self._respond(cycle, status, header_lines(headers), up, body)
+
+    def _respond(self, cycle: DirectCycle, status: int, lines: bytes, up: Upstream,
+                 body: bytes) -> None:
+        """``_whole`` on a direct-lane cycle (``lines``: checked header lines)."""
+        self.watch.close()
         self.status_code = status
         cycle.respond(status, b"%b%bcontent-length: %d\r\nx-request-id: %b\r\n" % (
-            header_lines(headers), up.lines, len(body), self.rid), body)
+            lines, up.lines, len(body), self.rid), body)
 
     @staticmethod
     def _ours(up: Upstream) -> list[tuple[bytes, bytes]]:
@@ -387,7 +403,7 @@ class ProxyCall(Response):
         loop = self.loop
         up.in_flight += 1
         batch = up.in_flight
-        probe = up.breaker.acquire()
+        probe = False if up.breaker.closed else up.breaker.acquire()   # closed: no probe
         resp: Http1Response | None = None
         self.phase = "first"
         try:
@@ -498,10 +514,16 @@ class ProxyCall(Response):
                     after, self.pools.config.retries.backoff_max_s * 10)
             return Failure("status", f"upstream {up.name} answered {status}", True, status,
                            body, self._passed(resp), after)
-        up.breaker.success()
+        br = up.breaker
+        if not br.closed or br.failures or br.probing:    # else success() changes nothing
+            br.success()
         self.started = True
         self.final = (up.engine, up.name, status)
-        await self._whole(send, status, self._passed(resp), up, body)
+        cycle = self.cycle
+        if cycle is not None and not cycle.flow.write_paused:
+            self._respond(cycle, status, passed_lines(resp.headers), up, body)
+        else:
+            await self._whole(send, status, self._passed(resp), up, body)
         self.state.metrics.count(up.engine, up.name, status)
         if 200 <= status < 300:
             total = time.perf_counter() - sent_at
@@ -588,7 +610,6 @@ class ProxyCall(Response):
     def _observe(self, up: Upstream, tail: bytes, n: int, ttft: float | None, total: float,
                  batch: int) -> None:
         st, pools = self.state, self.pools
-        w = pools.config.workload
         p = PROMPT.findall(tail)
         prompt = int(p[-1]) if p else self.prompt_tokens
         tpot = (total - ttft) / (n - 1) if ttft is not None and n > 1 else None
@@ -599,8 +620,13 @@ class ProxyCall(Response):
             pred = self.decision.predictions.get(up.group)
             if pred is not None and pred.tpot_s > 0:
                 st.metrics.child(st.metrics.tpot_ratio, up.engine).observe(tpot / pred.tpot_s)
-        st.observations.add(Observation(
-            up.engine, up.name, pools.gpu_name, w.num_gpus, up.spec.dcp_size, up.spec.mem_fraction,
-            pools.kv_bytes_per_token, pools.kv_shards, max(prompt, 1), n, batch, ttft, tpot,
-            total, pools.config.workload.preset or "", pools.config.workload.kv_cache_dtype))
+        head, tail_ = up.observed
+        if head is None or up.observed_of != pools.generation:   # per upstream and pools file
+            w = pools.config.workload
+            head = (up.engine, up.name, pools.gpu_name, w.num_gpus, up.spec.dcp_size,
+                    up.spec.mem_fraction, pools.kv_bytes_per_token, pools.kv_shards)
+            tail_ = (w.preset or "", w.kv_cache_dtype)
+            up.observed, up.observed_of = (head, tail_), pools.generation
+        st.observations.add(Observation._make(
+            (*head, max(prompt, 1), n, batch, ttft, tpot, total, *tail_)))
 

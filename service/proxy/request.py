@@ -136,7 +136,7 @@ def parse(raw: bytes, path: str, body: Any = None) -> ProxyRequest:
     if model is not None and not isinstance(model, str):
         raise ApiError(400, f"model: expected a string, got {model!r}", param="model")
     stream = body.get("stream", False)
-    if not isinstance(stream, bool | None):
+    if stream is not None and stream is not True and stream is not False:
         raise ApiError(400, f"stream: expected true or false, got {stream!r}", param="stream")
     if path == CHAT:
         msgs = body.get("messages")

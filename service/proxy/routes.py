@@ -33,12 +33,14 @@ async def handle(request: Request, path: str) -> Response:
     return await forward(request.scope, request.receive, path)
 
 
-async def forward(scope: Scope, receive: Receive, path: str,
-                  body: bytes | None = None) -> ProxyCall:
+async def forward(scope: Scope, receive: Receive, path: str, body: bytes | None = None,
+                  st: ProxyState | None = None) -> ProxyCall:
     """A completion request to its ``ProxyCall`` (service.proxy.asgi calls this directly);
-    ``body``: the whole request body when the caller has read it already."""
+    ``body``: the whole request body when the caller has read it already; ``st``: the app's
+    proxy state, when the caller has it."""
     state = scope["app"].state
-    st: ProxyState = state.proxy
+    if st is None:
+        st = state.proxy
     pools = st.pools
     if pools is None:
         raise ApiError(503, NO_POOLS)

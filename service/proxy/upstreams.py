@@ -267,6 +267,9 @@ class Upstream:
     lines: bytes = field(init=False, default=b"")  # its response header lines (see below)
     _labels: tuple[tuple[str, str], int] = field(init=False, default=(("", ""), 0),
                                                  repr=False, compare=False)
+    # the constant fields of its observations (service.proxy.forward) for one pools generation
+    observed: tuple[tuple | None, tuple] = field(init=False, default=(None, ()), repr=False)
+    observed_of: int = field(init=False, default=-1, repr=False)   # pools generation
 
     def __post_init__(self) -> None:
         self.name = self.spec.name or ""
