@@ -28,7 +28,12 @@ pipelining, timeouts, flow control and shutdown stay uvicorn's; what changes:
 ``DirectCycle`` gives uvicorn's protocol the attributes it uses on a cycle (``body``,
 ``more_body``, ``message_event``, ``response_complete``, ``disconnected``, ``keep_alive``,
 ``run_asgi``), so the protocol's own body, disconnect, pipelining and shutdown handling apply
-to it unchanged.
+to it unchanged. The proxy's ``DirectPath`` works on the cycle itself (its ``lane``) rather
+than through ``receive``/``send``: ``whole_body`` (a body that has all arrived),
+``respond`` (a whole response in one write, header lines checked by the caller), ``task``
+(the request's task) and ``on_disconnect`` (called from ``connection_lost``). No object of a
+request refers back to the cycle, so each request is freed by reference counting, not left
+to the cyclic garbage collector.
 """
 
 from __future__ import annotations

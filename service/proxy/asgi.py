@@ -13,7 +13,9 @@
   checks, server-error and exception middleware, route matching, dependency solving) and the
   middleware's wrappers around ``send`` and ``receive`` are a large share of the proxy's CPU
   per request (bench/bench_proxy.py) and are skipped; errors become the same envelope, and an
-  unexpected exception a logged 500."""
+  unexpected exception a logged 500. Under ``engine-advisor serve`` the protocol's direct lane
+  calls ``DirectPath.lane`` with its request cycle instead (service.server): whole responses
+  are written as bytes there."""
 
 from __future__ import annotations
 
