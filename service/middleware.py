@@ -16,11 +16,32 @@ SAFE_ID = re.compile(rb"[A-Za-z0-9._:\-]{1,128}")
 REQUEST_ID = b"x-request-id"
 
 
+class _Ids:
+    """New request ids: 32 hex digits, a random per-process prefix (drawn again in a forked
+    child) and a counter. Unique, not secret (a client may send its own), and no system
+    call per request as ``os.urandom`` or ``uuid4`` make."""
+
+    def __init__(self) -> None:
+        self.seed()
+        os.register_at_fork(after_in_child=self.seed)
+
+    def seed(self) -> None:
+        self.prefix = os.urandom(8).hex().encode()
+        self.n = int.from_bytes(os.urandom(4))
+
+    def new(self) -> bytes:
+        self.n = n = (self.n + 1) & 0xFFFF_FFFF_FFFF_FFFF
+        return b"%b%016x" % (self.prefix, n)
+
+
+_ids = _Ids()
+
+
 def request_id(given: bytes | None) -> bytes:
     """A safe incoming request id as it is, else a new one."""
     if given is not None and SAFE_ID.fullmatch(given):
         return given
-    return os.urandom(16).hex().encode()     # cheaper than uuid4().hex
+    return _ids.new()
 
 
 def body_too_large(limit: int, size: int, streamed: bool = False) -> str:

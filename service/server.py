@@ -28,12 +28,18 @@ pipelining, timeouts, flow control and shutdown stay uvicorn's; what changes:
 ``DirectCycle`` gives uvicorn's protocol the attributes it uses on a cycle (``body``,
 ``more_body``, ``message_event``, ``response_complete``, ``disconnected``, ``keep_alive``,
 ``run_asgi``), so the protocol's own body, disconnect, pipelining and shutdown handling apply
-to it unchanged.
+to it unchanged. The proxy's ``DirectPath`` works on the cycle itself (its ``lane``) rather
+than through ``receive``/``send``: ``whole_body`` (a body that has all arrived),
+``respond`` (a whole response in one write, header lines checked by the caller), ``task``
+(the request's task) and ``on_disconnect`` (called from ``connection_lost``). No object of a
+request refers back to the cycle, so each request is freed by reference counting, not left
+to the cyclic garbage collector.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import http
 import logging
 import re
@@ -167,8 +173,9 @@ class DirectCycle:
         # request state (filled by uvicorn's protocol)
         self.body = bytearray()
         self.more_body = True
-        self.message_event = _Wakeup(loop)
         self.disconnected = False
+        self.on_disconnect: Callable[[], None] | None = None   # called once when it does
+        self.message_event = _Wakeup(loop)
         self.body_read = False
         # response state
         self.response_started = False
@@ -177,10 +184,15 @@ class DirectCycle:
         self.left = 0                       # Content-Length bytes still to send
         self.head: bytes | None = None      # held for the first body message
         self.flush_at: asyncio.Handle | None = None
+        self.task: asyncio.Task | None = None    # the task running it, once started
 
     async def run_asgi(self, app: Any) -> None:
         try:
-            await app(self.scope, self.receive, self.send)
+            lane = getattr(app, "lane", None)     # DirectPath: the cycle itself, no ASGI
+            if lane is not None:
+                await lane(self)
+            else:
+                await app(self.scope, self.receive, self.send)
         except BaseException as exc:
             log.error("Exception in ASGI application\n", exc_info=exc)
             if not self.response_started:
@@ -196,6 +208,39 @@ class DirectCycle:
                 self._close()
         finally:
             self.on_response = _nothing
+
+    def whole_body(self) -> bytes | None:
+        """The request body when all of it has arrived and none was read yet, else None
+        (then read it with ``receive``)."""
+        if self.more_body or self.body_read or self.disconnected:
+            return None
+        self.body_read = True
+        body = bytes(self.body)
+        self.body.clear()
+        self.message_event.clear()
+        self.flow.resume_reading()
+        return body
+
+    def respond(self, status: int, head: bytes, body: bytes) -> None:
+        """A whole response in one write, without ASGI messages: ``head`` is its header
+        lines (``name: value\r\n`` each, checked by the caller, Content-Length among
+        them); the status line, uvicorn's default headers and ``connection: close`` when
+        the connection closes after it are added here. Nothing is sent to a client that
+        has gone."""
+        if self.disconnected:
+            return
+        if self.response_started:
+            raise RuntimeError("Unexpected response, after response already started.")
+        self.response_started = self.response_complete = True
+        data = b"%b%b%b%b\r\n%b" % (
+            STATUS_LINES.get(status) or _status_line(status), _defaults(self.default_headers),
+            head, b"" if self.keep_alive else b"connection: close\r\n",
+            b"" if status in NO_BODY or status < 200 else body)
+        self.transport.write(data)
+        self.message_event.set()
+        if not self.keep_alive:
+            self.transport.close()
+        self.on_response()
 
     async def receive(self) -> dict:
         while not (self.disconnected or self.response_complete):
@@ -311,6 +356,28 @@ def _nothing() -> None:
     pass
 
 
+_default_lines: tuple[list, bytes] = ([], b"")
+
+
+def _defaults(headers: list[tuple[bytes, bytes]]) -> bytes:
+    """uvicorn's default headers (``date`` and ``--header`` ones) as header lines: checked
+    and encoded once per list (uvicorn makes a new one every second)."""
+    global _default_lines
+    seen, lines = _default_lines
+    if headers is seen:
+        return lines
+    parts = []
+    for name, value in headers:
+        if name not in _GOOD_NAMES:
+            _check_name(name)
+        if BAD_VALUE.search(value):
+            raise RuntimeError(f"invalid HTTP header value for {name[:40]!r}")
+        parts += (name.lower(), b": ", value, b"\r\n")
+    lines = b"".join(parts)
+    _default_lines = (headers, lines)
+    return lines
+
+
 # ----------------------------------------------------------------------------- 3. keep-alive
 class _Alarm:
     """One keep-alive timeout (what uvicorn keeps as ``timeout_keep_alive_task``)."""
@@ -398,6 +465,28 @@ class ServerProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if cycle is not before:
             cycle.transport = _CycleTransport(cycle.transport, self.event_loop, cycle)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        cycle = self.cycle
+        super().connection_lost(exc)
+        if isinstance(cycle, DirectCycle) and cycle.disconnected \
+                and cycle.on_disconnect is not None:
+            call, cycle.on_disconnect = cycle.on_disconnect, None
+            call()
+
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        if not isinstance(cycle, DirectCycle):
+            super()._start_asgi_task(cycle, app)
+            return
+        # as uvicorn's, the task also kept on the cycle (its request needs no lookup)
+        if self.config.reset_contextvars:
+            task = self.event_loop.create_task(cycle.run_asgi(app),
+                                               context=contextvars.Context())
+        else:
+            task = self.event_loop.create_task(cycle.run_asgi(app))
+        cycle.task = task
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
 
     def _direct(self) -> None:
         version = self.parser.get_http_version()

@@ -13,7 +13,9 @@
   checks, server-error and exception middleware, route matching, dependency solving) and the
   middleware's wrappers around ``send`` and ``receive`` are a large share of the proxy's CPU
   per request (bench/bench_proxy.py) and are skipped; errors become the same envelope, and an
-  unexpected exception a logged 500."""
+  unexpected exception a logged 500. Under ``engine-advisor serve`` the protocol's direct lane
+  calls ``DirectPath.lane`` with its request cycle instead (service.server): whole responses
+  are written as bytes there."""
 
 from __future__ import annotations
 
@@ -33,8 +35,9 @@ from service.proxy.forward import ProxyCall
 
 if TYPE_CHECKING:
     from service.proxy.state import ProxyState
+    from service.server import DirectCycle
 
-Handler = Callable[[Scope, Receive, str], Awaitable[Response]]
+Handler = Callable[..., Awaitable[Response]]    # (scope, receive, path[, body, state])
 
 PROXY_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/route", "/generate"})
 DIRECT_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
@@ -127,13 +130,63 @@ class DirectPath:
         finally:
             self.metrics.observe("POST", path, status, time.perf_counter() - start)
 
-    def _refused(self, length: bytes) -> Response | None:
-        """The answer to a Content-Length that is not an integer or over the cap, else None."""
+    async def lane(self, cycle: DirectCycle) -> None:
+        """The same for a request of uvicorn's direct lane (service.server), on its cycle:
+        a body that has all arrived is taken as it is, and a proxied whole response is
+        written as bytes (``DirectCycle.respond``) instead of ASGI messages."""
+        start = time.perf_counter()
+        scope = cycle.scope
+        path = scope["path"]
+        scope["route"] = ROUTES[path]
+        rid = length = None
+        for k, v in scope["headers"]:
+            if k == REQUEST_ID:
+                if rid is None:
+                    rid = v
+            elif k == b"content-length":
+                if length is None:
+                    length = v
+        rid = request_id(rid)
+        scope["state"]["request_id"] = rid.decode()
+        status = 500
+        try:
+            try:
+                cap = self.proxy.body_cap()
+                response = self._refused(length, cap) if length is not None else None
+                if response is None:
+                    body = cycle.whole_body()
+                    if body is not None and len(body) > cap:
+                        raise ApiError(413, body_too_large(cap, len(body), streamed=True))
+                    response = await self.handler(scope, cycle.receive, path, body, self.proxy)
+            except ApiError as exc:
+                response = exc.response()
+            except HTTPException as exc:
+                response = envelope(exc.status_code, str(exc.detail), headers=exc.headers)
+            except ClientDisconnect:
+                return
+            except Exception:
+                response = internal_error(scope["method"], path)
+            if isinstance(response, ProxyCall):
+                try:
+                    await response.on_cycle(cycle, cycle.task)
+                finally:
+                    status = response.status_code
+            else:
+                status = response.status_code
+                response.headers[REQUEST_ID.decode()] = rid.decode()
+                await response(scope, cycle.receive, cycle.send)
+        finally:
+            self.metrics.observe("POST", path, status, time.perf_counter() - start)
+
+    def _refused(self, length: bytes, limit: int | None = None) -> Response | None:
+        """The answer to a Content-Length that is not an integer or over the cap (``limit``,
+        default the proxy's), else None."""
         try:
             declared = int(length)
         except ValueError:
             return envelope(400, "Content-Length is not an integer", param="content-length")
-        limit = self.proxy.body_cap()
+        if limit is None:
+            limit = self.proxy.body_cap()
         if declared > limit:
             return envelope(413, body_too_large(limit, declared))
         return None

@@ -36,10 +36,12 @@ class CircuitBreaker:
         self.opened_at = 0.0
         self.probing = False
         self._state = CLOSED
+        self.closed = True          # _state is CLOSED (read on every request, so a field)
 
     def _set(self, state: str) -> None:
         if state != self._state:
             self._state = state
+            self.closed = state == CLOSED
             if self.on_change is not None:
                 self.on_change(state)
 

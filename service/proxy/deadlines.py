@@ -31,6 +31,19 @@ class Deadline:
         self.cancelling = 0
 
     async def __aenter__(self) -> Deadline:
+        return self.start()
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        self.end()
+        if exc_type is asyncio.CancelledError and self.timed_out():
+            raise TimeoutError from exc       # our cancel, and no other one came meanwhile
+        return None
+
+    # the same without ``async with`` (no coroutine per enter and exit): ``start()``, then
+    # ``end()`` on every way out, and on CancelledError ``timed_out()`` says whether it was
+    # this deadline's cancel (then raise TimeoutError instead)
+    def start(self) -> Deadline:
         task = self.task or asyncio.current_task()
         if task is None:
             raise RuntimeError("Deadline should be used inside a task")
@@ -39,13 +52,13 @@ class Deadline:
             self.clock.add(self)
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    def end(self) -> None:
         self.clock.active.pop(self, None)
-        if self.expired and self.task.uncancel() <= self.cancelling \
-                and exc_type is asyncio.CancelledError:
-            raise TimeoutError from exc       # our cancel, and no other one came meanwhile
-        return None
+
+    def timed_out(self) -> bool:
+        """After ``end()``, for a CancelledError: whether it was this deadline's (the
+        cancel is then taken back)."""
+        return self.expired and self.task.uncancel() <= self.cancelling
 
     def reschedule(self, when: float | None) -> None:
         """A new deadline (None: none) for the rest of the block."""

@@ -81,6 +81,7 @@ class Decider:
         self.size = size
         self._cache = _Lru(size)
         self._agree = _Lru(size)
+        self._exact = _Lru(size)      # estimated(): its exact arguments to its answer
         self.hits = self.misses = 0
 
     def decide(self, loaded: LoadedModel, pools: Pools, context: int, output: int,
@@ -130,10 +131,19 @@ class Decider:
                   output: int, batch: int, check: bool) -> tuple[Decision, bool]:
         """For an estimated ``context`` (plausibly ``lo``..``hi``): its decision, and (with
         ``check``) whether another context in the range would be decided otherwise (then the
-        count is worth asking for). One bucketing of the output and batch for both."""
+        count is worth asking for). One bucketing of the output and batch for both; the
+        answer is remembered for these exact arguments (repeated requests of one size skip
+        the bucketing too)."""
+        key = (loaded.version, pools.generation, context, lo, hi, output, batch, check)
+        got = self._exact.hit(key)
+        if got is not None:
+            self.hits += 1
+            return got
         bo, bb = bucket(output, OUTPUT_STEPS), bucket(batch, BATCH_STEPS)
         differs = check and self._agree_b(loaded, pools, lo, hi, bo, bb) is None
-        return self._decide(loaded, pools, bucket(context, CONTEXT_STEPS), bo, bb), differs
+        got = self._decide(loaded, pools, bucket(context, CONTEXT_STEPS), bo, bb), differs
+        self._exact.put(key, got)
+        return got
 
     @staticmethod
     def _compute(loaded: LoadedModel, pools: Pools, context: int, output: int,

@@ -52,6 +52,7 @@ from service.proxy.upstreams import Pools, Upstream
 
 if TYPE_CHECKING:
     from service.proxy.state import ProxyState
+    from service.server import DirectCycle
 
 log = logging.getLogger("engine_advisor.proxy")
 
@@ -62,6 +63,8 @@ PASS_RESPONSE = {b"content-type", b"cache-control", b"retry-after"}
 COMPLETION = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 PROMPT = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
 DONE = b"data: [DONE]"
+BAD_NAME = re.compile(rb"[^!#$%&'*+\-.^_`|~0-9A-Za-z]")
+BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 @dataclass
@@ -104,12 +107,26 @@ def ends_with_done(events: bytes) -> bool:
     return body.endswith(DONE) and (k == 0 or body[k - 1] == 0x0A)
 
 
-def upstream_headers(scope: Scope, up: Upstream, request_id: str) -> list[tuple[bytes, bytes]]:
-    out = [(k, v) for k, v in scope["headers"] if k not in DROP_REQUEST]
-    out.append((b"accept-encoding", b"identity"))
-    out.append((b"x-request-id", request_id.encode()))
-    if up.spec.api_key is not None:
-        out.append((b"authorization", b"Bearer " + up.spec.api_key.get_secret_value().encode()))
+def header_lines(headers: list[tuple[bytes, bytes]]) -> bytes:
+    """``name: value\r\n`` lines; a name or value that could split or end the head
+    (anything but an RFC 9110 token as a name, a control character but HTAB in a value)
+    raises ``ValueError``."""
+    out = b""
+    for k, v in headers:
+        if BAD_NAME.search(k) or BAD_VALUE.search(v) or not k:
+            raise ValueError(f"invalid response header {k[:40]!r}")
+        out += b"%b: %b\r\n" % (k, v)
+    return out
+
+
+def passed_lines(headers: list[tuple[bytes, bytes]]) -> bytes:
+    """``header_lines`` of the ``PASS_RESPONSE`` ones of an upstream's response headers."""
+    out = b""
+    for k, v in headers:
+        if k in PASS_RESPONSE:
+            if BAD_VALUE.search(v):
+                raise ValueError(f"invalid response header {k[:40]!r}")
+            out += b"%b: %b\r\n" % (k, v)
     return out
 
 
@@ -125,9 +142,11 @@ def pick(pools: Pools, decision: Decision, model: str | None, tried: list[Upstre
         best: Upstream | None = None
         for u in pools.groups.get(g, ()):
             if u in tried or (model is not None and u.spec.model != model) \
-                    or not u.available(now):
+                    or not (u.healthy and now >= u.not_before          # u.available(now)
+                            and (u.breaker.closed or u.breaker.available())):
                 continue
-            if best is None or (u.in_flight, u.picked) < (best.in_flight, best.picked):
+            if best is None or u.in_flight < best.in_flight or (
+                    u.in_flight == best.in_flight and u.picked < best.picked):
                 best = u
         if best is not None:
             best.picked = seq
@@ -186,6 +205,31 @@ class DisconnectWatch:
         self.coro.close()
 
 
+class CycleWatch:
+    """``DisconnectWatch`` for a request of uvicorn's direct lane (service.server): the
+    cycle calls back when its client disconnects, so nothing is stepped or waited on."""
+
+    __slots__ = ("cycle", "task", "gone", "closed")
+
+    def __init__(self, cycle: DirectCycle, task: asyncio.Task):
+        self.cycle, self.task = cycle, task
+        self.gone = self.closed = False
+        if cycle.disconnected:
+            self._fire()
+        else:
+            cycle.on_disconnect = self._fire
+
+    def _fire(self) -> None:
+        if not self.closed:
+            self.closed = self.gone = True
+            self.task.cancel()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.cycle.on_disconnect = None
+
+
 class ProxyCall(Response):
     """The ASGI response of one proxied request (see the module docstring)."""
 
@@ -193,18 +237,45 @@ class ProxyCall(Response):
                  first: Upstream, request_id: str, prompt_tokens: int):
         self.state, self.pools, self.req, self.decision = state, pools, req, decision
         self.first, self.request_id, self.prompt_tokens = first, request_id, prompt_tokens
+        self.rid = request_id.encode()
+        self.own_lines: bytes | None = None
         self.started = False
         self.finished = False     # the client's response is complete (streams: [DONE] sent)
         self.final: tuple[str, str, int] | None = None   # engine, upstream, status
         self.status_code = 500    # what the client was sent (500: nothing)
-        self.watch: DisconnectWatch | None = None
+        self.watch: DisconnectWatch | CycleWatch | None = None
+        self.cycle: DirectCycle | None = None
         self.background = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # The attempts run in this task; the watch cancels it if the client goes away first.
         self.task = task = asyncio.current_task()
         self.loop = task.get_loop()
-        self.watch = watch = DisconnectWatch(receive, task)
+        await self._watched(scope, send, DisconnectWatch(receive, task))
+
+    async def on_cycle(self, cycle: DirectCycle, task: asyncio.Task) -> None:
+        """The same on a cycle of uvicorn's direct lane, in its ``task``: whole responses
+        (every non-streaming one, every error before a stream starts) are written as
+        bytes."""
+        self.task = task
+        self.loop = cycle.loop
+        self.cycle = cycle
+        self.watch = watch = CycleWatch(cycle, task)
+        try:
+            await self._run(cycle.scope, cycle.send)
+        except asyncio.CancelledError:
+            if not watch.gone:
+                raise
+            task.uncancel()
+            eng, name, _ = self.final or (self.first.engine, self.first.name, 0)
+            self.state.metrics.count(eng, name, 499)
+        finally:
+            watch.close()
+
+    async def _watched(self, scope: Scope, send: Send, watch: DisconnectWatch | CycleWatch
+                       ) -> None:
+        task = self.task
+        self.watch = watch
         try:
             await self._run(scope, send)
         except asyncio.CancelledError:
@@ -283,12 +354,32 @@ class ProxyCall(Response):
             body = error_bytes(status, msg, "service_unavailable" if status == 503 else
                                "upstream_timeout" if status == 504 else "upstream_error")
             headers = [(b"content-type", b"application/json")]
-        headers += self._ours(up)
-        headers.append((b"content-length", str(len(body)).encode()))
         self.final = (up.engine, up.name, status)
         self.state.metrics.count(up.engine, up.name, status)
-        await self._start(send, status, headers, whole=True)
-        await send({"type": "http.response.body", "body": body, "more_body": False})
+        await self._whole(send, status, headers, up, body)
+
+    async def _whole(self, send: Send, status: int, headers: list[tuple[bytes, bytes]],
+                     up: Upstream, body: bytes) -> None:
+        """A whole response: ``headers`` (the upstream's passed ones, or ours), then the
+        upstream's name, the length and the request id."""
+        cycle = self.cycle
+        if cycle is None:
+            headers += self._ours(up)
+            headers.append((b"content-length", b"%d" % len(body)))
+            await self._start(send, status, headers, whole=True)
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+            return
+        if cycle.flow.write_paused and not cycle.disconnected:
+            await cycle.flow.drain()
+        self._respond(cycle, status, header_lines(headers), up, body)
+
+    def _respond(self, cycle: DirectCycle, status: int, lines: bytes, up: Upstream,
+                 body: bytes) -> None:
+        """``_whole`` on a direct-lane cycle (``lines``: checked header lines)."""
+        self.watch.close()
+        self.status_code = status
+        cycle.respond(status, b"%b%bcontent-length: %d\r\nx-request-id: %b\r\n" % (
+            lines, up.lines, len(body), self.rid), body)
 
     @staticmethod
     def _ours(up: Upstream) -> list[tuple[bytes, bytes]]:
@@ -312,22 +403,30 @@ class ProxyCall(Response):
         loop = self.loop
         up.in_flight += 1
         batch = up.in_flight
-        probe = up.breaker.acquire()
+        probe = False if up.breaker.closed else up.breaker.acquire()   # closed: no probe
         resp: Http1Response | None = None
         self.phase = "first"
         try:
             sent_at = time.perf_counter()
-            headers = upstream_headers(scope, up, self.request_id)
+            lines = self._lines(scope, up)
             if not self.req.stream:
-                async with st.deadlines.at(deadline, self.task):
-                    resp = await up.fast.request("POST", self.req.path, headers, self.req.raw,
-                                                 t.connect_s, whole=True)
+                dl = st.deadlines.at(deadline, self.task).start()
+                try:
+                    resp = await up.fast.request("POST", self.req.path, None, self.req.raw,
+                                                 t.connect_s, whole=True, lines=lines)
                     body = await resp.read()
+                except asyncio.CancelledError as exc:
+                    dl.end()
+                    if dl.timed_out():
+                        raise TimeoutError from exc
+                    raise
+                finally:
+                    dl.end()
                 return await self._answer(send, up, resp, body, sent_at, batch)
             async with st.deadlines.at(min(loop.time() + t.first_byte_s, deadline),
                                        self.task) as cm:
-                resp = await up.fast.request("POST", self.req.path, headers, self.req.raw,
-                                             t.connect_s, whole=False)
+                resp = await up.fast.request("POST", self.req.path, None, self.req.raw,
+                                             t.connect_s, whole=False, lines=lines)
                 if not 200 <= resp.status < 300:
                     cm.reschedule(deadline)
                     self.phase = "total"
@@ -368,6 +467,19 @@ class ProxyCall(Response):
                 resp.release()
             up.in_flight -= 1
 
+    def _lines(self, scope: Scope, up: Upstream) -> bytes:
+        """The upstream request's header lines: the client's but ``DROP_REQUEST`` (built
+        once per request), ``accept-encoding: identity``, the request id and the upstream's
+        API key."""
+        own = self.own_lines
+        if own is None:
+            own = self.own_lines = b"".join([b"%b: %b\r\n" % kv for kv in scope["headers"]
+                                             if kv[0] not in DROP_REQUEST])
+        key = up.spec.api_key
+        return b"%baccept-encoding: identity\r\nx-request-id: %b\r\n%b" % (
+            own, self.rid, b"" if key is None else
+            b"authorization: Bearer %b\r\n" % key.get_secret_value().encode())
+
     async def _failed_midway(self, send: Send, up: Upstream, f: Failure) -> Failure | None:
         """Before any byte reached the client: the failure (maybe retried). After: an error
         event ends the stream (unless the client's stream has already ended)."""
@@ -402,13 +514,16 @@ class ProxyCall(Response):
                     after, self.pools.config.retries.backoff_max_s * 10)
             return Failure("status", f"upstream {up.name} answered {status}", True, status,
                            body, self._passed(resp), after)
-        up.breaker.success()
-        headers = self._response_headers(resp, up)
-        headers.append((b"content-length", b"%d" % len(body)))
+        br = up.breaker
+        if not br.closed or br.failures or br.probing:    # else success() changes nothing
+            br.success()
         self.started = True
         self.final = (up.engine, up.name, status)
-        await self._start(send, status, headers, whole=True)
-        await send({"type": "http.response.body", "body": body, "more_body": False})
+        cycle = self.cycle
+        if cycle is not None and not cycle.flow.write_paused:
+            self._respond(cycle, status, passed_lines(resp.headers), up, body)
+        else:
+            await self._whole(send, status, self._passed(resp), up, body)
         self.state.metrics.count(up.engine, up.name, status)
         if 200 <= status < 300:
             total = time.perf_counter() - sent_at
@@ -495,7 +610,6 @@ class ProxyCall(Response):
     def _observe(self, up: Upstream, tail: bytes, n: int, ttft: float | None, total: float,
                  batch: int) -> None:
         st, pools = self.state, self.pools
-        w = pools.config.workload
         p = PROMPT.findall(tail)
         prompt = int(p[-1]) if p else self.prompt_tokens
         tpot = (total - ttft) / (n - 1) if ttft is not None and n > 1 else None
@@ -506,8 +620,13 @@ class ProxyCall(Response):
             pred = self.decision.predictions.get(up.group)
             if pred is not None and pred.tpot_s > 0:
                 st.metrics.child(st.metrics.tpot_ratio, up.engine).observe(tpot / pred.tpot_s)
-        st.observations.add(Observation(
-            up.engine, up.name, pools.gpu_name, w.num_gpus, up.spec.dcp_size, up.spec.mem_fraction,
-            pools.kv_bytes_per_token, pools.kv_shards, max(prompt, 1), n, batch, ttft, tpot,
-            total, pools.config.workload.preset or "", pools.config.workload.kv_cache_dtype))
+        head, tail_ = up.observed
+        if head is None or up.observed_of != pools.generation:   # per upstream and pools file
+            w = pools.config.workload
+            head = (up.engine, up.name, pools.gpu_name, w.num_gpus, up.spec.dcp_size,
+                    up.spec.mem_fraction, pools.kv_bytes_per_token, pools.kv_shards)
+            tail_ = (w.preset or "", w.kv_cache_dtype)
+            up.observed, up.observed_of = (head, tail_), pools.generation
+        st.observations.add(Observation._make(
+            (*head, max(prompt, 1), n, batch, ttft, tpot, total, *tail_)))
 

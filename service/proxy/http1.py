@@ -472,13 +472,19 @@ class Http1Pool:
         return conn
 
     # ---------------------------------------------------------------- requests
-    async def request(self, method: str, path: str, headers: list[tuple[bytes, bytes]],
+    async def request(self, method: str, path: str, headers: list[tuple[bytes, bytes]] | None,
                       body: bytes, connect_timeout: float, *,
-                      whole: bool = True) -> Response:
+                      whole: bool = True, lines: bytes | None = None) -> Response:
         """Send and wait for the response head; the caller reads the body and releases it.
-        ``whole``: the body will be read whole (``Limits.body_bytes`` applies)."""
+        ``whole``: the body will be read whole (``Limits.body_bytes`` applies). ``lines``:
+        the headers already as ``name: value\r\n`` lines (none of ``HOP``), instead of
+        ``headers``."""
         target = self.prefix + path.encode()
-        data = _head(method, target, self.host_header, headers, len(body)) + body
+        if lines is None:
+            data = _head(method, target, self.host_header, headers or [], len(body)) + body
+        else:
+            data = b"%b %b HTTP/1.1\r\nhost: %b\r\ncontent-length: %d\r\n%b\r\n%b" % (
+                method.encode(), target, self.host_header, len(body), lines, body)
         cap = self.limits.body_bytes if whole else None
         stale = 0
         while True:

@@ -102,14 +102,25 @@ async def read_body(receive: Receive, limit: int | None = None) -> bytes:
             return b"".join(chunks)
 
 
-_JSON = json.JSONDecoder()
+_SCAN = json.JSONDecoder().scan_once
+_WS = " \t\n\r"
 
 
 def decode(raw: bytes) -> Any:
     try:
         if raw[:1] == b"{" and raw[1:2] != b"\x00":
-            # what json.loads detects for such bytes (UTF-8), without its detection
-            return _JSON.decode(raw.decode("utf-8", "surrogatepass"))
+            # what json.loads does for such bytes (UTF-8, no leading whitespace), without its
+            # encoding detection and JSONDecoder's Python-level wrappers around the scanner
+            s = raw.decode("utf-8", "surrogatepass")
+            try:
+                obj, end = _SCAN(s, 0)
+            except StopIteration as exc:
+                raise json.JSONDecodeError("Expecting value", s, exc.value) from None
+            if end != len(s):
+                rest = s[end:].lstrip(_WS)
+                if rest:
+                    raise json.JSONDecodeError("Extra data", s, len(s) - len(rest))
+            return obj
         return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ApiError(400, f"request body: invalid JSON ({exc})") from None
@@ -125,7 +136,7 @@ def parse(raw: bytes, path: str, body: Any = None) -> ProxyRequest:
     if model is not None and not isinstance(model, str):
         raise ApiError(400, f"model: expected a string, got {model!r}", param="model")
     stream = body.get("stream", False)
-    if not isinstance(stream, bool | None):
+    if stream is not None and stream is not True and stream is not False:
         raise ApiError(400, f"stream: expected true or false, got {stream!r}", param="stream")
     if path == CHAT:
         msgs = body.get("messages")

@@ -33,16 +33,20 @@ async def handle(request: Request, path: str) -> Response:
     return await forward(request.scope, request.receive, path)
 
 
-async def forward(scope: Scope, receive: Receive, path: str) -> ProxyCall:
-    """A completion request to its ``ProxyCall`` (service.proxy.asgi calls this directly)."""
+async def forward(scope: Scope, receive: Receive, path: str, body: bytes | None = None,
+                  st: ProxyState | None = None) -> ProxyCall:
+    """A completion request to its ``ProxyCall`` (service.proxy.asgi calls this directly);
+    ``body``: the whole request body when the caller has read it already; ``st``: the app's
+    proxy state, when the caller has it."""
     state = scope["app"].state
-    st: ProxyState = state.proxy
+    if st is None:
+        st = state.proxy
     pools = st.pools
     if pools is None:
         raise ApiError(503, NO_POOLS)
     if pools.api_keys:
         authorize(pools, Request(scope))
-    req = parse(await read_body(receive, st.body_cap()), path)
+    req = parse(body if body is not None else await read_body(receive, st.body_cap()), path)
     routed = await route(st, pools, model_of(state), req)
     rid = scope.get("state", {}).get("request_id") or ""
     return ProxyCall(st, pools, req, routed.decision, routed.first, rid, routed.prompt_tokens)

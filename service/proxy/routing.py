@@ -16,7 +16,7 @@ from service.holder import LoadedModel
 from service.proxy.decide import Decision
 from service.proxy.forward import pick
 from service.proxy.request import ProxyRequest
-from service.proxy.tokens import estimate, local_count, plausible_range, upstream_count
+from service.proxy.tokens import MAX_BYTES_PER_TOKEN, local_count, upstream_count
 from service.proxy.upstreams import Pools, Upstream
 
 if TYPE_CHECKING:
@@ -87,8 +87,9 @@ async def route(st: ProxyState, pools: Pools, loaded: LoadedModel, req: ProxyReq
                             f"{', '.join(pools.models)})", param="model", type="model_not_found")
     now = time.monotonic()
     least = None                  # the fewest requests in flight of an available upstream
-    for u in cands:
-        if u.available(now) and (least is None or u.in_flight < least):
+    for u in cands:                     # u.available(now), inlined (once per request)
+        if u.healthy and now >= u.not_before and (u.breaker.closed or u.breaker.available()) \
+                and (least is None or u.in_flight < least):
             least = u.in_flight
     if least is None:
         raise _unavailable(cands)
@@ -106,8 +107,9 @@ async def route(st: ProxyState, pools: Pools, loaded: LoadedModel, req: ProxyReq
             n = local_count(st.tokenizer, req)
         method = "tokenizer"
     else:
-        n, method = estimate(req, cfg.tokens.bytes_per_token), "estimate"
-        lo, hi = plausible_range(req)
+        size = req.prompt_bytes   # the estimate and its plausible range (service.proxy.tokens)
+        n, method = max(1, round(size / cfg.tokens.bytes_per_token)), "estimate"
+        lo, hi = max(1, size // MAX_BYTES_PER_TOKEN), max(1, size)
         decision, differs = st.decider.estimated(loaded, pools, n, lo, hi, out, batch,
                                                  cfg.tokens.upstream_tokenize)
         if differs:

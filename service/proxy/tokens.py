@@ -49,14 +49,6 @@ def local_count(tokenizer, req: ProxyRequest) -> int:
     return len(tokenizer.encode(req.prompt_text(), add_special_tokens=True).ids)
 
 
-def estimate(req: ProxyRequest, bytes_per_token: float) -> int:
-    return max(1, round(req.prompt_bytes / bytes_per_token))
-
-
-def plausible_range(req: ProxyRequest) -> tuple[int, int]:
-    return max(1, req.prompt_bytes // MAX_BYTES_PER_TOKEN), max(1, req.prompt_bytes)
-
-
 async def upstream_count(up: Upstream, req: ProxyRequest, timeout: float) -> int | None:
     """The upstream's /tokenize count, or None when it cannot tell."""
     payload: dict = {"model": up.spec.model}

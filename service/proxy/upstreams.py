@@ -264,9 +264,18 @@ class Upstream:
     not_before: float = 0.0     # Retry-After: no requests before this monotonic time
     picked: int = 0             # when it was last picked (ties of in-flight go round-robin)
     name: str = field(init=False, default="")    # spec.name, fixed for the upstream's life
+    lines: bytes = field(init=False, default=b"")  # its response header lines (see below)
+    _labels: tuple[tuple[str, str], int] = field(init=False, default=(("", ""), 0),
+                                                 repr=False, compare=False)
+    # the constant fields of its observations (service.proxy.forward) for one pools generation
+    observed: tuple[tuple | None, tuple] = field(init=False, default=(None, ()), repr=False)
+    observed_of: int = field(init=False, default=-1, repr=False)   # pools generation
 
     def __post_init__(self) -> None:
         self.name = self.spec.name or ""
+        # what every response through it carries (engine and name: NAME-pattern tokens)
+        self.lines = (b"x-engine-advisor-engine: %b\r\nx-engine-advisor-upstream: %b\r\n"
+                      % (self.engine.encode(), self.name.encode()))
 
     @classmethod
     def create(cls, engine: str, spec: UpstreamSpec, cfg: PoolsConfig) -> Upstream:
@@ -296,10 +305,15 @@ class Upstream:
     @property
     def group_labels(self) -> tuple[str, str]:
         """``group`` as metric label values."""
-        return (self.engine, str(self.spec.dcp_size))
+        labels = self._labels
+        if labels[1] != self.spec.dcp_size:           # first use, or a reload changed it
+            labels = self._labels = ((self.engine, str(self.spec.dcp_size)),
+                                     self.spec.dcp_size)
+        return labels[0]
 
     def available(self, now: float) -> bool:
-        return self.healthy and now >= self.not_before and self.breaker.available()
+        return self.healthy and now >= self.not_before and (
+            self.breaker.closed or self.breaker.available())
 
     def identity(self) -> tuple:
         return self.identity_of(self.engine, self.spec)

@@ -398,3 +398,76 @@ async def test_another_cancellation_stays_a_cancellation():
     with pytest.raises(asyncio.CancelledError):
         await task
     assert not clock.active
+
+
+# ----------------------------------------------------------------------------- the lane's own entry
+class OnCycle:
+    """A direct app with a ``lane`` entry (as service.proxy.asgi.DirectPath): it gets the
+    request cycle itself."""
+
+    def __init__(self, answer):
+        self.answer = answer
+        self.cycles: list = []
+
+    async def lane(self, cycle):
+        self.cycles.append(cycle)
+        await self.answer(cycle)
+
+    async def __call__(self, scope, receive, send):          # not used on the lane
+        raise AssertionError("the lane calls lane(), not the ASGI entry")
+
+
+@run
+async def test_a_lane_entry_gets_the_whole_body_and_writes_a_response_in_one_write():
+    async def answer(cycle):
+        body = cycle.whole_body()
+        assert cycle.whole_body() is None                    # taken once
+        cycle.respond(200, b"content-type: text/plain\r\ncontent-length: %d\r\n" % len(body),
+                      body)
+
+    direct = OnCycle(answer)
+    app = LaneApp(direct)
+    p, t = connect(app)
+    p.server_state.default_headers = [(b"date", b"Mon, 30 Nov 2026 12:00:00 GMT")]
+    p.data_received(post() + post(body=b'{"b":22}'))
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert t.writes == [
+        b"HTTP/1.1 200 OK\r\ndate: Mon, 30 Nov 2026 12:00:00 GMT\r\ncontent-type: text/plain\r\n"
+        b"content-length: 7\r\n\r\n{\"a\":1}",
+        b"HTTP/1.1 200 OK\r\ndate: Mon, 30 Nov 2026 12:00:00 GMT\r\ncontent-type: text/plain\r\n"
+        b"content-length: 8\r\n\r\n{\"b\":22}"]
+    assert not t.closed and [c.task is not None for c in direct.cycles] == [True, True]
+    with pytest.raises(RuntimeError):                        # one response per request
+        direct.cycles[0].respond(200, b"content-length: 0\r\n", b"")
+
+    t = await exchange(LaneApp(direct), post(version=b"1.0"))      # closed after
+    assert t.writes[0].endswith(b"content-length: 7\r\nconnection: close\r\n\r\n{\"a\":1}")
+    assert t.closed
+
+    async def no_content(cycle):
+        cycle.respond(204, b"content-length: 0\r\n", b"ignored")
+
+    t = await exchange(LaneApp(OnCycle(no_content)), post())
+    assert t.writes == [b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n"]
+
+
+@run
+async def test_a_lane_entry_hears_of_a_disconnect_once_and_writes_nothing_after_it():
+    calls: list[str] = []
+    gone = asyncio.Event()
+
+    async def answer(cycle):
+        cycle.whole_body()
+        cycle.on_disconnect = lambda: calls.append("gone") or gone.set()
+        await gone.wait()
+        cycle.respond(200, b"content-length: 2\r\n", b"hi")     # too late: dropped
+
+    app = LaneApp(OnCycle(answer))
+    p, t = connect(app)
+    p.data_received(post())
+    await asyncio.sleep(0.01)
+    p.connection_lost(None)
+    p.connection_lost(None)
+    await asyncio.sleep(0.01)
+    assert calls == ["gone"] and t.writes == []

@@ -146,6 +146,22 @@ def test_decider_follows_the_model_and_caches(tmp_path, loaded):
     assert d.agree(loaded, pools, 30_000, 400_000, 2048, 64) is None
 
 
+def test_estimated_decisions_are_remembered_by_their_arguments_per_generation(tmp_path,
+                                                                             loaded):
+    pools = _pools(tmp_path)
+    d = Decider()
+    first = d.estimated(loaded, pools, 70_000, 5_000, 280_000, 2048, 64, True)
+    misses = d.misses
+    assert d.estimated(loaded, pools, 70_000, 5_000, 280_000, 2048, 64, True) is first
+    assert d.misses == misses
+    other = d.estimated(loaded, pools, 70_000, 5_000, 280_000, 2048, 64, False)
+    assert other[0] is first[0] and other[1] is False        # same buckets, no check asked
+    newer = Pools(pools.config, pools.upstreams, "x", pools.sha256, pools.generation + 1)
+    again = d.estimated(loaded, newer, 70_000, 5_000, 280_000, 2048, 64, True)
+    assert again[0] is not first[0] and again == first and d.misses > misses
+    assert first[0] == d.decide(loaded, pools, 70_000, 2048, 64)
+
+
 # ----------------------------------------------------------------------------- framing
 def test_event_end_and_retry_after():
     assert event_end(b"data: {}\n\ndata: {\"a\"") == len(b"data: {}\n\n")
@@ -318,3 +334,53 @@ def test_serve_refuses_a_bad_pools_file(tmp_path):
     assert code == 2
     assert err.getvalue().startswith("engine-advisor: error: --upstreams: ")
     assert "pools.vllm.0.model: Field required" in err.getvalue()
+
+
+def test_request_bodies_decode_as_json_loads_does():
+    import json
+
+    from service.proxy.request import decode
+    for raw in (b'{"a":1}', b'{"a":1}  \n', b'{"a":1} x', b'{"a":', b"{", b'{"a":"\xff"}',
+                b'{"a":1}{"b":2}', b' {"a":1}', b"[1]", b'{"a":"\\ud800"}', b"", b"nul"):
+        try:
+            want = ("ok", json.loads(raw))
+        except ValueError as exc:
+            want = ("error", str(exc))
+        try:
+            got = ("ok", decode(raw))
+        except ApiError as exc:
+            got = ("error", exc.message.removeprefix("request body: invalid JSON (")[:-1])
+        assert got == want, raw
+
+
+def test_new_request_ids_are_unique_safe_and_new_in_a_forked_child():
+    import os
+
+    from service.middleware import SAFE_ID, request_id
+    ids = [request_id(None) for _ in range(1000)]
+    assert len(set(ids)) == 1000 and all(len(i) == 32 and SAFE_ID.fullmatch(i) for i in ids)
+    assert request_id(b"abc-1") == b"abc-1" and request_id(b"a b") != b"a b"
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                    # the child: its first new id
+        os.write(w, request_id(None))
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child = os.read(r, 64)
+    os.close(r)
+    os.close(w)
+    assert child[:16] != ids[0][:16] and child not in ids
+
+
+def test_passed_headers_are_filtered_and_checked():
+    from service.proxy.forward import header_lines, passed_lines
+    assert passed_lines([(b"content-type", b"application/json"), (b"set-cookie", b"x"),
+                         (b"retry-after", b"2")]) == \
+        b"content-type: application/json\r\nretry-after: 2\r\n"
+    for bad in (b"a\r\nset-cookie: x", b"a\nb", b"a\x00"):
+        with pytest.raises(ValueError):
+            passed_lines([(b"content-type", bad)])
+        with pytest.raises(ValueError):
+            header_lines([(b"x-a", bad)])
+    with pytest.raises(ValueError):
+        header_lines([(b"bad name", b"v")])
