@@ -87,15 +87,7 @@ class DirectPath:
         start = time.perf_counter()
         path = scope["path"]
         scope["route"] = ROUTES[path]
-        rid = length = None
-        for k, v in scope["headers"]:
-            if k == REQUEST_ID:
-                if rid is None:
-                    rid = v
-            elif k == b"content-length":
-                if length is None:
-                    length = v
-        rid = request_id(rid)
+        rid, length = _id_and_length(scope["headers"])
         scope.setdefault("state", {})["request_id"] = rid.decode()
         status = 500
         try:
@@ -138,15 +130,7 @@ class DirectPath:
         scope = cycle.scope
         path = scope["path"]
         scope["route"] = ROUTES[path]
-        rid = length = None
-        for k, v in scope["headers"]:
-            if k == REQUEST_ID:
-                if rid is None:
-                    rid = v
-            elif k == b"content-length":
-                if length is None:
-                    length = v
-        rid = request_id(rid)
+        rid, length = _id_and_length(scope["headers"])
         scope["state"]["request_id"] = rid.decode()
         status = 500
         try:
@@ -190,3 +174,17 @@ class DirectPath:
         if declared > limit:
             return envelope(413, body_too_large(limit, declared))
         return None
+
+
+def _id_and_length(headers) -> tuple[bytes, bytes | None]:
+    """(the request id: the client's first, else a new one; the first Content-Length or
+    None) of a request's headers, in one pass."""
+    rid = length = None
+    for k, v in headers:
+        if k == REQUEST_ID:
+            if rid is None:
+                rid = v
+        elif k == b"content-length":
+            if length is None:
+                length = v
+    return request_id(rid), length
