@@ -26,10 +26,11 @@ from model.dataset import Measurement, dataset_sha256
 from model.estimator import EngineCostModel
 from model.formulas import N_PREFILL, N_ROW_FIELDS, rows_into
 from model.gpus import builtin_gpu
-from model.memory import ENGINE_RESERVE, engine_reserve
+from model.memory import engine_reserve
 from model.shape import ModelShape
 from model.silicon import Silicon, silicon_for
 from model.terms import DECODE_TERMS, PHYSICS_TERMS, TERMS, physics_for
+from model.workload import ENGINES
 
 RANGE_DIMS = ("context_tokens", "batch_size", "output_tokens")
 UNCALIBRATED_REL_SIGMA = 0.25   # added relative sd: no data for this engine on this hardware
@@ -104,45 +105,63 @@ class Features:
         return out
 
 
-def static_rows(engine, fraction, dcp) -> np.ndarray:
+def engine_index(names) -> tuple[tuple[str, ...], np.ndarray]:
+    """(the engines of a case's rows in order of appearance, each row's index into them)."""
+    if not isinstance(names, np.ndarray):
+        pos: dict[str, int] = {}
+        idx = [pos.setdefault(e, len(pos)) for e in names]
+        return tuple(pos), np.array(idx, dtype=np.intp)
+    idx = np.full(len(names), -1, dtype=np.intp)
+    engines: list[str] = []
+    for e in ENGINES:                 # the usual names: no sort of the rows' names
+        rows = names == e
+        if rows.any():
+            idx[rows] = len(engines)
+            engines.append(e)
+    if (idx < 0).any():
+        for e in np.unique(names[idx < 0]).tolist():
+            idx[names == e] = len(engines)
+            engines.append(e)
+    return tuple(engines), idx
+
+
+def static_rows(index: tuple[tuple[str, ...], np.ndarray], fraction, dcp) -> np.ndarray:
     """The rows ``model.formulas.rows_into`` reads (ROW_FIELDS) with the configurations'
-    fields filled: engine reserve, memory fraction and DCP size."""
-    n = len(engine)
-    rows = np.empty((N_ROW_FIELDS, n))
-    if isinstance(engine, np.ndarray):
-        rows[0] = 0.0
-        for e, reserve in ENGINE_RESERVE.items():
-            if reserve:
-                rows[0, engine == e] = reserve
-    else:
-        rows[0] = [engine_reserve(e) for e in engine]
+    fields filled: engine reserve (from each row's ``engine_index``), memory fraction and DCP
+    size."""
+    engines, idx = index
+    rows = np.empty((N_ROW_FIELDS, len(idx)))
+    rows[0] = np.array([engine_reserve(e) for e in engines])[idx]
     rows[1] = fraction
     rows[5] = dcp
     return rows
 
 
 def kernel_inputs(case: Case) -> tuple:
-    """(K, collectives, read curve, rows) of a case: what ``model.formulas.rows_into`` reads
-    (the model's constants on its GPU and TP size, and one column per row)."""
+    """(K, collectives, read curve, rows, engine index) of a case: what
+    ``model.formulas.predict_rows`` reads (the model's constants on its GPU and TP size, one
+    column per row) and each row's ``engine_index``."""
     ph = physics_for(case.shape, case.silicon, case.tp)
     n = len(case.engine)
     facts = case.facts
     if facts is not None and len(facts.engines) == n:    # one row per configuration
         rows = facts.rows.copy()
         max_dcp = max(facts.dcps)
+        index = facts.engine_index
     else:
-        rows = static_rows(case.engine, case.fraction, case.dcp)
+        index = engine_index(case.engine)
+        rows = static_rows(index, case.fraction, case.dcp)
         max_dcp = float(rows[5].max()) if n else 1.0
     rows[2] = case.batch
     rows[3] = case.context
     rows[4] = case.output
     rows[6] = case.share
-    return ph.K, ph.collectives(max_dcp), ph.curve, rows
+    return ph.K, ph.collectives(max_dcp), ph.curve, rows, index
 
 
 def case_features(case: Case) -> Features:
     """Features of every row of a case, in one compiled pass (``model.formulas.rows_into``)."""
-    K, coll, curve, rows = kernel_inputs(case)
+    K, coll, curve, rows, _ = kernel_inputs(case)
     n = rows.shape[1]
     X = np.empty((n, 2 * N_TERMS))
     facts = np.empty((3, n))

@@ -18,6 +18,7 @@ from model.costmodel import (
     CostModel,
     Prediction,
     efficiency_key,
+    engine_index,
     kernel_inputs,
     static_rows,
 )
@@ -38,7 +39,7 @@ from model.formulas import (
 )
 from model.memory import MemoryChoice, choose_fraction
 from model.terms import TERMS
-from model.workload import ENGINES, Config
+from model.workload import Config
 
 N_TERMS = len(TERMS)
 CROSSOVER_CACHE_SIZE = 1024
@@ -52,7 +53,7 @@ class QueryFacts(NamedTuple):
     status, calibrated range or None) (``model.costmodel.CostModel.calibrated_range``); and
     for a query of one row per configuration, the compiled code's input rows that do not
     depend on the workload's sizes (``model.costmodel.kernel_inputs``) and each row's engine
-    index (``_engine_index``)."""
+    index (``model.costmodel.engine_index``)."""
 
     engines: list[str]
     dcps: list[float]
@@ -95,13 +96,14 @@ class Predictor:
             if len(self._facts) >= FACTS_CACHE_SIZE:
                 self._facts.clear()
             engines = [c.engine for c in configs]
+            index = engine_index(engines)
             dcps = [float(c.dcp_size) for c in configs]
             fractions = [self.memory(c.engine, gpu).fraction for c in configs]
             hit = self._facts[key] = QueryFacts(
                 engines, dcps, fractions,
                 [self.model.calibrated_range(c.engine, gpu, num_gpus, c.dcp_size, model_key)
                  for c in configs],
-                static_rows(engines, fractions, dcps), _engine_index(engines))
+                static_rows(index, fractions, dcps), index)
         return hit
 
     def _stacked(self, engines: tuple[str, ...], gpu: str):
@@ -136,11 +138,8 @@ class Predictor:
         """The prediction table (n, ``model.formulas.N_TABLE``) of every row of a case: its
         features times its engine's efficiencies, with ``z``-sd intervals, its sequences at
         once, KV capacity, feasibility and decode terms (``model.formulas.predict_rows``)."""
-        K, coll, curve, rows = kernel_inputs(case)
+        K, coll, curve, rows, (engines, idx) = kernel_inputs(case)
         n = rows.shape[1]
-        facts = case.facts
-        engines, idx = (facts.engine_index if facts is not None and len(facts.engines) == n
-                        else _engine_index(case.engine))
         coef, factors, noise = self._stacked(engines, case.silicon.name)
         if rel_extra is None:
             extra = np.zeros(n)
@@ -166,26 +165,6 @@ def _factor(cov: np.ndarray) -> np.ndarray:
     w, U = np.linalg.eigh(cov)
     keep = w > max(float(w.max()), 0.0) * 1e-12
     return U[:, keep] * np.sqrt(w[keep])
-
-
-def _engine_index(names) -> tuple[tuple[str, ...], np.ndarray]:
-    """(the engines of a case's rows in order of appearance, each row's index into them)."""
-    if not isinstance(names, np.ndarray):
-        pos: dict[str, int] = {}
-        idx = [pos.setdefault(e, len(pos)) for e in names]
-        return tuple(pos), np.array(idx, dtype=np.intp)
-    idx = np.full(len(names), -1, dtype=np.intp)
-    engines: list[str] = []
-    for e in ENGINES:                 # the usual names: no sort of the rows' names
-        rows = names == e
-        if rows.any():
-            idx[rows] = len(engines)
-            engines.append(e)
-    if (idx < 0).any():
-        for e in np.unique(names[idx < 0]).tolist():
-            idx[names == e] = len(engines)
-            engines.append(e)
-    return tuple(engines), idx
 
 
 def predictor_for(model: CostModel) -> Predictor:
