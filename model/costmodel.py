@@ -19,6 +19,7 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -31,6 +32,9 @@ from model.shape import ModelShape
 from model.silicon import Silicon, silicon_for
 from model.terms import DECODE_TERMS, PHYSICS_TERMS, TERMS, physics_for
 from model.workload import ENGINES
+
+if TYPE_CHECKING:
+    from model.predictor import QueryFacts
 
 RANGE_DIMS = ("context_tokens", "batch_size", "output_tokens")
 UNCALIBRATED_REL_SIGMA = 0.25   # added relative sd: no data for this engine on this hardware
@@ -68,7 +72,7 @@ class Case:
     dcp: np.ndarray | list
     fraction: np.ndarray | list  # memory fraction per row
     share: np.ndarray | list | float = 0.0   # prefix-cache share of each prompt
-    facts: object = None    # the query's per-configuration facts (model.predictor.QueryFacts)
+    facts: QueryFacts | None = None    # the query's per-configuration facts
 
     def __len__(self) -> int:
         return len(self.engine)
