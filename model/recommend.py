@@ -347,6 +347,16 @@ def _label(e: Evaluated) -> str:
     return f"{e.config.engine} dcp {e.config.dcp_size}"
 
 
+def _share(x: float) -> str:
+    """'37%', or 'under 1%' / 'over 99%' where rounding would say 0 % or 100 % of a part that
+    is there."""
+    if 0.0 < x < 0.005:
+        return "under 1%"
+    if 0.995 <= x < 1.0:
+        return "over 99%"
+    return f"{x:.0%}"
+
+
 def _ms(x: float) -> str:
     return f"{x * 1e3:.1f} ms"
 
@@ -378,7 +388,7 @@ def _reasons(w: Workload, shape: ModelShape, si: Silicon, best: Evaluated,
          + (f", {speedup:.2f}x faster than {rival_l} ({rival.pred.total_s:.1f} s)"
             if rival and speedup else "")]
     step = sum(best.step_parts.values()) or 1e-12
-    r.append(f"decode is {bp.decode_s / max(bp.total_s, 1e-12):.0%} of the time; one decode "
+    r.append(f"decode is {_share(bp.decode_s / max(bp.total_s, 1e-12))} of the time; one decode "
              f"step of {bp.running_sequences} sequences takes {_ms(step)}: "
              f"{step_story(best.step_parts)}")
     if rival:

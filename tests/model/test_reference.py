@@ -114,3 +114,15 @@ def test_distinct_prompts_would_beat_the_roofline():
     table = rooflines()
     assert any(r["roofline_s"] > r["published_s"] for r in table if r["prompts"] == "distinct")
     assert all(r["roofline_s"] < r["published_s"] for r in table if r["prompts"] == "shared")
+
+
+def test_decode_share_is_not_rounded_to_nothing():
+    """A prefill-bound batch (1M-token prompts, 16 output tokens) still has a decode part: the
+    reason says 'under 1%', not '0%'."""
+    m = default_model()
+    w = Workload(context_tokens=1_000_000, output_tokens=16, batch_size=64, preset="deepseek-v3",
+                 gpu="H200", num_gpus=8, allow_extrapolation=True)
+    rec = recommend(m, w, m.version)
+    best = rec.predictions[0]
+    assert 0 < best.decode_s / best.total_s < 0.005
+    assert any(r.startswith("decode is under 1% of the time") for r in rec.reasons)
