@@ -121,7 +121,7 @@ def install(app: FastAPI) -> None:
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = list(exc.errors())
         ctype = request.headers.get("content-type", "")
-        if ctype and not _is_json(ctype) and any(tuple(e.get("loc", ())) == ("body",)
+        if ctype and not is_json(ctype) and any(tuple(e.get("loc", ())) == ("body",)
                                                  for e in errors):
             # the body was not parsed at all: say why instead of "Input should be an object"
             return envelope(422, f"content-type: expected application/json, got {ctype[:80]!r}",
@@ -156,7 +156,7 @@ def internal_error(method: str, path: str) -> JSONResponse:
     return envelope(500, "internal error; see the server log", type="server_error")
 
 
-def _is_json(content_type: str) -> bool:
+def is_json(content_type: str) -> bool:
     media = content_type.split(";", 1)[0].strip().lower()
     return media == "application/json" or media.endswith("+json")
 

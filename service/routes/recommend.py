@@ -10,11 +10,13 @@ from model.recommend import NoEligibleConfiguration, recommend
 from model.schemas import Recommendation
 from model.workload import Workload
 from service.cache import cache_key
-from service.deps import MetricsDep, ModelDep, SettingsDep, hot_state
+from service.deps import MetricsDep, ModelDep, SettingsDep, hot_state, json_body
 from service.errors import ApiError, ErrorDetail, error_responses, validation_detail
 from service.schemas import BatchItem, BatchRequest, BatchResponse
 
 router = APIRouter(prefix="/v1/recommend", tags=["recommend"])
+WORKLOAD_BODY = {"requestBody": {"content": {"application/json": {"schema": {
+    "$ref": "#/components/schemas/Workload"}}}, "required": True}}
 
 
 def recommend_or_422(loaded, w: Workload) -> Recommendation:
@@ -26,11 +28,14 @@ def recommend_or_422(loaded, w: Workload) -> Recommendation:
 
 
 @router.post("", response_model=Recommendation, responses=error_responses(413, 422, 503),
+             openapi_extra=WORKLOAD_BODY,
              summary="Recommend engine, DCP size and memory fraction for one workload")
-async def recommend_one(workload: Workload, request: Request) -> Response:
-    # The hot path (docs/benchmarks.md has the measurements): state read without dependency
-    # solving, the recommender's numpy run inline (a thread hop costs about as much), the
-    # answer serialised by pydantic-core directly instead of re-validated by response_model.
+async def recommend_one(request: Request) -> Response:
+    # The hot path (docs/benchmarks.md has the measurements): body and state read without
+    # FastAPI's dependency solving, the recommender run inline (a thread hop costs about as
+    # much), the answer serialised by pydantic-core directly instead of re-validated by
+    # response_model.
+    workload = await json_body(request, Workload)
     loaded, metrics, cache = hot_state(request)
     key = (loaded.version, cache_key(workload.__pydantic_serializer__.to_json(workload)))
     hit = cache.get(key)
