@@ -92,8 +92,8 @@ def per_request(checkout: Path, n: int) -> dict[str, list[float]]:
         tmp = Path(t)
         proc = subprocess.Popen(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.out",
-             "--smc-check=all-non-file", sys.executable, str(Path(__file__).resolve()), "--drive", str(tmp),
-             "--requests", str(n)],
+             "--smc-check=all-non-file", sys.executable, str(Path(__file__).resolve()),
+             "--drive", str(tmp), "--requests", str(n)],
             cwd=checkout, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             text=True)
         for i in range(len(PHASES) + 1):

@@ -16,7 +16,6 @@ from service.holder import LoadedModel, ModelHolder
 from service.metrics import Metrics
 from service.settings import Settings
 
-
 M = TypeVar("M", bound=BaseModel)
 
 
