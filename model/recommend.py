@@ -19,7 +19,7 @@ from model.costmodel import (
     CostModel,
     doublings_outside,
 )
-from model.formulas import DEFAULT_MAX_RUNNING, PARTS
+from model.formulas import DEFAULT_MAX_RUNNING, N_TABLE, PARTS
 from model.memory import MEM_FLAGS, MemoryChoice, kv_demand_tokens
 from model.predictor import CROSSOVER_CACHE_SIZE, Predictor, predictor_for
 from model.schemas import ConfigPrediction, Exclusion, Recommendation, construct
@@ -31,6 +31,9 @@ from model.workload import ENGINES, Config, Workload
 CROSSOVER_RANGE = (1024, 4 * 1024 * 1024)
 CROSSOVER_GRID = np.geomspace(*CROSSOVER_RANGE, 64)
 BARE_REL_SIGMA = 0.05     # added relative sd when only KV bytes are known (no weights, FLOPs)
+# evaluate() unpacks a prediction table's row as its PARTS leading columns by name, then the
+# decode terms
+assert PARTS == 9 and N_TABLE == PARTS + len(DECODE_TERMS)
 
 
 class NoEligibleConfiguration(ValueError):
@@ -40,13 +43,12 @@ class NoEligibleConfiguration(ValueError):
 
 
 class Evaluated(NamedTuple):
-    """One configuration's prediction, whether it may be recommended, and the seconds of each
-    term of its decode step."""
+    """One configuration's prediction (the seconds of each term of its decode step in
+    ``pred.step_terms_s``) and whether it may be recommended."""
 
     config: Config
     pred: ConfigPrediction
     eligible: bool
-    step_parts: dict[str, float]
 
 
 def candidates(model: CostModel, w: Workload,
@@ -142,12 +144,11 @@ def evaluate(model: CostModel, w: Workload, shape: ModelShape, configs: list[Con
     """Every config's prediction, memory and calibration status at the workload's context."""
     if not configs:
         return []
-    pred = predictor_for(model)
     case = build_case(model, w, shape, configs, si=si)
     values = {"context_tokens": w.context_tokens, "batch_size": w.batch_size,
               "output_tokens": w.output_tokens}
     bare_sigma = 0.0 if shape.weights_known else BARE_REL_SIGMA
-    cover, extra = [], []
+    dists, extra = [], []
     for status, rng in case.facts.ranges:
         if status == "calibrated":
             dist = doublings_outside(rng, values)
@@ -155,19 +156,20 @@ def evaluate(model: CostModel, w: Workload, shape: ModelShape, configs: list[Con
         else:
             dist = 0.0
             extra.append(_EXTRA_SIGMA[status] + bare_sigma)
-        cover.append((status, dist))
-    table = pred.table(case, np.array(extra)).tolist()
+        dists.append(dist)
+    table = predictor_for(model).table(case, np.array(extra)).tolist()
     demand = float(kv_demand_tokens(w.batch_size, w.context_tokens, w.output_tokens,
                                     w.requirements.prefix_reuse_share if w.requirements else 0))
     source = case.silicon.read_source("gqa" if shape.attention in ("gqa", "mha") else "mla",
                                       shape.kv_dtype)
+    anyway = w.allow_extrapolation
     out = []
-    for c, (status, dist), fraction, t in zip(configs, cover, case.fraction, table, strict=True):
+    for c, (status, _), dist, fraction, t in zip(configs, case.facts.ranges, dists,
+                                                 case.fraction, table, strict=True):
         # the table's columns (model.formulas: TOTAL ... FEASIBLE, then the decode terms)
-        total, lo, hi, _, pf, tpot, run, cap, ok = t[:PARTS]
-        terms = dict(zip(DECODE_TERMS, t[PARTS:], strict=True))
+        total, lo, hi, _, pf, tpot, run, cap, ok, *parts = t
         calibrated = status == "calibrated"
-        prediction = construct(ConfigPrediction, {
+        out.append(Evaluated(c, construct(ConfigPrediction, {
             "engine": c.engine, "dcp_size": c.dcp_size, "total_s": total,
             "prefill_s": pf, "decode_s": total - pf if total > pf else 0.0, "tpot_s": tpot,
             "interval_s": (lo, hi), "calibrated": calibrated,
@@ -175,9 +177,8 @@ def evaluate(model: CostModel, w: Workload, shape: ModelShape, configs: list[Con
             "transferred": status == "transferred", "mem_fraction": fraction,
             "kv_capacity_tokens": int(cap) if cap < 2 ** 62 else 2 ** 62,
             "fits_in_memory": demand <= cap, "running_sequences": int(run) if ok else 0,
-            "kv_read_source": source, "step_terms_s": terms})
-        out.append(Evaluated(c, prediction, (status != "uncalibrated" or w.allow_extrapolation)
-                             and ok > 0.0, terms))
+            "kv_read_source": source, "step_terms_s": dict(zip(DECODE_TERMS, parts, strict=True))}),
+            (anyway or status != "uncalibrated") and ok > 0.0))
     return out
 
 
@@ -387,14 +388,14 @@ def _reasons(w: Workload, shape: ModelShape, si: Silicon, best: Evaluated,
          f"of {w.context_tokens:,} + {w.output_tokens:,} tokens"
          + (f", {speedup:.2f}x faster than {rival_l} ({rival.pred.total_s:.1f} s)"
             if rival and speedup else "")]
-    step = sum(best.step_parts.values()) or 1e-12
+    step = sum(best.pred.step_terms_s.values()) or 1e-12
     r.append(f"decode is {_share(bp.decode_s / max(bp.total_s, 1e-12))} of the time; one decode "
              f"step of {bp.running_sequences} sequences takes {_ms(step)}: "
-             f"{step_story(best.step_parts)}")
+             f"{step_story(best.pred.step_terms_s)}")
     if rival:
-        rstep = sum(rival.step_parts.values())
+        rstep = sum(rival.pred.step_terms_s.values())
         r.append(f"{rival_l}: {_ms(rstep)} per step of {rival.pred.running_sequences} "
-                 f"sequences: {step_story(rival.step_parts)}")
+                 f"sequences: {step_story(rival.pred.step_terms_s)}")
     if bp.running_sequences < w.batch_size:
         waves = math.ceil(w.batch_size / max(bp.running_sequences, 1))
         r.append(f"KV capacity {bp.kv_capacity_tokens:,} tokens holds {bp.running_sequences} of "

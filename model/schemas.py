@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
+import orjson
 from pydantic import BaseModel, Field
 
 M = TypeVar("M", bound=BaseModel)
@@ -24,6 +25,19 @@ def construct(cls: type[M], values: dict) -> M:
     _setattr(m, "__pydantic_private__", None)
     return m
 
+
+def to_json(m: BaseModel) -> bytes:
+    """``m.model_dump_json()`` as bytes, written by orjson in about half the time of
+    pydantic-core's serializer: the same bytes for the plain models of the recommendation
+    contract (fields of JSON types and nested plain models, in their declared order;
+    ``tests/model/test_schemas.py`` compares them)."""
+    return orjson.dumps(m, default=_fields)
+
+
+def _fields(o: Any) -> dict:
+    if isinstance(o, BaseModel):
+        return o.__dict__
+    raise TypeError(f"{type(o).__name__} is not JSON serializable")
 
 
 class ConfigPrediction(BaseModel):

@@ -97,7 +97,7 @@ class Metrics:
             "engine_advisor_http_request_duration_seconds", "HTTP request latency",
             ["method", "route", "status"], registry=self.registry,
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
-        self.recommendations = Counter(
+        self.recommendations = Counts(
             "engine_advisor_recommendations", "recommendations returned, by engine and DCP size",
             ["engine", "dcp_size"], registry=self.registry)
         self.model_info = Gauge(

@@ -23,5 +23,5 @@ async def predict(body: PredictRequest, loaded: ModelDep) -> PredictResponse:
         raise ApiError(422, f"{body.engine} dcp {body.dcp_size} cannot serve this workload: "
                             f"{x.reason}", param="dcp_size" if x.dcp_size else "engine")
     e = evaluate(loaded.model, w, layout, configs)[0]
-    return PredictResponse(prediction=e.pred, decode_step_s=StepSeconds(**e.step_parts),
+    return PredictResponse(prediction=e.pred, decode_step_s=StepSeconds(**e.pred.step_terms_s),
                            model_version=loaded.version)

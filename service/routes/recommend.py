@@ -7,7 +7,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from model.recommend import NoEligibleConfiguration, recommend
-from model.schemas import Recommendation
+from model.schemas import Recommendation, to_json
 from model.workload import Workload
 from service.cache import cache_key
 from service.deps import MetricsDep, ModelDep, SettingsDep, hot_state, json_body
@@ -33,7 +33,7 @@ def recommend_or_422(loaded, w: Workload) -> Recommendation:
 async def recommend_one(request: Request) -> Response:
     # The hot path (docs/benchmarks.md has the measurements): body and state read without
     # FastAPI's dependency solving, the recommender run inline (a thread hop costs about as
-    # much), the answer serialised by pydantic-core directly instead of re-validated by
+    # much), the answer written by orjson (model.schemas.to_json) instead of re-validated by
     # response_model.
     workload = await json_body(request, Workload)
     loaded, metrics, cache = hot_state(request)
@@ -41,9 +41,9 @@ async def recommend_one(request: Request) -> Response:
     hit = cache.get(key)
     if hit is None:
         rec = recommend_or_422(loaded, workload)
-        hit = (rec.__pydantic_serializer__.to_json(rec), (rec.engine, str(rec.dcp_size)))
+        hit = (to_json(rec), (rec.engine, str(rec.dcp_size)))
         cache.put(key, hit)
-    metrics.recommendations.labels(*hit[1]).inc()
+    metrics.recommendations.inc(hit[1])
     return Response(hit[0], media_type="application/json")
 
 
@@ -62,7 +62,7 @@ def _batch(loaded, items: list, metrics) -> BatchResponse:
             err.param = f"workloads.{i}.{exc.param}" if exc.param else f"workloads.{i}"
             results.append(BatchItem(index=i, error=err))
             continue
-        metrics.recommendations.labels(rec.engine, str(rec.dcp_size)).inc()
+        metrics.recommendations.inc((rec.engine, str(rec.dcp_size)))
         results.append(BatchItem(index=i, recommendation=rec))
     ok = sum(r.error is None for r in results)
     return BatchResponse(results=results, succeeded=ok, failed=len(results) - ok)
@@ -76,4 +76,4 @@ async def recommend_batch(body: BatchRequest, loaded: ModelDep, settings: Settin
         raise ApiError(422, f"workloads: {len(body.workloads)} items exceed the batch limit of "
                             f"{settings.max_batch}", param="workloads")
     out = await run_in_threadpool(_batch, loaded, body.workloads, metrics)
-    return Response(out.__pydantic_serializer__.to_json(out), media_type="application/json")
+    return Response(to_json(out), media_type="application/json")

@@ -1,6 +1,6 @@
 """The compiled formulas (model.formulas) give what the same code gives run as plain Python
 (NUMBA_DISABLE_JIT=1, in a subprocess); lists and arrays give the same rows; the recommender's
-fast object construction gives what validation gives."""
+fast object construction gives what validation gives, and its fast JSON what pydantic writes."""
 
 import json
 import os
@@ -12,8 +12,8 @@ import pytest
 
 from model.costmodel import Case, case_features
 from model.default import default_model
-from model.recommend import evaluate
-from model.schemas import ConfigPrediction, Exclusion, Recommendation, construct
+from model.recommend import NoEligibleConfiguration, evaluate, recommend
+from model.schemas import ConfigPrediction, Exclusion, Recommendation, construct, to_json
 from model.shape import bare
 from model.silicon import silicon_for
 from model.workload import Config, Workload, preset_shape
@@ -107,3 +107,32 @@ def test_construct_equals_validation():
         assert not cls.__private_attributes__ and not cls.__pydantic_post_init__
         assert cls.model_config.get("extra") != "allow"
         assert all(f.alias is None for f in cls.model_fields.values())
+
+
+def test_to_json_writes_what_pydantic_writes():
+    """Byte for byte, over recommendations of many models, GPUs and sizes (waves, exclusions,
+    no crossover, transferred and uncalibrated configurations), and a batch answer."""
+    from service.errors import ErrorDetail
+    from service.schemas import BatchItem, BatchResponse
+    m = default_model()
+    rng = np.random.default_rng(11)
+    presets = ["kimi-k3", "llama-3.1-8b", "deepseek-v3", "qwen3-32b", "llama-3.1-405b"]
+    items, compared = [], 0
+    for i in range(400):
+        w = Workload(context_tokens=int(rng.integers(1, 2_000_000)),
+                     output_tokens=int(rng.integers(1, 40_000)),
+                     batch_size=int(rng.integers(1, 1024)), preset=presets[i % 5],
+                     gpu=["B300", "H200", "H100", "B200"][i % 4], num_gpus=[1, 2, 4, 8][i // 4 % 4],
+                     allow_extrapolation=True, kv_cache_dtype=["bf16", "fp8"][i // 16 % 2])
+        try:
+            rec = recommend(m, w, "v")
+        except NoEligibleConfiguration:
+            continue
+        assert to_json(rec) == rec.model_dump_json().encode()
+        compared += 1
+        items.append(BatchItem(index=i, recommendation=rec))
+    assert compared > 100
+    items.append(BatchItem(index=1, error=ErrorDetail(message="m", type="t", param=None,
+                                                      code=422)))
+    batch = BatchResponse(results=items, succeeded=compared, failed=1)
+    assert to_json(batch) == batch.model_dump_json().encode()
