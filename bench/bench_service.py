@@ -7,8 +7,8 @@ options) and drives it with ``wrk`` at a fixed concurrency. Scenarios, interleav
 - ``trivial``: POST /bench/constant (returns a constant; the stack's floor), same body.
 - ``recommend``: POST /v1/recommend, the seed workload every time (answered from the
   response cache after the first request).
-- ``recommend-uncached``: POST /v1/recommend with a different context in every request, so
-  every request runs the recommender.
+- ``recommend-uncached``: POST /v1/recommend with a different context in every request (and
+  a model name of its own per run), so every request runs the recommender.
 - ``bare-trivial``: a constant endpoint of a bare FastAPI app (no middleware) in a separate
   uvicorn process with the same options, for reference.
 
@@ -42,12 +42,16 @@ wrk.headers["Content-Type"] = "application/json"
 wrk.body = '{BODY}'
 """
 LUA_UNIQUE = """
+-- a new model name per run, so no run meets the answers an earlier one left in the response
+-- cache (the name only enters the launch command)
+math.randomseed(os.time())
+local run = math.random(0, 999999)
 local n = 0
 local headers = {["Content-Type"] = "application/json"}
 request = function()
   n = n + 1
   local body = string.format('{"context_tokens":%d,"output_tokens":2048,"batch_size":64,'
-    .. '"preset":"kimi-k3","gpu":"B300","num_gpus":8}', 65536 + n)
+    .. '"preset":"kimi-k3","gpu":"B300","num_gpus":8,"model":"bench-%d"}', 65536 + n, run)
   return wrk.format("POST", nil, headers, body)
 end
 """
