@@ -113,7 +113,7 @@ def main() -> int:
              "--log-level", "warning"], tmp / "proxy.log",
             env={"PYTHONHASHSEED": "0", "PYTHONPATH": str(ROOT)}))
         url = f"http://127.0.0.1:{port}"
-        why = ready(Target("engine-advisor", url, procs[-1], tmp / "proxy.log"), 600.0)
+        why = ready(Target("engine-advisor", url, procs[-1], tmp / "proxy.log"), 1800.0)
         if why is not None:
             raise SystemExit(f"bench_proxy_instructions: engine-advisor {why}")
         run_load(url, PLAIN, args.connections, args.warmup, 600.0)
