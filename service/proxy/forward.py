@@ -261,6 +261,10 @@ class CycleWatch:
 class ProxyCall(Response):
     """The ASGI response of one proxied request (see the module docstring)."""
 
+    __slots__ = ("state", "pools", "req", "decision", "first", "request_id", "prompt_tokens",
+                 "rid", "own_lines", "started", "finished", "final", "status_code", "watch",
+                 "cycle", "background", "task", "loop", "phase")
+
     def __init__(self, state: ProxyState, pools: Pools, req: ProxyRequest, decision: Decision,
                  first: Upstream, request_id: str, prompt_tokens: int):
         self.state, self.pools, self.req, self.decision = state, pools, req, decision

@@ -135,6 +135,7 @@ class Connection(asyncio.Protocol):
         self.chunks = 0
         self.keep = False
         self.until_close = False
+        self.http11 = False       # the answer's first bytes are an HTTP/1.1 status line
 
     # ---------------------------------------------------------------- transport events
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -150,9 +151,11 @@ class Connection(asyncio.Protocol):
             if phase == IDLE:
                 self.close()
             return
-        self.got += len(data)
         if phase == HEAD:
+            if self.got == 0:                 # the first bytes of the answer
+                self.http11 = data.startswith(b"HTTP/1.1 ")
             self.raw_head += len(data)
+        self.got += len(data)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -232,9 +235,10 @@ class Connection(asyncio.Protocol):
             raise LimitError(f"response header section over {lim.header_bytes} bytes")
         if not 100 <= status <= 599:
             raise ProtocolError(f"invalid status {status}")
-        version = parser.get_http_version()
-        if version != "1.1" and version != "1.0":
-            raise ProtocolError(f"HTTP version {version}")
+        if not (self.http11 and self.interim == 0):    # else this head is that status line's
+            version = parser.get_http_version()          # (a str.format: ~2k instructions)
+            if version != "1.1" and version != "1.0":
+                raise ProtocolError(f"HTTP version {version}")
         if status < 200:
             if status == 101:
                 raise ProtocolError("101 Switching Protocols, not asked for")
@@ -284,15 +288,14 @@ class Connection(asyncio.Protocol):
         if w is not None and not w.done():
             w.set_result(None)
 
-    async def wait(self) -> None:
+    def wait(self) -> asyncio.Future:
+        """A future the next bytes or the connection's end complete: ``await conn.wait()``
+        (no coroutine of its own; a future left behind done or cancelled is never woken)."""
         loop = self.loop
         if loop is None:                    # looked up once per connection
             loop = self.loop = asyncio.get_running_loop()
         self.waiter = w = loop.create_future()
-        try:
-            await w
-        finally:
-            self.waiter = None
+        return w
 
     def take(self) -> bytes:
         """The body bytes buffered so far, in one piece."""

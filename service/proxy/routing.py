@@ -27,7 +27,7 @@ NO_POOLS = ("the proxy has no upstream pools: start `engine-advisor serve --upst
 LOCAL_INLINE_BYTES = 64 << 10      # larger prompts are tokenized off the event loop
 
 
-@dataclass
+@dataclass(slots=True)
 class Routed:
     decision: Decision
     first: Upstream
