@@ -63,7 +63,10 @@ def current_model(request: Request) -> LoadedModel:
 
 def model_of(state: Any) -> LoadedModel:
     """``current_model`` from the app's state."""
-    holder = getattr(state, "holder", None)
+    # Starlette's State keeps its values in ``_state``; a plain getattr would first fail (an
+    # AttributeError, its message formatted) before State.__getattr__ finds the holder
+    values = getattr(state, "_state", None)
+    holder = values.get("holder") if isinstance(values, dict) else getattr(state, "holder", None)
     if holder is None:
         raise ApiError(503, "the model is not loaded yet")
     return holder.current

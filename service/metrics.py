@@ -5,8 +5,9 @@ Labels stay bounded: route templates (or "unmatched"), known methods, status cod
 What is counted on every request (``Counts``, ``Latencies``) is kept in plain dicts and turned
 into metric families when /metrics is scraped: ``Counter.labels(...).inc()`` and
 ``Histogram.observe`` cost microseconds each (a lock, several Python calls, a linear bucket
-scan), a dict update a fraction of one. Everything runs on the event loop's thread, the scrape
-too, so the dicts need no lock.
+scan), a dict update a fraction of one. The HTTP request counter is the latency histogram's
+own count per label set (``Observed``), so a request is one row update. Everything runs on the
+event loop's thread, the scrape too, so the dicts need no lock.
 """
 
 from __future__ import annotations
@@ -67,11 +68,17 @@ class Latencies(Collector):
             registry.register(self)
 
     def observe(self, values: tuple[str, ...], amount: float) -> None:
+        row = self.row(values)
+        row[bisect_left(self.bounds, amount)] += 1
+        row[-1] += amount
+
+    def row(self, values: tuple[str, ...]) -> list:
+        """The counts of a label set (a count per bucket, the last one +Inf, then the sum),
+        for a caller that updates them itself."""
         row = self.values.get(values)
         if row is None:
             row = self.values[values] = [0] * (len(self.bounds) + 1) + [0.0]
-        row[bisect_left(self.bounds, amount)] += 1
-        row[-1] += amount
+        return row
 
     def collect(self) -> Iterator[Metric]:
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labels)
@@ -87,16 +94,41 @@ class Latencies(Collector):
         yield HistogramMetricFamily(self.name, self.documentation, labels=self.labels)
 
 
+class Observed(Collector):
+    """A counter family ``name_total{labels}`` of the observations of a ``Latencies``: its
+    count per label set, summed when scraped (nothing to update per request)."""
+
+    def __init__(self, name: str, documentation: str, of: Latencies,
+                 registry: CollectorRegistry | None = None):
+        self.name, self.documentation, self.of = name, documentation, of
+        if registry is not None:
+            registry.register(self)
+
+    def get(self, values: tuple[str, ...]) -> float:
+        row = self.of.values.get(values)
+        return float(sum(row[:-1])) if row is not None else 0.0
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.of.labels)
+        for values, row in list(self.of.values.items()):
+            family.add_metric(values, float(sum(row[:-1])))
+        yield family
+
+    def describe(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(self.name, self.documentation, labels=self.of.labels)
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.requests = Counts(
-            "engine_advisor_http_requests", "HTTP requests by route template and status",
-            ["method", "route", "status"], registry=self.registry)
         self.latency = Latencies(
             "engine_advisor_http_request_duration_seconds", "HTTP request latency",
-            ["method", "route", "status"], registry=self.registry,
+            ["method", "route", "status"],
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
+        self.requests = Observed(      # the histogram's counts: one update per request
+            "engine_advisor_http_requests", "HTTP requests by route template and status",
+            self.latency, registry=self.registry)
+        self.registry.register(self.latency)
         self.recommendations = Counts(
             "engine_advisor_recommendations", "recommendations returned, by engine and DCP size",
             ["engine", "dcp_size"], registry=self.registry)
@@ -106,17 +138,19 @@ class Metrics:
         self.reloads = Counter(
             "engine_advisor_model_reloads", "model reload attempts by result", ["result"],
             registry=self.registry)
-        # (method, route, status) -> its label values: bounded like the labels themselves
-        self._keys: dict[tuple[str, str, int], tuple[str, str, str]] = {}
+        # (method, route, status) -> its latency row: bounded like the labels themselves
+        self._rows: dict[tuple[str, str, int], list] = {}
 
     def set_model(self, version: str, source: str) -> None:
         self.model_info.clear()
         self.model_info.labels(version=version, source=source[-200:]).set(1)
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
-        key = self._keys.get((method, route, status))
-        if key is None:
+        """One request: its latency, and so its count (``requests``)."""
+        row = self._rows.get((method, route, status))
+        if row is None:
             m = method if method in METHODS else "other"
-            key = self._keys[(method, route, status)] = (m, route, str(status))
-        self.requests.inc(key)
-        self.latency.observe(key, seconds)
+            row = self._rows[(method, route, status)] = self.latency.row(
+                (m, route, str(status)))
+        row[bisect_left(self.latency.bounds, seconds)] += 1
+        row[-1] += seconds

@@ -57,6 +57,7 @@ DIRECT_URLS = frozenset({b"/v1/completions", b"/v1/chat/completions"})
 BAD_NAME = re.compile(rb"[^!#$%&'*+\-.^_`|~0-9A-Za-z]")
 BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 NO_BODY = frozenset({204, 304})
+TASK_NAME = "direct lane"
 log = logging.getLogger("uvicorn.error")
 
 
@@ -142,9 +143,10 @@ class _Wakeup:
 
     def set(self) -> None:
         self.flag = True
-        for w in self.waiters:
-            if not w.done():
-                w.set_result(None)
+        if self.waiters:
+            for w in self.waiters:
+                if not w.done():
+                    w.set_result(None)
 
     def clear(self) -> None:
         self.flag = False
@@ -162,6 +164,11 @@ class _Wakeup:
 
 class DirectCycle:
     """One request of the direct lane: ASGI ``receive`` and ``send`` over the connection."""
+
+    __slots__ = ("scope", "transport", "flow", "loop", "default_headers", "keep_alive",
+                 "on_response", "body", "more_body", "disconnected", "on_disconnect",
+                 "message_event", "body_read", "response_started", "response_complete",
+                 "chunked", "left", "head", "flush_at", "task")
 
     def __init__(self, scope: dict, transport: asyncio.Transport, flow: Any,
                  loop: asyncio.AbstractEventLoop, default_headers: list[tuple[bytes, bytes]],
@@ -232,11 +239,10 @@ class DirectCycle:
         if self.response_started:
             raise RuntimeError("Unexpected response, after response already started.")
         self.response_started = self.response_complete = True
-        data = b"%b%b%b%b\r\n%b" % (
+        self.transport.write(b"".join((     # a join: cheaper than a %-format
             STATUS_LINES.get(status) or _status_line(status), _defaults(self.default_headers),
-            head, b"" if self.keep_alive else b"connection: close\r\n",
-            b"" if status in NO_BODY or status < 200 else body)
-        self.transport.write(data)
+            head, b"\r\n" if self.keep_alive else b"connection: close\r\n\r\n",
+            b"" if status in NO_BODY or status < 200 else body)))
         self.message_event.set()
         if not self.keep_alive:
             self.transport.close()
@@ -478,12 +484,15 @@ class ServerProtocol(HttpToolsProtocol):
         if not isinstance(cycle, DirectCycle):
             super()._start_asgi_task(cycle, app)
             return
-        # as uvicorn's, the task also kept on the cycle (its request needs no lookup)
-        if self.config.reset_contextvars:
-            task = self.event_loop.create_task(cycle.run_asgi(app),
-                                               context=contextvars.Context())
+        # as uvicorn's, the task also kept on the cycle (its request needs no lookup); made
+        # here with a fixed name when the loop has no task factory (create_task would format
+        # "Task-<n>" for each)
+        loop = self.event_loop
+        context = contextvars.Context() if self.config.reset_contextvars else None
+        if loop.get_task_factory() is None:
+            task = asyncio.Task(cycle.run_asgi(app), loop=loop, name=TASK_NAME, context=context)
         else:
-            task = self.event_loop.create_task(cycle.run_asgi(app))
+            task = loop.create_task(cycle.run_asgi(app), context=context)
         cycle.task = task
         task.add_done_callback(self.tasks.discard)
         self.tasks.add(task)

@@ -136,7 +136,9 @@ class DirectPath:
         try:
             try:
                 cap = self.proxy.body_cap()
-                response = self._refused(length, cap) if length is not None else None
+                response = None
+                if length is not None and not (length.isdigit() and int(length) <= cap):
+                    response = self._refused(length, cap)
                 if response is None:
                     body = cycle.whole_body()
                     if body is not None and len(body) > cap:

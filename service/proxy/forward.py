@@ -60,11 +60,39 @@ DROP_REQUEST = {b"host", b"content-length", b"connection", b"keep-alive", b"te",
                 b"transfer-encoding", b"upgrade", b"proxy-authorization", b"proxy-connection",
                 b"authorization", b"accept-encoding", b"x-request-id", b"expect"}
 PASS_RESPONSE = {b"content-type", b"cache-control", b"retry-after"}
-COMPLETION = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
-PROMPT = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
+
+
+class UsageField:
+    """A usage count in a response body: the number of its last ``"name": N``.
+
+    ``findall(data)[-1]`` of the pattern, found by ``rfind`` of the quoted name rather than
+    the regex engine's scan of every position. Matches cannot overlap (after the opening
+    quote only spaces, a colon and digits), so the last one starts at the last occurrence of
+    the name that the pattern matches at."""
+
+    __slots__ = ("key", "pattern")
+
+    def __init__(self, name: bytes):
+        self.key = b'"%b"' % name
+        self.pattern = re.compile(re.escape(self.key) + rb"\s*:\s*(\d+)")
+
+    def last(self, data: bytes) -> int | None:
+        key, match = self.key, self.pattern.match
+        i = data.rfind(key)
+        while i >= 0:
+            m = match(data, i)
+            if m is not None:
+                return int(m.group(1))
+            i = data.rfind(key, 0, i)
+        return None
+
+
+COMPLETION = UsageField(b"completion_tokens")
+PROMPT = UsageField(b"prompt_tokens")
 DONE = b"data: [DONE]"
 BAD_NAME = re.compile(rb"[^!#$%&'*+\-.^_`|~0-9A-Za-z]")
 BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+_row = tuple.__new__            # Observation._make without its length check (fields are fixed)
 
 
 @dataclass
@@ -126,7 +154,7 @@ def passed_lines(headers: list[tuple[bytes, bytes]]) -> bytes:
         if k in PASS_RESPONSE:
             if BAD_VALUE.search(v):
                 raise ValueError(f"invalid response header {k[:40]!r}")
-            out += b"%b: %b\r\n" % (k, v)
+            out += b"".join((k, b": ", v, b"\r\n"))
     return out
 
 
@@ -232,6 +260,10 @@ class CycleWatch:
 
 class ProxyCall(Response):
     """The ASGI response of one proxied request (see the module docstring)."""
+
+    __slots__ = ("state", "pools", "req", "decision", "first", "request_id", "prompt_tokens",
+                 "rid", "own_lines", "started", "finished", "final", "status_code", "watch",
+                 "cycle", "background", "task", "loop", "phase")
 
     def __init__(self, state: ProxyState, pools: Pools, req: ProxyRequest, decision: Decision,
                  first: Upstream, request_id: str, prompt_tokens: int):
@@ -378,17 +410,13 @@ class ProxyCall(Response):
         """``_whole`` on a direct-lane cycle (``lines``: checked header lines)."""
         self.watch.close()
         self.status_code = status
-        cycle.respond(status, b"%b%bcontent-length: %d\r\nx-request-id: %b\r\n" % (
-            lines, up.lines, len(body), self.rid), body)
+        cycle.respond(status, b"".join((lines, up.lines, b"content-length: %d\r\nx-request-id: "
+                                        % len(body), self.rid, b"\r\n")), body)
 
     @staticmethod
     def _ours(up: Upstream) -> list[tuple[bytes, bytes]]:
         return [(b"x-engine-advisor-engine", up.engine.encode()),
                 (b"x-engine-advisor-upstream", up.name.encode())]
-
-    @staticmethod
-    def _passed(resp: Http1Response) -> list[tuple[bytes, bytes]]:
-        return [(k, v) for k, v in resp.headers if k in PASS_RESPONSE]
 
     @staticmethod
     def _response_headers(resp: Http1Response, up: Upstream) -> list[tuple[bytes, bytes]]:
@@ -412,9 +440,8 @@ class ProxyCall(Response):
             if not self.req.stream:
                 dl = st.deadlines.at(deadline, self.task).start()
                 try:
-                    resp = await up.fast.request("POST", self.req.path, None, self.req.raw,
-                                                 t.connect_s, whole=True, lines=lines)
-                    body = await resp.read()
+                    status, headers, body = await up.fast.whole(
+                        "POST", self.req.path, self.req.raw, t.connect_s, lines)
                 except asyncio.CancelledError as exc:
                     dl.end()
                     if dl.timed_out():
@@ -422,7 +449,7 @@ class ProxyCall(Response):
                     raise
                 finally:
                     dl.end()
-                return await self._answer(send, up, resp, body, sent_at, batch)
+                return await self._answer(send, up, status, headers, body, sent_at, batch)
             async with st.deadlines.at(min(loop.time() + t.first_byte_s, deadline),
                                        self.task) as cm:
                 resp = await up.fast.request("POST", self.req.path, None, self.req.raw,
@@ -432,7 +459,8 @@ class ProxyCall(Response):
                     self.phase = "total"
                     body = await resp.read()
                     cm.reschedule(None)
-                    return await self._answer(send, up, resp, body, sent_at, batch)
+                    return await self._answer(send, up, resp.status, resp.headers, body,
+                                              sent_at, batch)
                 return await self._stream(send, up, resp, cm, deadline, sent_at, batch)
         except TimeoutError:
             up.breaker.failure()
@@ -473,12 +501,15 @@ class ProxyCall(Response):
         API key."""
         own = self.own_lines
         if own is None:
-            own = self.own_lines = b"".join([b"%b: %b\r\n" % kv for kv in scope["headers"]
-                                             if kv[0] not in DROP_REQUEST])
+            parts = []
+            for k, v in scope["headers"]:
+                if k not in DROP_REQUEST:
+                    parts += (k, b": ", v, b"\r\n")
+            own = self.own_lines = b"".join(parts)
         key = up.spec.api_key
-        return b"%baccept-encoding: identity\r\nx-request-id: %b\r\n%b" % (
-            own, self.rid, b"" if key is None else
-            b"authorization: Bearer %b\r\n" % key.get_secret_value().encode())
+        return b"".join((own, b"accept-encoding: identity\r\nx-request-id: ", self.rid,
+                         b"\r\n" if key is None else b"\r\nauthorization: Bearer %b\r\n"
+                         % key.get_secret_value().encode()))
 
     async def _failed_midway(self, send: Send, up: Upstream, f: Failure) -> Failure | None:
         """Before any byte reached the client: the failure (maybe retried). After: an error
@@ -499,21 +530,22 @@ class ProxyCall(Response):
             pass
         return None
 
-    async def _answer(self, send: Send, up: Upstream, resp: Http1Response, body: bytes,
-                      sent_at: float, batch: int) -> Failure | None:
-        status = resp.status
+    async def _answer(self, send: Send, up: Upstream, status: int,
+                      headers: list[tuple[bytes, bytes]], body: bytes, sent_at: float,
+                      batch: int) -> Failure | None:
+        """A whole answer of the upstream (``headers``: its response headers)."""
         if status == 429 or status >= 500:
             if status >= 500:
                 up.breaker.failure()
             else:
                 up.breaker.success()
-            ra = resp.header(b"retry-after")
+            ra = next((v for k, v in headers if k == b"retry-after"), None)
             after = retry_after(ra.decode("latin-1") if ra else None)
             if after:
                 up.not_before = time.monotonic() + min(
                     after, self.pools.config.retries.backoff_max_s * 10)
             return Failure("status", f"upstream {up.name} answered {status}", True, status,
-                           body, self._passed(resp), after)
+                           body, [(k, v) for k, v in headers if k in PASS_RESPONSE], after)
         br = up.breaker
         if not br.closed or br.failures or br.probing:    # else success() changes nothing
             br.success()
@@ -521,15 +553,16 @@ class ProxyCall(Response):
         self.final = (up.engine, up.name, status)
         cycle = self.cycle
         if cycle is not None and not cycle.flow.write_paused:
-            self._respond(cycle, status, passed_lines(resp.headers), up, body)
+            self._respond(cycle, status, passed_lines(headers), up, body)
         else:
-            await self._whole(send, status, self._passed(resp), up, body)
+            await self._whole(send, status, [(k, v) for k, v in headers if k in PASS_RESPONSE],
+                              up, body)
         self.state.metrics.count(up.engine, up.name, status)
         if 200 <= status < 300:
             total = time.perf_counter() - sent_at
-            m = COMPLETION.findall(body)
-            if m:
-                self._observe(up, body, int(m[-1]), None, total, batch)
+            n = COMPLETION.last(body)
+            if n is not None:
+                self._observe(up, body, n, None, total, batch)
         return None
 
     async def _stream(self, send: Send, up: Upstream, resp: Http1Response, cm,
@@ -601,8 +634,9 @@ class ProxyCall(Response):
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         self.state.metrics.count(up.engine, up.name, resp.status)
         total = time.perf_counter() - sent_at
-        m = COMPLETION.findall(last)
-        n = int(m[-1]) if m else max(events - skipped, 0)
+        n = COMPLETION.last(last)
+        if n is None:
+            n = max(events - skipped, 0)
         if n > 0:
             self._observe(up, last, n, ttft, total, batch)
         return None
@@ -610,8 +644,9 @@ class ProxyCall(Response):
     def _observe(self, up: Upstream, tail: bytes, n: int, ttft: float | None, total: float,
                  batch: int) -> None:
         st, pools = self.state, self.pools
-        p = PROMPT.findall(tail)
-        prompt = int(p[-1]) if p else self.prompt_tokens
+        prompt = PROMPT.last(tail)
+        if prompt is None:
+            prompt = self.prompt_tokens
         tpot = (total - ttft) / (n - 1) if ttft is not None and n > 1 else None
         if ttft is not None:
             st.metrics.child(st.metrics.ttft, up.engine).observe(ttft)
@@ -627,6 +662,6 @@ class ProxyCall(Response):
                     up.spec.mem_fraction, pools.kv_bytes_per_token, pools.kv_shards)
             tail_ = (w.preset or "", w.kv_cache_dtype)
             up.observed, up.observed_of = (head, tail_), pools.generation
-        st.observations.add(Observation._make(
-            (*head, max(prompt, 1), n, batch, ttft, tpot, total, *tail_)))
+        st.observations.add(_row(Observation, (*head, prompt if prompt > 1 else 1, n, batch,
+                                               ttft, tpot, total, *tail_)))
 

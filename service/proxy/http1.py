@@ -84,6 +84,23 @@ class _Extra(Exception):
     """A second response began after the complete one (raised inside the parser)."""
 
 
+def _framing(lengths: list[bytes], codings: list[bytes]) -> tuple[int | None, bool]:
+    """(Content-Length or None, chunked) of a response head's framing fields."""
+    if len(lengths) > 1:
+        raise ProtocolError("more than one Content-Length")
+    if codings and lengths:
+        raise ProtocolError("both Transfer-Encoding and Content-Length")
+    if codings and (len(codings) > 1 or codings[0].strip().lower() != b"chunked"):
+        raise ProtocolError(f"unsupported Transfer-Encoding {b', '.join(codings)[:80]!r}")
+    length = None
+    if lengths:
+        v = lengths[0].strip()
+        if not v.isdigit() or len(v) > 18:
+            raise ProtocolError(f"invalid Content-Length {v[:40]!r}")
+        length = int(v)
+    return length, bool(codings)
+
+
 class Connection(asyncio.Protocol):
     """One upstream connection: llhttp fed from ``data_received``; one request at a time."""
 
@@ -106,19 +123,19 @@ class Connection(asyncio.Protocol):
         self.cap = cap            # body limit of this response (None: streaming)
         self.got = 0              # bytes received for this request
         self.raw_head = 0         # bytes received while the head was incomplete
-        self.head_size = 0        # status line and header fields (parsed)
+        self.head_size = 0        # status line and header fields of interim responses
         self.trailer_size = 0
         self.interim = 0
         self.status = 0
-        self.headers: list[tuple[bytes, bytes]] = []
-        self.lengths: list[bytes] = []        # Content-Length values
-        self.codings: list[bytes] = []        # Transfer-Encoding values
+        self.fields: list[tuple[bytes, bytes]] = []   # the head's fields, as received
+        self.headers: list[tuple[bytes, bytes]] = []  # the final head's, names lower-case
         self.body: list[bytes] = []
         self.buffered = 0
         self.total = 0            # body bytes of the response
         self.chunks = 0
         self.keep = False
         self.until_close = False
+        self.http11 = False       # the answer's first bytes are an HTTP/1.1 status line
 
     # ---------------------------------------------------------------- transport events
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -128,14 +145,17 @@ class Connection(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
-        if self.phase == IDLE or self.phase == DONE:   # nothing asked: never parsed, never used
+        phase = self.phase
+        if phase == IDLE or phase == DONE:   # nothing asked: never parsed, never used
             self.extra = True
-            if self.phase == IDLE:
+            if phase == IDLE:
                 self.close()
             return
-        self.got += len(data)
-        if self.phase == HEAD:
+        if phase == HEAD:
+            if self.got == 0:                 # the first bytes of the answer
+                self.http11 = data.startswith(b"HTTP/1.1 ")
             self.raw_head += len(data)
+        self.got += len(data)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -150,13 +170,17 @@ class Connection(asyncio.Protocol):
                 self._fail(ProtocolError(f"malformed response ({exc})"))
         else:
             lim = self.limits
-            if self.phase == HEAD and self.raw_head > lim.header_bytes:
-                self._fail(LimitError(f"response header section over {lim.header_bytes} bytes"))
+            if self.phase == HEAD:
+                if self.raw_head > lim.header_bytes:
+                    self._fail(LimitError(f"response header section over {lim.header_bytes} "
+                                          "bytes"))
             elif self.got - self.total - self.raw_head > (
                     lim.trailer_bytes + FRAMING_PER_CHUNK * self.chunks):
                 self._fail(LimitError(f"chunk framing or trailers over {lim.trailer_bytes} "
                                       "bytes"))
-        self._wake()
+        w = self.waiter                   # _wake()
+        if w is not None and not w.done():
+            w.set_result(None)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
@@ -182,14 +206,8 @@ class Connection(asyncio.Protocol):
         self.head_size += len(status) + 15
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if self.phase == HEAD:
-            self.head_size += len(name) + len(value) + 4
-            name = name.lower()
-            if name == b"content-length":
-                self.lengths.append(value)
-            elif name == b"transfer-encoding":
-                self.codings.append(value)
-            self.headers.append((name, value))
+        if self.phase == HEAD:        # looked at when the head is complete
+            self.fields.append((name, value))
             return
         self.trailer_size += len(name) + len(value) + 4     # trailers: counted, dropped
         if self.trailer_size > self.limits.trailer_bytes:
@@ -197,43 +215,47 @@ class Connection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         lim = self.limits
-        status = self.parser.get_status_code()
-        if self.head_size > lim.header_bytes:
+        parser = self.parser
+        status = parser.get_status_code()
+        size = self.head_size
+        headers = []
+        lengths: list[bytes] = []         # Content-Length values
+        codings: list[bytes] = []         # Transfer-Encoding values
+        for name, value in self.fields:
+            size += len(name) + len(value) + 4
+            name = name.lower()
+            if name == b"content-length":
+                lengths.append(value)
+            elif name == b"transfer-encoding":
+                codings.append(value)
+            headers.append((name, value))
+        self.fields = []
+        self.head_size = size
+        if size > lim.header_bytes:
             raise LimitError(f"response header section over {lim.header_bytes} bytes")
         if not 100 <= status <= 599:
             raise ProtocolError(f"invalid status {status}")
-        if self.parser.get_http_version() not in ("1.1", "1.0"):
-            raise ProtocolError(f"HTTP version {self.parser.get_http_version()}")
+        if not (self.http11 and self.interim == 0):    # else this head is that status line's
+            version = parser.get_http_version()          # (a str.format: ~2k instructions)
+            if version != "1.1" and version != "1.0":
+                raise ProtocolError(f"HTTP version {version}")
         if status < 200:
             if status == 101:
                 raise ProtocolError("101 Switching Protocols, not asked for")
             self.interim += 1
             if self.interim > lim.interim:
                 raise ProtocolError(f"more than {lim.interim} interim (1xx) responses")
-            self.headers, self.lengths, self.codings = [], [], []
             return
-        length, chunked = self._framing()
+        self.headers = headers
+        if not codings and len(lengths) == 1 and lengths[0].isdigit() and len(lengths[0]) < 19:
+            length, chunked = int(lengths[0]), False      # the usual framing: nothing to check
+        else:
+            length, chunked = _framing(lengths, codings)
         if self.cap is not None and length is not None and length > self.cap:
             raise LimitError(f"Content-Length {length} over the body limit of {self.cap} bytes")
         self.status = status
         self.until_close = length is None and not chunked and status not in (204, 304)
         self.phase = BODY
-
-    def _framing(self) -> tuple[int | None, bool]:
-        lengths, codings = self.lengths, self.codings
-        if len(lengths) > 1:
-            raise ProtocolError("more than one Content-Length")
-        if codings and lengths:
-            raise ProtocolError("both Transfer-Encoding and Content-Length")
-        if codings and (len(codings) > 1 or codings[0].strip().lower() != b"chunked"):
-            raise ProtocolError(f"unsupported Transfer-Encoding {b', '.join(codings)[:80]!r}")
-        length = None
-        if lengths:
-            v = lengths[0].strip()
-            if not v.isdigit() or len(v) > 18:
-                raise ProtocolError(f"invalid Content-Length {v[:40]!r}")
-            length = int(v)
-        return length, bool(codings)
 
     def on_body(self, body: bytes) -> None:
         self.total += len(body)
@@ -266,15 +288,14 @@ class Connection(asyncio.Protocol):
         if w is not None and not w.done():
             w.set_result(None)
 
-    async def wait(self) -> None:
+    def wait(self) -> asyncio.Future:
+        """A future the next bytes or the connection's end complete: ``await conn.wait()``
+        (no coroutine of its own; a future left behind done or cancelled is never woken)."""
         loop = self.loop
         if loop is None:                    # looked up once per connection
             loop = self.loop = asyncio.get_running_loop()
         self.waiter = w = loop.create_future()
-        try:
-            await w
-        finally:
-            self.waiter = None
+        return w
 
     def take(self) -> bytes:
         """The body bytes buffered so far, in one piece."""
@@ -384,6 +405,7 @@ class Http1Pool:
         self.port = u.port or (443 if self.tls else 80)
         self.prefix = u.path.rstrip("/").encode()
         self.host_header = u.netloc.encode()
+        self.starts: dict[tuple[str, str], bytes] = {}
         self.max = max_connections
         self.limits = limits or Limits()
         self.idle: deque[Connection] = deque()
@@ -421,15 +443,23 @@ class Http1Pool:
         else:
             self.put(got)
 
-    async def _get(self, connect_timeout: float) -> Connection:
+    def _idle(self) -> Connection | None:
+        """A usable idle connection (the most recently used first), or None; unusable ones
+        are closed on the way."""
         now = time.monotonic()
         while self.idle:
-            c = self.idle.pop()                       # most recently used first
+            c = self.idle.pop()
             if c.usable(now):
                 c.reused = True
                 return c
             c.close()
             self.open -= 1
+        return None
+
+    async def _get(self, connect_timeout: float) -> Connection:
+        c = self._idle()
+        if c is not None:
+            return c
         if self.closed:
             raise PoolTimeout("the upstream was removed")
         if self.open >= self.max:
@@ -479,20 +509,53 @@ class Http1Pool:
         ``whole``: the body will be read whole (``Limits.body_bytes`` applies). ``lines``:
         the headers already as ``name: value\r\n`` lines (none of ``HOP``), instead of
         ``headers``."""
-        target = self.prefix + path.encode()
+        conn = await self._exchange(self._data(method, path, headers, body, lines),
+                                    self.limits.body_bytes if whole else None,
+                                    connect_timeout, False)
+        return Response(conn, self)
+
+    async def whole(self, method: str, path: str, body: bytes, connect_timeout: float,
+                    lines: bytes) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """``request`` and ``Response.read`` in one, for a caller that waits for the whole
+        response anyway: (status, headers, body), the connection already given back."""
+        conn = await self._exchange(self._data(method, path, None, body, lines),
+                                    self.limits.body_bytes, connect_timeout, True)
+        try:
+            if conn.extra:
+                raise ProtocolError("bytes after a complete response")
+            return conn.status, conn.headers, conn.take()
+        finally:
+            self.put(conn)
+
+    def _data(self, method: str, path: str, headers: list[tuple[bytes, bytes]] | None,
+              body: bytes, lines: bytes | None) -> bytes:
         if lines is None:
-            data = _head(method, target, self.host_header, headers or [], len(body)) + body
-        else:
-            data = b"%b %b HTTP/1.1\r\nhost: %b\r\ncontent-length: %d\r\n%b\r\n%b" % (
-                method.encode(), target, self.host_header, len(body), lines, body)
-        cap = self.limits.body_bytes if whole else None
+            return _head(method, self.prefix + path.encode(), self.host_header, headers or [],
+                         len(body)) + body
+        start = self.starts.get((method, path))
+        if start is None:      # the request line and host: once per method and (proxy) path
+            start = self.starts[(method, path)] = b"%b %b HTTP/1.1\r\nhost: %b\r\n" % (
+                method.encode(), self.prefix + path.encode(), self.host_header)
+        return b"".join((start, b"content-length: %d\r\n" % len(body), lines, b"\r\n", body))
+
+    async def _exchange(self, data: bytes, cap: int | None, connect_timeout: float,
+                        whole: bool) -> Connection:
+        """``data`` sent on a pooled connection, which is returned once the response head
+        (``whole``: the whole response) has arrived. A kept-alive connection the upstream
+        closed before answering is replaced, twice at most."""
         stale = 0
         while True:
-            conn = await self._get(connect_timeout)
+            conn = self._idle() if self.idle else None
+            if conn is None:
+                conn = await self._get(connect_timeout)
             try:
                 conn.send(data, cap)
-                while conn.phase == HEAD and conn.error is None:
-                    await conn.wait()
+                if whole:
+                    while conn.phase != DONE and conn.error is None:
+                        await conn.wait()
+                else:
+                    while conn.phase == HEAD and conn.error is None:
+                        await conn.wait()
                 if conn.error is not None:
                     # a kept-alive socket the server closed before answering: a new one
                     if conn.reused and conn.got == 0 and isinstance(conn.error, ReadError):
@@ -506,7 +569,7 @@ class Http1Pool:
             except BaseException:
                 self.put(conn)          # not reusable mid-request: closed, slot freed
                 raise
-            return Response(conn, self)
+            return conn
 
     async def aclose(self) -> None:
         self.closed = True

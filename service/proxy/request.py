@@ -15,7 +15,7 @@ from service.middleware import body_too_large
 CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
 
 
-@dataclass
+@dataclass(slots=True)
 class ProxyRequest:
     path: str
     raw: bytes

@@ -27,7 +27,7 @@ NO_POOLS = ("the proxy has no upstream pools: start `engine-advisor serve --upst
 LOCAL_INLINE_BYTES = 64 << 10      # larger prompts are tokenized off the event loop
 
 
-@dataclass
+@dataclass(slots=True)
 class Routed:
     decision: Decision
     first: Upstream
@@ -94,7 +94,9 @@ async def route(st: ProxyState, pools: Pools, loaded: LoadedModel, req: ProxyReq
     if least is None:
         raise _unavailable(cands)
     out = req.max_tokens or cfg.workload.output_tokens
-    batch = max(cfg.workload.batch_size, 1 + least)
+    batch = cfg.workload.batch_size
+    if least >= batch:                  # max(batch, 1 + least); max() is a slow builtin call
+        batch = least + 1
     decision = None
     if context_tokens is not None:
         n, method = context_tokens, "given"
@@ -108,8 +110,8 @@ async def route(st: ProxyState, pools: Pools, loaded: LoadedModel, req: ProxyReq
         method = "tokenizer"
     else:
         size = req.prompt_bytes   # the estimate and its plausible range (service.proxy.tokens)
-        n, method = max(1, round(size / cfg.tokens.bytes_per_token)), "estimate"
-        lo, hi = max(1, size // MAX_BYTES_PER_TOKEN), max(1, size)
+        n, method = round(size / cfg.tokens.bytes_per_token) or 1, "estimate"
+        lo, hi = size // MAX_BYTES_PER_TOKEN or 1, size or 1
         decision, differs = st.decider.estimated(loaded, pools, n, lo, hi, out, batch,
                                                  cfg.tokens.upstream_tokenize)
         if differs:
