@@ -31,6 +31,10 @@ async def json_body(request: Request, model: type[M]) -> M:
     ctype = request.headers.get("content-type")
     data: Any = raw                 # not JSON by its content type: fails as a non-object
     if ctype and is_json(ctype):
+        try:        # pydantic's own JSON parser: valid bodies in one pass
+            return model.model_validate_json(raw)
+        except ValidationError:     # invalid: parsed again, for FastAPI's errors below
+            pass
         try:
             data = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -155,3 +155,28 @@ def test_a_full_batch_of_1000_is_answered(client):
     # vLLM at the short end, SGLang at the long end, one switch in between (the crossover)
     assert engines[0] == "vllm" and engines[-1] == "sglang"
     assert sum(a != b for a, b in zip(engines, engines[1:], strict=False)) == 1
+
+
+def test_body_parsing_fast_path_reads_what_json_loads_reads():
+    """service.deps.json_body validates a valid body with pydantic's JSON parser: the same
+    workload as json.loads + validation (FastAPI's way), over every kind of field."""
+    import json
+    from pathlib import Path
+
+    import numpy as np
+
+    hf = json.loads((Path(__file__).parents[2] / "model/data/presets/llama-3.1-8b.json")
+                    .read_text())
+    hf = hf.get("config", hf)
+    rng = np.random.default_rng(5)
+    bodies = [{**SEED}, {**SEED, "hf_config": hf, "preset": None, "model": "x/y"},
+              {**SEED, "context_tokens": 2048.0, "requirements": {"prefix_reuse_share": 0.25}},
+              {**SEED, "dcp_sizes": [1, 8], "engines": ["sglang"], "kv_cache_dtype": "fp8"},
+              {**SEED, "gpu": "h200", "allow_extrapolation": True, "num_gpus": 4}]
+    bodies += [{**SEED, "context_tokens": int(rng.integers(1, 10**7)),
+                "batch_size": int(rng.integers(1, 4096)), "output_tokens": float(n)}
+               for n in rng.integers(1, 10**5, 20)]
+    for body in bodies:
+        body = {k: v for k, v in body.items() if v is not None}
+        raw = json.dumps(body).encode()
+        assert Workload.model_validate_json(raw) == Workload.model_validate(json.loads(raw))
