@@ -16,7 +16,7 @@ def construct(cls: type[M], values: dict) -> M:
     """An instance of ``cls`` from values the caller guarantees valid, naming every field: what
     ``cls.model_construct(**values)`` builds, without its per-field loop (the recommender
     builds about ten per query). Only for the plain models of this module (no aliases,
-    validators, private attributes or extra fields; ``tests/model/test_schemas.py`` checks
+    validators, private attributes or extra fields; ``tests/model/test_eval_modes.py`` checks
     the result equals validation's)."""
     m = _new(cls)
     _setattr(m, "__dict__", values)
@@ -30,7 +30,7 @@ def to_json(m: BaseModel) -> bytes:
     """``m.model_dump_json()`` as bytes, written by orjson in about half the time of
     pydantic-core's serializer: the same bytes for the plain models of the recommendation
     contract (fields of JSON types and nested plain models, in their declared order;
-    ``tests/model/test_schemas.py`` compares them)."""
+    ``tests/model/test_eval_modes.py`` compares them)."""
     return orjson.dumps(m, default=_fields)
 
 
