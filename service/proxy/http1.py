@@ -382,14 +382,6 @@ class Response:
             self._pool.put(conn)
 
 
-def _head(method: str, target: bytes, host: bytes, headers: list[tuple[bytes, bytes]],
-          length: int) -> bytes:
-    lines = [f"{method} ".encode() + target + b" HTTP/1.1", b"host: " + host,
-             b"content-length: " + str(length).encode()]
-    lines += [k + b": " + v for k, v in headers if k not in HOP]
-    return b"\r\n".join(lines) + b"\r\n\r\n"
-
-
 class Http1Pool:
     """Keep-alive connections to one ``http(s)://host:port`` (at most ``max_connections``).
 
@@ -530,8 +522,7 @@ class Http1Pool:
     def _data(self, method: str, path: str, headers: list[tuple[bytes, bytes]] | None,
               body: bytes, lines: bytes | None) -> bytes:
         if lines is None:
-            return _head(method, self.prefix + path.encode(), self.host_header, headers or [],
-                         len(body)) + body
+            lines = b"".join([k + b": " + v + b"\r\n" for k, v in headers or () if k not in HOP])
         start = self.starts.get((method, path))
         if start is None:      # the request line and host: once per method and (proxy) path
             start = self.starts[(method, path)] = b"%b %b HTTP/1.1\r\nhost: %b\r\n" % (
@@ -545,7 +536,7 @@ class Http1Pool:
         closed before answering is replaced, twice at most."""
         stale = 0
         while True:
-            conn = self._idle() if self.idle else None
+            conn = self._idle() if self.idle else None   # no coroutine when one is idle
             if conn is None:
                 conn = await self._get(connect_timeout)
             try:
