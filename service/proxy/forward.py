@@ -170,8 +170,7 @@ def pick(pools: Pools, decision: Decision, model: str | None, tried: list[Upstre
         best: Upstream | None = None
         for u in pools.groups.get(g, ()):
             if u in tried or (model is not None and u.spec.model != model) \
-                    or not (u.healthy and now >= u.not_before          # u.available(now)
-                            and (u.breaker.closed or u.breaker.available())):
+                    or not u.available(now):
                 continue
             if best is None or u.in_flight < best.in_flight or (
                     u.in_flight == best.in_flight and u.picked < best.picked):

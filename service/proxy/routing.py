@@ -87,9 +87,8 @@ async def route(st: ProxyState, pools: Pools, loaded: LoadedModel, req: ProxyReq
                             f"{', '.join(pools.models)})", param="model", type="model_not_found")
     now = time.monotonic()
     least = None                  # the fewest requests in flight of an available upstream
-    for u in cands:                     # u.available(now), inlined (once per request)
-        if u.healthy and now >= u.not_before and (u.breaker.closed or u.breaker.available()) \
-                and (least is None or u.in_flight < least):
+    for u in cands:
+        if u.available(now) and (least is None or u.in_flight < least):
             least = u.in_flight
     if least is None:
         raise _unavailable(cands)
