@@ -68,13 +68,16 @@ class Latencies(Collector):
             registry.register(self)
 
     def observe(self, values: tuple[str, ...], amount: float) -> None:
-        row = self.row(values)
+        self.add(self.row(values), amount)
+
+    def add(self, row: list, amount: float) -> None:
+        """One observation into a label set's ``row``."""
         row[bisect_left(self.bounds, amount)] += 1
         row[-1] += amount
 
     def row(self, values: tuple[str, ...]) -> list:
         """The counts of a label set (a count per bucket, the last one +Inf, then the sum),
-        for a caller that updates them itself."""
+        for a caller that keeps it to ``add`` to."""
         row = self.values.get(values)
         if row is None:
             row = self.values[values] = [0] * (len(self.bounds) + 1) + [0.0]
@@ -152,5 +155,4 @@ class Metrics:
             m = method if method in METHODS else "other"
             row = self._rows[(method, route, status)] = self.latency.row(
                 (m, route, str(status)))
-        row[bisect_left(self.latency.bounds, seconds)] += 1
-        row[-1] += seconds
+        self.latency.add(row, seconds)
