@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import lru_cache, partial
 from operator import attrgetter, itemgetter
 from typing import NamedTuple
 
@@ -145,31 +145,29 @@ def evaluate(model: CostModel, w: Workload, shape: ModelShape, configs: list[Con
     if not configs:
         return []
     case = build_case(model, w, shape, configs, si=si)
+    facts = case.facts
     values = {"context_tokens": w.context_tokens, "batch_size": w.batch_size,
               "output_tokens": w.output_tokens}
     bare_sigma = 0.0 if shape.weights_known else BARE_REL_SIGMA
-    dists, extra = [], []
-    for status, rng in case.facts.ranges:
-        if status == "calibrated":
-            dist = doublings_outside(rng, values)
-            extra.append(EXTRAPOLATION_REL_SIGMA * dist + bare_sigma)
-        else:
-            dist = 0.0
-            extra.append(_EXTRA_SIGMA[status] + bare_sigma)
-        dists.append(dist)
-    table = predictor_for(model).table(case, np.array(extra)).tolist()
+    dists = [doublings_outside(rng, values) if status == "calibrated" else 0.0
+             for status, rng in facts.ranges]
+    extra = np.array([(EXTRAPOLATION_REL_SIGMA * d if status == "calibrated"
+                       else _EXTRA_SIGMA[status]) + bare_sigma
+                      for (status, _), d in zip(facts.ranges, dists, strict=True)])
+    table = predictor_for(model).table(case, extra)
     demand = float(kv_demand_tokens(w.batch_size, w.context_tokens, w.output_tokens,
                                     w.requirements.prefix_reuse_share if w.requirements else 0))
-    source = case.silicon.read_source("gqa" if shape.attention in ("gqa", "mha") else "mla",
+    source = case.silicon.read_source(physics_for(shape, case.silicon, case.tp).family,
                                       shape.kv_dtype)
     anyway = w.allow_extrapolation
     out = []
-    for c, (status, _), dist, fraction, t in zip(configs, case.facts.ranges, dists,
-                                                 case.fraction, table, strict=True):
-        # the table's columns (model.formulas: TOTAL ... FEASIBLE, then the decode terms)
-        total, lo, hi, _, pf, tpot, run, cap, ok, *parts = t
+    for c, (status, _), dist, fraction, t in zip(configs, facts.ranges, dists, facts.fractions,
+                                                 table.tolist(), strict=True):
+        # the table's columns (model.formulas: TOTAL ... FEASIBLE, then the decode terms in
+        # DECODE_TERMS' order, checked below the function)
+        total, lo, hi, _, pf, tpot, run, cap, ok, gemm, kv, state, tpc, dcpc, lf, sf, stf = t
         calibrated = status == "calibrated"
-        out.append(Evaluated(c, construct(ConfigPrediction, {
+        out.append(_evaluated((c, construct(ConfigPrediction, {
             "engine": c.engine, "dcp_size": c.dcp_size, "total_s": total,
             "prefill_s": pf, "decode_s": total - pf if total > pf else 0.0, "tpot_s": tpot,
             "interval_s": (lo, hi), "calibrated": calibrated,
@@ -177,9 +175,17 @@ def evaluate(model: CostModel, w: Workload, shape: ModelShape, configs: list[Con
             "transferred": status == "transferred", "mem_fraction": fraction,
             "kv_capacity_tokens": int(cap) if cap < 2 ** 62 else 2 ** 62,
             "fits_in_memory": demand <= cap, "running_sequences": int(run) if ok else 0,
-            "kv_read_source": source, "step_terms_s": dict(zip(DECODE_TERMS, parts, strict=True))}),
-            (anyway or status != "uncalibrated") and ok > 0.0))
+            "kv_read_source": source, "step_terms_s": {
+                "gemm": gemm, "kv_read": kv, "state": state, "tp_comm": tpc, "dcp_comm": dcpc,
+                "layer_fixed": lf, "seq_fixed": sf, "step_fixed": stf}}),
+            (anyway or status != "uncalibrated") and ok > 0.0)))
     return out
+
+
+# the step terms evaluate() names, in the table's order
+assert DECODE_TERMS == ("gemm", "kv_read", "state", "tp_comm", "dcp_comm", "layer_fixed",
+                        "seq_fixed", "step_fixed")
+_evaluated = partial(tuple.__new__, Evaluated)    # Evaluated((...)) without its Python __new__
 
 
 # Added relative sd of a prediction without calibration data for its model or hardware (a

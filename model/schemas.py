@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import orjson
 from pydantic import BaseModel, Field
@@ -20,24 +20,25 @@ def construct(cls: type[M], values: dict) -> M:
     the result equals validation's)."""
     m = _new(cls)
     _setattr(m, "__dict__", values)
-    _setattr(m, "__pydantic_fields_set__", set(values))
+    names = _NAMES.get(cls)
+    if names is None:
+        names = _NAMES[cls] = frozenset(cls.model_fields)
+    _setattr(m, "__pydantic_fields_set__", set(names))
     _setattr(m, "__pydantic_extra__", None)
     _setattr(m, "__pydantic_private__", None)
     return m
+
+
+_NAMES: dict[type, frozenset[str]] = {}    # every field of a class: what construct() sets
 
 
 def to_json(m: BaseModel) -> bytes:
     """``m.model_dump_json()`` as bytes, written by orjson in about half the time of
     pydantic-core's serializer: the same bytes for the plain models of the recommendation
     contract (fields of JSON types and nested plain models, in their declared order;
-    ``tests/model/test_eval_modes.py`` compares them)."""
-    return orjson.dumps(m, default=_fields)
-
-
-def _fields(o: Any) -> dict:
-    if isinstance(o, BaseModel):
-        return o.__dict__
-    raise TypeError(f"{type(o).__name__} is not JSON serializable")
+    ``tests/model/test_eval_modes.py`` compares them). A model is written as its ``vars()``
+    (its fields' dict); anything else of no JSON type raises ``TypeError``."""
+    return orjson.dumps(m, default=vars)
 
 
 class ConfigPrediction(BaseModel):
