@@ -246,13 +246,18 @@ def create_app(state: SimState) -> Starlette:
                 "max_model_len": state.max_model_len}
         return JSONResponse({"object": "list", "data": [card]})
 
+    async def object_body(request: Request) -> dict:
+        """The JSON object of a (de)tokenize request, for this server's model (else 400)."""
+        body = await read_json(request)
+        if not isinstance(body, dict):
+            raise ApiError(400, "request body: expected a JSON object")
+        check_model(body, cfg.model_name, engine)
+        return body
+
     async def tokenize(request: Request) -> Response:
         tok = state.tok
         try:
-            body = await read_json(request)
-            if not isinstance(body, dict):
-                raise ApiError(400, "request body: expected a JSON object")
-            check_model(body, cfg.model_name, engine)
+            body = await object_body(request)
             prompt = body.get("prompt")
             if "messages" in body:
                 ids = tok.encode(render_chat(body["messages"]))
@@ -277,10 +282,7 @@ def create_app(state: SimState) -> Starlette:
     async def detokenize(request: Request) -> Response:
         tok = state.tok
         try:
-            body = await read_json(request)
-            if not isinstance(body, dict):
-                raise ApiError(400, "request body: expected a JSON object")
-            check_model(body, cfg.model_name, engine)
+            body = await object_body(request)
             ids = body.get("tokens")
             batch = engine == "sglang" and isinstance(ids, list) and bool(ids) \
                 and all(isinstance(x, list) for x in ids)             # SGLang: lists of ids
