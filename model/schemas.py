@@ -20,24 +20,18 @@ def construct(cls: type[M], values: dict) -> M:
     the result equals validation's)."""
     m = _new(cls)
     _setattr(m, "__dict__", values)
-    names = _NAMES.get(cls)
-    if names is None:
-        names = _NAMES[cls] = frozenset(cls.model_fields)
-    _setattr(m, "__pydantic_fields_set__", set(names))
+    _setattr(m, "__pydantic_fields_set__", set(values))
     _setattr(m, "__pydantic_extra__", None)
     _setattr(m, "__pydantic_private__", None)
     return m
-
-
-_NAMES: dict[type, frozenset[str]] = {}    # every field of a class: what construct() sets
 
 
 def to_json(m: BaseModel) -> bytes:
     """``m.model_dump_json()`` as bytes, written by orjson in about half the time of
     pydantic-core's serializer: the same bytes for the plain models of the recommendation
     contract (fields of JSON types and nested plain models, in their declared order;
-    ``tests/model/test_eval_modes.py`` compares them). A model is written as its ``vars()``
-    (its fields' dict); anything else of no JSON type raises ``TypeError``."""
+    ``tests/model/test_eval_modes.py`` compares them). An object of no JSON type is written as
+    its ``vars()`` (a model's: its fields); one without a ``__dict__`` raises ``TypeError``."""
     return orjson.dumps(m, default=vars)
 
 
