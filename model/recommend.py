@@ -321,7 +321,11 @@ def recommend(model: CostModel, w: Workload, version: str) -> Recommendation:
     else:
         confidence = "high"
     cross = crossover_near(model, w, shape, [e.config for e in eligible], si)
-    reasons = _reasons(w, shape, si, best, rival, speedup, cross, confidence)
+    # ranked before the best are configurations not measured or holding no sequence
+    unmeasured = (None if ranked[0] is best else
+                  next((e for e in ranked if e is not best and e.pred.running_sequences
+                        and e.pred.total_s < bp.total_s), None))
+    reasons = _reasons(w, shape, si, best, rival, speedup, cross, confidence, unmeasured)
     mem = memory_choice(model, best.config.engine, w.gpu_spec().name)
     reasons.append(mem.reason)
     return construct(Recommendation, {
@@ -386,14 +390,22 @@ _total = attrgetter("pred.total_s")
 
 def _reasons(w: Workload, shape: ModelShape, si: Silicon, best: Evaluated,
              rival: Evaluated | None, speedup: float | None, cross: int | None,
-             confidence: str) -> list[str]:
+             confidence: str, unmeasured: Evaluated | None) -> list[str]:
+    """``unmeasured``: the fastest configuration, when it is faster than ``best`` but may not
+    be chosen (no calibration data, and ``allow_extrapolation`` is false)."""
     bp = best.pred
     best_l = _label(best)
     rival_l = _label(rival) if rival else ""
-    r = [f"{best_l} is predicted fastest: {bp.total_s:.1f} s for {w.batch_size} sequences "
+    r = [f"{best_l} is predicted fastest{' of the measured configurations' if unmeasured else ''}"
+         f": {bp.total_s:.1f} s for {w.batch_size} sequences "
          f"of {w.context_tokens:,} + {w.output_tokens:,} tokens"
          + (f", {speedup:.2f}x faster than {rival_l} ({rival.pred.total_s:.1f} s)"
             if rival and speedup else "")]
+    if unmeasured:
+        u = unmeasured.pred.total_s
+        r.append(f"{_label(unmeasured)}, not measured on {w.gpu_spec().name} x {w.num_gpus}, "
+                 f"is predicted {bp.total_s / u:.2f}x faster ({u:.1f} s) by the physics prior: "
+                 "calibrate it, or set allow_extrapolation to let it be chosen")
     step = sum(best.pred.step_terms_s.values()) or 1e-12
     r.append(f"decode is {_share(bp.decode_s / max(bp.total_s, 1e-12))} of the time; one decode "
              f"step of {bp.running_sequences} sequences takes {_ms(step)}: "

@@ -97,6 +97,31 @@ def test_reasons_explain_the_bottleneck():
     assert "b300.json" in text       # the measured B300 silicon
 
 
+def test_a_faster_unmeasured_configuration_is_named_in_the_reasons():
+    """64 distinct prompts of 204,800 tokens: vLLM dcp 8 was never measured on 8 x B300 but
+    its physics prior beats the chosen SGLang dcp 8; the reasons say so, and stop saying it
+    once allow_extrapolation lets it be chosen."""
+    m = default_model()
+    w = Workload(context_tokens=204_800, output_tokens=2048, batch_size=64, preset="kimi-k3",
+                 gpu="B300", num_gpus=8)
+    rec = recommend(m, w, m.version)
+    fastest = rec.predictions[0]
+    assert not fastest.calibrated and fastest.running_sequences > 0
+    assert (rec.engine, rec.dcp_size) == ("sglang", 8) != (fastest.engine, fastest.dcp_size)
+    chosen = _pred(rec, rec.engine, rec.dcp_size)
+    assert rec.reasons[0].startswith("sglang dcp 8 is predicted fastest of the measured "
+                                     "configurations: ")
+    assert rec.reasons[1] == (
+        f"{fastest.engine} dcp {fastest.dcp_size}, not measured on B300 x 8, is predicted "
+        f"{chosen.total_s / fastest.total_s:.2f}x faster ({fastest.total_s:.1f} s) by the "
+        "physics prior: calibrate it, or set allow_extrapolation to let it be chosen")
+    free = recommend(m, w.model_copy(update={"allow_extrapolation": True}), m.version)
+    assert (free.engine, free.dcp_size) == (fastest.engine, fastest.dcp_size)
+    assert free.reasons[0].startswith(f"{fastest.engine} dcp {fastest.dcp_size} is predicted "
+                                      "fastest: ")
+    assert not any("not measured" in r for r in free.reasons)
+
+
 def test_the_dcp_term_stays_physical_and_engine_overheads_are_the_engines_own():
     m = default_model()
     assert m.engines["sglang/B300"].coefficients_["dcp_comm"] == pytest.approx(1.0, rel=0.01)
