@@ -117,9 +117,8 @@ def build_case(model: CostModel, w: Workload, shape: ModelShape, configs: list[C
     """The one place a query is built: one row per config at the workload's context, or per
     (config, context) config-major when ``contexts`` is given. ``si``: the workload's GPU's
     ``silicon_for`` when the caller has it."""
-    gpu = w.gpu_spec()
-    facts = predictor_for(model).facts(gpu.name, w.num_gpus, shape.key, tuple(configs))
-    si = si or silicon_for(gpu)
+    si = si or silicon_for(w.gpu_spec())
+    facts = predictor_for(model).facts(si.gpu.name, w.num_gpus, shape.key, tuple(configs))
     share_in = w.requirements.prefix_reuse_share if w.requirements else 0.0
     if contexts is None:
         ctx = float(w.context_tokens)
@@ -245,8 +244,8 @@ def crossover_near(model: CostModel, w: Workload, shape: ModelShape, configs: li
             cache.clear()
         found = cache[key] = crossovers(CROSSOVER_GRID, total_curves(
             model, w, shape, configs, CROSSOVER_GRID, si))
-    if not found:
-        return None
+    if len(found) < 2:
+        return found[0][0] if found else None
     return min(found, key=lambda f: abs(math.log(f[0] / w.context_tokens)))[0]
 
 
@@ -326,7 +325,7 @@ def recommend(model: CostModel, w: Workload, version: str) -> Recommendation:
                   next((e for e in ranked if e is not best and e.pred.running_sequences
                         and e.pred.total_s < bp.total_s), None))
     reasons = _reasons(w, shape, si, best, rival, speedup, cross, confidence, unmeasured)
-    mem = memory_choice(model, best.config.engine, w.gpu_spec().name)
+    mem = memory_choice(model, best.config.engine, si.gpu.name)
     reasons.append(mem.reason)
     return construct(Recommendation, {
         "engine": best.config.engine, "dcp_size": best.config.dcp_size,
@@ -403,7 +402,7 @@ def _reasons(w: Workload, shape: ModelShape, si: Silicon, best: Evaluated,
             if rival and speedup else "")]
     if unmeasured:
         u = unmeasured.pred.total_s
-        r.append(f"{_label(unmeasured)}, not measured on {w.gpu_spec().name} x {w.num_gpus}, "
+        r.append(f"{_label(unmeasured)}, not measured on {si.gpu.name} x {w.num_gpus}, "
                  f"is predicted {bp.total_s / u:.2f}x faster ({u:.1f} s) by the physics prior: "
                  "calibrate it, or set allow_extrapolation to let it be chosen")
     step = sum(best.pred.step_terms_s.values()) or 1e-12
@@ -429,11 +428,11 @@ def _reasons(w: Workload, shape: ModelShape, si: Silicon, best: Evaluated,
                  "FLOPs and per-layer costs are not modelled, so KV capacity is an upper bound "
                  "and the interval is widened")
     if bp.transferred:
-        r.append(f"{best_l} is calibrated on {w.gpu_spec().name} x {w.num_gpus} for other "
+        r.append(f"{best_l} is calibrated on {si.gpu.name} x {w.num_gpus} for other "
                  f"models: this model's physics with the engine's fitted efficiencies "
                  "(transferred; interval widened)")
     elif not bp.calibrated:
-        r.append(f"{best_l} has no calibration data on {w.gpu_spec().name} x {w.num_gpus}: "
+        r.append(f"{best_l} has no calibration data on {si.gpu.name} x {w.num_gpus}: "
                  "extrapolated from the physics prior (allow_extrapolation)")
     elif bp.extrapolated:
         r.append("the workload lies outside the calibrated range: the interval is widened")
