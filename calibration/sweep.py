@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import signal
 import sys
@@ -127,6 +128,62 @@ class SweepAbort(RuntimeError):
     """Stop the sweep (e.g. the engine cannot be reached); recorded before raising."""
 
 
+class StopRequest:
+    """Ctrl-C and SIGTERM for a sweep, never lost.
+
+    ``asyncio.run`` installs its own SIGINT handler, which only cancels the running batch: when
+    the signal lands after the batch's task has finished (or the cancellation is absorbed on
+    the way out of a stream), it is dropped and the sweep runs on. This handler records the
+    request first. Inside a batch it cancels the batch's task (the point is not recorded);
+    anywhere else it raises ``KeyboardInterrupt`` at once, except while a point is being
+    written (``writing``), where the raise waits for the write to end. ``check`` raises after
+    a batch or a write when a stop was asked for meanwhile.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._cancel = None          # cancels the running batch (set inside asyncio.run)
+        self._writing = 0
+
+    def handler(self, signum, frame) -> None:  # noqa: ARG002
+        self.requested = True
+        if self._cancel is not None:
+            self._cancel()
+        elif not self._writing:
+            raise KeyboardInterrupt
+
+    def check(self) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+
+    def run_batch(self, coro_fn):
+        """``asyncio.run`` of ``coro_fn()`` with this handler able to cancel it."""
+        async def main():
+            loop, task = asyncio.get_running_loop(), asyncio.current_task()
+            self._cancel = lambda: loop.call_soon_threadsafe(task.cancel)
+            try:
+                return await coro_fn()
+            finally:
+                self._cancel = None
+        try:
+            result = asyncio.run(main())
+        except asyncio.CancelledError:
+            if self.requested:
+                raise KeyboardInterrupt from None
+            raise
+        self.check()                 # asked during the batch but absorbed: the point is dropped
+        return result
+
+    @contextlib.contextmanager
+    def writing(self):
+        self._writing += 1
+        try:
+            yield
+        finally:
+            self._writing -= 1
+        self.check()
+
+
 @dataclass
 class Outcome:
     key: PointKey
@@ -151,6 +208,7 @@ class Sweep:
         self.bar = None
         self.model = cfg.model          # resolved from /v1/models when not given
         self.resolution: dict[str, Any] | None = None   # a simulator's, from /sim/info
+        self.stop = StopRequest()
 
     # ------------------------------------------------------------------ top level
     def run(self) -> list[Outcome]:
@@ -322,7 +380,8 @@ class Sweep:
         message = ""
         for attempt in range(cfg.retries + 1):
             try:
-                samples, wall = asyncio.run(self._batch(target.url, key, attempt))
+                samples, wall = self.stop.run_batch(
+                    lambda: self._batch(target.url, key, attempt))
             except PromptError as exc:
                 raise SweepAbort(f"{key.text()}: {exc}") from None
             for s in samples:
@@ -421,15 +480,16 @@ class Sweep:
 
     def _record(self, key: PointKey, row: Measurement, samples: list[dict[str, Any]],
                 status: str, message: str) -> Outcome:
-        self.store.append_point(key, row, samples)
-        for message in overhead_warnings(row, self.resolution) if self.resolution else []:
-            self._warn(f"{key.text()}: {message}")
-            self.store.event("time-resolution", f"{key.text()}: {message}", key=key.text())
-        if status != "ok":
-            self.store.event(status, f"{key.text()}: {message or status}", key=key.text())
-        self.bar.update(1)
-        out = Outcome(key, status, row, message)
-        self.outcomes.append(out)
+        with self.stop.writing():       # a Ctrl-C meanwhile stops the sweep after the write
+            self.store.append_point(key, row, samples)
+            for note in overhead_warnings(row, self.resolution) if self.resolution else []:
+                self._warn(f"{key.text()}: {note}")
+                self.store.event("time-resolution", f"{key.text()}: {note}", key=key.text())
+            if status != "ok":
+                self.store.event(status, f"{key.text()}: {message or status}", key=key.text())
+            self.bar.update(1)
+            out = Outcome(key, status, row, message)
+            self.outcomes.append(out)
         return out
 
     def _client(self, url: str, timeout: float | httpx.Timeout,
@@ -485,10 +545,6 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
         progress=not args.no_progress)
 
 
-def _sigterm(signum, frame):  # noqa: ARG001
-    raise KeyboardInterrupt
-
-
 def run_from_args(args: argparse.Namespace) -> int:
     from cli.errors import CliError
 
@@ -501,7 +557,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         sweep = Sweep(cfg)
     except (RunStoreError, OSError) as exc:
         raise CliError(str(exc)) from None
-    previous = signal.signal(signal.SIGTERM, _sigterm)
+    previous = {sig: signal.signal(sig, sweep.stop.handler)
+                for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         outcomes = sweep.run()
     except SweepAbort as exc:
@@ -513,7 +570,8 @@ def run_from_args(args: argparse.Namespace) -> int:
               f"{sweep.store.dataset_path}; re-run the same command to resume", file=sys.stderr)
         raise
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if outcomes:
         print(summary_table(outcomes))
     failed = [o for o in outcomes if o.row is None]
