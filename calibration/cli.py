@@ -55,6 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _register_run(csub)
     _register_import(csub)
     _register_plan(csub)
+    _register_model_dir(csub)
     try:
         from calibration.gpu_cli import register_calibrate
     except ModuleNotFoundError as exc:
@@ -184,6 +185,48 @@ def _register_plan(csub: argparse._SubParsersAction) -> None:
                    help="also suggest configurations without any calibration data")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.set_defaults(handler=run_calibrate_plan)
+
+
+def _register_model_dir(csub: argparse._SubParsersAction) -> None:
+    p = csub.add_parser(
+        "model-dir", help="write a model folder an engine serves with --load-format dummy",
+        description="Write config.json and an offline word-level tokenizer (the model's vocab "
+                    "size) for a preset or a Hugging Face config.json, so that vLLM or SGLang "
+                    "can serve the architecture with random weights (--load-format dummy).")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--preset", help="a built-in model preset, e.g. deepseek-v2-lite")
+    src.add_argument("--hf-config", metavar="FILE", help="a Hugging Face config.json")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder to write")
+    p.add_argument("--max-model-len", type=_pos_int,
+                   help="raise max_position_embeddings to this many tokens")
+    p.set_defaults(handler=run_calibrate_model_dir)
+
+
+def run_calibrate_model_dir(args: argparse.Namespace) -> int:
+    import json
+
+    from calibration.modeldir import ModelDirError, write_model_dir
+    from cli.errors import CliError
+    from model.arch.config import ArchConfigError
+    from model.arch.presets import preset_config
+
+    try:
+        if args.preset:
+            config = preset_config(args.preset)
+        else:
+            config = json.loads(open(args.hf_config, encoding="utf-8").read())
+            if not isinstance(config, dict):
+                raise CliError(f"--hf-config: {args.hf_config} is not a JSON object")
+        folder = write_model_dir(config, args.out, max_model_len=args.max_model_len)
+    except ArchConfigError as exc:
+        raise CliError(f"--preset: {exc}") from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CliError(f"--hf-config: {exc}") from None
+    except ModelDirError as exc:
+        raise CliError(str(exc)) from None
+    print(f"wrote {folder} (config.json, tokenizer.json, tokenizer_config.json); serve it with "
+          "--load-format dummy")
+    return 0
 
 
 def run_fit(args: argparse.Namespace) -> int:
