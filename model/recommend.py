@@ -164,7 +164,7 @@ def evaluate(model: CostModel, w: Workload, shape: ModelShape, configs: list[Con
                                                  table.tolist(), strict=True):
         # the table's columns (model.formulas: TOTAL ... FEASIBLE, then the decode terms in
         # DECODE_TERMS' order, checked below the function)
-        total, lo, hi, _, pf, tpot, run, cap, ok, gemm, kv, state, tpc, dcpc, lf, sf, stf = t
+        total, lo, hi, _, pf, tpot, run, cap, ok = t[:PARTS]
         calibrated = status == "calibrated"
         out.append(_evaluated((c, construct(ConfigPrediction, {
             "engine": c.engine, "dcp_size": c.dcp_size, "total_s": total,
@@ -174,16 +174,12 @@ def evaluate(model: CostModel, w: Workload, shape: ModelShape, configs: list[Con
             "transferred": status == "transferred", "mem_fraction": fraction,
             "kv_capacity_tokens": int(cap) if cap < 2 ** 62 else 2 ** 62,
             "fits_in_memory": demand <= cap, "running_sequences": int(run) if ok else 0,
-            "kv_read_source": source, "step_terms_s": {
-                "gemm": gemm, "kv_read": kv, "state": state, "tp_comm": tpc, "dcp_comm": dcpc,
-                "layer_fixed": lf, "seq_fixed": sf, "step_fixed": stf}}),
+            "kv_read_source": source,
+            "step_terms_s": dict(zip(DECODE_TERMS, t[PARTS:], strict=True))}),
             (anyway or status != "uncalibrated") and ok > 0.0)))
     return out
 
 
-# the step terms evaluate() names, in the table's order
-assert DECODE_TERMS == ("gemm", "kv_read", "state", "tp_comm", "dcp_comm", "layer_fixed",
-                        "seq_fixed", "step_fixed")
 _evaluated = partial(tuple.__new__, Evaluated)    # Evaluated((...)) without its Python __new__
 
 
@@ -371,8 +367,10 @@ def _ms(x: float) -> str:
     return f"{x * 1e3:.1f} ms"
 
 
-STEP_NAMES = {"gemm": "weights/GEMMs", "kv_read": "KV reads", "state": "linear-attention state",
-              "tp_comm": "TP all-reduce", "dcp_comm": "DCP collectives",
+STEP_NAMES = {"gemm": "dense weights/GEMMs", "moe": "routed experts", "kv_read": "KV reads",
+              "mla_read": "MLA latent reads", "dcp_read": "DCP attention reads",
+              "state": "linear-attention state", "tp_comm": "TP all-reduce",
+              "dcp_comm": "DCP collectives", "dcp_fixed": "DCP merge fixed",
               "layer_fixed": "per-layer fixed", "seq_fixed": "per-sequence",
               "step_fixed": "per-step fixed"}
 
