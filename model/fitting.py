@@ -20,7 +20,10 @@ leave-one-point-out error, so the fit is never worse than its prior on the point
 Rows measured on random weights (``weights`` = dummy) route a decode batch's tokens as an engine's
 random-weight router does, which need not be a trained model's: the engine's routing diversity
 ``rho`` (``model.formulas.batch_terms``) is chosen on a grid by the same held-out error and
-applied to those rows only. Predictions for real checkpoints use 1.
+applied to those rows only. Predictions for real checkpoints use 1. When ``rho`` < 1 the routed
+experts' decode efficiency those rows show (few experts, many tokens each) says nothing about
+reading every expert once, which a trained router makes a batch do: it is kept apart
+(``EngineCostModel.random_weight_coef_``) and the level keeps its prior ``moe`` for predictions.
 """
 
 from __future__ import annotations
@@ -191,7 +194,7 @@ def fit_engine(engine: str, rows: Sequence[Measurement]) -> EngineFit:
     for family, frows in sorted(by_family.items()):
         top = fit_level(frows, PRIOR, rho)
         if top is not None:
-            _finish(top)
+            _finish(top, rho)
             key = f"{engine}/@{family}"
             estimators[key] = top.estimator
             metrics[key] = _metrics(top, frows)
@@ -201,11 +204,12 @@ def fit_engine(engine: str, rows: Sequence[Measurement]) -> EngineFit:
         for gpu, grows in sorted(by_gpu.items()):
             others = [r for r in frows if r.gpu != gpu]
             parent = fit_level(others, PRIOR, rho) if others else None
-            prior = parent.estimator.coef_ if parent is not None else prior_vector(PRIOR)
+            prior = (_set_apart(parent.estimator, rho).coef_ if parent is not None
+                     else prior_vector(PRIOR))
             lf = fit_level(grows, prior, rho)
             if lf is None:
                 continue
-            _finish(lf)
+            _finish(lf, rho)
             key = f"{engine}/{gpu}"
             estimators[key] = lf.estimator
             metrics[key] = _metrics(lf, grows)
@@ -222,12 +226,26 @@ def fit_engine(engine: str, rows: Sequence[Measurement]) -> EngineFit:
     return EngineFit(estimators, rho, metrics, records)
 
 
-def _finish(lf: LevelFit) -> None:
+def _finish(lf: LevelFit, rho: float = 1.0) -> None:
     """The level's interval half-width from its held-out totals (all quantities when the
-    level has fewer than 10 totals)."""
+    level has fewer than 10 totals); the random-weight MoE decode efficiency set apart when
+    the engine's random-weight routing is not a trained router's (module docstring)."""
     err = log_errors(lf.held_out, lf.obs.y)
     totals = err[lf.obs.qty == 0]
     lf.estimator.interval_halfwidth_ = interval_halfwidth(totals if len(totals) >= 10 else err)
+    _set_apart(lf.estimator, rho)
+
+
+def _set_apart(est: EngineCostModel, rho: float) -> EngineCostModel:
+    """Keep the random-weight MoE decode efficiency apart (module docstring)."""
+    est.random_weight_coef_ = {}
+    if rho < 1.0 and "moe" in est.free_:
+        i = TERMS.index("moe")
+        est.random_weight_coef_["moe"] = float(est.coef_[i])
+        est.coef_ = est.coef_.copy()
+        est.coef_[i] = est.prior_[i]
+        est.free_ = tuple(t for t in est.free_ if t != "moe")
+    return est
 
 
 def _metrics(lf: LevelFit, rows: Sequence[Measurement]) -> dict:

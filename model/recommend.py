@@ -381,6 +381,7 @@ def step_story(parts: dict[str, float]) -> str:
     return ", ".join([f"{STEP_NAMES[k]} {v * 1e3:.1f} ms" for k, v in items if v > 0])
 
 
+TIE = 0.05          # two engines predicted within 5 % of each other tie (model.validation)
 _second = itemgetter(1)
 _total = attrgetter("pred.total_s")
 
@@ -434,6 +435,11 @@ def _reasons(w: Workload, shape: ModelShape, si: Silicon, best: Evaluated,
                  "extrapolated from the physics prior (allow_extrapolation)")
     elif bp.extrapolated:
         r.append("the workload lies outside the calibrated range: the interval is widened")
+    if rival and speedup is not None and rival.config.engine != best.config.engine \
+            and speedup < 1.0 + TIE:
+        r.append(f"{best.config.engine} and {rival.config.engine} tie: {best_l} is predicted "
+                 f"only {speedup:.2f}x faster than {rival_l}, within the {TIE:.0%} the engines' "
+                 "measured efficiencies can tell apart; choose on other needs")
     if confidence == "low" and rival:
         r.append(f"low confidence: the prediction intervals of {best_l} and "
                  f"{rival_l} overlap")
