@@ -177,9 +177,10 @@ def _register_import(csub: argparse._SubParsersAction) -> None:
     p.add_argument("--override", action="store_true",
                    help="let --num-gpus/--dcp-size/--mem-fraction/--engine-version win over "
                         "what the files say (default: a contradiction is an error)")
-    p.add_argument("--kv-bytes-per-token", type=_pos_int,
-                   help="KV bytes per token of the model (required for the bench formats)")
-    p.add_argument("--kv-shards", type=_pos_int, default=1)
+    _served_model_args(p)
+    p.add_argument("--load-format", choices=("dummy", "real"),
+                   help="the weights served (default: the file's server_info.load_format, "
+                        "else real)")
     p.add_argument("--batch-size", type=_pos_int,
                    help="requests in flight (default: max_concurrency, or all requests when "
                         "sent at once)")
@@ -362,8 +363,6 @@ def run_calibrate_import(args: argparse.Namespace) -> int:
         return import_silicon(args)
     if not args.files:
         raise CliError(f"FILE: at least one benchmark file is required with --format {args.format}")
-    if args.kv_bytes_per_token is None:
-        raise CliError(f"--kv-bytes-per-token: required with --format {args.format}")
     from calibration.importers import import_from_args
 
     return import_from_args(args)

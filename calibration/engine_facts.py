@@ -149,10 +149,8 @@ def _num(text: str) -> float:
 
 def _last(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
     """The last match: a log holding several starts describes the last one."""
-    found = None
-    for found in pattern.finditer(text):
-        pass
-    return found
+    matches = list(pattern.finditer(text))
+    return matches[-1] if matches else None
 
 
 def _bool(text: str) -> bool | None:
@@ -334,7 +332,7 @@ def parse_metrics(text: str, source: str = "metrics") -> EngineFacts:
     f = EngineFacts()
     for name, labels, value in metric_samples(text):
         if name == "vllm:cache_config_info":
-            def num(key: str) -> int | None:
+            def num(key: str, labels: dict[str, str] = labels) -> int | None:
                 v = labels.get(key, "")
                 return int(v) if v.isdigit() and int(v) > 0 else None
             blocks, size = num("num_gpu_blocks"), num("block_size")

@@ -7,8 +7,8 @@ batch and is kept (the samples only bound it from below). What the samples canno
 from the manifest and the facts given:
 
 - the served model: ``--preset`` / ``--hf-config``, else the manifest's ``served_model``, else
-  the sweep's model name (``calibration.served_model``); the KV bytes per token the rows hold
-  must agree with it;
+  the sweep's model name (its ``--model``, or the name the engine listed)
+  (``calibration.served_model``); the KV bytes per token the rows hold must agree with it;
 - per (DCP, memory fraction) combination, the engine's facts (``calibration.engine_facts``):
   the files given (``--engine-log``, ``--metrics``, ``--server-info``), the manifest's record of
   the engine (its server info, its launch command, facts a newer run stored) and a launched
@@ -123,8 +123,14 @@ def _samples(folder: Path) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def _served(folder: Path, manifest: dict[str, Any], inputs: RebuildInputs) -> ServedModel:
+def _served(folder: Path, manifest: dict[str, Any], inputs: RebuildInputs,
+            rows: list[Measurement]) -> ServedModel:
     params = manifest["parameters"]
+    # the served name: the sweep's --model, else what the engine listed (recorded per combo)
+    model_id = params.get("model") or next(
+        (e.get("model") for e in (manifest.get("engines") or {}).values() if e.get("model")),
+        None)
+    kv = params.get("kv_bytes_per_token") or (rows[0].kv_bytes_per_token if rows else None)
     preset, hf_config = inputs.preset, inputs.hf_config
     if preset is None and hf_config is None:
         recorded = (manifest.get("served_model") or {}).get("model") or ""
@@ -137,8 +143,8 @@ def _served(folder: Path, manifest: dict[str, Any], inputs: RebuildInputs) -> Se
             preset = recorded
     try:
         return resolve_served_model(
-            preset_name=preset, hf_config=hf_config, model_id=params.get("model"),
-            kv_bytes_per_token=params.get("kv_bytes_per_token"),
+            preset_name=preset, hf_config=hf_config, model_id=model_id,
+            kv_bytes_per_token=kv,
             kv_cache_dtype=inputs.kv_cache_dtype or params.get("kv_cache_dtype"),
             num_gpus=int(params.get("num_gpus") or 1))
     except ServedModelError as exc:
@@ -191,7 +197,7 @@ def plan(folder: str | Path, inputs: RebuildInputs) -> Rebuilt:
     except DatasetError as exc:
         raise RebuildError(str(exc)) from None
     samples = _samples(folder)
-    served = _served(folder, manifest, inputs)
+    served = _served(folder, manifest, inputs, rows)
     load_format = inputs.load_format or params.get("load_format")
     engines = manifest.get("engines") or {}
     labels = set(engines) | {f"dcp={r.dcp_size},mem={r.mem_fraction:g}" for r in rows}
