@@ -184,7 +184,7 @@ class SweepConfig:
                              "its rows)") from None
 
     def _placeholders(self, dcp: int, mem: float, port: int) -> dict[str, object]:
-        return {"model": self.model or "MODEL", "num_gpus": self.num_gpus, "tp": self.num_gpus,
+        return {"model": self.model or self.preset or "MODEL", "num_gpus": self.num_gpus, "tp": self.num_gpus,
                 "dcp_size": dcp, "mem_fraction": f"{mem:g}", "port": port}
 
 
@@ -333,6 +333,12 @@ class Sweep:
         try:
             pending_oom, error = self._start(engine, label)
             if error is not None:
+                facts = gather(cfg.engine, log=engine.log_text(), command=argv)
+                try:
+                    weights = weights_of(facts, cfg.load_format)
+                except FactsError:
+                    weights = cfg.load_format or "real"
+                self.facts[label] = (facts, weights)
                 self._failed_start(keys, error, pending_oom)
                 return
             target = Target(engine.url, self._info(engine.url, label, engine), engine,
