@@ -4,17 +4,21 @@
 Runs on the GPU machine with the machine's own python3 and only the standard library; the
 engines and engine-advisor's dependencies come from wheel sets installed into their own folders
 (``install``). It serves each (engine, preset) in turn, alone on the GPU, from a folder written
-by ``engine-advisor calibrate model-dir`` (random weights: ``--load-format dummy``), warms it up,
-sweeps it with ``engine-advisor calibrate run --url`` over a sparse grid (one run folder per
-context), saves its start-up log, ``/metrics`` and server info, and stops it.
+by ``engine-advisor calibrate model-dir`` (random weights: ``--load-format dummy``), sweeps it
+with ``engine-advisor calibrate run --url --preset P --load-format dummy --engine-log LOG`` over
+a sparse grid (one run folder per context; each sweep warms the engine up before timing and
+records the engine's facts and the JIT compiles its log shows), saves its start-up log,
+``/metrics`` and server info, and stops it.
 
     python3 bench/real_engines/run.py install PARTS_DIR      # cat parts | tar x; pip --target
     setsid python3 bench/real_engines/run.py all --res /tmp/res > /tmp/res/driver.log 2>&1 &
     python3 bench/real_engines/run.py wait --res /tmp/res --seconds 540   # poll; archive
 
-``--engine-cmd`` replaces the engine commands (the test runs this script against
-``engine-advisor sim``). docs/real-engines.md says how to do the same on a node where
-``pip install vllm`` works.
+``--engine-cmd`` replaces the engine commands (tests/calibration/test_real_engines_driver.py
+runs this script against ``engine-advisor sim``). docs/real-engines.md says how to do the same on
+a node where ``pip install vllm`` works. The folders of 2026-12-01 in bench/data/h200-real/ were
+measured before the sweep recorded decode steps and facts itself: rebuild_real.py re-derives
+them.
 """
 
 from __future__ import annotations
@@ -90,19 +94,6 @@ def get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
         return 0, b""
 
 
-def post(url: str, body: dict, timeout: float = 300.0) -> int:
-    req = urllib.request.Request(url, json.dumps(body).encode(),
-                                 {"content-type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            r.read()
-            return r.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except OSError:
-        return 0
-
-
 def ea(*args: str) -> list[str]:
     """An engine-advisor command (run with ``ea_env``: the vLLM set's dependencies)."""
     return [sys.executable, "-m", "cli.main", *args]
@@ -146,12 +137,6 @@ def serve_one(engine: str, preset: str, res: pathlib.Path, port: int, cmd: str |
             time.sleep(2)
         facts_out["startup_s"] = round(time.monotonic() - t0, 1)
         log(f"{tag}: healthy after {facts_out['startup_s']} s")
-        # warm-up: JIT compiles (SGLang's first request) and the batch paths, not timed
-        for n, b in ((64, 1), (1024, 1), (4096, 8)):
-            bodies = [{"model": preset, "prompt": [1000 + (i * 7 + j) % 9000 for j in range(n)],
-                       "max_tokens": 8, "ignore_eos": True} for i in range(b)]
-            for body in bodies:
-                post(base + "/v1/completions", body)
         for path in ("/get_server_info", "/server_info", "/version"):
             code, body = get(base + path)
             if code == 200:
@@ -163,7 +148,8 @@ def serve_one(engine: str, preset: str, res: pathlib.Path, port: int, cmd: str |
                     "--prompt", "token-ids", "--contexts", str(ctx), "--batch-sizes",
                     ",".join(map(str, batches)), "--output-tokens", str(OUTPUT_TOKENS),
                     "--gpu", "H200", "--num-gpus", "1", "--mem-fraction", str(FRACTION),
-                    "--kv-bytes-per-token", str(facts["kv"]), "--out", str(out),
+                    "--preset", preset, "--load-format", "dummy",
+                    "--engine-log", str(logs / f"{tag}.log"), "--out", str(out),
                     "--no-progress", "--request-timeout", "400"]
             r = subprocess.run(ea(*args), env=ea_env(), cwd=REPO, capture_output=True,
                                text=True)
