@@ -232,9 +232,9 @@ def rows_into(K, coll, curve, rows, X, facts):
     once), the first ``run`` prompts' prefill, and ``output - 1`` decode steps at the mean
     context; when the batch does not fit, the rest are admitted one by one as running
     sequences finish (continuous batching: their prefills, a shared prefix warm, and
-    ``b / run`` times the steps of ``run`` sequences). Rows usually come in groups that differ only by configuration: a
-    row's first prefill and batch terms are reused from the row before when their inputs
-    are the same."""
+    ``b / run`` times the steps of ``run`` sequences). Rows usually come in groups that differ
+    only by configuration: a row's first prefill and batch terms are reused from the row
+    before when their inputs are the same."""
     sc = np.empty((1, 2 * N_PREFILL + N_DECODE))     # a later wave's terms
     last_pf = (-1.0, -1.0, -1.0)          # (sequences, context, share) of row i - 1's prefill
     last_b, last_rho, gemm, moe, tp_comm = -1.0, -1.0, 0.0, 0.0, 0.0
