@@ -25,7 +25,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "proxy (/v1/chat/completions, /v1/completions, /v1/models, /v1/route)")
     p.add_argument("--epp-port", type=int, metavar="PORT",
                    help="also serve the Endpoint Picker for a gateway (Envoy ext_proc over "
-                        "gRPC) on this port; needs --upstreams and the 'epp' extra")
+                        "gRPC) on this port; needs --upstreams, the 'epp' extra and the "
+                        "gateway's authentication: ENGINE_ADVISOR_EPP_TOKEN or mutual TLS")
+    p.add_argument("--epp-tls-cert", metavar="FILE",
+                   help="the picker's port serves TLS with this PEM certificate chain")
+    p.add_argument("--epp-tls-key", metavar="FILE", help="PEM private key of --epp-tls-cert")
+    p.add_argument("--epp-tls-client-ca", metavar="FILE",
+                   help="mutual TLS: the gateway's client certificate must be signed by this "
+                        "PEM CA bundle")
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--access-log", action="store_true", help="log every request (default off)")
     p.set_defaults(handler=run_serve)
@@ -41,7 +48,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 FLAGS = {"host": ("host", "--host"), "port": ("port", "--port"),
          "workers": ("workers", "--workers"), "model_path": ("model", "--model"),
          "models_dir": ("models_dir", "--models-dir"), "log_level": ("log_level", "--log-level"),
-         "upstreams": ("upstreams", "--upstreams"), "epp_port": ("epp_port", "--epp-port")}
+         "upstreams": ("upstreams", "--upstreams"), "epp_port": ("epp_port", "--epp-port"),
+         "epp_tls_cert": ("epp_tls_cert", "--epp-tls-cert"),
+         "epp_tls_key": ("epp_tls_key", "--epp-tls-key"),
+         "epp_tls_client_ca": ("epp_tls_client_ca", "--epp-tls-client-ca")}
 
 
 def _settings(args: argparse.Namespace):
@@ -92,8 +102,17 @@ def run_serve(args: argparse.Namespace) -> int:
             raise CliError(f"--epp-port: {settings.epp_port} is the HTTP port (--port) too")
         if not epp.available():
             raise CliError(epp.MISSING)
+        from service.epp.auth import problem
+
+        for name in ("epp_tls_cert", "epp_tls_key", "epp_tls_client_ca"):
+            if getattr(settings, name) is not None:      # workers may start elsewhere
+                setattr(settings, name, getattr(settings, name).resolve())
+        why = problem(settings)
+        if why is not None:
+            raise CliError(why)
     # Workers build the app from the environment (uvicorn factory), so pass settings there.
-    for name, value in settings.model_dump(exclude={"admin_token"}).items():
+    # (the tokens stay where they came from: ENGINE_ADVISOR_ADMIN_TOKEN, ENGINE_ADVISOR_EPP_TOKEN)
+    for name, value in settings.model_dump(exclude={"admin_token", "epp_token"}).items():
         key = f"ENGINE_ADVISOR_{name.upper()}"
         if value is None:
             os.environ.pop(key, None)

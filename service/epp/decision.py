@@ -18,6 +18,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from service.epp import body
 from service.errors import ApiError
 from service.holder import LoadedModel
 from service.proxy.forward import pick
@@ -64,7 +65,7 @@ async def pick_endpoints(state: ProxyState, loaded: LoadedModel, path: str, raw:
     if pools is None:
         raise ApiError(503, NO_POOLS)
     authorize(pools, _Headers(headers))
-    req = parse(raw, path)
+    req = parse(raw, path, body.load(raw))
     try:
         routed = await route(state, pools, loaded, req)
     except ApiError as exc:
@@ -88,14 +89,19 @@ async def pick_endpoints(state: ProxyState, loaded: LoadedModel, path: str, raw:
     return Picked(listed, routed.prompt_tokens, routed.method)
 
 
-def sent(state: ProxyState, up: Upstream) -> None:
-    """A request goes to ``up``: one more in flight (a half-open breaker's probe)."""
+def sent(state: ProxyState, up: Upstream) -> bool:
+    """A request goes to ``up``: one more in flight; True when it is the half-open breaker's
+    probe."""
     up.in_flight += 1
-    up.breaker.acquire()
+    return up.breaker.acquire()
 
 
-def done(state: ProxyState, up: Upstream) -> None:
+def done(state: ProxyState, up: Upstream, probe: bool) -> None:
+    """The request that ``sent`` counted ended; ``probe``: it was the breaker's probe and no
+    report settled it (the breaker takes the next request as its probe)."""
     up.in_flight -= 1
+    if probe:
+        up.breaker.release()
 
 
 def served(state: ProxyState, listed: list[Upstream], up: Upstream | None, status: int,
