@@ -11,9 +11,11 @@ Stacks (``--stack``):
 - ``grpcio-sync``: grpcio's synchronous server, one thread of a pool per stream;
 - ``grpclib``: grpclib (PyPI ``grpclib``, pure Python over ``h2``) on asyncio.
 
-Every stack parses each ProcessingRequest (the answer depends on its kind) and sends
-pre-serialized answers. In ``FULL_DUPLEX_STREAMED`` body mode a body chunk is echoed (that
-mode's contract); in the others a body chunk gets an empty answer (CONTINUE).
+Each serves the gRPC health service too (Envoy's health check of the picker cluster asks
+``envoy.service.ext_proc.v3.ExternalProcessor``). Every stack parses each ProcessingRequest
+(the answer depends on its kind) and sends pre-serialized answers. In
+``FULL_DUPLEX_STREAMED`` body mode a body chunk is echoed (that mode's contract); in the
+others a body chunk gets an empty answer (CONTINUE).
 
 Usage:  python bench/epp_floor.py --stack grpcio-aio --port 9002 [--uvloop]
 """
@@ -38,9 +40,11 @@ from envoy.service.ext_proc.v3.external_processor_pb2 import (
     StreamedBodyResponse,
     TrailersResponse,
 )
+from grpc_health.v1 import health_pb2
 
 STACKS = ("grpcio-aio", "grpcio-aio-rw", "grpcio-sync", "grpclib")
-METHOD = "/envoy.service.ext_proc.v3.ExternalProcessor/Process"
+SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
+METHOD = f"/{SERVICE}/Process"
 DUPLEX = ProcessingMode.FULL_DUPLEX_STREAMED
 
 CONTINUE = {
@@ -116,15 +120,18 @@ def _handler(fn):
 
     handler = grpc.stream_stream_rpc_method_handler(
         fn, request_deserializer=_identity, response_serializer=_identity)
-    service, method = METHOD.rsplit("/", 1)
-    return grpc.method_handlers_generic_handler(service.strip("/"), {method: handler})
+    return grpc.method_handlers_generic_handler(SERVICE, {"Process": handler})
 
 
 async def serve_aio(port: int, rw: bool) -> None:
     import grpc
+    from grpc_health.v1 import health, health_pb2_grpc
 
     server = grpc.aio.server()
     server.add_generic_rpc_handlers([_handler(_aio_rw if rw else _aio_gen)])
+    checks = health.aio.HealthServicer()
+    await checks.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(checks, server)
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     await _until_signal()
@@ -135,10 +142,14 @@ def serve_sync(port: int, threads: int) -> None:
     import threading
 
     import grpc
+    from grpc_health.v1 import health, health_pb2_grpc
 
     server = grpc.server(ThreadPoolExecutor(max_workers=threads),
                          maximum_concurrent_rpcs=None)
     server.add_generic_rpc_handlers([_handler(_sync_gen)])
+    checks = health.HealthServicer()
+    checks.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(checks, server)
     server.add_insecure_port(f"127.0.0.1:{port}")
     server.start()
     stop = threading.Event()
@@ -154,7 +165,16 @@ class _GrpclibService:
         from grpclib.const import Cardinality, Handler
 
         return {METHOD: Handler(self.process, Cardinality.STREAM_STREAM, ProcessingRequest,
-                                ProcessingResponse)}
+                                ProcessingResponse),
+                # grpclib's own health service would register grpc.health.v1 a second time
+                "/grpc.health.v1.Health/Check": Handler(
+                    self.check, Cardinality.UNARY_UNARY, health_pb2.HealthCheckRequest,
+                    health_pb2.HealthCheckResponse)}
+
+    async def check(self, stream) -> None:
+        await stream.recv_message()
+        await stream.send_message(health_pb2.HealthCheckResponse(
+            status=health_pb2.HealthCheckResponse.SERVING))
 
     async def process(self, stream) -> None:
         floor = Floor()

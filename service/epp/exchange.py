@@ -61,9 +61,11 @@ MODE_ERROR = ("the endpoint picker needs the whole request body before the heade
               "FULL_DUPLEX_STREAMED, or STREAMED with "
               "send_body_without_waiting_for_header_response: true")
 INTERNAL = "internal error; see the server log"
+ANSWERS_KEPT = 4096
 KEPT = frozenset({":method", ":path", "authorization"})          # of the request
 RESPONSE_KEPT = frozenset({":status", "retry-after"})
-NOTHING: tuple[ProcessingResponse, ...] = ()
+Answer = ProcessingResponse | bytes
+NOTHING: tuple[Answer, ...] = ()
 
 
 def _headers(msg, kept: frozenset[str]) -> dict[str, str]:
@@ -93,11 +95,31 @@ def _retry_after(value: str | None) -> float | None:
         return None
 
 
+class Answers:
+    """Serialized answers that depend only on the upstreams they name (a decision's headers,
+    a response's ``x-engine-advisor-*``), per pools generation: built once, sent many times."""
+
+    def __init__(self, kept: int = ANSWERS_KEPT):
+        self.kept = kept
+        self.generation: int | None = None
+        self.saved: dict[tuple, bytes] = {}
+
+    def get(self, generation: int | None, key: tuple, build) -> bytes:
+        if generation != self.generation or len(self.saved) >= self.kept:
+            self.generation, self.saved = generation, {}
+        out = self.saved.get(key)
+        if out is None:
+            out = self.saved[key] = build().SerializeToString()
+        return out
+
+
 class Exchange:
     """The state of one stream; ``on(message)`` gives the answers to send, in order."""
 
-    def __init__(self, state, loaded, endpoints: Endpoints):
+    def __init__(self, state, loaded, endpoints: Endpoints, answers: Answers):
         self.state, self.loaded, self.endpoints = state, loaded, endpoints
+        self.answers = answers
+        self.last = 0.0              # when its last message came (the idle timeout's clock)
         self.body_mode = DUPLEX
         self.response_duplex = True
         self.headers: dict[str, str] = {}
@@ -109,7 +131,7 @@ class Exchange:
         self.holding = None          # the upstream whose in-flight count this request holds
         self.probe = False           # ... as its half-open breaker's probe, not yet reported
 
-    async def on(self, req: ProcessingRequest) -> Sequence[ProcessingResponse]:
+    async def on(self, req: ProcessingRequest) -> Sequence[Answer]:
         if req.HasField("protocol_config"):
             pc = req.protocol_config
             mode = pc.request_body_mode
@@ -143,7 +165,7 @@ class Exchange:
         return NOTHING
 
     # ------------------------------------------------------------------ request
-    def _request_headers(self, h) -> Sequence[ProcessingResponse]:
+    def _request_headers(self, h) -> Sequence[Answer]:
         self.headers = _headers(h, KEPT)
         path = self.headers.get(":path", "").split("?", 1)[0]
         self.routed = (not h.end_of_stream and self.headers.get(":method") == "POST"
@@ -152,7 +174,7 @@ class Exchange:
             return NOTHING               # answered with the decision, at the body's end
         return (messages.HEADERS_CONTINUE,)
 
-    async def _request_body(self, b) -> Sequence[ProcessingResponse]:
+    async def _request_body(self, b) -> Sequence[Answer]:
         if not self.routed:
             return (messages.streamed(b.body, b.end_of_stream, False)
                     if self.body_mode == DUPLEX else messages.BODY_CONTINUE,)
@@ -165,7 +187,7 @@ class Exchange:
             return await self._decide()
         return NOTHING
 
-    async def _decide(self) -> Sequence[ProcessingResponse]:
+    async def _decide(self) -> Sequence[Answer]:
         raw = b"".join(self.chunks)
         parts = len(self.chunks)
         self.chunks.clear()
@@ -184,7 +206,7 @@ class Exchange:
             return (first, *(messages.BODY_CONTINUE,) * parts)
         return (first, *messages.body_chunks(raw))
 
-    async def _decision(self, path: str, raw: bytes) -> ProcessingResponse:
+    async def _decision(self, path: str, raw: bytes) -> Answer:
         picked = await decision.pick_endpoints(self.state, self.loaded, path, raw,
                                                self.headers)
         await self.endpoints.refresh(decision.generation(self.state),
@@ -195,22 +217,31 @@ class Exchange:
                            + ", ".join(f"{u.name} ({u.url})" for u in picked.upstreams))
         primary = self.listed[0]
         self._hold(primary)
+        in_body = self.body_mode == BUFFERED
+        drop = "authorization" in self.headers
+        # the upstream (engine, name, key) and the addresses (a name may resolve anew)
+        key = (in_body, drop, id(primary), *map(self.endpoints.endpoint, self.listed))
+        return self.answers.get(decision.generation(self.state), key,
+                                lambda: self._decided(in_body, drop))
+
+    def _decided(self, in_body: bool, drop: bool) -> ProcessingResponse:
+        primary = self.listed[0]
         set_ = {"x-engine-advisor-engine": primary.engine,
                 "x-engine-advisor-upstream": primary.name}
         remove = []
         if primary.spec.api_key is not None:
             set_["authorization"] = f"Bearer {primary.spec.api_key.get_secret_value()}"
-        elif "authorization" in self.headers:
+        elif drop:
             remove.append("authorization")     # the client's key stays with the gateway
         dest = ",".join(self.endpoints.endpoint(u) for u in self.listed)
-        return messages.decided(self.body_mode == BUFFERED, set_, remove, dest)
+        return messages.decided(in_body, set_, remove, dest)
 
-    def _error(self, exc: ApiError) -> Sequence[ProcessingResponse]:
+    def _error(self, exc: ApiError) -> Sequence[Answer]:
         self.closed = True
         return (messages.immediate(exc.status, exc.detail().model_dump(), exc.headers),)
 
     # ------------------------------------------------------------------ response
-    def _response_headers(self, req: ProcessingRequest) -> ProcessingResponse:
+    def _response_headers(self, req: ProcessingRequest) -> Answer:
         h = _headers(req.response_headers, RESPONSE_KEPT)
         ep = served_endpoint(req)
         up = self.endpoints.upstream(ep) if ep else None
@@ -229,8 +260,10 @@ class Exchange:
             return messages.RESPONSE_HEADERS_CONTINUE
         if up is not self.holding:
             self._hold(up)
-        return messages.response_headers({"x-engine-advisor-engine": up.engine,
-                                          "x-engine-advisor-upstream": up.name})
+        return self.answers.get(decision.generation(self.state), ("served", id(up)),
+                                lambda: messages.response_headers({
+                                    "x-engine-advisor-engine": up.engine,
+                                    "x-engine-advisor-upstream": up.name}))
 
     # ------------------------------------------------------------------ in flight
     def _hold(self, up) -> None:

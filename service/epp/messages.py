@@ -1,4 +1,8 @@
-"""ext_proc v3 responses the picker sends (protobuf builders and constants, no state)."""
+"""ext_proc v3 responses the picker sends (protobuf builders and constants, no state).
+
+An answer is a ``ProcessingResponse`` or its serialized bytes (the server sends either): the
+constant answers are serialized once, here.
+"""
 
 from __future__ import annotations
 
@@ -25,13 +29,14 @@ LB_NAMESPACE = "envoy.lb"
 # Envoy's buffers take 64 KiB per streamed chunk; stay under it.
 CHUNK = 60 << 10
 
-# Answers that change nothing (CONTINUE), one per kind of message; never mutated.
-HEADERS_CONTINUE = ProcessingResponse(request_headers=HeadersResponse())
-BODY_CONTINUE = ProcessingResponse(request_body=BodyResponse())
-RESPONSE_HEADERS_CONTINUE = ProcessingResponse(response_headers=HeadersResponse())
-RESPONSE_BODY_CONTINUE = ProcessingResponse(response_body=BodyResponse())
-REQUEST_TRAILERS = ProcessingResponse(request_trailers=TrailersResponse())
-RESPONSE_TRAILERS = ProcessingResponse(response_trailers=TrailersResponse())
+# Answers that change nothing (CONTINUE), one per kind of message.
+HEADERS_CONTINUE = ProcessingResponse(request_headers=HeadersResponse()).SerializeToString()
+BODY_CONTINUE = ProcessingResponse(request_body=BodyResponse()).SerializeToString()
+RESPONSE_HEADERS_CONTINUE = ProcessingResponse(
+    response_headers=HeadersResponse()).SerializeToString()
+RESPONSE_BODY_CONTINUE = ProcessingResponse(response_body=BodyResponse()).SerializeToString()
+REQUEST_TRAILERS = ProcessingResponse(request_trailers=TrailersResponse()).SerializeToString()
+RESPONSE_TRAILERS = ProcessingResponse(response_trailers=TrailersResponse()).SerializeToString()
 
 
 def mutation(set_: dict[str, str] | None = None, remove: list[str] | None = None

@@ -12,6 +12,7 @@ the service shuts down.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 import grpc
@@ -20,7 +21,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from service.epp import auth, decision
 from service.epp.endpoints import Endpoints
-from service.epp.exchange import Exchange
+from service.epp.exchange import Answers, Exchange
 
 log = logging.getLogger("engine_advisor.epp")
 
@@ -30,54 +31,48 @@ GRACE_S = 5.0
 MESSAGE_SLACK = 1 << 20        # a buffered body's message: the body cap plus this
 
 
-def _serialize(msg) -> bytes:
-    return msg.SerializeToString()
-
-
-class _Idle:
-    """Ends the in-flight count of an exchange whose stream has been silent ``after`` s."""
-
-    __slots__ = ("loop", "after", "exchange", "last", "handle")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, after: float, exchange: Exchange):
-        self.loop, self.after, self.exchange = loop, after, exchange
-        self.last = loop.time()
-        self.handle = loop.call_at(self.last + after, self._check)
-
-    def _check(self) -> None:
-        due = self.last + self.after
-        if self.loop.time() < due:
-            self.handle = self.loop.call_at(due, self._check)
-        elif self.exchange.holding is not None:
-            log.warning("endpoint picker: a stream silent for %g s gave up the in-flight count "
-                        "of its request to %s", self.after, self.exchange.holding.name)
-            self.exchange.finish()
+def _serialize(answer) -> bytes:
+    return answer if type(answer) is bytes else answer.SerializeToString()
 
 
 class Picker:
-    """``Process``: one stream per HTTP request through the gateway."""
+    """``Process``: one stream per HTTP request through the gateway; ``sweep()`` ends the
+    in-flight count of a stream silent for ``idle_s`` (checked every ``idle_s / 4``)."""
 
     def __init__(self, app, token: auth.TokenCheck, idle_s: float):
         self.app, self.token, self.idle_s = app, token, idle_s
         self.endpoints = Endpoints()
+        self.answers = Answers()
+        self.live: set[Exchange] = set()
 
     async def process(self, requests, context):
         if not self.token.allows(context.invocation_metadata()):
             await context.abort(grpc.StatusCode.UNAUTHENTICATED,
                                 "the endpoint picker takes streams from its gateway only")
         st = self.app.state
-        ex = Exchange(st.proxy, st.holder.current, self.endpoints)
-        idle = _Idle(asyncio.get_running_loop(), self.idle_s, ex)
+        ex = Exchange(st.proxy, st.holder.current, self.endpoints, self.answers)
+        clock = asyncio.get_running_loop().time
+        self.live.add(ex)
         try:
             async for req in requests:
-                idle.last = idle.loop.time()
+                ex.last = clock()
                 for out in await ex.on(req):
                     yield out
                 if ex.closed:
                     return
         finally:
-            idle.handle.cancel()
+            self.live.discard(ex)
             ex.finish()
+
+    async def sweep(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.idle_s / 4)
+            stale = loop.time() - self.idle_s
+            for ex in [e for e in self.live if e.last < stale and e.holding is not None]:
+                log.warning("endpoint picker: a stream silent for %g s gave up the in-flight "
+                            "count of its request to %s", self.idle_s, ex.holding.name)
+                ex.finish()
 
     def handler(self) -> grpc.GenericRpcHandler:
         method = grpc.stream_stream_rpc_method_handler(
@@ -91,6 +86,7 @@ class PickerServer:
         self.app, self.host, self.port = app, host, port
         self.server: grpc.aio.Server | None = None
         self.health = health.aio.HealthServicer()
+        self.sweeper: asyncio.Task | None = None
 
     async def start(self) -> None:
         settings = self.app.state.settings
@@ -118,6 +114,7 @@ class PickerServer:
         if not bound:
             raise RuntimeError(f"--epp-port: cannot listen on {address}")
         await self.server.start()
+        self.sweeper = asyncio.create_task(picker.sweep(), name="epp-idle-sweep")
         ready = decision.generation(self.app.state.proxy) is not None
         for name in SERVICES:
             serving = ready or name in ("", "liveness")
@@ -132,3 +129,8 @@ class PickerServer:
         await self.health.enter_graceful_shutdown()
         await self.server.stop(GRACE_S)
         self.server = None
+        if self.sweeper is not None:
+            self.sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.sweeper
+            self.sweeper = None
