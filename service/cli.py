@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 from pathlib import Path
 
@@ -120,12 +121,38 @@ def run_serve(args: argparse.Namespace) -> int:
             os.environ[key] = str(value)
     from service.server import PROTOCOL
 
-    # uvloop and httptools (dependencies) are what uvicorn's "auto" picks; PROTOCOL is
-    # uvicorn's httptools protocol writing each response's head and body at once
-    uvicorn.run("service.main:app_from_env", factory=True, host=settings.host,
-                port=settings.port, workers=settings.workers, log_level=settings.log_level,
-                access_log=args.access_log, server_header=False, loop="auto", http=PROTOCOL)
+    with _picker_counts(settings):
+        # uvloop and httptools (dependencies) are what uvicorn's "auto" picks; PROTOCOL is
+        # uvicorn's httptools protocol writing each response's head and body at once
+        uvicorn.run("service.main:app_from_env", factory=True, host=settings.host,
+                    port=settings.port, workers=settings.workers, log_level=settings.log_level,
+                    access_log=args.access_log, server_header=False, loop="auto",
+                    http=PROTOCOL)
     return 0
+
+
+@contextlib.contextmanager
+def _picker_counts(settings):
+    """With the picker and several workers: the in-flight table they share
+    (service.epp.shared), in a directory of its own, removed when serve exits."""
+    if settings.epp_port is None or settings.workers <= 1:
+        yield
+        return
+    import shutil
+    import tempfile
+
+    from service.epp import shared
+
+    shm = Path("/dev/shm")
+    folder = Path(tempfile.mkdtemp(prefix="engine-advisor-epp-",
+                                   dir=shm if shm.is_dir() else None))
+    try:
+        shared.create(folder / "in-flight", settings.workers)
+        os.environ[shared.ENV] = str(folder / "in-flight")
+        yield
+    finally:
+        os.environ.pop(shared.ENV, None)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def openapi_yaml() -> str:

@@ -57,13 +57,16 @@ def _shedding(state: ProxyState, model: str | None) -> float | None:
 
 
 async def pick_endpoints(state: ProxyState, loaded: LoadedModel, path: str, raw: bytes,
-                         headers: Mapping[str, str]) -> Picked:
+                         headers: Mapping[str, str], counts=None) -> Picked:
     """The upstreams for one OpenAI request (``path`` one of ``ROUTED_PATHS``); raises
     ``ApiError`` as ``POST /v1/route`` would, or 429 with Retry-After when every upstream of
-    the model asked to wait."""
+    the model asked to wait. ``counts``: the other workers' in-flight picks
+    (``service.epp.shared``) are added to the counts first."""
     pools = state.pools
     if pools is None:
         raise ApiError(503, NO_POOLS)
+    if counts is not None:
+        counts.sync(pools)
     authorize(pools, _Headers(headers))
     req = parse(raw, path, body.load(raw))
     try:
@@ -89,19 +92,26 @@ async def pick_endpoints(state: ProxyState, loaded: LoadedModel, path: str, raw:
     return Picked(listed, routed.prompt_tokens, routed.method)
 
 
-def sent(state: ProxyState, up: Upstream) -> bool:
-    """A request goes to ``up``: one more in flight; True when it is the half-open breaker's
-    probe."""
+def sent(state: ProxyState, up: Upstream, counts) -> bool:
+    """A request goes to ``up``: one more in flight (published to the other workers through
+    ``counts``); True when it is the half-open breaker's probe."""
     up.in_flight += 1
+    counts.add(state.pools, up, 1)
     return up.breaker.acquire()
 
 
-def done(state: ProxyState, up: Upstream, probe: bool) -> None:
+def done(state: ProxyState, up: Upstream, probe: bool, counts) -> None:
     """The request that ``sent`` counted ended; ``probe``: it was the breaker's probe and no
     report settled it (the breaker takes the next request as its probe)."""
     up.in_flight -= 1
+    counts.add(state.pools, up, -1)
     if probe:
         up.breaker.release()
+
+
+def sync(state: ProxyState, counts) -> None:
+    """The other workers' in-flight picks, added to the counts (also between decisions)."""
+    counts.sync(state.pools)
 
 
 def served(state: ProxyState, listed: list[Upstream], up: Upstream | None, status: int,

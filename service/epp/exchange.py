@@ -116,9 +116,9 @@ class Answers:
 class Exchange:
     """The state of one stream; ``on(message)`` gives the answers to send, in order."""
 
-    def __init__(self, state, loaded, endpoints: Endpoints, answers: Answers):
+    def __init__(self, state, loaded, endpoints: Endpoints, answers: Answers, counts):
         self.state, self.loaded, self.endpoints = state, loaded, endpoints
-        self.answers = answers
+        self.answers, self.counts = answers, counts     # counts: service.epp.shared
         self.last = 0.0              # when its last message came (the idle timeout's clock)
         self.body_mode = DUPLEX
         self.response_duplex = True
@@ -208,7 +208,7 @@ class Exchange:
 
     async def _decision(self, path: str, raw: bytes) -> Answer:
         picked = await decision.pick_endpoints(self.state, self.loaded, path, raw,
-                                               self.headers)
+                                               self.headers, self.counts)
         await self.endpoints.refresh(decision.generation(self.state),
                                      decision.upstreams(self.state))
         self.listed = [u for u in picked.upstreams if self.endpoints.endpoint(u)]
@@ -268,13 +268,13 @@ class Exchange:
     # ------------------------------------------------------------------ in flight
     def _hold(self, up) -> None:
         self.finish()
-        self.probe = decision.sent(self.state, up)
+        self.probe = decision.sent(self.state, up, self.counts)
         self.holding = up
 
     def finish(self) -> None:
         """The request ended (or its stream went idle): its in-flight count ends."""
         if self.holding is not None:
-            decision.done(self.state, self.holding, self.probe)
+            decision.done(self.state, self.holding, self.probe, self.counts)
             self.holding = None
             self.probe = False
 

@@ -28,6 +28,7 @@ log = logging.getLogger("engine_advisor.epp")
 EXT_PROC = "envoy.service.ext_proc.v3.ExternalProcessor"
 SERVICES = ("", "liveness", "readiness", EXT_PROC)
 GRACE_S = 5.0
+SWEEP_S = 1.0
 MESSAGE_SLACK = 1 << 20        # a buffered body's message: the body cap plus this
 
 
@@ -39,8 +40,8 @@ class Picker:
     """``Process``: one stream per HTTP request through the gateway; ``sweep()`` ends the
     in-flight count of a stream silent for ``idle_s`` (checked every ``idle_s / 4``)."""
 
-    def __init__(self, app, token: auth.TokenCheck, idle_s: float):
-        self.app, self.token, self.idle_s = app, token, idle_s
+    def __init__(self, app, token: auth.TokenCheck, idle_s: float, counts):
+        self.app, self.token, self.idle_s, self.counts = app, token, idle_s, counts
         self.endpoints = Endpoints()
         self.answers = Answers()
         self.live: set[Exchange] = set()
@@ -50,7 +51,7 @@ class Picker:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED,
                                 "the endpoint picker takes streams from its gateway only")
         st = self.app.state
-        ex = Exchange(st.proxy, st.holder.current, self.endpoints, self.answers)
+        ex = Exchange(st.proxy, st.holder.current, self.endpoints, self.answers, self.counts)
         clock = asyncio.get_running_loop().time
         self.live.add(ex)
         try:
@@ -65,10 +66,17 @@ class Picker:
             ex.finish()
 
     async def sweep(self) -> None:
+        """Every ``SWEEP_S``: the other workers' counts; every ``idle_s / 4``: idle streams."""
         loop = asyncio.get_running_loop()
+        next_idle = loop.time() + self.idle_s / 4
         while True:
-            await asyncio.sleep(self.idle_s / 4)
-            stale = loop.time() - self.idle_s
+            await asyncio.sleep(min(SWEEP_S, self.idle_s / 4))
+            decision.sync(self.app.state.proxy, self.counts)
+            now = loop.time()
+            if now < next_idle:
+                continue
+            next_idle = now + self.idle_s / 4
+            stale = now - self.idle_s
             for ex in [e for e in self.live if e.last < stale and e.holding is not None]:
                 log.warning("endpoint picker: a stream silent for %g s gave up the in-flight "
                             "count of its request to %s", self.idle_s, ex.holding.name)
@@ -82,8 +90,8 @@ class Picker:
 
 
 class PickerServer:
-    def __init__(self, app, host: str, port: int):
-        self.app, self.host, self.port = app, host, port
+    def __init__(self, app, host: str, port: int, counts):
+        self.app, self.host, self.port, self.counts = app, host, port, counts
         self.server: grpc.aio.Server | None = None
         self.health = health.aio.HealthServicer()
         self.sweeper: asyncio.Task | None = None
@@ -100,7 +108,8 @@ class PickerServer:
                    ("grpc.so_reuseport", 1 if settings.workers > 1 else 0)]
         self.server = grpc.aio.server(options=options)
         token = settings.epp_token.get_secret_value() if settings.epp_token else None
-        picker = Picker(self.app, auth.TokenCheck(token), settings.epp_idle_timeout_s)
+        picker = Picker(self.app, auth.TokenCheck(token), settings.epp_idle_timeout_s,
+                        self.counts)
         self.server.add_generic_rpc_handlers([picker.handler()])
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         address = f"[{self.host}]:{self.port}" if ":" in self.host else \
