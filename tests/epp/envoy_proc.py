@@ -72,10 +72,12 @@ def _socket(port: int, host: str = "127.0.0.1") -> dict:
 
 def gateway_config(listen: int, admin: int, engines: list[tuple[str, int]],
                    picker: int | None, fail_open: bool = False, mode: str = "buffered",
-                   token: str | None = TOKEN, message_timeout: str | None = None) -> dict:
+                   token: str | None = TOKEN, message_timeout: str | None = None,
+                   picker_streams: int | None = None) -> dict:
     """The shipped configuration on loopback. ``picker`` None: no picker at all, the engines
     cluster round-robin (the bench's plain Envoy). ``mode``: one of ``MODES``. ``token``:
-    sent in place of the placeholder (None: no token at all)."""
+    sent in place of the placeholder (None: no token at all). ``picker_streams``: streams per
+    connection to the picker (more connections, spread over its workers)."""
     cfg = copy.deepcopy(yaml.safe_load(CONFIG.read_text()))
     cfg["admin"]["address"] = _socket(admin)["address"]
     res = cfg["static_resources"]
@@ -109,6 +111,11 @@ def gateway_config(listen: int, admin: int, engines: list[tuple[str, int]],
             meta[0]["value"] = f"Bearer {token}"
         clusters["picker"]["load_assignment"]["endpoints"][0]["lb_endpoints"] = [
             {"endpoint": _socket(picker)}]
+        if picker_streams is not None:
+            opts = clusters["picker"]["typed_extension_protocol_options"][
+                "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+            opts["explicit_http_config"]["http2_protocol_options"][
+                "max_concurrent_streams"] = picker_streams
     return cfg
 
 
