@@ -73,11 +73,13 @@ def _socket(port: int, host: str = "127.0.0.1") -> dict:
 def gateway_config(listen: int, admin: int, engines: list[tuple[str, int]],
                    picker: int | None, fail_open: bool = False, mode: str = "buffered",
                    token: str | None = TOKEN, message_timeout: str | None = None,
-                   picker_streams: int | None = None) -> dict:
+                   picker_streams: int | None = None, tls: Path | None = None) -> dict:
     """The shipped configuration on loopback. ``picker`` None: no picker at all, the engines
     cluster round-robin (the bench's plain Envoy). ``mode``: one of ``MODES``. ``token``:
     sent in place of the placeholder (None: no token at all). ``picker_streams``: streams per
-    connection to the picker (more connections, spread over its workers)."""
+    connection to the picker (more connections, spread over its workers). ``tls``: a folder
+    of tests/epp/pki.py's certificates: mutual TLS to the picker (client.pem / client.key,
+    the picker's server.pem checked against ca.pem), as docs/gateway.md shows it."""
     cfg = copy.deepcopy(yaml.safe_load(CONFIG.read_text()))
     cfg["admin"]["address"] = _socket(admin)["address"]
     res = cfg["static_resources"]
@@ -111,12 +113,30 @@ def gateway_config(listen: int, admin: int, engines: list[tuple[str, int]],
             meta[0]["value"] = f"Bearer {token}"
         clusters["picker"]["load_assignment"]["endpoints"][0]["lb_endpoints"] = [
             {"endpoint": _socket(picker)}]
+        if tls is not None:
+            clusters["picker"]["transport_socket"] = mutual_tls(tls)
         if picker_streams is not None:
             opts = clusters["picker"]["typed_extension_protocol_options"][
                 "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
             opts["explicit_http_config"]["http2_protocol_options"][
                 "max_concurrent_streams"] = picker_streams
     return cfg
+
+
+def mutual_tls(pki: Path) -> dict:
+    """The picker cluster's transport socket: Envoy's client certificate, the picker's
+    server certificate checked against the CA and its address."""
+    return {"name": "envoy.transport_sockets.tls", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3."
+                 "UpstreamTlsContext",
+        "common_tls_context": {
+            "alpn_protocols": ["h2"],
+            "tls_certificates": [{"certificate_chain": {"filename": str(pki / "client.pem")},
+                                  "private_key": {"filename": str(pki / "client.key")}}],
+            "validation_context": {
+                "trusted_ca": {"filename": str(pki / "ca.pem")},
+                "match_typed_subject_alt_names": [
+                    {"san_type": "IP_ADDRESS", "matcher": {"exact": "127.0.0.1"}}]}}}}
 
 
 class Envoy:

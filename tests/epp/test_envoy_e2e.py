@@ -245,6 +245,39 @@ def test_an_envoy_without_the_picker_token_gets_nothing_from_it(gateway, envoy_e
     assert in_flight(serve) == {"vllm-0": 0.0, "sglang-0": 0.0}
 
 
+def test_mutual_tls_between_envoy_and_the_picker(gateway, envoy_exe, tmp_path):
+    """The picker with mutual TLS and no token: Envoy presenting its client certificate is
+    served (decisions, health checks); an Envoy without one gets nothing."""
+    import pki
+
+    if not pki.available():
+        pytest.skip("no openssl to make certificates with")
+    certs = pki.make(tmp_path)
+    path = tmp_path / "pools.yaml"
+    path.write_text(pools(gateway["sims"]["vllm"].url, gateway["sims"]["sglang"].url))
+    epp = free_port()
+    serve = Proc("serve", "--upstreams", str(path), "--epp-port", str(epp),
+                 "--epp-tls-cert", str(certs / "server.pem"),
+                 "--epp-tls-key", str(certs / "server.key"),
+                 "--epp-tls-client-ca", str(certs / "ca.pem"),
+                 "--log-level", "warning", ready="/readyz")
+    start_all(serve)
+    envoys = []
+    try:
+        envoys.append(Envoy.gateway(envoy_exe, gateway["engines"], epp, token=None,
+                                    tls=certs).start())
+        envoys.append(Envoy.gateway(envoy_exe, gateway["engines"], epp, token=None).start())
+        # served once Envoy's health check through TLS passed
+        assert wait_for(lambda: completion(envoys[0])[0].headers.get(
+            "x-engine-advisor-upstream") == "vllm-0", 30)
+        r, _ = completion(envoys[1])                 # plaintext, no certificate
+        assert r.status_code == 500
+    finally:
+        for e in envoys:
+            e.stop()
+        serve.stop()
+
+
 def test_gateway_streaming_the_body_with_waiting_is_told_what_to_set(gateway, envoy_exe):
     from envoy_proc import gateway_config
 
