@@ -71,7 +71,10 @@ class Picker:
         next_idle = loop.time() + self.idle_s / 4
         while True:
             await asyncio.sleep(min(SWEEP_S, self.idle_s / 4))
-            decision.sync(self.app.state.proxy, self.counts)
+            try:
+                decision.sync(self.app.state.proxy, self.counts)
+            except Exception:             # a broken table must not end the idle sweep
+                log.exception("endpoint picker: reading the other workers' counts failed")
             now = loop.time()
             if now < next_idle:
                 continue
