@@ -77,18 +77,19 @@ async def pick_endpoints(state: ProxyState, loaded: LoadedModel, path: str, raw:
             raise
         raise ApiError(429, "every upstream asked to wait (Retry-After): " + exc.message,
                        headers={"Retry-After": str(max(1, round(wait)))}) from None
-    listed = [routed.first]
-    saved = {}
-    engine = None if pools.config.retries.other_engine else routed.first.engine
-    while len(listed) < pools.config.retries.max_attempts:
-        ahead = [u for u in pools.serving(req.model) if u not in listed]
-        saved.update((u, u.picked) for u in ahead)
-        nxt = pick(pools, routed.decision, req.model, listed, engine, state.seq)
-        if nxt is None:
-            break
-        listed.append(nxt)
-    for u, picked in saved.items():
-        u.picked = picked
+    first = routed.first
+    listed = [first]
+    retries = pools.config.retries
+    if retries.max_attempts > 1:
+        saved = [(u, u.picked) for u in pools.serving(req.model) if u is not first]
+        engine = None if retries.other_engine else first.engine
+        while len(listed) < retries.max_attempts:
+            nxt = pick(pools, routed.decision, req.model, listed, engine, state.seq)
+            if nxt is None:
+                break
+            listed.append(nxt)
+        for u, picked in saved:
+            u.picked = picked
     return Picked(listed, routed.prompt_tokens, routed.method)
 
 

@@ -69,12 +69,14 @@ NOTHING: tuple[Answer, ...] = ()
 
 
 def _headers(msg, kept: frozenset[str]) -> dict[str, str]:
-    """The headers of an ext_proc HttpHeaders that the picker reads (``kept``)."""
+    """The headers of an ext_proc HttpHeaders that the picker reads (``kept``; Envoy's
+    header names are lower case). The shipped Envoy configuration forwards no others."""
     out = {}
     for h in msg.headers.headers:
-        key = h.key.lower()
+        key = h.key
         if key in kept:
-            out[key] = h.raw_value.decode("latin-1") if h.raw_value else h.value
+            raw = h.raw_value
+            out[key] = raw.decode("latin-1") if raw else h.value
     return out
 
 
