@@ -83,8 +83,19 @@ def gateway(envoy_exe, tmp_path_factory):
             p.stop()
 
 
-def client(url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=60.0)
+@pytest.fixture
+def client():
+    """``client(url)``: the official client for a gateway, closed after the test."""
+    made: list[openai.OpenAI] = []
+
+    def make(url: str) -> openai.OpenAI:
+        made.append(openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0,
+                                  timeout=60.0))
+        return made[-1]
+
+    yield make
+    for c in made:
+        c.close()
 
 
 def prompts(sims) -> dict[str, float]:
@@ -102,7 +113,7 @@ def in_flight(serve: Proc) -> dict[str, float]:
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("text", [SHORT, LONG], ids=["short", "long"])
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
-def test_each_request_lands_where_route_says(gateway, text, stream, mode):
+def test_each_request_lands_where_route_says(gateway, client, text, stream, mode):
     sims, serve = gateway["sims"], gateway["serve"]
     messages = [{"role": "user", "content": text}]
     decided = httpx.post(serve.url + "/v1/route", timeout=30, json={
@@ -131,7 +142,7 @@ def test_each_request_lands_where_route_says(gateway, text, stream, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_in_flight_count_holds_while_a_stream_runs(gateway, mode):
+def test_in_flight_count_holds_while_a_stream_runs(gateway, client, mode):
     serve = gateway["serve"]
     c = client(gateway["envoys"][mode].url)
     stream = c.completions.create(model=MODEL, prompt=SHORT, max_tokens=20_000, stream=True,
@@ -295,7 +306,7 @@ def test_gateway_streaming_the_body_with_waiting_is_told_what_to_set(gateway, en
     assert "send_body_without_waiting_for_header_response" in r.json()["error"]["message"]
 
 
-def test_killed_primary_falls_back_to_the_next_endpoint(gateway):
+def test_killed_primary_falls_back_to_the_next_endpoint(gateway, client):
     """Last in this module: it kills the vLLM simulator."""
     sims, serve, envoy = gateway["sims"], gateway["serve"], gateway["envoy"]
     body = {"model": MODEL, "messages": [{"role": "user", "content": SHORT}], "max_tokens": 8}
