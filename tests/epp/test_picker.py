@@ -25,6 +25,9 @@ from extproc import (
 
 from service.epp.messages import CHUNK, DESTINATION, LB_NAMESPACE
 
+ENDPOINT = {"va": "127.0.0.1:1", "vb": "127.0.0.1:2", "sa": "127.0.0.1:3"}   # of POOLS
+ENGINE = {"va": "vllm", "vb": "vllm", "sa": "sglang"}
+
 
 def test_answer_names_the_endpoints_in_header_and_metadata_then_echoes_the_body(picker):
     app, stub, http = picker()
@@ -34,12 +37,20 @@ def test_answer_names_the_endpoints_in_header_and_metadata_then_echoes_the_body(
     first, chunks = out[0], out[1:]
     assert first.WhichOneof("response") == "request_headers"
     set_ = mutation(first)
-    # the chosen engine's other upstream first, then the other engine (retries.other_engine)
-    assert set_[DESTINATION] == "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"
+    engine = http.post("/v1/route", content=raw).json()["engine"]   # the cost model's choice
+    assert set_["x-engine-advisor-engine"] == engine
+    primary = set_["x-engine-advisor-upstream"]
+    # the primary, the chosen engine's other upstream, then the other engine's
+    # (retries.other_engine)
+    same = [n for n in ("va", "vb", "sa") if ENGINE[n] == engine and n != primary]
+    other = [n for n in ("va", "vb", "sa") if ENGINE[n] != engine]
+    dest = set_[DESTINATION].split(",")
+    assert dest[0] == ENDPOINT[primary] and ENGINE[primary] == engine
+    assert dest[1:1 + len(same)] == [ENDPOINT[n] for n in same]
+    assert sorted(dest[1 + len(same):]) == sorted(ENDPOINT[n] for n in other)
     meta = first.dynamic_metadata.fields[LB_NAMESPACE].struct_value.fields
     assert meta[DESTINATION].string_value == set_[DESTINATION]
     assert first.request_headers.response.clear_route_cache
-    assert (set_["x-engine-advisor-engine"], set_["x-engine-advisor-upstream"]) == ("vllm", "va")
     echoed = [c.request_body.response.body_mutation.streamed_response for c in chunks]
     assert b"".join(c.body for c in echoed) == raw
     assert all(len(c.body) <= CHUNK for c in echoed) and len(echoed) == -(-len(raw) // CHUNK)

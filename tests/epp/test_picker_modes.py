@@ -59,7 +59,8 @@ def test_streamed_headers_answer_waits_for_the_body_then_each_chunk_continues(pi
     out = list(stub.Process(iter([headers(mode=STREAMED), *parts]), timeout=30))
     assert kinds(out) == ["request_headers"] + ["request_body"] * len(parts)
     assert len(parts) == 3
-    assert mutation(out[0])["x-engine-advisor-engine"] == "vllm"
+    assert mutation(out[0])["x-engine-advisor-engine"] == http.post(
+        "/v1/route", content=raw).json()["engine"]
     assert out[0].request_headers.response.clear_route_cache
     assert all(not o.request_body.HasField("response") for o in out[1:])   # CONTINUE
 
