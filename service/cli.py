@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 from pathlib import Path
 
@@ -25,7 +26,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "proxy (/v1/chat/completions, /v1/completions, /v1/models, /v1/route)")
     p.add_argument("--epp-port", type=int, metavar="PORT",
                    help="also serve the Endpoint Picker for a gateway (Envoy ext_proc over "
-                        "gRPC) on this port; needs --upstreams and the 'epp' extra")
+                        "gRPC) on this port; needs --upstreams, the 'epp' extra and the "
+                        "gateway's authentication: ENGINE_ADVISOR_EPP_TOKEN or mutual TLS")
+    p.add_argument("--epp-tls-cert", metavar="FILE",
+                   help="the picker's port serves TLS with this PEM certificate chain")
+    p.add_argument("--epp-tls-key", metavar="FILE", help="PEM private key of --epp-tls-cert")
+    p.add_argument("--epp-tls-client-ca", metavar="FILE",
+                   help="mutual TLS: the gateway's client certificate must be signed by this "
+                        "PEM CA bundle")
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--access-log", action="store_true", help="log every request (default off)")
     p.set_defaults(handler=run_serve)
@@ -41,7 +49,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 FLAGS = {"host": ("host", "--host"), "port": ("port", "--port"),
          "workers": ("workers", "--workers"), "model_path": ("model", "--model"),
          "models_dir": ("models_dir", "--models-dir"), "log_level": ("log_level", "--log-level"),
-         "upstreams": ("upstreams", "--upstreams"), "epp_port": ("epp_port", "--epp-port")}
+         "upstreams": ("upstreams", "--upstreams"), "epp_port": ("epp_port", "--epp-port"),
+         "epp_tls_cert": ("epp_tls_cert", "--epp-tls-cert"),
+         "epp_tls_key": ("epp_tls_key", "--epp-tls-key"),
+         "epp_tls_client_ca": ("epp_tls_client_ca", "--epp-tls-client-ca")}
 
 
 def _settings(args: argparse.Namespace):
@@ -92,8 +103,17 @@ def run_serve(args: argparse.Namespace) -> int:
             raise CliError(f"--epp-port: {settings.epp_port} is the HTTP port (--port) too")
         if not epp.available():
             raise CliError(epp.MISSING)
+        from service.epp.auth import problem
+
+        for name in ("epp_tls_cert", "epp_tls_key", "epp_tls_client_ca"):
+            if getattr(settings, name) is not None:      # workers may start elsewhere
+                setattr(settings, name, getattr(settings, name).resolve())
+        why = problem(settings)
+        if why is not None:
+            raise CliError(why)
     # Workers build the app from the environment (uvicorn factory), so pass settings there.
-    for name, value in settings.model_dump(exclude={"admin_token"}).items():
+    # (the tokens stay where they came from: ENGINE_ADVISOR_ADMIN_TOKEN, ENGINE_ADVISOR_EPP_TOKEN)
+    for name, value in settings.model_dump(exclude={"admin_token", "epp_token"}).items():
         key = f"ENGINE_ADVISOR_{name.upper()}"
         if value is None:
             os.environ.pop(key, None)
@@ -101,12 +121,38 @@ def run_serve(args: argparse.Namespace) -> int:
             os.environ[key] = str(value)
     from service.server import PROTOCOL
 
-    # uvloop and httptools (dependencies) are what uvicorn's "auto" picks; PROTOCOL is
-    # uvicorn's httptools protocol writing each response's head and body at once
-    uvicorn.run("service.main:app_from_env", factory=True, host=settings.host,
-                port=settings.port, workers=settings.workers, log_level=settings.log_level,
-                access_log=args.access_log, server_header=False, loop="auto", http=PROTOCOL)
+    with _picker_counts(settings):
+        # uvloop and httptools (dependencies) are what uvicorn's "auto" picks; PROTOCOL is
+        # uvicorn's httptools protocol writing each response's head and body at once
+        uvicorn.run("service.main:app_from_env", factory=True, host=settings.host,
+                    port=settings.port, workers=settings.workers, log_level=settings.log_level,
+                    access_log=args.access_log, server_header=False, loop="auto",
+                    http=PROTOCOL)
     return 0
+
+
+@contextlib.contextmanager
+def _picker_counts(settings):
+    """With the picker and several workers: the in-flight table they share
+    (service.epp.shared), in a directory of its own, removed when serve exits."""
+    if settings.epp_port is None or settings.workers <= 1:
+        yield
+        return
+    import shutil
+    import tempfile
+
+    from service.epp import shared
+
+    shm = Path("/dev/shm")
+    folder = Path(tempfile.mkdtemp(prefix="engine-advisor-epp-",
+                                   dir=shm if shm.is_dir() else None))
+    try:
+        shared.create(folder / "in-flight", settings.workers)
+        os.environ[shared.ENV] = str(folder / "in-flight")
+        yield
+    finally:
+        os.environ.pop(shared.ENV, None)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def openapi_yaml() -> str:

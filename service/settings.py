@@ -37,3 +37,18 @@ class Settings(BaseSettings):
     epp_port: Annotated[int, Field(ge=1, le=65535)] | None = Field(
         default=None, description="also serve the Endpoint Picker (Envoy ext_proc, gRPC) on this "
                                   "port; needs the pools (upstreams) and the 'epp' extra")
+
+    # ---- the Endpoint Picker (service/epp): who may call it, and its streams -------------
+    epp_token: SecretStr | None = Field(
+        default=None, description="shared token the gateway must send in the picker's gRPC "
+                                  "metadata ('authorization: Bearer <token>'); read from "
+                                  "ENGINE_ADVISOR_EPP_TOKEN only")
+    epp_tls_cert: Path | None = Field(
+        default=None, description="PEM certificate chain the picker's port serves TLS with")
+    epp_tls_key: Path | None = Field(default=None, description="PEM private key of epp_tls_cert")
+    epp_tls_client_ca: Path | None = Field(
+        default=None, description="PEM CA bundle: the gateway must present a client certificate "
+                                  "it signed (mutual TLS)")
+    epp_idle_timeout_s: Annotated[float, Field(
+        gt=0, le=86_400, description="a picker stream silent this long gives up the in-flight "
+                                     "count of its request")] = 1800.0

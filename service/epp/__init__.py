@@ -33,10 +33,13 @@ async def serving(app) -> AsyncIterator[None]:
     if not available():
         raise RuntimeError(MISSING)
     from service.epp.server import PickerServer
+    from service.epp.shared import open_counts
 
-    server = PickerServer(app, app.state.settings.host, port)
-    await server.start()
+    counts = open_counts(app.state.settings.workers)
+    server = PickerServer(app, app.state.settings.host, port, counts)
     try:
+        await server.start()
         yield
     finally:
         await server.stop()
+        counts.close()

@@ -18,6 +18,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from service.epp import body
 from service.errors import ApiError
 from service.holder import LoadedModel
 from service.proxy.forward import pick
@@ -56,15 +57,18 @@ def _shedding(state: ProxyState, model: str | None) -> float | None:
 
 
 async def pick_endpoints(state: ProxyState, loaded: LoadedModel, path: str, raw: bytes,
-                         headers: Mapping[str, str]) -> Picked:
+                         headers: Mapping[str, str], counts=None) -> Picked:
     """The upstreams for one OpenAI request (``path`` one of ``ROUTED_PATHS``); raises
     ``ApiError`` as ``POST /v1/route`` would, or 429 with Retry-After when every upstream of
-    the model asked to wait."""
+    the model asked to wait. ``counts``: the other workers' in-flight picks
+    (``service.epp.shared``) are added to the counts first."""
     pools = state.pools
     if pools is None:
         raise ApiError(503, NO_POOLS)
+    if counts is not None:
+        counts.sync(pools)
     authorize(pools, _Headers(headers))
-    req = parse(raw, path)
+    req = parse(raw, path, body.load(raw))
     try:
         routed = await route(state, pools, loaded, req)
     except ApiError as exc:
@@ -73,29 +77,42 @@ async def pick_endpoints(state: ProxyState, loaded: LoadedModel, path: str, raw:
             raise
         raise ApiError(429, "every upstream asked to wait (Retry-After): " + exc.message,
                        headers={"Retry-After": str(max(1, round(wait)))}) from None
-    listed = [routed.first]
-    saved = {}
-    engine = None if pools.config.retries.other_engine else routed.first.engine
-    while len(listed) < pools.config.retries.max_attempts:
-        ahead = [u for u in pools.serving(req.model) if u not in listed]
-        saved.update((u, u.picked) for u in ahead)
-        nxt = pick(pools, routed.decision, req.model, listed, engine, state.seq)
-        if nxt is None:
-            break
-        listed.append(nxt)
-    for u, picked in saved.items():
-        u.picked = picked
+    first = routed.first
+    listed = [first]
+    retries = pools.config.retries
+    if retries.max_attempts > 1:
+        saved = [(u, u.picked) for u in pools.serving(req.model) if u is not first]
+        engine = None if retries.other_engine else first.engine
+        while len(listed) < retries.max_attempts:
+            nxt = pick(pools, routed.decision, req.model, listed, engine, state.seq)
+            if nxt is None:
+                break
+            listed.append(nxt)
+        for u, picked in saved:
+            u.picked = picked
     return Picked(listed, routed.prompt_tokens, routed.method)
 
 
-def sent(state: ProxyState, up: Upstream) -> None:
-    """A request goes to ``up``: one more in flight (a half-open breaker's probe)."""
+def sent(state: ProxyState, up: Upstream, counts) -> bool:
+    """A request goes to ``up``: one more in flight (published to the other workers through
+    ``counts``); True when it is the half-open breaker's probe."""
     up.in_flight += 1
-    up.breaker.acquire()
+    counts.add(state.pools, up, 1)
+    return up.breaker.acquire()
 
 
-def done(state: ProxyState, up: Upstream) -> None:
+def done(state: ProxyState, up: Upstream, probe: bool, counts) -> None:
+    """The request that ``sent`` counted ended; ``probe``: it was the breaker's probe and no
+    report settled it (the breaker takes the next request as its probe)."""
     up.in_flight -= 1
+    counts.add(state.pools, up, -1)
+    if probe:
+        up.breaker.release()
+
+
+def sync(state: ProxyState, counts) -> None:
+    """The other workers' in-flight picks, added to the counts (also between decisions)."""
+    counts.sync(state.pools)
 
 
 def served(state: ProxyState, listed: list[Upstream], up: Upstream | None, status: int,

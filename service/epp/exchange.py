@@ -1,27 +1,44 @@
-"""One ext_proc stream: one HTTP request through the gateway, phase by phase.
+"""One ext_proc stream: one HTTP request through the gateway, message by message.
 
-- request headers: kept; a request without a body (GET /v1/models, ...) is not routed by the
-  picker: the answer changes nothing and the gateway's ``override_host`` fallback policy
-  chooses.
-- request body (FULL_DUPLEX_STREAMED): gathered up to the proxy's body cap (413 past it);
-  at its end, ``POST /v1/chat/completions`` and ``/v1/completions`` are decided
-  (``decision.pick_endpoints``) and answered with the headers response (destination header,
-  ``envoy.lb`` metadata, ``clear_route_cache``, ``x-engine-advisor-engine`` / ``-upstream``)
-  followed by the body, unchanged, in chunks. An error is an immediate response with the
-  service's error envelope (400, 401, 404, 413, 429, 503). A gateway that says (in the
-  first message's ``protocol_config``) it sends the request body in another mode gets a 500
-  naming the setting: the picker answers the headers only once it has the body.
-- response headers: the endpoint that served (``envoy.lb`` metadata
-  ``x-gateway-destination-endpoint-served``, else the ``upstream.address`` attribute) and its
-  status go to the breakers; the in-flight count moves to that endpoint; the client gets
-  ``x-engine-advisor-engine`` / ``-upstream`` of the upstream that served.
-- response body / trailers: passed on; the end of the response (or of the stream, whichever
-  comes first) ends the request's in-flight count.
+The gateway says in its first message (``protocol_config``) how it sends the request body;
+the picker needs the whole body before the request headers go on, which three modes allow:
+
+- ``BUFFERED`` (the shipped ``deploy/gateway/envoy.yaml``): the headers are answered at once
+  (CONTINUE); the body comes in one message, whose answer carries the decision (Envoy applies
+  header mutations of a buffered body's answer). Two round trips, no body sent back.
+- ``STREAMED`` with ``send_body_without_waiting_for_header_response``: the headers' answer
+  waits for the body's last chunk and carries the decision; each chunk is then answered
+  CONTINUE. One round trip, no body sent back, one message per chunk.
+- ``FULL_DUPLEX_STREAMED`` (what Gateway API Inference Extension gateways send; assumed when
+  the first message has no ``protocol_config``): as STREAMED, but the picker sends the body
+  back, in chunks of at most 60 KiB.
+
+Any other request body mode gets a 500 naming the setting.
+
+- request headers: only ``:method``, ``:path`` and ``authorization`` are kept. A request
+  without a body, or not ``POST /v1/chat/completions`` / ``/v1/completions``, is not routed
+  (answered at once, its body passed on): the gateway's ``override_host`` fallback chooses.
+- request body: gathered up to the proxy's body cap (413 past it), then decided
+  (``decision.pick_endpoints``): the destination header, ``envoy.lb`` metadata,
+  ``clear_route_cache``, ``x-engine-advisor-engine`` / ``-upstream``. An error is an
+  immediate response with the service's error envelope (400, 401, 404, 413, 429, 503; 500
+  for a failure of the picker itself, whose details go to the log only).
+- response headers (when the gateway sends them): the endpoint that served (``envoy.lb``
+  metadata ``x-gateway-destination-endpoint-served``, else the ``upstream.address``
+  attribute) and its status go to the breakers, the in-flight count moves to that endpoint,
+  and the client gets ``x-engine-advisor-engine`` / ``-upstream`` of the upstream that served.
+- response body / trailers: passed on (echoed in FULL_DUPLEX_STREAMED).
+
+The request's in-flight count ends with the response: at the response's end of stream or
+trailers when the gateway sends them, else when the gateway closes the ext_proc stream (Envoy
+keeps it open until the HTTP request ends while ``response_trailer_mode`` is SEND), or after
+the idle timeout (``idle()``), whichever comes first.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import Sequence
 
 from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
 from envoy.service.ext_proc.v3.external_processor_pb2 import (
@@ -33,15 +50,34 @@ from service.epp import decision, messages
 from service.epp.endpoints import Endpoints
 from service.errors import ApiError
 
+log = logging.getLogger("engine_advisor.epp")
+
 FILTER = "envoy.filters.http.ext_proc"
+BUFFERED = ProcessingMode.BUFFERED
+STREAMED = ProcessingMode.STREAMED
 DUPLEX = ProcessingMode.FULL_DUPLEX_STREAMED
-MODE_ERROR = ("the endpoint picker needs the gateway's ext_proc processing_mode."
-              "request_body_mode FULL_DUPLEX_STREAMED")
+MODE_ERROR = ("the endpoint picker needs the whole request body before the headers go on: "
+              "set the gateway's ext_proc processing_mode.request_body_mode BUFFERED, or "
+              "FULL_DUPLEX_STREAMED, or STREAMED with "
+              "send_body_without_waiting_for_header_response: true")
+INTERNAL = "internal error; see the server log"
+ANSWERS_KEPT = 4096
+KEPT = frozenset({":method", ":path", "authorization"})          # of the request
+RESPONSE_KEPT = frozenset({":status", "retry-after"})
+Answer = ProcessingResponse | bytes
+NOTHING: tuple[Answer, ...] = ()
 
 
-def _headers(msg) -> dict[str, str]:
-    return {h.key.lower(): (h.raw_value.decode("latin-1") if h.raw_value else h.value)
-            for h in msg.headers.headers}
+def _headers(msg, kept: frozenset[str]) -> dict[str, str]:
+    """The headers of an ext_proc HttpHeaders that the picker reads (``kept``; Envoy's
+    header names are lower case). The shipped Envoy configuration forwards no others."""
+    out = {}
+    for h in msg.headers.headers:
+        key = h.key
+        if key in kept:
+            raw = h.raw_value
+            out[key] = raw.decode("latin-1") if raw else h.value
+    return out
 
 
 def served_endpoint(req: ProcessingRequest) -> str | None:
@@ -61,83 +97,120 @@ def _retry_after(value: str | None) -> float | None:
         return None
 
 
+class Answers:
+    """Serialized answers that depend only on the upstreams they name (a decision's headers,
+    a response's ``x-engine-advisor-*``), per pools generation: built once, sent many times."""
+
+    def __init__(self, kept: int = ANSWERS_KEPT):
+        self.kept = kept
+        self.generation: int | None = None
+        self.saved: dict[tuple, bytes] = {}
+
+    def get(self, generation: int | None, key: tuple, build) -> bytes:
+        if generation != self.generation or len(self.saved) >= self.kept:
+            self.generation, self.saved = generation, {}
+        out = self.saved.get(key)
+        if out is None:
+            out = self.saved[key] = build().SerializeToString()
+        return out
+
+
 class Exchange:
-    def __init__(self, state, loaded, endpoints: Endpoints):
+    """The state of one stream; ``on(message)`` gives the answers to send, in order."""
+
+    def __init__(self, state, loaded, endpoints: Endpoints, answers: Answers, counts):
         self.state, self.loaded, self.endpoints = state, loaded, endpoints
-        self.headers: dict[str, str] = {}
-        self.body: list[bytes] = []
-        self.size = 0
+        self.answers, self.counts = answers, counts     # counts: service.epp.shared
+        self.last = 0.0              # when its last message came (the idle timeout's clock)
+        self.body_mode = DUPLEX
         self.response_duplex = True
+        self.headers: dict[str, str] = {}
+        self.routed = False          # a routed request whose body is still coming
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.closed = False          # an immediate response ended the exchange
         self.listed: list = []
         self.holding = None          # the upstream whose in-flight count this request holds
+        self.probe = False           # ... as its half-open breaker's probe, not yet reported
 
-    async def run(self, requests: AsyncIterator[ProcessingRequest]
-                  ) -> AsyncIterator[ProcessingResponse]:
-        try:
-            async for req in requests:
-                kind = req.WhichOneof("request")
-                if req.HasField("protocol_config"):
-                    pc = req.protocol_config
-                    self.response_duplex = pc.response_body_mode == DUPLEX
-                    if pc.request_body_mode != DUPLEX:
-                        yield self._error(ApiError(500, MODE_ERROR))
-                        return
-                if kind == "request_headers":
-                    self.headers = _headers(req.request_headers)
-                    if req.request_headers.end_of_stream:
-                        yield messages.request_headers()
-                elif kind == "request_body":
-                    async for out in self._request_body(req.request_body):
-                        yield out
-                        if out.HasField("immediate_response"):
-                            return
-                elif kind == "request_trailers":
-                    yield messages.trailers(response=False)
-                elif kind == "response_headers":
-                    out = self._response_headers(req)
-                    if req.response_headers.end_of_stream:
-                        self._finish()
-                    yield out
-                elif kind == "response_body":
-                    b = req.response_body
-                    if b.end_of_stream:
-                        self._finish()
-                    yield (messages.streamed(b.body, b.end_of_stream, True)
-                           if self.response_duplex else messages.body_continue())
-                elif kind == "response_trailers":
-                    self._finish()
-                    yield messages.trailers(response=True)
-        finally:
-            self._finish()
+    async def on(self, req: ProcessingRequest) -> Sequence[Answer]:
+        if req.HasField("protocol_config"):
+            pc = req.protocol_config
+            mode = pc.request_body_mode
+            if mode not in (BUFFERED, DUPLEX) and not (
+                    mode == STREAMED and pc.send_body_without_waiting_for_header_response):
+                return self._error(ApiError(500, MODE_ERROR))
+            self.body_mode = mode
+            self.response_duplex = pc.response_body_mode == DUPLEX
+        kind = req.WhichOneof("request")
+        if kind == "request_headers":
+            return self._request_headers(req.request_headers)
+        if kind == "request_body":
+            return await self._request_body(req.request_body)
+        if kind == "response_headers":
+            out = self._response_headers(req)
+            if req.response_headers.end_of_stream:
+                self.finish()
+            return (out,)
+        if kind == "response_body":
+            b = req.response_body
+            if b.end_of_stream:
+                self.finish()
+            return (messages.streamed(b.body, b.end_of_stream, True) if self.response_duplex
+                    else messages.RESPONSE_BODY_CONTINUE,)
+        if kind == "request_trailers":       # the body's end when it ends without end_of_stream
+            out = await self._decide() if self.routed else NOTHING
+            return out if self.closed else (*out, messages.REQUEST_TRAILERS)
+        if kind == "response_trailers":
+            self.finish()
+            return (messages.RESPONSE_TRAILERS,)
+        return NOTHING
 
     # ------------------------------------------------------------------ request
-    async def _request_body(self, b) -> AsyncIterator[ProcessingResponse]:
-        self.body.append(b.body)
+    def _request_headers(self, h) -> Sequence[Answer]:
+        self.headers = _headers(h, KEPT)
+        path = self.headers.get(":path", "").split("?", 1)[0]
+        self.routed = (not h.end_of_stream and self.headers.get(":method") == "POST"
+                       and path in decision.ROUTED_PATHS)
+        if self.routed and self.body_mode != BUFFERED:
+            return NOTHING               # answered with the decision, at the body's end
+        return (messages.HEADERS_CONTINUE,)
+
+    async def _request_body(self, b) -> Sequence[Answer]:
+        if not self.routed:
+            return (messages.streamed(b.body, b.end_of_stream, False)
+                    if self.body_mode == DUPLEX else messages.BODY_CONTINUE,)
+        self.chunks.append(b.body)
         self.size += len(b.body)
         cap = decision.body_cap(self.state)
         if self.size > cap:
-            yield self._error(ApiError(413, f"request body: larger than {cap} bytes"))
-            return
-        if not b.end_of_stream:
-            return
-        raw = b"".join(self.body)
-        self.body.clear()
-        path = self.headers.get(":path", "").split("?", 1)[0]
-        if self.headers.get(":method") == "POST" and path in decision.ROUTED_PATHS:
-            try:
-                first = await self._decide(path, raw)
-            except ApiError as exc:
-                yield self._error(exc)
-                return
-        else:
-            first = messages.request_headers()
-        yield first
-        for out in messages.body_chunks(raw):
-            yield out
+            return self._error(ApiError(413, f"request body: larger than {cap} bytes"))
+        if b.end_of_stream or self.body_mode == BUFFERED:   # BUFFERED: all of it, at once
+            return await self._decide()
+        return NOTHING
 
-    async def _decide(self, path: str, raw: bytes) -> ProcessingResponse:
+    async def _decide(self) -> Sequence[Answer]:
+        raw = b"".join(self.chunks)
+        parts = len(self.chunks)
+        self.chunks.clear()
+        self.routed = False
+        path = self.headers[":path"].split("?", 1)[0]
+        try:
+            first = await self._decision(path, raw)
+        except ApiError as exc:
+            return self._error(exc)
+        except Exception:                # a failure of the picker: the log has the details
+            log.exception("endpoint picker: the decision failed")
+            return self._error(ApiError(500, INTERNAL))
+        if self.body_mode == BUFFERED:
+            return (first,)
+        if self.body_mode == STREAMED:
+            return (first, *(messages.BODY_CONTINUE,) * parts)
+        return (first, *messages.body_chunks(raw))
+
+    async def _decision(self, path: str, raw: bytes) -> Answer:
         picked = await decision.pick_endpoints(self.state, self.loaded, path, raw,
-                                               self.headers)
+                                               self.headers, self.counts)
         await self.endpoints.refresh(decision.generation(self.state),
                                      decision.upstreams(self.state))
         self.listed = [u for u in picked.upstreams if self.endpoints.endpoint(u)]
@@ -146,22 +219,32 @@ class Exchange:
                            + ", ".join(f"{u.name} ({u.url})" for u in picked.upstreams))
         primary = self.listed[0]
         self._hold(primary)
+        in_body = self.body_mode == BUFFERED
+        drop = "authorization" in self.headers
+        # the upstream (engine, name, key) and the addresses (a name may resolve anew)
+        key = (in_body, drop, id(primary), *map(self.endpoints.endpoint, self.listed))
+        return self.answers.get(decision.generation(self.state), key,
+                                lambda: self._decided(in_body, drop))
+
+    def _decided(self, in_body: bool, drop: bool) -> ProcessingResponse:
+        primary = self.listed[0]
         set_ = {"x-engine-advisor-engine": primary.engine,
                 "x-engine-advisor-upstream": primary.name}
         remove = []
         if primary.spec.api_key is not None:
             set_["authorization"] = f"Bearer {primary.spec.api_key.get_secret_value()}"
-        elif "authorization" in self.headers:
+        elif drop:
             remove.append("authorization")     # the client's key stays with the gateway
         dest = ",".join(self.endpoints.endpoint(u) for u in self.listed)
-        return messages.request_headers(set_, remove, dest)
+        return messages.decided(in_body, set_, remove, dest)
 
-    def _error(self, exc: ApiError) -> ProcessingResponse:
-        return messages.immediate(exc.status, exc.detail().model_dump(), exc.headers)
+    def _error(self, exc: ApiError) -> Sequence[Answer]:
+        self.closed = True
+        return (messages.immediate(exc.status, exc.detail().model_dump(), exc.headers),)
 
     # ------------------------------------------------------------------ response
-    def _response_headers(self, req: ProcessingRequest) -> ProcessingResponse:
-        h = _headers(req.response_headers)
+    def _response_headers(self, req: ProcessingRequest) -> Answer:
+        h = _headers(req.response_headers, RESPONSE_KEPT)
         ep = served_endpoint(req)
         up = self.endpoints.upstream(ep) if ep else None
         if up is None and self.listed and ep is None:
@@ -173,20 +256,27 @@ class Exchange:
         if self.listed:
             decision.served(self.state, self.listed, up, status,
                             _retry_after(h.get("retry-after")))
+            if up is not None:
+                self.probe = False             # the report settled the probe's breaker
         if up is None:
-            return messages.response_headers({})
+            return messages.RESPONSE_HEADERS_CONTINUE
         if up is not self.holding:
             self._hold(up)
-        return messages.response_headers({"x-engine-advisor-engine": up.engine,
-                                          "x-engine-advisor-upstream": up.name})
+        return self.answers.get(decision.generation(self.state), ("served", id(up)),
+                                lambda: messages.response_headers({
+                                    "x-engine-advisor-engine": up.engine,
+                                    "x-engine-advisor-upstream": up.name}))
 
     # ------------------------------------------------------------------ in flight
     def _hold(self, up) -> None:
-        self._finish()
-        decision.sent(self.state, up)
+        self.finish()
+        self.probe = decision.sent(self.state, up, self.counts)
         self.holding = up
 
-    def _finish(self) -> None:
+    def finish(self) -> None:
+        """The request ended (or its stream went idle): its in-flight count ends."""
         if self.holding is not None:
-            decision.done(self.state, self.holding)
+            decision.done(self.state, self.holding, self.probe, self.counts)
             self.holding = None
+            self.probe = False
+

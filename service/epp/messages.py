@@ -1,4 +1,8 @@
-"""ext_proc v3 responses the picker sends (protobuf builders, no state)."""
+"""ext_proc v3 responses the picker sends (protobuf builders and constants, no state).
+
+An answer is a ``ProcessingResponse`` or its serialized bytes (the server sends either): the
+constant answers are serialized once, here.
+"""
 
 from __future__ import annotations
 
@@ -25,6 +29,15 @@ LB_NAMESPACE = "envoy.lb"
 # Envoy's buffers take 64 KiB per streamed chunk; stay under it.
 CHUNK = 60 << 10
 
+# Answers that change nothing (CONTINUE), one per kind of message.
+HEADERS_CONTINUE = ProcessingResponse(request_headers=HeadersResponse()).SerializeToString()
+BODY_CONTINUE = ProcessingResponse(request_body=BodyResponse()).SerializeToString()
+RESPONSE_HEADERS_CONTINUE = ProcessingResponse(
+    response_headers=HeadersResponse()).SerializeToString()
+RESPONSE_BODY_CONTINUE = ProcessingResponse(response_body=BodyResponse()).SerializeToString()
+REQUEST_TRAILERS = ProcessingResponse(request_trailers=TrailersResponse()).SerializeToString()
+RESPONSE_TRAILERS = ProcessingResponse(response_trailers=TrailersResponse()).SerializeToString()
+
 
 def mutation(set_: dict[str, str] | None = None, remove: list[str] | None = None
              ) -> HeaderMutation:
@@ -35,17 +48,19 @@ def mutation(set_: dict[str, str] | None = None, remove: list[str] | None = None
         remove_headers=remove or [])
 
 
-def request_headers(set_: dict[str, str] | None = None, remove: list[str] | None = None,
-                    destination: str | None = None) -> ProcessingResponse:
-    """The request-headers answer; with ``destination`` the picked endpoints go in the header
-    and in dynamic metadata ``envoy.lb`` (the same value), and the route cache is cleared."""
-    if destination is None:
-        return ProcessingResponse(request_headers=HeadersResponse(
-            response=CommonResponse(header_mutation=mutation(set_, remove))))
+def decided(in_body: bool, set_: dict[str, str], remove: list[str], destination: str
+            ) -> ProcessingResponse:
+    """The decision: the picked endpoints in the destination header and in dynamic metadata
+    ``envoy.lb`` (the same value), the headers ``set_`` / ``remove``, and the route cache
+    cleared. ``in_body``: the answer to the (BUFFERED) request body, whose header mutations
+    Envoy applies as well; else the answer to the request headers."""
     meta = Struct()
     meta.update({LB_NAMESPACE: {DESTINATION: destination}})
-    common = CommonResponse(header_mutation=mutation({**(set_ or {}), DESTINATION: destination},
+    common = CommonResponse(header_mutation=mutation({**set_, DESTINATION: destination},
                                                      remove), clear_route_cache=True)
+    if in_body:
+        return ProcessingResponse(request_body=BodyResponse(response=common),
+                                  dynamic_metadata=meta)
     return ProcessingResponse(request_headers=HeadersResponse(response=common),
                               dynamic_metadata=meta)
 
@@ -68,20 +83,9 @@ def streamed(body: bytes, end: bool, response: bool) -> ProcessingResponse:
     return ProcessingResponse(request_body=BodyResponse(response=common))
 
 
-def body_continue() -> ProcessingResponse:
-    """The answer to a response body chunk in STREAMED or BUFFERED mode: pass it on."""
-    return ProcessingResponse(response_body=BodyResponse())
-
-
 def response_headers(set_: dict[str, str]) -> ProcessingResponse:
     return ProcessingResponse(response_headers=HeadersResponse(
         response=CommonResponse(header_mutation=mutation(set_))))
-
-
-def trailers(response: bool) -> ProcessingResponse:
-    if response:
-        return ProcessingResponse(response_trailers=TrailersResponse())
-    return ProcessingResponse(request_trailers=TrailersResponse())
 
 
 def immediate(status: int, error: dict, headers: dict[str, str] | None = None

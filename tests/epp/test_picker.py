@@ -6,95 +6,27 @@ proxied, only decided."""
 from __future__ import annotations
 
 import json
-import queue
 import time
 
-import grpc
-import pytest
-import yaml
-from envoy.config.core.v3.base_pb2 import HeaderMap, HeaderValue
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
-from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
-from fastapi.testclient import TestClient
-from proc import free_port
+from extproc import (
+    LONG,
+    POOLS,
+    SHORT,
+    error_of,
+    exchange,
+    headers,
+    in_flight,
+    mutation,
+    open_stream,
+    response_headers,
+    upstream,
+)
 
 from service.epp.messages import CHUNK, DESTINATION, LB_NAMESPACE
-from service.main import create_app
-from service.settings import Settings
 
-POOLS = {
-    "pools": {"vllm": [{"name": "va", "url": "http://127.0.0.1:1", "model": "m"},
-                       {"name": "vb", "url": "http://127.0.0.1:2", "model": "m"}],
-              "sglang": [{"name": "sa", "url": "http://127.0.0.1:3/v1", "model": "m",
-                          "dcp_size": 8, "api_key": "engine-key"}]},
-    "workload": {"kv_bytes_per_token": 70272, "batch_size": 64},
-    "tokens": {"upstream_tokenize": False},
-    # unreachable upstreams stay "healthy": no check fails them during a test
-    "health": {"interval_s": 600, "failure_threshold": 100},
-}
-SHORT = {"model": "m", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 16}
-LONG = {"model": "m", "prompt": [7] * 200_000, "max_tokens": 2048}     # token ids: exact
-
-
-@pytest.fixture
-def picker(tmp_path):
-    def start(pools=None, **settings):
-        path = tmp_path / "pools.yaml"
-        path.write_text(yaml.safe_dump(pools or POOLS))
-        port = free_port()
-        app = create_app(Settings(upstreams=path, epp_port=port, upstreams_watch_s=0,
-                                  **settings))
-        client = TestClient(app).__enter__()
-        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-        started.append((client, channel))
-        return app, pb_grpc.ExternalProcessorStub(channel), client
-
-    started: list = []
-    yield start
-    for client, channel in started:
-        channel.close()
-        client.__exit__(None, None, None)
-
-
-def headers(method="POST", path="/v1/chat/completions", end=False, **extra) -> pb.ProcessingRequest:
-    hs = [(":method", method), (":path", path), ("content-type", "application/json"),
-          *extra.items()]
-    return pb.ProcessingRequest(request_headers=pb.HttpHeaders(headers=HeaderMap(headers=[
-        HeaderValue(key=k, raw_value=v.encode()) for k, v in hs]), end_of_stream=end))
-
-
-def body_parts(raw: bytes, size: int = 16 << 10) -> list[pb.ProcessingRequest]:
-    parts = [raw[i:i + size] for i in range(0, len(raw), size)]
-    return [pb.ProcessingRequest(request_body=pb.HttpBody(body=p, end_of_stream=i == len(
-        parts) - 1)) for i, p in enumerate(parts)]
-
-
-def response_headers(status: int, served: str | None, **extra) -> pb.ProcessingRequest:
-    req = pb.ProcessingRequest(response_headers=pb.HttpHeaders(headers=HeaderMap(headers=[
-        HeaderValue(key=k, raw_value=v.encode())
-        for k, v in ((":status", str(status)), *extra.items())])))
-    if served is not None:
-        req.attributes["envoy.filters.http.ext_proc"].update({"upstream.address": served})
-    return req
-
-
-def exchange(stub, body: dict | bytes, path="/v1/chat/completions", **hdrs):
-    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return list(stub.Process(iter([headers(path=path, **hdrs), *body_parts(raw)]),
-                             timeout=30))
-
-
-def mutation(resp: pb.ProcessingResponse) -> dict[str, str]:
-    return {h.header.key: h.header.raw_value.decode()
-            for h in resp.request_headers.response.header_mutation.set_headers}
-
-
-def upstream(app, name: str):
-    return next(u for u in app.state.proxy.pools.upstreams if u.name == name)
-
-
-def in_flight(app) -> dict[str, int]:
-    return {u.name: u.in_flight for u in app.state.proxy.pools.upstreams}
+ENDPOINT = {"va": "127.0.0.1:1", "vb": "127.0.0.1:2", "sa": "127.0.0.1:3"}   # of POOLS
+ENGINE = {"va": "vllm", "vb": "vllm", "sa": "sglang"}
 
 
 def test_answer_names_the_endpoints_in_header_and_metadata_then_echoes_the_body(picker):
@@ -105,12 +37,20 @@ def test_answer_names_the_endpoints_in_header_and_metadata_then_echoes_the_body(
     first, chunks = out[0], out[1:]
     assert first.WhichOneof("response") == "request_headers"
     set_ = mutation(first)
-    # the chosen engine's other upstream first, then the other engine (retries.other_engine)
-    assert set_[DESTINATION] == "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"
+    engine = http.post("/v1/route", content=raw).json()["engine"]   # the cost model's choice
+    assert set_["x-engine-advisor-engine"] == engine
+    primary = set_["x-engine-advisor-upstream"]
+    # the primary, the chosen engine's other upstream, then the other engine's
+    # (retries.other_engine)
+    same = [n for n in ("va", "vb", "sa") if ENGINE[n] == engine and n != primary]
+    other = [n for n in ("va", "vb", "sa") if ENGINE[n] != engine]
+    dest = set_[DESTINATION].split(",")
+    assert dest[0] == ENDPOINT[primary] and ENGINE[primary] == engine
+    assert dest[1:1 + len(same)] == [ENDPOINT[n] for n in same]
+    assert sorted(dest[1 + len(same):]) == sorted(ENDPOINT[n] for n in other)
     meta = first.dynamic_metadata.fields[LB_NAMESPACE].struct_value.fields
     assert meta[DESTINATION].string_value == set_[DESTINATION]
     assert first.request_headers.response.clear_route_cache
-    assert (set_["x-engine-advisor-engine"], set_["x-engine-advisor-upstream"]) == ("vllm", "va")
     echoed = [c.request_body.response.body_mutation.streamed_response for c in chunks]
     assert b"".join(c.body for c in echoed) == raw
     assert all(len(c.body) <= CHUNK for c in echoed) and len(echoed) == -(-len(raw) // CHUNK)
@@ -150,13 +90,6 @@ def test_engine_key_set_and_client_key_kept_from_the_engines(picker):
     assert im.status.code == 401 and json.loads(im.body)["error"]["param"] == "authorization"
 
 
-def error_of(out) -> tuple[int, dict, dict]:
-    assert len(out) == 1 and out[0].WhichOneof("response") == "immediate_response"
-    im = out[0].immediate_response
-    hs = {h.header.key: h.header.raw_value.decode() for h in im.headers.set_headers}
-    return im.status.code, json.loads(im.body)["error"], hs
-
-
 def test_errors_are_immediate_responses_with_the_service_envelope(picker):
     app, stub, http = picker(proxy_max_body_bytes=100_000)
     code, err, hs = error_of(exchange(stub, {**SHORT, "model": "other"}))
@@ -187,17 +120,6 @@ def test_request_without_body_is_left_to_the_gateway(picker):
     out = list(stub.Process(iter([headers("GET", "/v1/models", end=True)]), timeout=30))
     assert len(out) == 1 and not mutation(out[0])
     assert not out[0].HasField("dynamic_metadata")
-
-
-def open_stream(stub):
-    """A live Process stream that has sent a short request's headers and body: (the queue
-    that feeds it, its responses)."""
-    sent: queue.Queue = queue.Queue()
-    responses = stub.Process(iter(sent.get, None), timeout=30)
-    sent.put(headers())
-    for part in body_parts(json.dumps(SHORT).encode()):
-        sent.put(part)
-    return sent, responses
 
 
 def test_in_flight_follows_the_endpoint_that_served_and_ends_with_the_response(picker):
@@ -281,11 +203,10 @@ def test_a_gateway_in_another_request_body_mode_is_told_so(picker):
     from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
 
     app, stub, http = picker()
-    first = headers()
-    first.protocol_config.request_body_mode = ProcessingMode.BUFFERED
-    code, err, _ = error_of(list(stub.Process(iter([first]), timeout=30)))
-    assert code == 500 and "request_body_mode FULL_DUPLEX_STREAMED" in err["message"]
-    first.protocol_config.request_body_mode = ProcessingMode.FULL_DUPLEX_STREAMED
-    raw = json.dumps(SHORT).encode()
-    out = list(stub.Process(iter([first, *body_parts(raw)]), timeout=30))
-    assert mutation(out[0])["x-engine-advisor-engine"] == "vllm"
+    for mode, nowait in ((ProcessingMode.STREAMED, False), (ProcessingMode.BUFFERED_PARTIAL, True),
+                         (ProcessingMode.NONE, True)):
+        first = headers(mode=mode, nowait=nowait)
+        code, err, _ = error_of(list(stub.Process(iter([first]), timeout=30)))
+        assert code == 500 and "request_body_mode BUFFERED" in err["message"]
+        assert "send_body_without_waiting_for_header_response" in err["message"]
+    assert sum(in_flight(app).values()) == 0
