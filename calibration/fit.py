@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from model.artifact import save
+from model.artifact import check_name, save
 from model.costmodel import MIN_CV_POINTS, CostModel
 from model.dataset import Measurement, read_csv
 
@@ -38,6 +38,7 @@ def read_all(paths: list[str]) -> tuple[list[Measurement], list[str]]:
 
 
 def fit_files(paths: list[str], out: str) -> tuple[CostModel, dict[str, Any]]:
+    check_name(Path(out))
     rows, sources = read_all(paths)
     model = CostModel.fit(rows, sources=sources)
     meta = save(model, out)
