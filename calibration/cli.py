@@ -43,8 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Fit the cost model from calibration dataset CSV files (or "
                                    "run folders holding dataset.csv) and write an artifact.")
     p.add_argument("data", nargs="+", metavar="DATA", help="dataset CSV files or run folders")
-    p.add_argument("--out", required=True, metavar="ARTIFACT", help="artifact to write: NAME.json (its arrays go to NAME.npz "
-                                        "beside it)")
+    p.add_argument("--out", required=True, metavar="ARTIFACT",
+                   help="artifact to write: NAME.json (its arrays go to NAME.npz beside it)")
     p.add_argument("--report", metavar="DIR",
                    help="also write a fit report (report.md, report.json, PNG plots) to DIR")
     p.set_defaults(handler=run_fit)

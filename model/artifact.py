@@ -190,7 +190,8 @@ def _parse(raw: bytes) -> Any:
     try:
         return json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise ArtifactError(f"not valid JSON ({exc}): truncated or damaged") from None
+        raise ArtifactError(f"not valid JSON ({exc}): not an artifact, or a truncated or "
+                            "damaged one") from None
 
 
 def load(path: str | Path) -> tuple[CostModel, dict[str, Any]]:

@@ -15,10 +15,17 @@ upstream connection, so the engine aborts the request (streaming or not).
   ``Retry-After``. After that, a failure ends the stream with an error event
   ``data: {"error": {...}}``. A single event longer than ``limits.event_bytes`` is refused
   like a malformed response.
+- Breakers no client can trip for everyone: a 5xx, a cut or a response over the limits
+  (``DEFERRED``) counts against the upstream's breaker only once another upstream has done
+  better (or none could be tried); when a second upstream fails the same request the same
+  way, it is the request's failure: answered as it is, retried no further, counted against
+  no breaker (``engine_advisor_proxy_request_failures_total``). Connect errors and timeouts
+  count at once.
 - Timeouts: ``connect_s`` (TCP connect), ``first_byte_s`` (streaming: until the first event),
-  ``idle_s`` (streaming: between events), ``total_s`` (the whole request, also non-streaming).
-  A timeout answers 504 (or an error event mid-stream) and is not retried. They are checked
-  on one shared clock (service.proxy.deadlines): never early, up to 50 ms late.
+  ``answer_s`` (non-streaming: until the answer begins), ``idle_s`` (streaming: between
+  events), ``total_s`` (the whole request). A timeout answers 504 (or an error event
+  mid-stream) and is not retried. They are checked on one shared clock
+  (service.proxy.deadlines): never early, up to 50 ms late.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import random
 import re
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 from starlette.responses import Response
@@ -93,6 +101,11 @@ DONE = b"data: [DONE]"
 BAD_NAME = re.compile(rb"[^!#$%&'*+\-.^_`|~0-9A-Za-z]")
 BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 _row = tuple.__new__            # Observation._make without its length check (fields are fixed)
+# Failures before the response started that the request itself may cause (a 5xx answer, a
+# connection cut or a response over the limits): counted against the upstream's breaker only
+# once another upstream did better, and not at all when a second upstream fails the same way
+# (service.proxy.forward.ProxyCall._run). Connect errors and timeouts count at once.
+DEFERRED = frozenset({"status", "read", "limit"})
 
 
 @dataclass
@@ -336,14 +349,26 @@ class ProxyCall(Response):
         deadline = loop.time() + cfg.timeouts.total_s
         tried: list[Upstream] = []
         failures: list[tuple[Upstream, Failure]] = []
+        pending: list[tuple[Upstream, Failure]] = []   # not counted against breakers yet
         up: Upstream | None = self.first
         engine_lock = None
         while up is not None:
             tried.append(up)
             failure = await self._attempt(scope, send, up, deadline)
             if failure is None:
+                for u, _ in pending:          # they failed where another one succeeded
+                    u.breaker.failure()
                 return
             failures.append((up, failure))
+            if failure.reason in DEFERRED:
+                if any(f.reason == failure.reason and f.status == failure.status
+                       for _, f in pending):
+                    # the same failure from two upstreams: the request's own, not theirs; no
+                    # breaker counts it and no other upstream is tried
+                    pending.clear()
+                    st.metrics.request_failures.inc((failure.reason, str(failure.status)))
+                    break
+                pending.append((up, failure))
             if not failure.retryable or len(tried) >= cfg.retries.max_attempts:
                 break
             if engine_lock is None and not cfg.retries.other_engine:
@@ -359,6 +384,8 @@ class ProxyCall(Response):
             if delay > 0:
                 await asyncio.sleep(delay)
             up = nxt
+        for u, _ in pending:                  # no upstream did better: each one's failure
+            u.breaker.failure()
         await self._fail(send, failures)
 
     def _backoff(self, n: int, after: float | None) -> float:
@@ -437,10 +464,14 @@ class ProxyCall(Response):
             sent_at = time.perf_counter()
             lines = self._lines(scope, up)
             if not self.req.stream:
-                dl = st.deadlines.at(deadline, self.task).start()
+                answer_by = loop.time() + t.answer_s
+                if answer_by >= deadline:
+                    answer_by, self.phase = deadline, "total"
+                dl = st.deadlines.at(answer_by, self.task).start()
                 try:
                     status, headers, body = await up.fast.whole(
-                        "POST", self.req.path, self.req.raw, t.connect_s, lines)
+                        "POST", self.req.path, self.req.raw, t.connect_s, lines,
+                        None if answer_by == deadline else partial(self._answering, dl, deadline))
                 except asyncio.CancelledError as exc:
                     dl.end()
                     if dl.timed_out():
@@ -464,7 +495,7 @@ class ProxyCall(Response):
         except TimeoutError:
             up.breaker.failure()
             what = {"first": f"no first event within {t.first_byte_s:g} s" if self.req.stream
-                    else f"no answer within {t.total_s:g} s",
+                    else f"no answer begun within {t.answer_s:g} s",
                     "idle": f"no event for {t.idle_s:g} s",
                     "total": f"not finished within {t.total_s:g} s"}[self.phase]
             return await self._failed_midway(send, up, Failure(
@@ -481,7 +512,8 @@ class ProxyCall(Response):
                 raise
             return None     # the client went away while we wrote to it
         except UpstreamError as exc:
-            up.breaker.failure()
+            if self.started:                  # mid-stream: the upstream's (before: _run's)
+                up.breaker.failure()
             log.warning("upstream %s: %s: %s (connection closed)", up.name,
                         type(exc).__name__, exc)
             return await self._failed_midway(send, up, Failure(
@@ -493,6 +525,11 @@ class ProxyCall(Response):
             if resp is not None:
                 resp.release()
             up.in_flight -= 1
+
+    def _answering(self, dl, deadline: float) -> None:
+        """A non-streamed answer has begun: the rest of it has until ``deadline``."""
+        self.phase = "total"
+        dl.reschedule(deadline)
 
     def _lines(self, scope: Scope, up: Upstream) -> bytes:
         """The upstream request's header lines: the client's but ``DROP_REQUEST`` (built
@@ -534,9 +571,7 @@ class ProxyCall(Response):
                       batch: int) -> Failure | None:
         """A whole answer of the upstream (``headers``: its response headers)."""
         if status == 429 or status >= 500:
-            if status >= 500:
-                up.breaker.failure()
-            else:
+            if status == 429:                 # a 5xx is counted by _run (DEFERRED)
                 up.breaker.success()
             ra = next((v for k, v in headers if k == b"retry-after"), None)
             after = retry_after(ra.decode("latin-1") if ra else None)
