@@ -6,9 +6,10 @@ as it is), one row per observed request, appended by ``ObservationFile.append``:
 - when: the proxy buffers new rows and a background task writes them once a second
   (``FLUSH_S``), one ``write`` per batch, then ``fsync``: a crash of the process loses at most
   the last second's rows, a crash of the machine too (the fsync), nothing older;
-- bounded: past ``ROW_BYTES`` x the pools file's ``observations`` rows, the file is renamed
-  ``observations.csv.1`` (replacing the previous one) and a new one begun: two files, at most
-  about twice the rows kept in memory;
+- bounded: rows that would take the file past ``ROW_BYTES`` x the pools file's
+  ``observations`` go to a new file, the full one renamed ``observations.csv.1`` (replacing
+  the previous one): two files of that size at most (a single batch larger than that is
+  written whole), which hold at least the rows kept in memory;
 - reloaded at start (``read``): the older file, then the current one, the last rows first
   kept; a line torn by a crash (after the last newline) and lines that do not parse are
   skipped, and the log says how many;
@@ -77,12 +78,15 @@ class ObservationFile:
                     current = False
                 if not current:          # another worker rotated it meanwhile: reopen
                     continue
+                if st.st_size and st.st_size + len(data) > self.max_bytes:
+                    os.replace(self.path, self.older)      # full: a new file for these rows
+                    _sync_dir(self.path.parent)
+                    continue
                 head = header_csv().encode() if st.st_size == 0 else b""
                 _write_all(fd, head + data)
                 os.fsync(fd)
-                if st.st_size + len(head) + len(data) > self.max_bytes:
-                    os.replace(self.path, self.older)
-                    _sync_dir(self.path.parent)
+                if st.st_size == 0:
+                    _sync_dir(self.path.parent)            # the new file's name, durable
                 return
             finally:
                 os.close(fd)
