@@ -485,6 +485,7 @@ class ServerProtocol(HttpToolsProtocol):
         self.head_fed = 0
         self.held = bytearray()
         self.fields = 0
+        self.field_bytes = 0
         self.head_alarm: _Alarm | None = None
         self.body_alarm: _Alarm | None = None
         self.refusal: tuple[int, str, str | None, str] | None = None
@@ -518,16 +519,19 @@ class ServerProtocol(HttpToolsProtocol):
         self._unset_keepalive_if_required()
         if self.in_head:
             data = self._head_lines(data)
-            if not data:
-                return
-        self._feed(data)
+            if data:
+                self._feed(data)
+        else:
+            self._feed(data)
+        if self.refusing:
+            return
         if self.in_head:
-            if self.held or self.head_fed:       # a head under way: its clock runs
-                if self.head_alarm is None and not self.refusing:
-                    self.head_alarm = self.loop.call_later(self.door.header_timeout_s,
-                                                           self._head_timeout)
+            if (self.held or self.head_fed) and self.head_alarm is None:
+                # a head under way (not the first of the connection): its clock runs
+                self.head_alarm = self.loop.call_later(self.door.header_timeout_s,
+                                                       self._head_timeout)
         elif self.body_alarm is None and self.cycle is not None and self.cycle.more_body \
-                and not self.cycle.response_complete and not self.refusing:
+                and not self.cycle.response_complete:
             self.body_alarm = self.loop.call_later(self.door.body_timeout_s,
                                                    self._body_timeout)
 
@@ -597,6 +601,7 @@ class ServerProtocol(HttpToolsProtocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         name = name.lower()
         self.fields += 1
+        self.field_bytes += len(name) + len(value) + 4
         if self.fields > self.door.header_fields:
             self._stop(431, f"request head too large: more than {self.door.header_fields} "
                             "header fields", None, "header_fields")
@@ -625,11 +630,11 @@ class ServerProtocol(HttpToolsProtocol):
         from the parsed URL and fields)."""
         self.in_head = False
         self.head_fed = 0
-        self.fields = 0
+        size = len(self.url) + self.field_bytes
+        self.fields = self.field_bytes = 0
         if self.head_alarm is not None:
             self.head_alarm.cancel()
             self.head_alarm = None
-        size = len(self.url) + sum(len(k) + len(v) + 4 for k, v in self.headers)
         if size > self.door.header_bytes:
             self._refuse_head()
             return False

@@ -37,7 +37,6 @@ import random
 import re
 import time
 from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING
 
 from starlette.responses import Response
@@ -275,7 +274,7 @@ class ProxyCall(Response):
 
     __slots__ = ("state", "pools", "req", "decision", "first", "request_id", "prompt_tokens",
                  "rid", "own_lines", "started", "finished", "final", "status_code", "watch",
-                 "cycle", "background", "task", "loop", "phase")
+                 "cycle", "background", "task", "loop", "phase", "answer_dl", "deadline")
 
     def __init__(self, state: ProxyState, pools: Pools, req: ProxyRequest, decision: Decision,
                  first: Upstream, request_id: str, prompt_tokens: int):
@@ -467,11 +466,12 @@ class ProxyCall(Response):
                 answer_by = loop.time() + t.answer_s
                 if answer_by >= deadline:
                     answer_by, self.phase = deadline, "total"
-                dl = st.deadlines.at(answer_by, self.task).start()
+                dl = self.answer_dl = st.deadlines.at(answer_by, self.task).start()
+                self.deadline = deadline
                 try:
                     status, headers, body = await up.fast.whole(
                         "POST", self.req.path, self.req.raw, t.connect_s, lines,
-                        None if answer_by == deadline else partial(self._answering, dl, deadline))
+                        None if answer_by == deadline else self._answering)
                 except asyncio.CancelledError as exc:
                     dl.end()
                     if dl.timed_out():
@@ -526,10 +526,10 @@ class ProxyCall(Response):
                 resp.release()
             up.in_flight -= 1
 
-    def _answering(self, dl, deadline: float) -> None:
-        """A non-streamed answer has begun: the rest of it has until ``deadline``."""
+    def _answering(self) -> None:
+        """A non-streamed answer has begun: the rest of it has until the request's deadline."""
         self.phase = "total"
-        dl.reschedule(deadline)
+        self.answer_dl.reschedule(self.deadline)
 
     def _lines(self, scope: Scope, up: Upstream) -> bytes:
         """The upstream request's header lines: the client's but ``DROP_REQUEST`` (built

@@ -206,9 +206,16 @@ def test_a_connection_that_sends_nothing_is_closed_after_the_head_timeout(stack)
     assert HEAD_TIMEOUT_S - 0.1 <= waited < HEAD_TIMEOUT_S + 15
 
 
-def test_a_head_sent_a_byte_at_a_time_gets_a_408(stack):
+@pytest.mark.parametrize("first", [False, True], ids=["fresh", "after-a-request"])
+def test_a_head_sent_a_byte_at_a_time_gets_a_408(stack, first):
     srv = stack["serve"]
     s = connect(srv.url)
+    if first:                                      # a kept-alive connection's next request
+        s.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        got = b""
+        while b"\r\n\r\n" not in got or not got.endswith(b"}"):
+            got += s.recv(65536)
+        assert got.startswith(b"HTTP/1.1 200")
     t = time.monotonic()
     data = head("/v1/recommend")
     i = 0
