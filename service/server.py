@@ -484,8 +484,8 @@ class ServerProtocol(HttpToolsProtocol):
         self.in_head = True
         self.head_fed = 0
         self.held = bytearray()
-        self.fields = 0
-        self.field_bytes = 0
+        self.head_measured = False      # the head's size was checked as it arrived
+        self.finished = self.headers    # the headers list of the last complete message
         self.head_alarm: _Alarm | None = None
         self.body_alarm: _Alarm | None = None
         self.refusal: tuple[int, str, str | None, str] | None = None
@@ -516,12 +516,29 @@ class ServerProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self.refusing:
             return                               # dropped: the connection is closing
-        self._unset_keepalive_if_required()
+        if self.timeout_keep_alive_task is not None:
+            self._unset_keepalive_if_required()
         if self.in_head:
-            data = self._head_lines(data)
-            if data:
-                self._feed(data)
-        else:
+            if not self.held and not self.head_fed:
+                # measured from its first byte, unless the parser began it already (a
+                # pipelined head begun in the previous request's bytes: a new headers list)
+                self.head_measured = self.headers is self.finished
+            # the usual case, a whole head (within the limit) in these bytes: parsed at once
+            if self.held or not 0 <= data.find(b"\r\n\r\n") <= (
+                    self.door.header_bytes - 4 - self.head_fed):
+                self._head_in_pieces(data)
+                return
+        try:
+            self.parser.feed_data(data)
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            self._parse_error(exc)
+            return
+        if not self.in_head:
+            self._body_clock()
+
+    def _head_in_pieces(self, data: bytes) -> None:
+        data = self._head_lines(data)
+        if data:
             self._feed(data)
         if self.refusing:
             return
@@ -530,8 +547,14 @@ class ServerProtocol(HttpToolsProtocol):
                 # a head under way (not the first of the connection): its clock runs
                 self.head_alarm = self.loop.call_later(self.door.header_timeout_s,
                                                        self._head_timeout)
-        elif self.body_alarm is None and self.cycle is not None and self.cycle.more_body \
-                and not self.cycle.response_complete:
+        else:
+            self._body_clock()
+
+    def _body_clock(self) -> None:
+        """A body under way: its clock runs (from the end of its head)."""
+        cycle = self.cycle
+        if self.body_alarm is None and cycle is not None and cycle.more_body \
+                and not cycle.response_complete and not self.refusing:
             self.body_alarm = self.loop.call_later(self.door.body_timeout_s,
                                                    self._body_timeout)
 
@@ -580,37 +603,38 @@ class ServerProtocol(HttpToolsProtocol):
     def _feed(self, data: bytes) -> None:
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            if self._should_upgrade():
-                self.handle_websocket_upgrade()
-            else:
-                self._unsupported_upgrade_warning()
-        except httptools.HttpParserError:
-            if self.refusal is not None:
-                self._refuse(*self.refusal)
-                return
-            msg = "Invalid HTTP request received."
-            self.logger.warning(msg)
-            self.send_400_response(msg)
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            self._parse_error(exc)
             return
         if not self.in_head and self.held:       # the head ended inside the lines given:
             rest = bytes(self.held)              # what was held is the body (or next head)
             self.held.clear()
             self._feed(rest)
 
+    def _parse_error(self, exc: Exception) -> None:
+        """As uvicorn's ``data_received``: an upgrade, or a 400; or the front door's refusal
+        a parser callback of ours raised."""
+        if isinstance(exc, httptools.HttpParserUpgrade):
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+        elif self.refusal is not None:
+            self._refuse(*self.refusal)
+        else:
+            msg = "Invalid HTTP request received."
+            self.logger.warning(msg)
+            self.send_400_response(msg)
+
     def on_header(self, name: bytes, value: bytes) -> None:
         name = name.lower()
-        self.fields += 1
-        self.field_bytes += len(name) + len(value) + 4
-        if self.fields > self.door.header_fields:
-            self._stop(431, f"request head too large: more than {self.door.header_fields} "
-                            "header fields", None, "header_fields")
-        if name == b"transfer-encoding" and value.strip().lower() != b"chunked":
+        if name == b"expect":
+            if value.lower() == b"100-continue":
+                self.expect_100_continue = True
+        elif name == b"transfer-encoding" and value.strip().lower() != b"chunked":
             self._stop(501, f"transfer-encoding {value[:40].decode('latin-1')!r} is not "
                             "supported: only 'chunked'", "transfer-encoding",
                        "transfer_encoding")
-        if name == b"expect" and value.lower() == b"100-continue":
-            self.expect_100_continue = True
         self.headers.append((name, value))
 
     def _stop(self, status: int, message: str, param: str | None, reason: str) -> None:
@@ -618,31 +642,23 @@ class ServerProtocol(HttpToolsProtocol):
         raise _Refused(message)
 
     def on_message_complete(self) -> None:
-        super().on_message_complete()
         self.in_head = True
+        self.finished = self.headers          # the next message's begin makes a new list
         if self.body_alarm is not None:
             self.body_alarm.cancel()
             self.body_alarm = None
+        # uvicorn's own (as a call of it costs)
+        if (self.parser.should_upgrade() and self._should_upgrade()) \
+                or self.cycle.response_complete:
+            return
+        self.cycle.more_body = False
+        self.cycle.message_event.set()
 
-    def _head_done(self) -> bool:
-        """The head is complete: its clock stops; False when it is over the limit (the
-        pieces of a pipelined head that arrived with the previous request are counted here,
-        from the parsed URL and fields)."""
-        self.in_head = False
-        self.head_fed = 0
-        size = len(self.url) + self.field_bytes
-        self.fields = self.field_bytes = 0
-        if self.head_alarm is not None:
-            self.head_alarm.cancel()
-            self.head_alarm = None
-        if size > self.door.header_bytes:
-            self._refuse_head()
-            return False
-        return True
+    def _too_large(self) -> str:
+        return f"request head too large: more than {self.door.header_bytes:,} bytes"
 
     def _refuse_head(self) -> None:
-        self._refuse(431, f"request head too large: more than {self.door.header_bytes:,} bytes",
-                     None, "header_bytes")
+        self._refuse(431, self._too_large(), None, "header_bytes")
 
     def _head_timeout(self) -> None:
         self.head_alarm = None
@@ -711,8 +727,22 @@ class ServerProtocol(HttpToolsProtocol):
 
     # ------------------------------------------------------------------ 2. direct lane
     def on_headers_complete(self) -> None:
-        if not self._head_done():
-            return
+        # 4. the head is complete: its clock stops; over a limit, parsing stops. A head not
+        # measured as it arrived (a pipelined one begun in the previous request's bytes) is
+        # measured here, from the parsed URL and fields
+        self.in_head = False
+        self.head_fed = 0
+        if self.head_alarm is not None:
+            self.head_alarm.cancel()
+            self.head_alarm = None
+        door = self.door
+        if not self.head_measured and len(self.url) + sum(
+                len(k) + len(v) + 4 for k, v in self.headers) > door.header_bytes:
+            self._stop(431, self._too_large(), None, "header_bytes")
+        self.head_measured = False
+        if len(self.headers) > door.header_fields:
+            self._stop(431, f"request head too large: more than {door.header_fields} header "
+                            "fields", None, "header_fields")
         if (self.lane and self.url in DIRECT_URLS and not self.expect_100_continue
                 and self.parser.get_method() == b"POST" and not self.parser.should_upgrade()):
             self._direct()

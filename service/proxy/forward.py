@@ -22,8 +22,8 @@ upstream connection, so the engine aborts the request (streaming or not).
   no breaker (``engine_advisor_proxy_request_failures_total``). Connect errors and timeouts
   count at once.
 - Timeouts: ``connect_s`` (TCP connect), ``first_byte_s`` (streaming: until the first event),
-  ``answer_s`` (non-streaming: until the answer begins), ``idle_s`` (streaming: between
-  events), ``total_s`` (the whole request). A timeout answers 504 (or an error event
+  ``answer_s`` (non-streaming: the whole answer, which an engine sends once it has generated
+  it), ``idle_s`` (streaming: between events), ``total_s`` (the whole request). A timeout answers 504 (or an error event
   mid-stream) and is not retried. They are checked on one shared clock
   (service.proxy.deadlines): never early, up to 50 ms late.
 """
@@ -170,6 +170,13 @@ def passed_lines(headers: list[tuple[bytes, bytes]]) -> bytes:
     return out
 
 
+def count_deferred(failures: list[tuple[Upstream, Failure]]) -> None:
+    """Count the ``DEFERRED`` ones against their upstreams' breakers."""
+    for u, f in failures:
+        if f.reason in DEFERRED:
+            u.breaker.failure()
+
+
 def pick(pools: Pools, decision: Decision, model: str | None, tried: list[Upstream],
          engine: str | None, seq: int) -> Upstream | None:
     """The available upstream with the fewest requests in flight, of the best-ranked group
@@ -274,7 +281,7 @@ class ProxyCall(Response):
 
     __slots__ = ("state", "pools", "req", "decision", "first", "request_id", "prompt_tokens",
                  "rid", "own_lines", "started", "finished", "final", "status_code", "watch",
-                 "cycle", "background", "task", "loop", "phase", "answer_dl", "deadline")
+                 "cycle", "background", "task", "loop", "phase")
 
     def __init__(self, state: ProxyState, pools: Pools, req: ProxyRequest, decision: Decision,
                  first: Upstream, request_id: str, prompt_tokens: int):
@@ -348,26 +355,26 @@ class ProxyCall(Response):
         deadline = loop.time() + cfg.timeouts.total_s
         tried: list[Upstream] = []
         failures: list[tuple[Upstream, Failure]] = []
-        pending: list[tuple[Upstream, Failure]] = []   # not counted against breakers yet
         up: Upstream | None = self.first
         engine_lock = None
+        shared = False                        # two upstreams failed alike: the request's
         while up is not None:
             tried.append(up)
             failure = await self._attempt(scope, send, up, deadline)
             if failure is None:
-                for u, _ in pending:          # they failed where another one succeeded
-                    u.breaker.failure()
+                if failures:                  # they failed where another one succeeded
+                    count_deferred(failures)
                 return
+            if failure.reason in DEFERRED and any(
+                    f.reason == failure.reason and f.status == failure.status
+                    for _, f in failures):
+                # the same failure from two upstreams: the request's own, not theirs; no
+                # breaker counts it and no other upstream is tried
+                failures.append((up, failure))
+                shared = True
+                st.metrics.request_failures.inc((failure.reason, str(failure.status)))
+                break
             failures.append((up, failure))
-            if failure.reason in DEFERRED:
-                if any(f.reason == failure.reason and f.status == failure.status
-                       for _, f in pending):
-                    # the same failure from two upstreams: the request's own, not theirs; no
-                    # breaker counts it and no other upstream is tried
-                    pending.clear()
-                    st.metrics.request_failures.inc((failure.reason, str(failure.status)))
-                    break
-                pending.append((up, failure))
             if not failure.retryable or len(tried) >= cfg.retries.max_attempts:
                 break
             if engine_lock is None and not cfg.retries.other_engine:
@@ -383,8 +390,8 @@ class ProxyCall(Response):
             if delay > 0:
                 await asyncio.sleep(delay)
             up = nxt
-        for u, _ in pending:                  # no upstream did better: each one's failure
-            u.breaker.failure()
+        if not shared:                        # no upstream did better: each one's failure
+            count_deferred(failures)
         await self._fail(send, failures)
 
     def _backoff(self, n: int, after: float | None) -> float:
@@ -466,12 +473,10 @@ class ProxyCall(Response):
                 answer_by = loop.time() + t.answer_s
                 if answer_by >= deadline:
                     answer_by, self.phase = deadline, "total"
-                dl = self.answer_dl = st.deadlines.at(answer_by, self.task).start()
-                self.deadline = deadline
+                dl = st.deadlines.at(answer_by, self.task).start()
                 try:
                     status, headers, body = await up.fast.whole(
-                        "POST", self.req.path, self.req.raw, t.connect_s, lines,
-                        None if answer_by == deadline else self._answering)
+                        "POST", self.req.path, self.req.raw, t.connect_s, lines)
                 except asyncio.CancelledError as exc:
                     dl.end()
                     if dl.timed_out():
@@ -495,7 +500,7 @@ class ProxyCall(Response):
         except TimeoutError:
             up.breaker.failure()
             what = {"first": f"no first event within {t.first_byte_s:g} s" if self.req.stream
-                    else f"no answer begun within {t.answer_s:g} s",
+                    else f"no answer within {t.answer_s:g} s",
                     "idle": f"no event for {t.idle_s:g} s",
                     "total": f"not finished within {t.total_s:g} s"}[self.phase]
             return await self._failed_midway(send, up, Failure(
@@ -525,11 +530,6 @@ class ProxyCall(Response):
             if resp is not None:
                 resp.release()
             up.in_flight -= 1
-
-    def _answering(self) -> None:
-        """A non-streamed answer has begun: the rest of it has until the request's deadline."""
-        self.phase = "total"
-        self.answer_dl.reschedule(self.deadline)
 
     def _lines(self, scope: Scope, up: Upstream) -> bytes:
         """The upstream request's header lines: the client's but ``DROP_REQUEST`` (built

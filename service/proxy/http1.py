@@ -29,7 +29,7 @@ import socket
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -507,13 +507,11 @@ class Http1Pool:
         return Response(conn, self)
 
     async def whole(self, method: str, path: str, body: bytes, connect_timeout: float,
-                    lines: bytes, first_byte: Callable[[], None] | None = None
-                    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+                    lines: bytes) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         """``request`` and ``Response.read`` in one, for a caller that waits for the whole
-        response anyway: (status, headers, body), the connection already given back.
-        ``first_byte`` is called once when the response's first bytes arrive."""
+        response anyway: (status, headers, body), the connection already given back."""
         conn = await self._exchange(self._data(method, path, None, body, lines),
-                                    self.limits.body_bytes, connect_timeout, True, first_byte)
+                                    self.limits.body_bytes, connect_timeout, True)
         try:
             if conn.extra:
                 raise ProtocolError("bytes after a complete response")
@@ -532,8 +530,7 @@ class Http1Pool:
         return b"".join((start, b"content-length: %d\r\n" % len(body), lines, b"\r\n", body))
 
     async def _exchange(self, data: bytes, cap: int | None, connect_timeout: float,
-                        whole: bool, first_byte: Callable[[], None] | None = None
-                        ) -> Connection:
+                        whole: bool) -> Connection:
         """``data`` sent on a pooled connection, which is returned once the response head
         (``whole``: the whole response) has arrived. A kept-alive connection the upstream
         closed before answering is replaced, twice at most."""
@@ -547,9 +544,6 @@ class Http1Pool:
                 if whole:
                     while conn.phase != DONE and conn.error is None:
                         await conn.wait()
-                        if first_byte is not None and conn.got:
-                            first_byte()
-                            first_byte = None
                 else:
                     while conn.phase == HEAD and conn.error is None:
                         await conn.wait()

@@ -128,9 +128,9 @@ class TimeoutsSpec(Strict):
     first_byte_s: PosFloat = Field(
         default=120.0, description="streaming: until the first event (the TTFT bound)")
     answer_s: PosFloat = Field(
-        default=600.0, description="non-streaming: until the upstream's answer begins (an "
-                                   "engine answers once it has generated the whole output, so "
-                                   "this bounds the generation)")
+        default=600.0, description="non-streaming: the whole answer (an engine sends it once it "
+                                   "has generated the whole output, so this bounds the "
+                                   "generation)")
     idle_s: PosFloat = Field(default=60.0, description="streaming: the longest gap between events")
     total_s: PosFloat = Field(default=1800.0, description="the whole request")
 
