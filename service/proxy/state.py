@@ -128,8 +128,8 @@ class ProxyState:
         names = [u.name for u in pools.upstreams]
         self.metrics.track(names)
         share = pools.config.breaker.max_open_percent / 100
-        for engine in pools.engines:
-            pool = [u for u in pools.upstreams if u.engine == engine]
+        for model in pools.models:               # a pool: the upstreams a request may reach
+            pool = pools.serving(model)
             for u in pool:
                 u.breaker.may_open = functools.partial(may_open, pool, share)
         for u in pools.upstreams:

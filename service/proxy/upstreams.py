@@ -148,8 +148,9 @@ class BreakerSpec(Strict):
     open_s: Annotated[float, Field(ge=0, le=3600)] = 10.0
     max_open_percent: Annotated[int, Field(ge=0, le=100)] = Field(
         default=50, description="the panic threshold: a breaker opens only while at most this "
-                                "share of its pool (the engine's upstreams) would be open, and "
-                                "never the pool's last closed one")
+                                "share of its pool (the upstreams serving the same model, of "
+                                "either engine) would be open, and never the pool's last "
+                                "closed one")
 
 
 class HealthSpec(Strict):
