@@ -43,7 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Fit the cost model from calibration dataset CSV files (or "
                                    "run folders holding dataset.csv) and write an artifact.")
     p.add_argument("data", nargs="+", metavar="DATA", help="dataset CSV files or run folders")
-    p.add_argument("--out", required=True, metavar="ARTIFACT", help="artifact path to write")
+    p.add_argument("--out", required=True, metavar="ARTIFACT",
+                   help="artifact to write: NAME.json (its arrays go to NAME.npz beside it)")
     p.add_argument("--report", metavar="DIR",
                    help="also write a fit report (report.md, report.json, PNG plots) to DIR")
     p.add_argument("--kv-bytes-only", action="store_true",

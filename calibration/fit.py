@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from model.artifact import save
+from model.artifact import check_name, save
 from model.costmodel import MIN_CV_POINTS, CostModel, trainable
 from model.dataset import Measurement, read_csv
 from model.workload import register_row_config
@@ -113,6 +113,7 @@ def guard(model: CostModel, rows: list[Measurement], files: list[str]) -> None:
 
 def fit_files(paths: list[str], out: str, *, kv_bytes_only: bool = False,
               force: bool = False) -> tuple[CostModel, dict[str, Any]]:
+    check_name(Path(out))
     rows, sources = read_all(paths)
     check_architecture(rows, kv_bytes_only)
     model = CostModel.fit(rows, sources=sources)

@@ -10,7 +10,7 @@ import sys
 from cli.errors import run_handler
 
 # Modules with a ``register(subparsers)`` function, in help order.
-COMMAND_MODULES = ("cli.recommend", "calibration.cli", "service.cli", "sim.cli")
+COMMAND_MODULES = ("cli.recommend", "calibration.cli", "cli.model", "service.cli", "sim.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -45,7 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model-name", help="model name or path to put in the launch command")
     p.add_argument("--allow-extrapolation", action="store_true",
                    help="allow configurations without calibration data")
-    p.add_argument("--model", metavar="ARTIFACT", help="fitted model artifact (default: embedded)")
+    p.add_argument("--model", metavar="ARTIFACT", help="fitted model artifact NAME.json (default: "
+                                                       "embedded)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true",
                      help="print the recommendation object as JSON")

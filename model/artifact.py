@@ -1,7 +1,20 @@
-"""Artifacts: a joblib file plus JSON metadata that pins its sha256 and schema version.
+"""Artifacts are data: a JSON document plus a numpy ``.npz`` of its arrays. Loading one cannot
+run code.
 
-joblib is pickle: only files the operator configured are ever loaded, and only after their
-sha256 matches the metadata written beside them. Writes are atomic (temp file, fsync, rename).
+``NAME.json`` holds the metadata (schema version, versions, sha256s, a readable summary: fit
+metrics, calibrated ranges, coefficients per term) and, under ``model``, the fitted model's
+state (``model.codec``): every ``CostModel`` field, and per engine the estimator's parameters and
+fitted attributes. ``NAME.npz`` beside it holds the arrays, read with ``allow_pickle=False``.
+
+- ``arrays_sha256`` pins the ``.npz``'s bytes; ``artifact_sha256`` (whose first 12 digits are
+  the model version) pins the ``model`` section and the arrays together. ``load`` checks both
+  and refuses a file that was modified or truncated.
+- Writes are atomic (temp file, fsync, rename). The two files cannot be replaced in one step,
+  so the document goes first and carries the document it replaces (``replaces``): a writer
+  killed between the two renames leaves the old arrays with a document that still vouches for
+  them, and ``load`` loads the old model; never neither.
+- joblib (pickle) artifacts of schema 2 are refused; ``engine-advisor model convert`` turns
+  one the user trusts into this format (``model.legacy``).
 """
 
 from __future__ import annotations
@@ -12,25 +25,38 @@ import io
 import json
 import os
 import tempfile
+import zipfile
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
 
-import joblib
+import numpy as np
 import sklearn
 
+from model.codec import CodecError, decode_model, encode_model
 from model.costmodel import CostModel
 
-SCHEMA_VERSION = 2   # 2: efficiencies over physical terms (model.terms); 1 is refused
+SCHEMA_VERSION = 3   # 3: JSON + .npz (2: joblib, refused; 1: refused)
+FORMAT = "engine-advisor cost model"
+SUFFIX, ARRAYS_SUFFIX = ".json", ".npz"
+PICKLE_MAGIC = b"\x80"          # the first byte of a pickle of protocol 2 or later
+ZIP_TIME = (1980, 1, 1, 0, 0, 0)    # fixed member times: the same model, the same bytes
 
 
 class ArtifactError(ValueError):
-    """An artifact that cannot be loaded; the message says why."""
+    """An artifact that cannot be saved or loaded; the message says why."""
 
 
-def metadata_path(path: str | Path) -> Path:
-    p = Path(path)
-    return p.with_name(p.name + ".json")
+def arrays_path(path: str | Path) -> Path:
+    """The ``.npz`` beside the document ``NAME.json``."""
+    return Path(path).with_suffix(ARRAYS_SUFFIX)
+
+
+def convert_hint(old: Path) -> str:
+    new = old.with_suffix(SUFFIX) if old.suffix == ".joblib" else old.with_name(old.name + SUFFIX)
+    return (f"convert one you trust with `engine-advisor model convert {old} {new}` (it "
+            "unpickles the file: only for artifacts you made), or refit with `engine-advisor "
+            "fit`")
 
 
 def _package_version() -> str:
@@ -38,14 +64,6 @@ def _package_version() -> str:
         return importlib_metadata.version("engine-advisor")
     except importlib_metadata.PackageNotFoundError:
         return "0+unknown"
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -68,7 +86,30 @@ def atomic_write(path: Path, data: bytes) -> None:
         os.close(dir_fd)
 
 
+def _canonical(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+
+
+def content_sha256(state: dict[str, Any], arrays_sha256: str) -> str:
+    """The artifact's sha256: its ``model`` section (canonical JSON) and its arrays' sha256."""
+    return hashlib.sha256(_canonical(state) + b"\n" + arrays_sha256.encode()).hexdigest()
+
+
+def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+    """The ``.npz`` of ``arrays``, byte for byte the same for the same arrays (``np.savez``
+    stamps each member with the current time)."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
+        for name in sorted(arrays):
+            member = io.BytesIO()
+            np.lib.format.write_array(member, np.asarray(arrays[name]), allow_pickle=False)
+            z.writestr(zipfile.ZipInfo(name + ".npy", date_time=ZIP_TIME), member.getvalue())
+    return buf.getvalue()
+
+
 def build_metadata(model: CostModel, sha256: str) -> dict[str, Any]:
+    """The metadata of an artifact whose sha256 is ``sha256`` (a readable summary; ``load``
+    rebuilds the model from the ``model`` section only)."""
     return {
         "schema_version": SCHEMA_VERSION,
         "engine_advisor_version": _package_version(),
@@ -86,71 +127,129 @@ def build_metadata(model: CostModel, sha256: str) -> dict[str, Any]:
     }
 
 
-def _intact_metadata(p: Path) -> dict[str, Any] | None:
-    """The metadata of the artifact at ``p`` if both are there and its sha256 matches."""
-    try:
-        meta = json.loads(metadata_path(p).read_text(encoding="utf-8"))
-        ok = isinstance(meta, dict) and meta.get("artifact_sha256") == _sha256(p)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    return {k: v for k, v in meta.items() if k != "replaces"} if ok else None
+def _metadata(doc: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if k not in ("model", "replaces", "format")}
+
+
+def check_name(p: Path) -> None:
+    """Refuse a path that is not ``NAME.json`` (before a fit spends its time)."""
+    if p.suffix != SUFFIX:
+        raise ArtifactError(f"artifact {p}: name it NAME{SUFFIX} (its arrays go to "
+                            f"NAME{ARRAYS_SUFFIX} beside it)")
 
 
 def save(model: CostModel, path: str | Path) -> dict[str, Any]:
-    """Write the artifact and its metadata; returns the metadata.
-
-    Two files cannot be replaced in one atomic step, so the metadata goes first and carries
-    the metadata of the artifact it replaces (``replaces``): a writer killed between the two
-    renames leaves the old artifact with metadata that still vouches for it, and ``load``
-    loads the old model; never neither.
-    """
+    """Write the artifact (``NAME.json`` and ``NAME.npz``); returns its metadata. A model
+    holding a value that is neither JSON nor a numpy array raises ``ArtifactError``, before
+    anything is written."""
     p = Path(path)
-    buf = io.BytesIO()
-    joblib.dump(model, buf)
-    data = buf.getvalue()
-    sha = hashlib.sha256(data).hexdigest()
+    check_name(p)
+    try:
+        state, arrays = encode_model(model)
+    except CodecError as exc:
+        raise ArtifactError(f"artifact {p}: cannot save this model: {exc}") from None
+    data = npz_bytes(arrays)
+    arrays_sha = hashlib.sha256(data).hexdigest()
+    sha = content_sha256(state, arrays_sha)
     meta = build_metadata(model, sha)
-    old = _intact_metadata(p) if p.is_file() else None
-    if old is not None and old.get("artifact_sha256") != sha:
-        meta["replaces"] = old
-    atomic_write(metadata_path(p), (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode())
-    atomic_write(p, data)
-    return meta
+    doc = {"format": FORMAT, **meta, "arrays_sha256": arrays_sha, "model": state}
+    old = _intact(p)
+    if old is not None and old.get("arrays_sha256") != arrays_sha:
+        doc["replaces"] = old
+    try:
+        text = json.dumps(doc, indent=1, sort_keys=True, allow_nan=True) + "\n"
+    except (TypeError, ValueError) as exc:   # not expected: encode_model checked the state
+        raise ArtifactError(f"artifact {p}: cannot save this model: {exc}") from None
+    atomic_write(p, text.encode())
+    atomic_write(arrays_path(p), data)
+    return {**meta, "arrays_sha256": arrays_sha}
+
+
+def _intact(p: Path) -> dict[str, Any] | None:
+    """The document at ``p`` (without its own ``replaces``) if it and its arrays are whole."""
+    try:
+        doc = _parse(p.read_bytes())
+        data = arrays_path(p).read_bytes()
+    except (OSError, ArtifactError):
+        return None
+    if not _vouches(doc, hashlib.sha256(data).hexdigest()):
+        return None
+    return {k: v for k, v in doc.items() if k != "replaces"}
+
+
+def _vouches(doc: Any, arrays_sha: str) -> bool:
+    """Whether ``doc`` is a whole document of these arrays."""
+    return (isinstance(doc, dict) and doc.get("arrays_sha256") == arrays_sha
+            and isinstance(doc.get("model"), dict)
+            and doc.get("artifact_sha256") == content_sha256(doc["model"], arrays_sha))
+
+
+def _parse(raw: bytes) -> Any:
+    if raw[:1] == PICKLE_MAGIC:
+        raise ArtifactError("a pickle")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ArtifactError(f"not valid JSON ({exc}): not an artifact, or a truncated or "
+                            "damaged one") from None
 
 
 def load(path: str | Path) -> tuple[CostModel, dict[str, Any]]:
-    """Load an operator-configured artifact after checking its metadata and sha256."""
+    """Load an artifact after checking its schema version and sha256s; returns the model and
+    its metadata. Nothing in the files can run code: the document is JSON, the arrays are
+    read with ``allow_pickle=False`` and only ``model.codec``'s classes are built."""
     p = Path(path)
-    mp = metadata_path(p)
+    if p.suffix == ".joblib" or p.name.endswith(".joblib.json"):
+        old = p if p.suffix == ".joblib" else p.with_suffix("")
+        raise ArtifactError(f"artifact {p}: a joblib (pickle) artifact, which engine-advisor "
+                            f"no longer loads (unpickling can run code); {convert_hint(old)}")
     if not p.is_file():
         raise ArtifactError(f"artifact {p}: no such file")
-    if not mp.is_file():
-        raise ArtifactError(f"artifact {p}: metadata {mp.name} is missing; refusing to unpickle "
-                            "an unverified file")
     try:
-        meta = json.loads(mp.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ArtifactError(f"artifact {p}: metadata {mp.name} is not valid JSON ({exc})") from None
-    if not isinstance(meta, dict):
-        raise ArtifactError(f"artifact {p}: metadata {mp.name} is not a JSON object")
-    version = meta.get("schema_version")
+        raw = p.read_bytes()
+        doc = _parse(raw)
+    except OSError as exc:
+        raise ArtifactError(f"artifact {p}: cannot read ({exc.strerror})") from None
+    except ArtifactError as exc:
+        if str(exc) == "a pickle":
+            raise ArtifactError(f"artifact {p}: a pickle, not a JSON document; engine-advisor "
+                                "never unpickles an artifact (it can run code); "
+                                f"{convert_hint(p)}") from None
+        raise ArtifactError(f"artifact {p}: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ArtifactError(f"artifact {p}: not a JSON object")
+    version = doc.get("schema_version")
     if version != SCHEMA_VERSION:
-        raise ArtifactError(f"artifact {p}: schema version {version!r}, this engine-advisor reads "
-                            f"{SCHEMA_VERSION}; refit with `engine-advisor fit`")
-    actual = _sha256(p)
-    previous = meta.get("replaces")
-    if (actual != meta.get("artifact_sha256") and isinstance(previous, dict)
-            and actual == previous.get("artifact_sha256")):
-        meta = previous       # a save killed between its two renames: the old artifact
-    if actual != meta.get("artifact_sha256"):
-        raise ArtifactError(f"artifact {p}: sha256 {actual[:16]}... does not match the metadata "
-                            f"({str(meta.get('artifact_sha256'))[:16]}...): the file was modified "
-                            "or truncated; refusing to load it")
+        hint = (convert_hint(p.with_suffix(".joblib")) if version == 2
+                else "refit with `engine-advisor fit`")
+        raise ArtifactError(f"artifact {p}: schema version {version!r}, this engine-advisor "
+                            f"reads {SCHEMA_VERSION}; {hint}")
+    ap = arrays_path(p)
     try:
-        model = joblib.load(p)
-    except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad artifact
-        raise ArtifactError(f"artifact {p}: cannot be read ({type(exc).__name__}: {exc})") from None
-    if not isinstance(model, CostModel):
-        raise ArtifactError(f"artifact {p}: holds a {type(model).__name__}, not a CostModel")
-    model.version = meta.get("model_version", actual[:12])
-    return model, meta
+        data = ap.read_bytes()
+    except OSError as exc:
+        raise ArtifactError(f"artifact {p}: its arrays {ap.name}: cannot read "
+                            f"({exc.strerror})") from None
+    actual = hashlib.sha256(data).hexdigest()
+    previous = doc.get("replaces")
+    if doc.get("arrays_sha256") != actual and _vouches(previous, actual):
+        doc = previous        # a save killed between its two renames: the old artifact
+    if doc.get("arrays_sha256") != actual:
+        raise ArtifactError(f"artifact {p}: sha256 {actual[:16]}... of {ap.name} does not match "
+                            f"the metadata ({str(doc.get('arrays_sha256'))[:16]}...): the file "
+                            "was modified or truncated; refusing to load it")
+    if not _vouches(doc, actual):
+        raise ArtifactError(f"artifact {p}: artifact_sha256 does not match its model section: "
+                            "the file was modified or truncated; refusing to load it")
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+            arrays = {name: npz[name] for name in npz.files}
+    except Exception as exc:  # noqa: BLE001 - numpy and zipfile raise many types
+        raise ArtifactError(f"artifact {p}: {ap.name} cannot be read as arrays "
+                            f"({type(exc).__name__}: {exc})") from None
+    try:
+        model = decode_model(doc["model"], arrays)
+    except CodecError as exc:
+        raise ArtifactError(f"artifact {p}: {exc}") from None
+    model.version = doc.get("model_version", doc["artifact_sha256"][:12])
+    return model, {**_metadata(doc), "arrays_sha256": actual}

@@ -18,12 +18,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default 8000)")
     p.add_argument("--workers", type=int, help="worker processes (default 1)")
-    p.add_argument("--model", metavar="PATH", help="model artifact (default: embedded model)")
+    p.add_argument("--model", metavar="PATH",
+                   help="model artifact NAME.json (default: embedded model)")
     p.add_argument("--models-dir", metavar="DIR",
                    help="directory whose artifacts POST /v1/model/reload may load")
     p.add_argument("--upstreams", metavar="FILE",
                    help="YAML file of upstream vLLM/SGLang pools: enables the OpenAI-compatible "
                         "proxy (/v1/chat/completions, /v1/completions, /v1/models, /v1/route)")
+    p.add_argument("--data-dir", metavar="DIR",
+                   help="keep the proxy's observations in DIR/observations.csv across restarts "
+                        "and crashes (default: in memory only)")
     p.add_argument("--epp-port", type=int, metavar="PORT",
                    help="also serve the Endpoint Picker for a gateway (Envoy ext_proc over "
                         "gRPC) on this port; needs --upstreams, the 'epp' extra and the "
@@ -52,7 +56,8 @@ FLAGS = {"host": ("host", "--host"), "port": ("port", "--port"),
          "upstreams": ("upstreams", "--upstreams"), "epp_port": ("epp_port", "--epp-port"),
          "epp_tls_cert": ("epp_tls_cert", "--epp-tls-cert"),
          "epp_tls_key": ("epp_tls_key", "--epp-tls-key"),
-         "epp_tls_client_ca": ("epp_tls_client_ca", "--epp-tls-client-ca")}
+         "epp_tls_client_ca": ("epp_tls_client_ca", "--epp-tls-client-ca"),
+"data_dir": ("data_dir", "--data-dir")}
 
 
 def _settings(args: argparse.Namespace):
@@ -86,6 +91,15 @@ def run_serve(args: argparse.Namespace) -> int:
             raise CliError(str(exc)) from None
     if settings.models_dir is not None and not settings.models_dir.is_dir():
         raise CliError(f"--models-dir {settings.models_dir}: not a directory")
+    if settings.data_dir is not None:
+        settings.data_dir = settings.data_dir.resolve()
+        try:
+            settings.data_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CliError(f"--data-dir {settings.data_dir}: cannot create ({exc.strerror})") \
+                from None
+        if not os.access(settings.data_dir, os.W_OK | os.X_OK):
+            raise CliError(f"--data-dir {settings.data_dir}: not writable")
     if settings.upstreams is not None:
         from service.proxy.upstreams import UpstreamsError, read
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import hmac
 import json
+from collections.abc import Callable, Coroutine
 from typing import Annotated, Any, TypeVar
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Response
 from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 
+from model import jsontext
 from service.cache import ResponseCache
 from service.errors import ApiError, is_json
 from service.holder import LoadedModel, ModelHolder
@@ -21,7 +24,8 @@ M = TypeVar("M", bound=BaseModel)
 
 async def json_body(request: Request, model: type[M]) -> M:
     """The request's body validated as ``model``, failing exactly as a FastAPI body parameter
-    does (the same ``RequestValidationError``, hence the same 422 envelope), without FastAPI's
+    does (the same ``RequestValidationError``, hence the same envelope: 400 for a body that is
+    not JSON, 422 for one that does not validate), without FastAPI's
     per-request dependency solving and content-type parsing: for routes whose answer costs
     about as much as that (POST /v1/recommend), documented by ``openapi_extra``."""
     raw = await request.body()
@@ -36,19 +40,45 @@ async def json_body(request: Request, model: type[M]) -> M:
         except ValidationError:     # invalid: parsed again, for FastAPI's errors below
             pass
         try:
-            data = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            pos, msg = (exc.pos, exc.msg) if isinstance(exc, json.JSONDecodeError) else (
-                exc.start, f"the body cannot be decoded as text: {exc.reason} at byte "
-                           f"{exc.start}")
-            raise RequestValidationError([{"type": "json_invalid", "loc": ("body", pos),
+            data = jsontext.loads(raw)
+        except jsontext.BadJson as exc:
+            raise RequestValidationError([{"type": "json_invalid", "loc": ("body",),
                                            "msg": "JSON decode error", "input": {},
-                                           "ctx": {"error": msg}}]) from None
+                                           "ctx": {"error": str(exc)}}]) from None
     try:
         return model.model_validate(data, from_attributes=True)   # as FastAPI validates
     except ValidationError as exc:
         raise RequestValidationError([{**e, "loc": ("body", *e["loc"])}
                                       for e in exc.errors()]) from None
+
+
+class JsonRequest(Request):
+    """A request whose ``json()`` refuses every malformed body as ``model.jsontext`` does
+    (Starlette's ``json.loads`` lets a lone surrogate through, and FastAPI turns a
+    RecursionError into "There was an error parsing the body")."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            try:
+                self._json = jsontext.loads(await self.body())
+            except jsontext.BadJson as exc:      # FastAPI's own invalid-JSON error: a 400
+                raise json.JSONDecodeError(str(exc), "", 0) from None
+        return self._json
+
+
+class JsonRoute(APIRoute):
+    """The route class of routers whose routes take FastAPI body parameters: their bodies
+    parsed by ``JsonRequest``."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+        if self.body_field is None:
+            return handler
+
+        async def strict(request: Request) -> Response:
+            return await handler(JsonRequest(request.scope, request.receive, request._send))
+
+        return strict
 
 
 async def get_settings(request: Request) -> Settings:

@@ -11,6 +11,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+
+from model import jsontext
 
 log = logging.getLogger("engine_advisor.service")
 
@@ -120,6 +123,9 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = list(exc.errors())
+        bad = next((e for e in errors if e.get("type") == "json_invalid"), None)
+        if bad is not None:         # not JSON at all: the request's syntax, 400
+            return envelope(400, _reason(bad))
         ctype = request.headers.get("content-type", "")
         if ctype and not is_json(ctype) and any(tuple(e.get("loc", ())) == ("body",)
                                                  for e in errors):
@@ -136,14 +142,19 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        if isinstance(exc.__cause__, UnicodeDecodeError):
-            # FastAPI's body parsing: bytes that are not UTF-8 are invalid JSON like any other
-            # (422 as documented, not an undocumented 400 "error parsing the body")
-            return envelope(422, f"invalid JSON (the body cannot be decoded as text: "
-                                 f"{exc.__cause__.reason} "
-                                 f"at byte {exc.__cause__.start})")
+        if isinstance(exc.__cause__, jsontext.PARSE_ERRORS) and exc.status_code == 400:
+            # FastAPI's body parsing refused what its JSONDecodeError handling does not cover
+            # (bytes that are not UTF-8, nesting too deep, an integer of too many digits):
+            # invalid JSON like any other, with the reason instead of "error parsing the body"
+            return envelope(400, f"invalid JSON ({jsontext.reason(exc.__cause__)})")
         message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         return envelope(exc.status_code, message, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(_: Request, exc: ClientDisconnect) -> JSONResponse:
+        # gone, or cut off by the front door's body timeout, before its body came: nobody
+        # reads this answer, and it is no server error (nothing logged)
+        return envelope(400, "the client disconnected before its body arrived")
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -14,6 +14,7 @@ from starlette.types import Receive, Scope, Send
 from model.recommend import warm_up
 from service import epp, errors
 from service.cache import ResponseCache
+from service.frontdoor import FrontDoor
 from service.holder import ModelHolder, load_artifact, load_default
 from service.metrics import Metrics
 from service.middleware import MetricsMiddleware, RequestIdMiddleware
@@ -75,6 +76,7 @@ class App(FastAPI):
     FastAPI's own layers, to the proxy's direct path (service.proxy.asgi explains why)."""
 
     direct: DirectPath | None = None
+    front_door: FrontDoor | None = None     # what service.server's protocol enforces
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST" \
@@ -115,6 +117,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.holder = None
     app.state.proxy = proxy_state
     app.direct = DirectPath(proxy_state, metrics, proxy.forward)
+    app.front_door = FrontDoor.of(settings, on_refusal=lambda r: metrics.refusals.inc((r,)))
     errors.install(app)
     if settings.bench_routes:     # first: matched no later than /v1/recommend (bench_service)
         app.include_router(bench.router)

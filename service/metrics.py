@@ -141,6 +141,9 @@ class Metrics:
         self.reloads = Counter(
             "engine_advisor_model_reloads", "model reload attempts by result", ["result"],
             registry=self.registry)
+        self.refusals = Counts(
+            "engine_advisor_http_refusals", "connections and requests the front door refused "
+            "or closed (service.frontdoor), by reason", ["reason"], registry=self.registry)
         # (method, route, status) -> its latency row: bounded like the labels themselves
         self._rows: dict[tuple[str, str, int], list] = {}
 

@@ -27,6 +27,10 @@ class Settings(BaseSettings):
         ge=0, le=1_000_000, description="answers of POST /v1/recommend kept (LRU); 0: off")] = 4096
     log_level: str = "info"
     bench_routes: bool = Field(default=False, description="add POST /bench/constant (benchmarks)")
+    data_dir: Path | None = Field(
+        default=None, description="directory of what the service keeps across restarts (the "
+                                  "proxy's observations, observations.csv); unset: in memory "
+                                  "only")
     upstreams: Path | None = Field(
         default=None, description="YAML file of upstream engine pools; unset: no proxy routes")
     upstreams_watch_s: Annotated[float, Field(
@@ -34,6 +38,22 @@ class Settings(BaseSettings):
     proxy_max_body_bytes: Annotated[int, Field(gt=0)] | None = Field(
         default=None, description="body cap of the proxy routes; unset: enough for the longest "
                                   "context the pools serve, at least 32 MiB")
+    max_header_bytes: Annotated[int, Field(ge=1024, le=16 << 20)] = Field(
+        default=60 << 10, description="request line and header lines of one request; more: 431 "
+                                      "and the connection closed (Envoy's default, 60 KiB)")
+    max_header_fields: Annotated[int, Field(ge=1, le=10_000)] = Field(
+        default=100, description="header fields of one request; more: 431 (Envoy's default)")
+    header_timeout_s: Annotated[float, Field(gt=0, le=3600)] = Field(
+        default=60.0, description="a request head must arrive within this many seconds of its "
+                                  "first byte (or of the connection's opening); else 408 and "
+                                  "the connection closed (nginx's client_header_timeout)")
+    body_timeout_s: Annotated[float, Field(gt=0, le=86_400)] = Field(
+        default=60.0, description="a request body must have arrived this many seconds after "
+                                  "its head; else 408 and the connection closed")
+    max_connections: Annotated[int, Field(ge=1, le=1_000_000)] | None = Field(
+        default=None, description="open client connections per process; past it a new one is "
+                                  "answered 503 and closed. Unset: half the open-file limit "
+                                  "less 128")
     epp_port: Annotated[int, Field(ge=1, le=65535)] | None = Field(
         default=None, description="also serve the Endpoint Picker (Envoy ext_proc, gRPC) on this "
                                   "port; needs the pools (upstreams) and the 'epp' extra")

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from starlette.requests import Request
 from starlette.types import Receive
 
+from model import jsontext
 from sim.protocol import ApiError
 
 SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"),
@@ -22,8 +22,9 @@ async def wait_disconnect(receive: Receive) -> None:
 
 
 async def read_json(request: Request) -> Any:
+    """The body as JSON; a body an engine's parser refuses (model.jsontext) is a 400."""
     raw = await request.body()
     try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return jsontext.loads(raw)
+    except jsontext.BadJson as exc:
         raise ApiError(400, f"request body: not valid JSON ({exc})") from None

@@ -37,6 +37,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from model import jsontext
 from sim.engine import EngineCore, SimRequest
 from sim.faults import HeaderError
 from sim.httputil import SSE_HEADERS, wait_disconnect
@@ -331,8 +332,8 @@ def routes(state: SimState) -> list[Route]:
             return refuse(forced.status, forced.message)
         raw = await request.body()
         try:
-            body = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            body = jsontext.loads(raw)
+        except jsontext.BadJson as exc:
             return JSONResponse({"error": f"request body: not valid JSON ({exc})"},
                                 status_code=400)
         stream = isinstance(body, dict) and body.get("stream") is True

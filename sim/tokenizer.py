@@ -28,13 +28,17 @@ _PIECE = re.compile(r" ?[A-Za-z]{1,3}| ?[0-9]{1,3}| ?[!-/:-@\[-`{-~]| {1,4}|[^ -
 
 
 class TokenError(ValueError):
-    """A token id outside the vocabulary."""
+    """A token id outside the vocabulary, or text that cannot be tokenized."""
 
 
 @lru_cache(maxsize=65536)
 def _piece_ids(piece: str) -> tuple[int, ...]:
     if len(piece) == 1 and not (" " <= piece <= "~"):
-        return tuple(piece.encode("utf-8"))
+        try:
+            return tuple(piece.encode("utf-8"))
+        except UnicodeEncodeError:      # a lone surrogate: no character, no UTF-8 bytes
+            raise TokenError(f"text holds the lone surrogate \\u{ord(piece):04x}, which is "
+                             "not a character") from None
     value = 0
     for ch in piece:
         value = value * N_PRINTABLE + (ord(ch) - 32)

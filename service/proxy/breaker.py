@@ -9,6 +9,11 @@
 ``acquire()`` tells the caller whether its request is the probe; the caller calls
 ``release()`` for it when the attempt ends, whatever the outcome (a ``finally``).
 
+A panic threshold, as Envoy's: a closed breaker opens only if ``may_open()`` allows it (the
+proxy allows it while at most ``max_open_percent`` of the upstream's pool, the upstreams
+serving the same model, would be open, and never for the pool's last closed one:
+service.proxy.state), so that no run of failures takes a whole pool out. Refused, it stays closed with its failures counted; the next failure asks again.
+
 The state advances lazily on each look (no timer task); ``on_change`` is told of every change
 (the proxy metrics export it).
 """
@@ -32,6 +37,7 @@ class CircuitBreaker:
         self.open_s = open_s
         self.clock = clock
         self.on_change = on_change
+        self.may_open: Callable[[], bool] | None = None     # the panic threshold (above)
         self.failures = 0
         self.opened_at = 0.0
         self.probing = False
@@ -76,7 +82,10 @@ class CircuitBreaker:
 
     def failure(self) -> None:
         self.failures += 1
-        if self.state == HALF_OPEN or self.failures >= self.failure_threshold:
+        if self.state == HALF_OPEN:
+            self.trip()                 # the probe failed: open again (it was open already)
+        elif self.failures >= self.failure_threshold and (
+                self._state == OPEN or self.may_open is None or self.may_open()):
             self.trip()
 
     def trip(self) -> None:

@@ -15,10 +15,17 @@ upstream connection, so the engine aborts the request (streaming or not).
   ``Retry-After``. After that, a failure ends the stream with an error event
   ``data: {"error": {...}}``. A single event longer than ``limits.event_bytes`` is refused
   like a malformed response.
+- Breakers no client can trip for everyone: a 5xx, a cut or a response over the limits
+  (``DEFERRED``) counts against the upstream's breaker only once another upstream has done
+  better (or none could be tried); when a second upstream fails the same request the same
+  way, it is the request's failure: answered as it is, retried no further, counted against
+  no breaker (``engine_advisor_proxy_request_failures_total``). Connect errors and timeouts
+  count at once.
 - Timeouts: ``connect_s`` (TCP connect), ``first_byte_s`` (streaming: until the first event),
-  ``idle_s`` (streaming: between events), ``total_s`` (the whole request, also non-streaming).
-  A timeout answers 504 (or an error event mid-stream) and is not retried. They are checked
-  on one shared clock (service.proxy.deadlines): never early, up to 50 ms late.
+  ``answer_s`` (non-streaming: the whole answer, which an engine sends once it has generated
+  it), ``idle_s`` (streaming: between events), ``total_s`` (the whole request). A timeout answers 504 (or an error event
+  mid-stream) and is not retried. They are checked on one shared clock
+  (service.proxy.deadlines): never early, up to 50 ms late.
 """
 
 from __future__ import annotations
@@ -93,6 +100,11 @@ DONE = b"data: [DONE]"
 BAD_NAME = re.compile(rb"[^!#$%&'*+\-.^_`|~0-9A-Za-z]")
 BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 _row = tuple.__new__            # Observation._make without its length check (fields are fixed)
+# Failures before the response started that the request itself may cause (a 5xx answer, a
+# connection cut or a response over the limits): counted against the upstream's breaker only
+# once another upstream did better, and not at all when a second upstream fails the same way
+# (service.proxy.forward.ProxyCall._run). Connect errors and timeouts count at once.
+DEFERRED = frozenset({"status", "read", "limit"})
 
 
 @dataclass
@@ -156,6 +168,13 @@ def passed_lines(headers: list[tuple[bytes, bytes]]) -> bytes:
                 raise ValueError(f"invalid response header {k[:40]!r}")
             out += b"".join((k, b": ", v, b"\r\n"))
     return out
+
+
+def count_deferred(failures: list[tuple[Upstream, Failure]]) -> None:
+    """Count the ``DEFERRED`` ones against their upstreams' breakers."""
+    for u, f in failures:
+        if f.reason in DEFERRED:
+            u.breaker.failure()
 
 
 def pick(pools: Pools, decision: Decision, model: str | None, tried: list[Upstream],
@@ -338,11 +357,23 @@ class ProxyCall(Response):
         failures: list[tuple[Upstream, Failure]] = []
         up: Upstream | None = self.first
         engine_lock = None
+        shared = False                        # two upstreams failed alike: the request's
         while up is not None:
             tried.append(up)
             failure = await self._attempt(scope, send, up, deadline)
             if failure is None:
+                if failures:                  # they failed where another one succeeded
+                    count_deferred(failures)
                 return
+            if failure.reason in DEFERRED and any(
+                    f.reason == failure.reason and f.status == failure.status
+                    for _, f in failures):
+                # the same failure from two upstreams: the request's own, not theirs; no
+                # breaker counts it and no other upstream is tried
+                failures.append((up, failure))
+                shared = True
+                st.metrics.request_failures.inc((failure.reason, str(failure.status)))
+                break
             failures.append((up, failure))
             if not failure.retryable or len(tried) >= cfg.retries.max_attempts:
                 break
@@ -359,6 +390,8 @@ class ProxyCall(Response):
             if delay > 0:
                 await asyncio.sleep(delay)
             up = nxt
+        if not shared:                        # no upstream did better: each one's failure
+            count_deferred(failures)
         await self._fail(send, failures)
 
     def _backoff(self, n: int, after: float | None) -> float:
@@ -437,7 +470,10 @@ class ProxyCall(Response):
             sent_at = time.perf_counter()
             lines = self._lines(scope, up)
             if not self.req.stream:
-                dl = st.deadlines.at(deadline, self.task).start()
+                answer_by = loop.time() + t.answer_s
+                if answer_by >= deadline:
+                    answer_by, self.phase = deadline, "total"
+                dl = st.deadlines.at(answer_by, self.task).start()
                 try:
                     status, headers, body = await up.fast.whole(
                         "POST", self.req.path, self.req.raw, t.connect_s, lines)
@@ -464,7 +500,7 @@ class ProxyCall(Response):
         except TimeoutError:
             up.breaker.failure()
             what = {"first": f"no first event within {t.first_byte_s:g} s" if self.req.stream
-                    else f"no answer within {t.total_s:g} s",
+                    else f"no answer within {t.answer_s:g} s",
                     "idle": f"no event for {t.idle_s:g} s",
                     "total": f"not finished within {t.total_s:g} s"}[self.phase]
             return await self._failed_midway(send, up, Failure(
@@ -481,7 +517,8 @@ class ProxyCall(Response):
                 raise
             return None     # the client went away while we wrote to it
         except UpstreamError as exc:
-            up.breaker.failure()
+            if self.started:                  # mid-stream: the upstream's (before: _run's)
+                up.breaker.failure()
             log.warning("upstream %s: %s: %s (connection closed)", up.name,
                         type(exc).__name__, exc)
             return await self._failed_midway(send, up, Failure(
@@ -534,9 +571,7 @@ class ProxyCall(Response):
                       batch: int) -> Failure | None:
         """A whole answer of the upstream (``headers``: its response headers)."""
         if status == 429 or status >= 500:
-            if status >= 500:
-                up.breaker.failure()
-            else:
+            if status == 429:                 # a 5xx is counted by _run (DEFERRED)
                 up.breaker.success()
             ra = next((v for k, v in headers if k == b"retry-after"), None)
             after = retry_after(ra.decode("latin-1") if ra else None)

@@ -57,6 +57,11 @@ class ProxyMetrics:
         self.retries = Counts(
             "engine_advisor_proxy_retries", "attempts retried on another upstream, by the "
             "upstream that failed and why", ["upstream", "reason"], registry=r)
+        self.request_failures = Counts(
+            "engine_advisor_proxy_request_failures", "requests that failed the same way on two "
+            "upstreams: the request's own failure, counted against no breaker", ["reason",
+                                                                                 "status"],
+            registry=r)
         self.decisions = Counts(
             "engine_advisor_proxy_decisions", "routing decisions by engine and DCP size",
             ["engine", "dcp_size"], registry=r)

@@ -9,6 +9,7 @@ from typing import Any
 from starlette.requests import ClientDisconnect
 from starlette.types import Receive
 
+from model.jsontext import PARSE_ERRORS, check_text, reason
 from service.errors import ApiError
 from service.middleware import body_too_large
 
@@ -107,6 +108,8 @@ _WS = " \t\n\r"
 
 
 def decode(raw: bytes) -> Any:
+    """The body as JSON; any refusal (syntax, not text, nested too deeply, an integer of too
+    many digits, a lone surrogate: model.jsontext) is a 400."""
     try:
         if raw[:1] == b"{" and raw[1:2] != b"\x00":
             # what json.loads does for such bytes (UTF-8, no leading whitespace), without its
@@ -120,10 +123,15 @@ def decode(raw: bytes) -> Any:
                 rest = s[end:].lstrip(_WS)
                 if rest:
                     raise json.JSONDecodeError("Extra data", s, len(s) - len(rest))
-            return obj
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ApiError(400, f"request body: invalid JSON ({exc})") from None
+        else:
+            obj = json.loads(raw)
+        # maybe a lone surrogate (model.jsontext); find, not ``in``: bytes.__contains__ tries
+        # the argument as an integer first and raises (then clears) a TypeError for a bytes
+        if raw.find(b"\\u") >= 0 or raw.find(b"\xed") >= 0:
+            check_text(raw, obj)
+        return obj
+    except PARSE_ERRORS as exc:
+        raise ApiError(400, f"request body: invalid JSON ({reason(exc)})") from None
 
 
 def parse(raw: bytes, path: str, body: Any = None) -> ProxyRequest:

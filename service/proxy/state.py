@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 import time
@@ -23,6 +24,7 @@ from service.proxy.deadlines import Deadlines
 from service.proxy.decide import Decider
 from service.proxy.health_checker import HealthChecker
 from service.proxy.metrics import ProxyMetrics
+from service.proxy.obsfile import FLUSH_S, ObservationFile
 from service.proxy.observations import Observations
 from service.proxy.tokens import load_tokenizer
 from service.proxy.upstreams import Pools, PoolsConfig, Upstream, UpstreamsError, read
@@ -51,6 +53,14 @@ class ReloadRecord:
         return asdict(self)
 
 
+def may_open(pool: list[Upstream], share: float) -> bool:
+    """The panic threshold (service.proxy.breaker): whether one more breaker of ``pool`` may
+    open, leaving at most ``share`` of it open and at least one upstream closed."""
+    n = len(pool)
+    opened = sum(1 for u in pool if not u.breaker.closed)
+    return opened + 1 <= min(int(n * share + 1e-9), n - 1)
+
+
 class ProxyState:
     def __init__(self, settings: Settings, registry: CollectorRegistry):
         self.settings = settings
@@ -61,6 +71,7 @@ class ProxyState:
         self.decider = Decider()
         self.deadlines = Deadlines()      # the timeouts of proxied requests
         self.observations = Observations(0)
+        self.obs_file: ObservationFile | None = None    # with a data directory
         self.checker = HealthChecker(lambda: self.pools, on_round=self._export_health)
         self.last_reload = ReloadRecord()
         self.generation = 0
@@ -112,8 +123,15 @@ class ProxyState:
         previous = self.pools
         self.pools = pools
         self.observations.resize(pools.config.observations)
+        if self.obs_file is not None:
+            self.obs_file.resize(pools.config.observations)
         names = [u.name for u in pools.upstreams]
         self.metrics.track(names)
+        share = pools.config.breaker.max_open_percent / 100
+        for model in pools.models:               # a pool: the upstreams a request may reach
+            pool = pools.serving(model)
+            for u in pool:
+                u.breaker.may_open = functools.partial(may_open, pool, share)
         for u in pools.upstreams:
             u.breaker.on_change = lambda s, n=u.name: self.metrics.set_breaker(n, s)
         self._export_health(pools)
@@ -195,6 +213,7 @@ class ProxyState:
         ok, msg = await self.load("startup")
         if not ok:
             raise UpstreamsError(msg)
+        await self._open_observations()
         self.checker.start()
         if self.settings.upstreams_watch_s > 0:
             self._tasks.append(asyncio.ensure_future(self._watch()))
@@ -203,6 +222,36 @@ class ProxyState:
                 signal.SIGHUP, lambda: self._tasks.append(
                     asyncio.ensure_future(self.load("SIGHUP"))))
             self._sighup = True
+
+    async def _open_observations(self) -> None:
+        """With a data directory: the observations file read back, then appended to."""
+        d = self.settings.data_dir
+        if d is None:
+            log.info("observations are kept in memory only (no data directory: "
+                     "--data-dir / ENGINE_ADVISOR_DATA_DIR)")
+            return
+        f = self.obs_file = ObservationFile(d, self.pools.config.observations)
+        rows = await asyncio.to_thread(f.read)
+        self.observations.restore(rows)
+        self.observations.unsaved = []
+        log.info("observations: %d row(s) read back from %s", len(rows), f.path)
+        self._tasks.append(asyncio.ensure_future(self._save_observations()))
+
+    async def _save_observations(self) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_S)
+            await self.flush_observations()
+
+    async def flush_observations(self) -> None:
+        """The rows observed since the last flush, appended to the file (in a thread)."""
+        f = self.obs_file
+        if f is None or not self.observations.unsaved:
+            return
+        text = self.observations.take()
+        try:
+            await asyncio.to_thread(f.append, text)
+        except OSError as exc:     # a full or read-only disk: the rows stay in memory
+            log.error("observations: cannot append to %s (%s)", f.path, exc.strerror)
 
     async def stop(self) -> None:
         if self._sighup:
@@ -216,6 +265,7 @@ class ProxyState:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self._tasks.clear()
+        await self.flush_observations()         # a graceful stop loses none
         for u in [*(self.pools.upstreams if self.pools else []), *self._retired]:
             await u.aclose()
         self._retired.clear()

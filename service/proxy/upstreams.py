@@ -127,6 +127,10 @@ class TimeoutsSpec(Strict):
     connect_s: PosFloat = 3.0
     first_byte_s: PosFloat = Field(
         default=120.0, description="streaming: until the first event (the TTFT bound)")
+    answer_s: PosFloat = Field(
+        default=600.0, description="non-streaming: the whole answer (an engine sends it once it "
+                                   "has generated the whole output, so this bounds the "
+                                   "generation)")
     idle_s: PosFloat = Field(default=60.0, description="streaming: the longest gap between events")
     total_s: PosFloat = Field(default=1800.0, description="the whole request")
 
@@ -142,6 +146,11 @@ class RetriesSpec(Strict):
 class BreakerSpec(Strict):
     failure_threshold: Annotated[int, Field(ge=1, le=1000)] = 5
     open_s: Annotated[float, Field(ge=0, le=3600)] = 10.0
+    max_open_percent: Annotated[int, Field(ge=0, le=100)] = Field(
+        default=50, description="the panic threshold: a breaker opens only while at most this "
+                                "share of its pool (the upstreams serving the same model, of "
+                                "either engine) would be open, and never the pool's last "
+                                "closed one")
 
 
 class HealthSpec(Strict):

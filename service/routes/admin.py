@@ -7,12 +7,12 @@ from pathlib import Path
 from fastapi import APIRouter
 
 from model.artifact import ArtifactError
-from service.deps import AdminDep, HolderDep, MetricsDep, ModelDep, SettingsDep
+from service.deps import AdminDep, HolderDep, JsonRoute, MetricsDep, ModelDep, SettingsDep
 from service.errors import ApiError, error_responses
 from service.schemas import ModelInfo, ReloadRequest, ReloadResponse
 from service.settings import Settings
 
-router = APIRouter(prefix="/v1/model", tags=["model"])
+router = APIRouter(prefix="/v1/model", tags=["model"], route_class=JsonRoute)
 
 
 @router.get("", response_model=ModelInfo, responses=error_responses(503),
@@ -54,7 +54,7 @@ def allowed_path(settings: Settings, raw: str | None) -> Path:
 
 
 @router.post("/reload", response_model=ReloadResponse,
-             responses=error_responses(401, 403, 413, 422),
+             responses=error_responses(400, 401, 403, 413, 422),
              summary="Load a new model artifact atomically (admin token)")
 async def reload_model(_: AdminDep, holder: HolderDep, settings: SettingsDep,
                        metrics: MetricsDep, body: ReloadRequest | None = None) -> ReloadResponse:

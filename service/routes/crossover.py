@@ -6,11 +6,11 @@ import numpy as np
 from fastapi import APIRouter
 
 from model.recommend import candidates, crossovers, evaluate, total_curves
-from service.deps import ModelDep
+from service.deps import JsonRoute, ModelDep
 from service.errors import ApiError, error_responses
 from service.schemas import ConfigRef, Crossing, CrossoverRequest, CrossoverResponse, Curve
 
-router = APIRouter(prefix="/v1/crossover", tags=["crossover"])
+router = APIRouter(prefix="/v1/crossover", tags=["crossover"], route_class=JsonRoute)
 
 SEARCH_POINTS = 256
 DEFAULT_POINTS = 16
@@ -25,7 +25,7 @@ def _crossings(grid: np.ndarray, totals: np.ndarray, refs: list[list[ConfigRef]]
     return out
 
 
-@router.post("", response_model=CrossoverResponse, responses=error_responses(413, 422, 503),
+@router.post("", response_model=CrossoverResponse, responses=error_responses(400, 413, 422, 503),
              summary="Context length where the best engine changes, with time-vs-context curves")
 async def crossover(body: CrossoverRequest, loaded: ModelDep) -> CrossoverResponse:
     model = loaded.model

@@ -8,11 +8,11 @@ from fastapi import APIRouter, Query, Response
 
 from model.deploy import DeployError, DeployOptions, default_name, render
 from model.workload import Workload
-from service.deps import ModelDep
+from service.deps import JsonRoute, ModelDep
 from service.errors import ApiError, error_responses
 from service.routes.recommend import recommend_or_422
 
-router = APIRouter(prefix="/v1/deploy", tags=["deploy"])
+router = APIRouter(prefix="/v1/deploy", tags=["deploy"], route_class=JsonRoute)
 
 YAML = "application/yaml"
 
@@ -21,7 +21,7 @@ YAML = "application/yaml"
     200: {"content": {YAML: {"schema": {"type": "string"}}},
           "description": "format=k8s: a Deployment and a Service (two YAML documents); "
                          "format=compose: a compose file with one service"},
-    **error_responses(413, 422, 503)},
+    **error_responses(400, 413, 422, 503)},
     summary="Deployment files (Kubernetes or docker compose) for the recommended configuration")
 async def deploy(workload: Workload, opts: Annotated[DeployOptions, Query()],
                  loaded: ModelDep) -> Response:

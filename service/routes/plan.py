@@ -6,13 +6,13 @@ from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
 from model.plan import PlanRequest, PlanResult, plan
-from service.deps import ModelDep
+from service.deps import JsonRoute, ModelDep
 from service.errors import error_responses
 
-router = APIRouter(prefix="/v1/plan", tags=["plan"])
+router = APIRouter(prefix="/v1/plan", tags=["plan"], route_class=JsonRoute)
 
 
-@router.post("", response_model=PlanResult, responses=error_responses(413, 422, 503),
+@router.post("", response_model=PlanResult, responses=error_responses(400, 413, 422, 503),
              summary="Engine, DCP, memory fraction, concurrency and node count per request class")
 async def plan_capacity(body: PlanRequest, loaded: ModelDep) -> PlanResult:
     return await run_in_threadpool(plan, loaded.model, body, loaded.version)

@@ -5,14 +5,14 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from model.recommend import candidates, evaluate
-from service.deps import ModelDep
+from service.deps import JsonRoute, ModelDep
 from service.errors import ApiError, error_responses
 from service.schemas import PredictRequest, PredictResponse, StepSeconds
 
-router = APIRouter(prefix="/v1/predict", tags=["predict"])
+router = APIRouter(prefix="/v1/predict", tags=["predict"], route_class=JsonRoute)
 
 
-@router.post("", response_model=PredictResponse, responses=error_responses(413, 422, 503),
+@router.post("", response_model=PredictResponse, responses=error_responses(400, 413, 422, 503),
              summary="Predict times (with a 90 % interval) of one configuration")
 async def predict(body: PredictRequest, loaded: ModelDep) -> PredictResponse:
     w = body.workload.model_copy(update={"engines": [body.engine], "dcp_sizes": [body.dcp_size]})

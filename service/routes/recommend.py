@@ -10,11 +10,11 @@ from model.recommend import NoEligibleConfiguration, recommend
 from model.schemas import Recommendation, to_json
 from model.workload import Workload
 from service.cache import cache_key
-from service.deps import MetricsDep, ModelDep, SettingsDep, hot_state, json_body
+from service.deps import JsonRoute, MetricsDep, ModelDep, SettingsDep, hot_state, json_body
 from service.errors import ApiError, ErrorDetail, error_responses, validation_detail
 from service.schemas import BatchItem, BatchRequest, BatchResponse
 
-router = APIRouter(prefix="/v1/recommend", tags=["recommend"])
+router = APIRouter(prefix="/v1/recommend", tags=["recommend"], route_class=JsonRoute)
 WORKLOAD_BODY = {"requestBody": {"content": {"application/json": {"schema": {
     "$ref": "#/components/schemas/Workload"}}}, "required": True}}
 
@@ -27,7 +27,7 @@ def recommend_or_422(loaded, w: Workload) -> Recommendation:
         raise ApiError(422, str(exc), param=exc.field, type="no_eligible_configuration") from None
 
 
-@router.post("", response_model=Recommendation, responses=error_responses(413, 422, 503),
+@router.post("", response_model=Recommendation, responses=error_responses(400, 413, 422, 503),
              openapi_extra=WORKLOAD_BODY,
              summary="Recommend engine, DCP size and memory fraction for one workload")
 async def recommend_one(request: Request) -> Response:
@@ -68,7 +68,7 @@ def _batch(loaded, items: list, metrics) -> BatchResponse:
     return BatchResponse(results=results, succeeded=ok, failed=len(results) - ok)
 
 
-@router.post("/batch", response_model=BatchResponse, responses=error_responses(413, 422, 503),
+@router.post("/batch", response_model=BatchResponse, responses=error_responses(400, 413, 422, 503),
              summary="Recommend for many workloads; a bad item gets its own error")
 async def recommend_batch(body: BatchRequest, loaded: ModelDep, settings: SettingsDep,
                           metrics: MetricsDep) -> Response:

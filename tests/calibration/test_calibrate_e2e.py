@@ -35,7 +35,7 @@ def crossover(model: CostModel, batch: int) -> int:
 @pytest.mark.slow
 @pytest.mark.flaky(reruns=2)  # wall-clock timing on shared CPUs
 def test_calibrate_fit_recovers_simulators(tmp_path, sims):
-    truth_path = tmp_path / "truth.joblib"
+    truth_path = tmp_path / "truth.json"
     save(CostModel.fit(rows()), truth_path)
     urls = {e: sims.start(e, "--model", str(truth_path), "--dcp-size", str(DCP[e]), *SIM_ARGS)
             for e in ("vllm", "sglang")}
@@ -57,10 +57,10 @@ def test_calibrate_fit_recovers_simulators(tmp_path, sims):
 
     fit = cli_in_process("fit", "--kv-bytes-only", str(tmp_path / "train-vllm"),
                          str(tmp_path / "train-sglang"),
-                         "--out", str(tmp_path / "fit.joblib"), "--report",
+                         "--out", str(tmp_path / "fit.json"), "--report",
                          str(tmp_path / "report"))
     assert fit.returncode == 0, fit.stderr
-    model, _ = load(tmp_path / "fit.joblib")
+    model, _ = load(tmp_path / "fit.json")
 
     # a held-out grid point's measurement: the median of its 3 repeats (a shared CPU can stall
     # one run for a few milliseconds). A busy machine can also slow the simulators' steps for a

@@ -54,13 +54,13 @@ def test_oom_at_the_threshold_is_recorded_and_the_safe_fraction_recommended(tmp_
     assert "CUDA out of memory" in events
     engines_are_gone(manifest)
 
-    fit = cli_in_process("fit", str(tmp_path / "run"), "--out", str(tmp_path / "m.joblib"),
+    fit = cli_in_process("fit", str(tmp_path / "run"), "--out", str(tmp_path / "m.json"),
                          "--kv-bytes-only")
     assert fit.returncode == 0, fit.stderr
-    model, _ = load(tmp_path / "m.joblib")
+    model, _ = load(tmp_path / "m.json")
     assert model.memory["vllm/B300"] == {"safe": [0.92], "unsafe": [0.95]}
     assert choose_fraction("vllm", "B300", **model.safe_fractions("vllm", "B300")).fraction == 0.92
-    rec = cli_in_process("recommend", "--model", str(tmp_path / "m.joblib"), "--context-tokens",
+    rec = cli_in_process("recommend", "--model", str(tmp_path / "m.json"), "--context-tokens",
                          "4096", "--output-tokens", "16", "--batch-size", "2",
                          "--kv-bytes-per-token", "70272", "--engines", "vllm", "--dcp-sizes", "1",
                          "--json")

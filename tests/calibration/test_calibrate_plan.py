@@ -67,8 +67,8 @@ def test_uncalibrated_configurations_only_on_request(model):
 
 
 def test_cli_plan_json_and_table(model, tmp_path):
-    save(model, tmp_path / "m.joblib")
-    args = ["calibrate", "plan", "--model", str(tmp_path / "m.joblib"), "--context-tokens", "8192",
+    save(model, tmp_path / "m.json")
+    args = ["calibrate", "plan", "--model", str(tmp_path / "m.json"), "--context-tokens", "8192",
             "--output-tokens", "32", "--batch-size", "4", "--kv-bytes-per-token", str(KV)]
     r = cli_in_process(*args, "--json")
     assert r.returncode == 0, r.stderr

@@ -39,7 +39,7 @@ def report(tmp_path_factory):
                                      "total_s": None, "oom_retries": 1, "errors": 1})
     write_csv(tmp / "data.csv", [*data, oom])
     r = cli_in_process("fit", "--kv-bytes-only", str(tmp / "data.csv"), "--out",
-                       str(tmp / "m.joblib"),
+                       str(tmp / "m.json"),
                        "--report", str(tmp / "rep"))
     assert r.returncode == 0, r.stderr
     assert "wrote report" in r.stdout
@@ -86,7 +86,7 @@ def test_report_with_too_few_points_still_writes(tmp_path):
     data = rows(contexts=(4096,), batches=(4,), outputs=(32,))
     write_csv(tmp_path / "d.csv", data)
     r = cli_in_process("fit", "--kv-bytes-only", str(tmp_path / "d.csv"), "--out",
-                       str(tmp_path / "m.joblib"),
+                       str(tmp_path / "m.json"),
                        "--report", str(tmp_path / "rep"))
     assert r.returncode == 0, r.stderr
     rep = json.loads((tmp_path / "rep" / "report.json").read_text())

@@ -82,7 +82,7 @@ def full_stack(tmp: Path):
     from svc_helpers import fit_artifact
 
     (tmp / "models").mkdir()
-    fit_artifact(tmp / "models" / "good.joblib")
+    fit_artifact(tmp / "models" / "good.json")
     sims = [Proc("sim", "--engine", "vllm", "--time-scale", "0.001"),
             Proc("sim", "--engine", "sglang", "--dcp-size", "8", "--time-scale", "0.001")]
     srv = serve_proc(tmp, sims[:1], sims[1:],

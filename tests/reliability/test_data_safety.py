@@ -28,7 +28,7 @@ from calib_helpers import BIN, REPO, SimProcs
 from svc_helpers import TOKEN, assert_error, fit_artifact, make_client
 from test_calibrate_kill import check_exactly_once, command
 
-from model.artifact import ArtifactError, load, metadata_path, save
+from model.artifact import ArtifactError, arrays_path, load, save
 from model.dataset import parse_csv, read_csv
 
 pytestmark = pytest.mark.timeout(180)
@@ -59,9 +59,12 @@ FORK = multiprocessing.get_context("fork")
 def models(tmp_path_factory):
     """Two fitted artifacts with different versions: 'old' and 'new'."""
     d = tmp_path_factory.mktemp("artifacts")
-    old = fit_artifact(d / "old.joblib")
-    new = fit_artifact(d / "new.joblib", drop_last=1)
+    old = fit_artifact(d / "old.json")
+    new = fit_artifact(d / "new.json", drop_last=3)
     assert old["model_version"] != new["model_version"]
+    # other arrays too, so that the arrays' rename is the switch-over point (with the same
+    # arrays the new document alone is the whole new artifact)
+    assert old["arrays_sha256"] != new["arrays_sha256"]
     return d, old["model_version"], new["model_version"]
 
 
@@ -74,15 +77,15 @@ def _resaved(src: Path, tmp: Path) -> str:
 
 def _install(src: Path, dst: Path) -> None:
     shutil.copy(src, dst)
-    shutil.copy(metadata_path(src), metadata_path(dst))
+    shutil.copy(arrays_path(src), arrays_path(dst))
 
 
 def test_writer_killed_at_each_fsync_and_rename_leaves_a_loadable_model(models, tmp_path):
     d, old, _ = models
-    new = _resaved(d / "new.joblib", tmp_path)
-    target = tmp_path / "model.joblib"
-    _install(d / "old.joblib", target)
-    source = str(d / "new.joblib")
+    new = _resaved(d / "new.json", tmp_path)
+    target = tmp_path / "model.json"
+    _install(d / "old.json", target)
+    source = str(d / "new.json")
     with FORK.Manager() as manager:
         calls = manager.list()
         p = FORK.Process(target=_save_killed_at, args=(source, str(target), 99, calls))
@@ -90,19 +93,19 @@ def test_writer_killed_at_each_fsync_and_rename_leaves_a_loadable_model(models, 
         p.join(60)
         assert p.exitcode == 0
         calls = list(calls)
-    # metadata first (written, renamed), then the artifact: two renames, each synced
+    # the document first (written, renamed), then the arrays: two renames, each synced
     assert calls.count("replace") == 2 and calls.count("fsync") >= 4
     second_rename = calls.index("replace", calls.index("replace") + 1)
     seen = []
     for k in range(len(calls) + 1):
-        _install(d / "old.joblib", target)
+        _install(d / "old.json", target)
         p = FORK.Process(target=_save_killed_at, args=(source, str(target), k, []))
         p.start()
         p.join(60)
         assert p.exitcode == (-signal.SIGKILL if k < len(calls) else 0)
         model, meta = load(target)               # never refused
         seen.append(model.version)
-        # the artifact's own rename is the switch-over point
+        # the arrays' rename is the switch-over point
         assert model.version == (new if k > second_rename else old), (k, calls)
     assert seen[0] == old and seen[-1] == new
 
@@ -110,8 +113,8 @@ def test_writer_killed_at_each_fsync_and_rename_leaves_a_loadable_model(models, 
 def _save_forever(d: str, target: str) -> None:
     from model.artifact import load as load_artifact
     from model.artifact import save
-    a, _ = load_artifact(Path(d) / "old.joblib")
-    b, _ = load_artifact(Path(d) / "new.joblib")
+    a, _ = load_artifact(Path(d) / "old.json")
+    b, _ = load_artifact(Path(d) / "new.json")
     while True:
         for m in (a, b):
             save(m, target)
@@ -119,9 +122,9 @@ def _save_forever(d: str, target: str) -> None:
 
 def test_writer_killed_at_random_times_leaves_a_loadable_model(models, tmp_path):
     d, old, _ = models
-    a, b = _resaved(d / "old.joblib", tmp_path), _resaved(d / "new.joblib", tmp_path)
-    target = tmp_path / "model.joblib"
-    _install(d / "old.joblib", target)
+    a, b = _resaved(d / "old.json", tmp_path), _resaved(d / "new.json", tmp_path)
+    target = tmp_path / "model.json"
+    _install(d / "old.json", target)
     rng = random.Random(20240917)
     versions = set()
     for _ in range(10):
@@ -138,53 +141,62 @@ def test_writer_killed_at_random_times_leaves_a_loadable_model(models, tmp_path)
 
 
 def _tamper(kind: str, path: Path) -> str:
-    """Damage the artifact at ``path``; returns a word the refusal must contain."""
-    raw = path.read_bytes()
-    mp = metadata_path(path)
+    """Damage the artifact at ``path`` (its document ``NAME.json`` or its arrays
+    ``NAME.npz``); returns a word the refusal must contain."""
+    ap = arrays_path(path)
+    raw = ap.read_bytes()
     if kind == "truncated":
-        path.write_bytes(raw[: len(raw) // 2])
+        ap.write_bytes(raw[: len(raw) // 2])
         return "truncated"
     if kind == "bit-flipped":
-        path.write_bytes(raw[:100] + bytes([raw[100] ^ 1]) + raw[101:])
+        ap.write_bytes(raw[:100] + bytes([raw[100] ^ 1]) + raw[101:])
         return "sha256"
+    if kind == "empty":
+        ap.write_bytes(b"")
+        return "sha256"
+    if kind == "arrays-missing":
+        ap.unlink()
+        return "arrays"
+    doc = json.loads(path.read_text())
     if kind == "metadata-sha":
-        meta = json.loads(mp.read_text())
-        meta["artifact_sha256"] = "0" * 64
-        mp.write_text(json.dumps(meta))
+        doc["arrays_sha256"] = "0" * 64
+        path.write_text(json.dumps(doc))
         return "sha256"
-    if kind == "metadata-missing":
-        mp.unlink()
-        return "metadata"
+    if kind == "model-edited":          # a coefficient changed by hand: still valid JSON
+        est = next(iter(doc["model"]["engines"].values()))
+        est["params"]["noise_floor"] *= 2
+        path.write_text(json.dumps(doc))
+        return "artifact_sha256"
+    if kind == "document-truncated":
+        text = path.read_text()
+        path.write_text(text[: len(text) // 2])
+        return "not valid json"
     if kind == "metadata-garbage":
-        mp.write_bytes(b"\x00{not json")
+        path.write_bytes(b"\x00{not json")
         return "not valid json"
     if kind == "schema-version":
-        meta = json.loads(mp.read_text())
-        meta["schema_version"] = 99
-        mp.write_text(json.dumps(meta))
+        doc["schema_version"] = 99
+        path.write_text(json.dumps(doc))
         return "schema version"
-    if kind == "empty":
-        path.write_bytes(b"")
-        return "sha256"
     raise AssertionError(kind)
 
 
-DAMAGE = ["truncated", "bit-flipped", "metadata-sha", "metadata-missing", "metadata-garbage",
-          "schema-version", "empty"]
+DAMAGE = ["truncated", "bit-flipped", "empty", "arrays-missing", "metadata-sha", "model-edited",
+          "document-truncated", "metadata-garbage", "schema-version"]
 
 
 @pytest.mark.parametrize("kind", DAMAGE)
 def test_damaged_artifact_is_refused_at_load_and_reload(models, tmp_path, kind):
     d, _, _ = models
-    target = tmp_path / "m.joblib"
-    _install(d / "new.joblib", target)
+    target = tmp_path / "m.json"
+    _install(d / "new.json", target)
     word = _tamper(kind, target)
     with pytest.raises(ArtifactError) as info:
         load(target)
     assert word in str(info.value).lower()
     with make_client(admin_token=TOKEN, models_dir=tmp_path) as c:
         before = c.get("/v1/model").json()["model_version"]
-        err = assert_error(c.post("/v1/model/reload", json={"path": "m.joblib"}, headers=AUTH),
+        err = assert_error(c.post("/v1/model/reload", json={"path": "m.json"}, headers=AUTH),
                            422, param="path")
         assert word in err["message"].lower() and "still serving" in err["message"]
         assert c.get("/v1/model").json()["model_version"] == before
@@ -200,8 +212,8 @@ def test_damaged_artifact_is_refused_at_load_and_reload(models, tmp_path, kind):
 ])
 def test_damaged_artifact_is_refused_by_the_cli(models, tmp_path, command_line):
     d, _, _ = models
-    target = tmp_path / "m.joblib"
-    _install(d / "new.joblib", target)
+    target = tmp_path / "m.json"
+    _install(d / "new.json", target)
     _tamper("truncated", target)
     r = subprocess.run([str(BIN), *command_line, str(target)], capture_output=True, text=True,
                        timeout=60)

@@ -46,8 +46,8 @@ soak = load_soak()
 def stack(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("faults")
     (tmp / "models").mkdir()
-    versions = [fit_artifact(tmp / "models" / "a.joblib")["model_version"],
-                fit_artifact(tmp / "models" / "b.joblib", drop_last=1)["model_version"]]
+    versions = [fit_artifact(tmp / "models" / "a.json")["model_version"],
+                fit_artifact(tmp / "models" / "b.json", drop_last=1)["model_version"]]
     # ~0.15 ms per token: a 128-token stream lasts ~20 ms, long enough to be cut mid-way
     sims = [Proc("sim", "--engine", "vllm", "--time-scale", "0.05"),
             Proc("sim", "--engine", "vllm", "--time-scale", "0.05"),
@@ -299,7 +299,7 @@ def test_model_reloads_during_load_fail_no_request(stack):
         async with httpx.AsyncClient(base_url=proxy.url, headers=AUTH, timeout=30) as c:
             i = 0
             while not load.done():
-                r = await c.post("/v1/model/reload", json={"path": "ab"[i % 2] + ".joblib"})
+                r = await c.post("/v1/model/reload", json={"path": "ab"[i % 2] + ".json"})
                 reloads.append(r.status_code)
                 i += 1
                 await asyncio.sleep(0.05)

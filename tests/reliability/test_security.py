@@ -87,7 +87,7 @@ def recorder():
 def secure(tmp_path_factory, recorder):
     tmp = tmp_path_factory.mktemp("secure")
     (tmp / "models").mkdir()
-    fit_artifact(tmp / "models" / "good.joblib")
+    fit_artifact(tmp / "models" / "good.json")
     sg = Proc("sim", "--engine", "sglang", "--dcp-size", "8", "--time-scale", "0.001")
     srv = serve_proc(tmp, [], [sg], client_api_keys=[CLIENT],
                      env={"ENGINE_ADVISOR_MODELS_DIR": str(tmp / "models"),
@@ -139,7 +139,7 @@ def test_admin_routes_refuse_missing_and_invalid_tokens(secure, method, path):
         if status == 401:
             assert r.headers["www-authenticate"] == "Bearer"
         assert_no_secrets(r)
-    ok = call(url, method, path, body={"path": "good.joblib"} if "model" in path else None,
+    ok = call(url, method, path, body={"path": "good.json"} if "model" in path else None,
               headers=bearer(ADMIN))
     assert ok.status_code == 200, ok.text
     assert_no_secrets(ok)
@@ -195,7 +195,7 @@ def test_errors_and_pages_never_echo_secrets_or_tracebacks(secure):
         call(url, "POST", "/v1/chat/completions", {**CHAT, "max_tokens": 10**9}, bearer(CLIENT)),
         call(url, "POST", "/v1/completions", {"prompt": 5}, bearer(CLIENT)),
         call(url, "POST", "/v1/model/reload", {"path": "../x"}, bearer(ADMIN)),
-        call(url, "POST", "/v1/model/reload", {"path": "nope.joblib"}, bearer(ADMIN)),
+        call(url, "POST", "/v1/model/reload", {"path": "nope.json"}, bearer(ADMIN)),
         call(url, "GET", "/v1/nope"),
     ]
     good = path.read_text()
@@ -233,13 +233,13 @@ def test_no_file_path_from_a_request_is_opened(secure, tmp_path):
     sees each open), in process; only the operator-allowed artifact may be opened."""
     models = tmp_path / "models"
     models.mkdir()
-    fit_artifact(models / "good.joblib")
+    fit_artifact(models / "good.json")
     secret_dir = tmp_path / CANARY
     secret_dir.mkdir()
-    (secret_dir / "x.joblib").write_bytes(b"not a model")
-    (secret_dir / "x.joblib.json").write_text("{}")
-    paths = [str(secret_dir / "x.joblib"), f"../{CANARY}/x.joblib", "/etc/passwd",
-             f"../../../../../../etc/passwd#{CANARY}", f"file://{secret_dir}/x.joblib"]
+    (secret_dir / "x.json").write_bytes(b"not a model")
+    (secret_dir / "x.npz").write_text("{}")
+    paths = [str(secret_dir / "x.json"), f"../{CANARY}/x.json", "/etc/passwd",
+             f"../../../../../../etc/passwd#{CANARY}", f"file://{secret_dir}/x.json"]
     opened: list[str] = []
     recording = threading.Event()
 
@@ -281,14 +281,14 @@ def test_no_file_path_from_a_request_is_opened(secure, tmp_path):
                                   else bearer(CLIENT))
                     statuses.append(r.status_code)
                     assert r.status_code < 500, (route, body, r.text)
-            allowed = c.post("/v1/model/reload", json={"path": "good.joblib"},
+            allowed = c.post("/v1/model/reload", json={"path": "good.json"},
                              headers=bearer(ADMIN))
             assert allowed.status_code == 200, allowed.text
         finally:
             recording.clear()
     assert any(s == 403 for s in statuses) and any(s == 200 for s in statuses)
     assert not [o for o in opened if CANARY in o or "passwd" in o], opened
-    assert any(o.endswith("good.joblib") for o in opened)     # the hook does see opens
+    assert any(o.endswith("good.json") for o in opened)     # the hook does see opens
 
 
 # ------------------------------------------------------------------ request ids

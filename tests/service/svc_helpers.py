@@ -44,7 +44,7 @@ def fit_artifact(path: Path, drop_last: int = 0) -> dict:
 @pytest.fixture(scope="session")
 def artifact_dir(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("models")
-    fit_artifact(d / "good.joblib")
+    fit_artifact(d / "good.json")
     return d
 
 

@@ -7,7 +7,7 @@ import shutil
 import pytest
 from svc_helpers import SEED, TOKEN, assert_error, fit_artifact, make_client
 
-from model.artifact import metadata_path
+from model.artifact import arrays_path
 from model.default import default_model
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -49,7 +49,7 @@ def test_admin_disabled_without_token(client):
 def admin(artifact_dir, tmp_path):
     models = tmp_path / "models"
     models.mkdir()
-    for f in ("good.joblib", "good.joblib.json"):
+    for f in ("good.json", "good.npz"):
         shutil.copy(artifact_dir / f, models / f)
     with make_client(admin_token=TOKEN, models_dir=models) as c:
         yield c, models
@@ -57,12 +57,12 @@ def admin(artifact_dir, tmp_path):
 
 def test_missing_or_wrong_token(admin):
     c, _ = admin
-    r = c.post("/v1/model/reload", json={"path": "good.joblib"})
+    r = c.post("/v1/model/reload", json={"path": "good.json"})
     assert_error(r, 401, param="authorization", contains="bearer")
     assert r.headers["www-authenticate"] == "Bearer"
-    assert_error(c.post("/v1/model/reload", json={"path": "good.joblib"},
+    assert_error(c.post("/v1/model/reload", json={"path": "good.json"},
                         headers={"Authorization": "Bearer nope"}), 403, contains="invalid")
-    assert_error(c.post("/v1/model/reload", json={"path": "good.joblib"},
+    assert_error(c.post("/v1/model/reload", json={"path": "good.json"},
                         headers={"Authorization": f"Basic {TOKEN}"}), 401)
     assert c.get("/v1/model").json()["model_version"].startswith("default-")
 
@@ -71,8 +71,8 @@ def test_good_artifact_swaps_in_and_cache_follows(admin):
     c, models = admin
     before = c.post("/v1/recommend", json=SEED).json()
     old = c.get("/v1/model").json()["model_version"]
-    fit_artifact(models / "smaller.joblib", drop_last=1)
-    r = c.post("/v1/model/reload", json={"path": "smaller.joblib"}, headers=AUTH)
+    fit_artifact(models / "smaller.json", drop_last=1)
+    r = c.post("/v1/model/reload", json={"path": "smaller.json"}, headers=AUTH)
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["previous_version"] == old and body["model_version"] != old
@@ -87,15 +87,15 @@ def test_good_artifact_swaps_in_and_cache_follows(admin):
 
 def test_tampered_artifact_is_refused_and_old_model_keeps_answering(admin):
     c, models = admin
-    ok = c.post("/v1/model/reload", json={"path": str(models / "good.joblib")}, headers=AUTH)
+    ok = c.post("/v1/model/reload", json={"path": str(models / "good.json")}, headers=AUTH)
     assert ok.status_code == 200
     good = ok.json()["model_version"]
-    shutil.copy(models / "good.joblib", models / "bad.joblib")
-    shutil.copy(metadata_path(models / "good.joblib"), metadata_path(models / "bad.joblib"))
-    data = bytearray((models / "bad.joblib").read_bytes())
+    shutil.copy(models / "good.json", models / "bad.json")
+    shutil.copy(arrays_path(models / "good.json"), arrays_path(models / "bad.json"))
+    data = bytearray(arrays_path(models / "bad.json").read_bytes())
     data[len(data) // 2] ^= 0xFF
-    (models / "bad.joblib").write_bytes(bytes(data))
-    err = assert_error(c.post("/v1/model/reload", json={"path": "bad.joblib"}, headers=AUTH),
+    arrays_path(models / "bad.json").write_bytes(bytes(data))
+    err = assert_error(c.post("/v1/model/reload", json={"path": "bad.json"}, headers=AUTH),
                        422, param="path", contains="sha256")
     assert err["type"] == "invalid_artifact" and good in err["message"]
     assert c.get("/v1/model").json()["model_version"] == good
@@ -106,10 +106,10 @@ def test_tampered_artifact_is_refused_and_old_model_keeps_answering(admin):
 
 @pytest.mark.parametrize("path, status, contains", [
     ("/etc/passwd", 403, "not allowed"),
-    ("../outside.joblib", 403, "not allowed"),
+    ("../outside.json", 403, "not allowed"),
     (".", 403, "not allowed"),
-    ("missing.joblib", 422, "no such file"),
-    ("good\u0000.joblib", 422, "NUL"),
+    ("missing.json", 422, "no such file"),
+    ("good\u0000.json", 422, "NUL"),
 ])
 def test_reload_paths_outside_the_allowed_set(admin, path, status, contains):
     c, _ = admin
@@ -120,14 +120,14 @@ def test_reload_paths_outside_the_allowed_set(admin, path, status, contains):
 
 def test_symlink_out_of_models_dir_is_refused(admin, tmp_path):
     c, models = admin
-    outside = tmp_path / "elsewhere.joblib"
+    outside = tmp_path / "elsewhere.json"
     fit_artifact(outside)
-    (models / "link.joblib").symlink_to(outside)
-    assert_error(c.post("/v1/model/reload", json={"path": "link.joblib"}, headers=AUTH), 403)
+    (models / "link.json").symlink_to(outside)
+    assert_error(c.post("/v1/model/reload", json={"path": "link.json"}, headers=AUTH), 403)
 
 
 def test_reload_without_path_uses_configured_model_path(artifact_dir):
-    path = artifact_dir / "good.joblib"
+    path = artifact_dir / "good.json"
     with make_client(admin_token=TOKEN, model_path=path) as c:
         v = c.get("/v1/model").json()["model_version"]
         assert not v.startswith("default-")

@@ -69,10 +69,20 @@ def test_bad_workloads_get_422_naming_the_field(client, patch, param, contains):
         assert err["message"].startswith(param)
 
 
+@pytest.mark.parametrize("body, contains", [
+    (b'{"context_tokens": ', "invalid JSON (Expecting value"),
+    (b'{"context_tokens": "\xff"}', "cannot be decoded as text"),
+    (b'{"x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deeply"),
+    (b'{"context_tokens": ' + b"9" * 5000 + b"}", "more than 4,300 digits"),
+    (b'{"context_tokens": 1, "preset": "\\ud800"}', "lone surrogate \\ud800"),
+])
+@pytest.mark.parametrize("path", ["/v1/recommend", "/v1/predict", "/v1/plan"])
+def test_malformed_json_is_a_400_naming_why(client, path, body, contains):
+    assert_error(client.post(path, content=body, headers={"content-type": "application/json"}),
+                 400, contains=contains)
+
+
 def test_invalid_json_and_non_object_bodies(client):
-    assert_error(client.post("/v1/recommend", content=b'{"context_tokens": ',
-                             headers={"content-type": "application/json"}), 422,
-                 contains="invalid JSON")
     assert_error(client.post("/v1/recommend", json=[1, 2]), 422, contains="object")
     assert_error(client.post("/v1/recommend"), 422, param="body", contains="required")
     assert_error(client.post("/v1/recommend", content=b"context_tokens=1",

@@ -80,30 +80,30 @@ def test_streamed_oversized_body_gets_413(server):
 
 def test_reload_in_a_real_process(start_server, tmp_path):
     models = tmp_path / "models"
-    fit_artifact(models / "a.joblib")
-    fit_artifact(models / "b.joblib", drop_last=1)
-    s = start_server("--model", str(models / "a.joblib"), "--models-dir", str(models),
+    fit_artifact(models / "a.json")
+    fit_artifact(models / "b.json", drop_last=1)
+    s = start_server("--model", str(models / "a.json"), "--models-dir", str(models),
                      env={"ENGINE_ADVISOR_ADMIN_TOKEN": TOKEN})
     auth = {"Authorization": f"Bearer {TOKEN}"}
     with httpx.Client(base_url=s.url, timeout=30) as c:
         v_a = c.get("/v1/model").json()["model_version"]
-        assert_error(c.post("/v1/model/reload", json={"path": "b.joblib"}), 401)
-        assert_error(c.post("/v1/model/reload", json={"path": "b.joblib"},
+        assert_error(c.post("/v1/model/reload", json={"path": "b.json"}), 401)
+        assert_error(c.post("/v1/model/reload", json={"path": "b.json"},
                             headers={"Authorization": "Bearer wrong"}), 403)
-        r = c.post("/v1/model/reload", json={"path": "b.joblib"}, headers=auth)
+        r = c.post("/v1/model/reload", json={"path": "b.json"}, headers=auth)
         assert r.status_code == 200, r.text
         v_b = r.json()["model_version"]
         assert v_b != v_a
         assert c.post("/v1/recommend", json=SEED).json()["model_version"] == v_b
-        shutil.copy(models / "a.joblib.json", models / "c.joblib.json")
-        (models / "c.joblib").write_bytes(b"not the artifact the metadata pins")
-        assert_error(c.post("/v1/model/reload", json={"path": "c.joblib"}, headers=auth), 422,
+        shutil.copy(models / "a.json", models / "c.json")
+        (models / "c.npz").write_bytes(b"not the arrays the metadata pins")
+        assert_error(c.post("/v1/model/reload", json={"path": "c.json"}, headers=auth), 422,
                      contains="sha256")
         assert c.post("/v1/recommend", json=SEED).json()["model_version"] == v_b
 
 
 def test_serve_refuses_bad_options():
-    for args, text in ((["--port", "70000"], "--port"), (["--model", "/no/such.joblib"],
+    for args, text in ((["--port", "70000"], "--port"), (["--model", "/no/such.json"],
                                                           "no such file"),
                        (["--workers", "0"], "--workers")):
         r = subprocess.run([str(EXE), "serve", *args], capture_output=True, text=True, timeout=60)

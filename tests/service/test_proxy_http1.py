@@ -329,3 +329,57 @@ def test_large_bodies_are_read_whole_and_slow_streams_pause_the_upstream():
         assert len(pool.idle) == 1
         server.close()
     asyncio.run(main())
+
+
+# ------------------------------------------------------------------ whose failure it is
+ERROR_500 = (b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\n"
+             b"content-length: 2\r\n\r\n{}")
+
+
+async def fail(writer):
+    writer.write(ERROR_500)
+
+
+def two_upstreams(tmp_path, a: str, b: str) -> ProxyState:
+    doc = {"pools": {"vllm": [{"url": a, "model": "m"}, {"url": b, "model": "m"}]},
+           "workload": {"kv_bytes_per_token": 70272, "gpu": "B300", "num_gpus": 8},
+           "breaker": {"failure_threshold": 100, "max_open_percent": 100},
+           "retries": {"max_attempts": 3, "backoff_base_s": 0, "backoff_max_s": 0},
+           "timeouts": {"connect_s": 1.0}}
+    path = tmp_path / "upstreams.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return ProxyState(Settings(_env_file=None, upstreams=path), CollectorRegistry())
+
+
+@pytest.mark.parametrize("second, want_status, want_failures", [
+    (ok, 200, [1, 0]),       # only the first failed: its failure, counted
+    (fail, 500, [0, 0]),     # both failed alike: the request's failure, counted by neither
+])
+def test_a_failure_two_upstreams_share_is_the_requests_own(tmp_path, second, want_status,
+                                                           want_failures):
+    async def main():
+        s1, u1 = await serve(fail)
+        s2, u2 = await serve(second)
+        st = two_upstreams(tmp_path, u1, u2)
+        await st.load("test")
+        first, other = st.pools.upstreams
+        decision = Decision((first.group,), {}, "none", 1, 1, 1, "v")
+        scope = {"type": "http", "method": "POST", "path": COMPLETIONS, "headers": []}
+        sent: list = []
+
+        async def send_(message):
+            sent.append(message)
+
+        async def receive():
+            await asyncio.sleep(3600)
+
+        await ProxyCall(st, st.pools, parse(BODY, COMPLETIONS), decision, first, "rid", 1)(
+            scope, receive, send_)
+        assert sent[0]["status"] == want_status
+        assert [first.breaker.failures, other.breaker.failures] == want_failures
+        shared = st.metrics.request_failures.get(("status", "500"))
+        assert shared == (1 if want_status == 500 else 0)
+        await st.stop()
+        s1.close()
+        s2.close()
+    asyncio.run(main())

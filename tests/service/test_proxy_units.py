@@ -67,6 +67,31 @@ def test_breaker_opens_half_opens_and_closes():
     assert seen == [OPEN, HALF_OPEN, OPEN, HALF_OPEN, CLOSED]
 
 
+@pytest.mark.parametrize("n, percent, most_open", [(1, 50, 0), (2, 50, 1), (4, 50, 2),
+                                                   (4, 100, 3), (3, 0, 0), (10, 10, 1)])
+def test_the_panic_threshold_never_opens_every_breaker_of_a_pool(n, percent, most_open):
+    """Every upstream of a pool failing without end: at most ``percent`` of the breakers
+    open, never all of them; one that closes again makes room for another."""
+    from types import SimpleNamespace
+
+    from service.proxy.state import may_open
+    pool = [SimpleNamespace(breaker=CircuitBreaker(2, 10.0, clock=lambda: 0.0))
+            for _ in range(n)]
+    for u in pool:
+        u.breaker.may_open = lambda: may_open(pool, percent / 100)
+    for _ in range(5):
+        for u in pool:
+            u.breaker.failure()
+    assert sum(u.breaker.state == OPEN for u in pool) == most_open
+    if most_open:
+        opened = next(u for u in pool if u.breaker.state == OPEN)
+        opened.breaker.success()           # (a probe's success)
+        closed = next(u for u in pool if u.breaker.state == CLOSED and u is not opened)
+        closed.breaker.failure()           # its failures were counted: opens at once
+        assert closed.breaker.state == OPEN
+        assert sum(u.breaker.state == OPEN for u in pool) == most_open
+
+
 # ----------------------------------------------------------------------------- pools file
 @pytest.mark.parametrize("text, expect", [
     ("pools: [", "not valid YAML"),
@@ -339,14 +364,18 @@ def test_serve_refuses_a_bad_pools_file(tmp_path):
 
 
 def test_request_bodies_decode_as_json_loads_does():
-    import json
-
+    """The proxy's fast decoding accepts and refuses what model.jsontext.loads does (json.loads
+    but for lone surrogates), with the same reasons."""
+    from model import jsontext
     from service.proxy.request import decode
     for raw in (b'{"a":1}', b'{"a":1}  \n', b'{"a":1} x', b'{"a":', b"{", b'{"a":"\xff"}',
-                b'{"a":1}{"b":2}', b' {"a":1}', b"[1]", b'{"a":"\\ud800"}', b"", b"nul"):
+                b'{"a":1}{"b":2}', b' {"a":1}', b"[1]", b'{"a":"\\ud800"}', b"", b"nul",
+                b'{"a":"\xed\xa0\x80"}', b'{"a":"\\ud83d\\ude00"}', b'{"\\udc00":1}',
+                b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}", b'{"a":' + b"7" * 5000 + b"}",
+                b"[" * 100_000):
         try:
-            want = ("ok", json.loads(raw))
-        except ValueError as exc:
+            want = ("ok", jsontext.loads(raw))
+        except jsontext.BadJson as exc:
             want = ("error", str(exc))
         try:
             got = ("ok", decode(raw))

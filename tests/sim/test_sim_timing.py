@@ -114,7 +114,7 @@ def test_tpot_grows_with_concurrent_sequences(timed):
 
 @pytest.mark.flaky(reruns=2)  # wall-clock timing on shared CPUs
 def test_artifact_gives_other_hidden_coefficients(tmp_path):
-    art = make_artifact(tmp_path / "slow.joblib", ttft_s=0.6, tpot_s=0.05)
+    art = make_artifact(tmp_path / "slow.json", ttft_s=0.6, tpot_s=0.05)
     model = load(art)[0]
     scale = 0.5
     timer = StepTimer(model, "vllm", builtin_gpu("B300"), bare(70272), 8)

@@ -157,3 +157,10 @@ def test_step_time_is_the_recommenders_tpot(gpu):
     timer = StepTimer(m, "sglang", builtin_gpu(gpu), bare(70_272), 8, dcp=8)
     # the recommender reads KV at the mean decode context: context + output / 2
     assert timer.step_s(16, 131_073) == pytest.approx(tpot, rel=1e-9)
+
+
+def test_a_lone_surrogate_is_a_token_error_not_a_crash():
+    from sim.tokenizer import TokenError, decode, encode
+    with pytest.raises(TokenError, match="lone surrogate \\\\ud800"):
+        encode("hi \ud800 there")
+    assert decode(encode("hi \U0001f600")) == "hi \U0001f600"       # a pair is a character

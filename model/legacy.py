@@ -1,0 +1,57 @@
+"""Reading a joblib (pickle) artifact of schema 2, for ``engine-advisor model convert`` only.
+
+Unpickling runs whatever code the file names: this module exists so that a user can convert
+an artifact they made (or trust) into the JSON + ``.npz`` format, on explicit request. Nothing
+else imports it; ``model.artifact.load`` refuses such files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from model.artifact import ArtifactError
+from model.costmodel import CostModel
+
+LEGACY_SCHEMA = 2
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def read_trusted_joblib(path: str | Path) -> CostModel:
+    """The model of a schema-2 ``NAME.joblib`` whose metadata ``NAME.joblib.json`` vouches for
+    it (sha256). UNPICKLES THE FILE: call it only for a file the user said they trust."""
+    p = Path(path)
+    mp = p.with_name(p.name + ".json")
+    if not p.is_file():
+        raise ArtifactError(f"{p}: no such file")
+    try:
+        meta = json.loads(mp.read_text(encoding="utf-8"))
+    except OSError:
+        raise ArtifactError(f"{p}: its metadata {mp.name} is missing; without it the file "
+                            "cannot be checked, so it is not unpickled") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ArtifactError(f"{p}: its metadata {mp.name} is not valid JSON ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("schema_version") != LEGACY_SCHEMA:
+        raise ArtifactError(f"{p}: metadata {mp.name} is not that of a schema "
+                            f"{LEGACY_SCHEMA} artifact")
+    actual = _sha256(p)
+    if actual != meta.get("artifact_sha256"):
+        raise ArtifactError(f"{p}: sha256 {actual[:16]}... does not match its metadata: the "
+                            "file was modified or truncated; not unpickling it")
+    import joblib
+
+    try:
+        model = joblib.load(p)
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad artifact
+        raise ArtifactError(f"{p}: cannot be read ({type(exc).__name__}: {exc})") from None
+    if not isinstance(model, CostModel):
+        raise ArtifactError(f"{p}: holds a {type(model).__name__}, not a CostModel")
+    return model
