@@ -57,7 +57,7 @@ FLAGS = {"host": ("host", "--host"), "port": ("port", "--port"),
          "epp_tls_cert": ("epp_tls_cert", "--epp-tls-cert"),
          "epp_tls_key": ("epp_tls_key", "--epp-tls-key"),
          "epp_tls_client_ca": ("epp_tls_client_ca", "--epp-tls-client-ca"),
-"data_dir": ("data_dir", "--data-dir")}
+         "data_dir": ("data_dir", "--data-dir")}
 
 
 def _settings(args: argparse.Namespace):

@@ -14,13 +14,13 @@ from model.default import REAL_CSV
 
 def test_rows_without_an_architecture_are_refused_and_named(tmp_path):
     write_csv(tmp_path / "d.csv", rows(contexts=(2048, 4096), batches=(1, 4), outputs=(32,)))
-    r = cli_in_process("fit", str(tmp_path / "d.csv"), "--out", str(tmp_path / "m.joblib"))
+    r = cli_in_process("fit", str(tmp_path / "d.csv"), "--out", str(tmp_path / "m.json"))
     assert r.returncode == 2
     assert "rows name no served model's architecture (vllm 2048 x 1" in r.stderr
     assert "--preset" in r.stderr and "--kv-bytes-only" in r.stderr
-    assert not (tmp_path / "m.joblib").exists()
+    assert not (tmp_path / "m.json").exists()
     ok = cli_in_process("fit", "--kv-bytes-only", str(tmp_path / "d.csv"), "--out",
-                        str(tmp_path / "m.joblib"))
+                        str(tmp_path / "m.json"))
     assert ok.returncode == 0, ok.stderr
 
 
@@ -29,12 +29,12 @@ def test_rows_faster_than_physics_are_refused_unless_forced(tmp_path):
                                  "decode_step_s": r.decode_step_s / 50})
             for r in read_csv(REAL_CSV) if r.total_s]
     write_csv(tmp_path / "d.csv", fast)
-    r = cli_in_process("fit", str(tmp_path / "d.csv"), "--out", str(tmp_path / "m.joblib"))
+    r = cli_in_process("fit", str(tmp_path / "d.csv"), "--out", str(tmp_path / "m.json"))
     assert r.returncode == 2
     assert "timed rows are faster than their roofline" in r.stderr and "--force" in r.stderr
-    assert not (tmp_path / "m.joblib").exists()
+    assert not (tmp_path / "m.json").exists()
     forced = cli_in_process("fit", "--force", str(tmp_path / "d.csv"), "--out",
-                            str(tmp_path / "m.joblib"))
+                            str(tmp_path / "m.json"))
     assert forced.returncode == 0, forced.stderr
     assert "faster than its roofline" in forced.stdout
 
@@ -49,6 +49,6 @@ def test_a_simulator_below_real_time_is_named_as_the_cause(tmp_path, sims):
                          "--no-progress", "--no-warmup")
     assert run.returncode == 0, run.stderr
     r = cli_in_process("fit", "--kv-bytes-only", str(tmp_path / "run"), "--out",
-                       str(tmp_path / "m.joblib"))
+                       str(tmp_path / "m.json"))
     assert r.returncode == 2
     assert "time scale 0.01" in r.stderr and "100x faster than the physics" in r.stderr
