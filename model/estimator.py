@@ -106,7 +106,7 @@ class EngineCostModel(RegressorMixin, BaseEstimator):
     ----------
     prior : dict, array or None
         The coefficients of the level above, per term (``TERMS``); None uses ``PRIOR``.
-    free : sequence of str or None
+    free : list of str or None
         The terms the data may move; the rest stay at their prior. None frees every term
         (but the ``HELD`` ones).
     ridge : float
@@ -204,7 +204,7 @@ class EngineCostModel(RegressorMixin, BaseEstimator):
             else 0.0
         self.coef_ = coef
         self.prior_ = prior
-        self.free_ = tuple(t for t, f in zip(TERMS, free, strict=True) if f)
+        self.free_ = [t for t, f in zip(TERMS, free, strict=True) if f]
         self.weights_ = w
         self.n_samples_fit_ = int(len(y))
         # intervals come from held-out errors (CostModel sets interval_halfwidth_); the
@@ -330,7 +330,8 @@ def select_terms(X, y, groups, prior, candidates: Sequence[str], *, ridge: float
             if t in candidates and t not in HELD and prior[i] > 0 and np.any(X[:, i] > 0)]
     chosen: list[str] = []
     base_pred = X @ prior
-    best = EngineCostModel(prior=prior, free=(), ridge=ridge, noise_floor=noise_floor).fit(X, y)
+    best = EngineCostModel(prior=prior.tolist(), free=[], ridge=ridge,
+                           noise_floor=noise_floor).fit(X, y)
     best_loo = base_pred
     _, inverse = np.unique(groups, return_inverse=True)
     labels = (np.zeros(len(y), dtype=int) if strata is None
@@ -355,13 +356,14 @@ def select_terms(X, y, groups, prior, candidates: Sequence[str], *, ridge: float
         trials = []
         w = best.weights_           # each trial starts from the current fit's Huber weights
         for t in pool:
-            est = EngineCostModel(prior=prior, free=(*chosen, t), ridge=ridge, robust=False,
-                                  noise_floor=noise_floor).fit(X, y, sample_weight=w)
+            est = EngineCostModel(prior=prior.tolist(), free=[*chosen, t], ridge=ridge,
+                                  robust=False, noise_floor=noise_floor).fit(
+                                      X, y, sample_weight=w)
             pred = est.predict(X) if in_sample else est.loo_predictions(X, y, groups)
             trials.append((float(per_point(clipped(pred)).mean()), t))
         accepted = None
         for _, t in sorted(trials):
-            trial = EngineCostModel(prior=prior, free=(*chosen, t), ridge=ridge,
+            trial = EngineCostModel(prior=prior.tolist(), free=[*chosen, t], ridge=ridge,
                                     noise_floor=noise_floor).fit(X, y)
             trial_loo = trial.loo_predictions(X, y, groups)
             err = clipped(trial.predict(X) if in_sample else trial_loo)
@@ -413,7 +415,7 @@ def _least_departure(X, y, prior, pool, limit, ridge, noise_floor) -> EngineCost
     fits = []
     for k in range(0, limit + 1):
         for free in combinations(pool, k):
-            est = EngineCostModel(prior=prior, free=free, ridge=ridge,
+            est = EngineCostModel(prior=prior.tolist(), free=list(free), ridge=ridge,
                                   noise_floor=noise_floor).fit(X, y)
             err = float(np.max(np.abs(est.predict(X) / y - 1.0)))
             fits.append((err, departure(est), k, est))

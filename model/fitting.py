@@ -162,7 +162,7 @@ def choose_diversity(rows: Sequence[Measurement]) -> tuple[float, LevelFit | Non
     for rho in DIVERSITY_GRID:
         obs = observations(rows, rho)
         groups = _groups(rows, obs)
-        est = EngineCostModel(prior=PRIOR, free=free).fit(obs.X, obs.y)
+        est = EngineCostModel(prior=PRIOR, free=list(free)).fit(obs.X, obs.y)
         loo = est.loo_predictions(obs.X, obs.y, groups)
         scores.append((held_out_error(log_errors(loo, obs.y)), -rho, rho))
     rho = min(scores)[2]
@@ -246,7 +246,7 @@ def _set_apart(est: EngineCostModel, rho: float) -> EngineCostModel:
         est.random_weight_coef_["moe"] = float(est.coef_[i])
         est.coef_ = est.coef_.copy()
         est.coef_[i] = est.prior_[i]
-        est.free_ = tuple(t for t in est.free_ if t != "moe")
+        est.free_ = [t for t in est.free_ if t != "moe"]
     return est
 
 
