@@ -12,7 +12,8 @@
 A panic threshold, as Envoy's: a closed breaker opens only if ``may_open()`` allows it (the
 proxy allows it while at most ``max_open_percent`` of the upstream's pool, the upstreams
 serving the same model, would be open, and never for the pool's last closed one:
-service.proxy.state), so that no run of failures takes a whole pool out. Refused, it stays closed with its failures counted; the next failure asks again.
+service.proxy.state), so that no run of failures takes a whole pool out. Refused, it stays
+closed with its failures counted; the next failure asks again.
 
 The state advances lazily on each look (no timer task); ``on_change`` is told of every change
 (the proxy metrics export it).

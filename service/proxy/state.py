@@ -24,8 +24,8 @@ from service.proxy.deadlines import Deadlines
 from service.proxy.decide import Decider
 from service.proxy.health_checker import HealthChecker
 from service.proxy.metrics import ProxyMetrics
-from service.proxy.obsfile import FLUSH_S, ObservationFile
 from service.proxy.observations import Observations
+from service.proxy.obsfile import FLUSH_S, ObservationFile
 from service.proxy.tokens import load_tokenizer
 from service.proxy.upstreams import Pools, PoolsConfig, Upstream, UpstreamsError, read
 from service.settings import Settings
