@@ -24,8 +24,8 @@ upstream connection, so the engine aborts the request (streaming or not).
 - Timeouts: ``connect_s`` (TCP connect), ``first_byte_s`` (streaming: until the first event),
   ``answer_s`` (non-streaming: the whole answer, which an engine sends once it has generated
   it), ``idle_s`` (streaming: between events), ``total_s`` (the whole request). A timeout
-  answers 504 (or an error event mid-stream) and is not retried. They are checked on one shared clock
-  (service.proxy.deadlines): never early, up to 50 ms late.
+  answers 504 (or an error event mid-stream) and is not retried. They are checked on one
+  shared clock (service.proxy.deadlines): never early, up to 50 ms late.
 """
 
 from __future__ import annotations
