@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from model.gpus import BUILTIN_GPUS, GpuSpec
-from model.memory import OOM_THRESHOLD, kv_capacity_tokens
+from model.memory import OOM_THRESHOLD, instance_kv_capacity
 from model.shape import ModelShape
 
 ENGINE_VERSIONS = {"vllm": "0.11.0+sim", "sglang": "0.5.3+sim"}
@@ -93,7 +94,8 @@ class SimConfig:
 
     @property
     def kv_bytes_per_gpu_token(self) -> float:
-        return self.kv_bytes_per_token / self.kv_shards
+        """KV bytes per token one GPU holds before DCP (the served model's, on --num-gpus)."""
+        return self.shape().kv_gpu_token_bytes(self.num_gpus)
 
     def shape(self) -> ModelShape:
         """The served model: the preset --model-name names when its KV bytes per token match
@@ -105,14 +107,15 @@ class SimConfig:
         except ValueError:
             return shape_of("", "bf16", self.kv_bytes_per_token, self.kv_shards)
 
-    def weights(self) -> float:
-        return self.weight_bytes if self.weight_bytes is not None else self.shape().weight_bytes
-
     def kv_capacity(self) -> int:
-        """KV tokens the instance holds (model.memory.kv_capacity_tokens)."""
-        return kv_capacity_tokens(self.engine, self.mem_fraction, self.gpu_spec.memory_bytes,
-                                  self.weights(), self.num_gpus, self.kv_bytes_per_gpu_token,
-                                  self.dcp_size)
+        """KV tokens the instance holds: the recommender's capacity of this configuration
+        (``model.memory.instance_kv_capacity``: weights, the engine's reserve and the
+        linear-attention state pool of --max-running sequences subtracted)."""
+        shape = self.shape()
+        if self.weight_bytes is not None:
+            shape = dataclasses.replace(shape, weight_bytes=self.weight_bytes)
+        return instance_kv_capacity(self.engine, self.mem_fraction, self.gpu_spec.memory_bytes,
+                                    shape, self.num_gpus, self.dcp_size, self.max_running)
 
     @property
     def version(self) -> str:
