@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 
 from pydantic import ValidationError
 
@@ -15,6 +16,7 @@ FLAGS = {
     "gpu": "--gpu", "num_gpus": "--num-gpus", "engines": "--engines", "dcp_sizes": "--dcp-sizes",
     "model_weight_bytes": "--model-weight-bytes", "model": "--model-name",
     "requirements.prefix_reuse_share": "--prefix-reuse-share",
+    "allow_extrapolation": "--allow-extrapolation",
 }
 
 
@@ -86,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         rec = recommend(model, workload, model.version)
     except NoEligibleConfiguration as exc:
-        raise CliError(f"{exc} (--allow-extrapolation)") from None
+        raise CliError(f"{FLAGS.get(exc.field, exc.field)}: {as_flags(str(exc))}") from None
     if deploy is not None:
         print(emit(rec, workload, deploy), end="")
     elif args.json:
@@ -94,6 +96,16 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_table(rec))
     return 0
+
+
+# the snake_case field names a message may name (not part of a flag or another word)
+_FIELD = re.compile(r"(?<![-\w])(" + "|".join(k for k in FLAGS if "_" in k and "." not in k)
+                    + r")(?![-\w])")
+
+
+def as_flags(message: str) -> str:
+    """A model message with the workload's field names written as this command's flags."""
+    return _FIELD.sub(lambda m: FLAGS[m.group(1)], message)
 
 
 # DeployOptions field -> (argparse dest, option)

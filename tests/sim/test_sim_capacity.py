@@ -1,5 +1,6 @@
-"""One capacity: the simulator's KV capacity is the recommender's (model.memory.instance_kv_capacity),
-linear-attention state pool included, for presets, engines, DCP sizes, GPUs and batches."""
+"""One capacity: the simulator's KV capacity is the recommender's
+(``model.memory.instance_kv_capacity``), linear-attention state pool included, for presets,
+engines, DCP sizes, GPUs and batches."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from simproc import SimProcess
 
 from model.default import default_model
 from model.recommend import candidates, evaluate
-from model.workload import Config, Workload
+from model.workload import Workload
 from sim.config import SimConfig
 
 CASES = [  # (preset, gpu, num_gpus, batch)
