@@ -8,6 +8,7 @@ import re
 from pydantic import ValidationError
 
 from cli.args import int_list
+from cli.catalogue import add_hardware_flags
 
 FLAGS = {
     "context_tokens": "--context-tokens", "output_tokens": "--output-tokens",
@@ -32,9 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     kv.add_argument("--hf-config", metavar="PATH", help="the model's config.json")
     kv.add_argument("--preset", help="a built-in model preset (e.g. kimi-k2, llama-3.1-70b)")
     p.add_argument("--kv-cache-dtype", default="bf16", help="bf16 (default), fp16 or fp8")
-    p.add_argument("--gpu", default="B300",
-                   help="GPU type (default B300): H100, H200, H20, B200, B300, GB200, GB300, "
-                        "MI300X, MI325X, MI355X")
+    add_hardware_flags(p)
     p.add_argument("--num-gpus", type=int, default=8,
                    help="GPUs = tensor-parallel size (default 8)")
     p.add_argument("--engines", type=lambda s: [x for x in s.split(",") if x],
@@ -78,11 +77,14 @@ def run(args: argparse.Namespace) -> int:
         data["hf_config"] = read_json_file(args.hf_config, "--hf-config")
     if args.model_name:
         data["model"] = args.model_name
+    if args.gpu_spec is not None:
+        data["gpu"] = args.gpu_spec
     data["allow_extrapolation"] = args.allow_extrapolation
     try:
         workload = Workload.model_validate(data)
     except ValidationError as exc:
-        raise CliError(validation_message(exc, FLAGS)) from None
+        raise CliError(validation_message(exc, FLAGS).replace(
+            "or give a custom spec", "or give a custom spec with --gpu-spec")) from None
     deploy = deploy_options(args)
     model = load_model(args.model)
     try:
@@ -150,7 +152,8 @@ def format_table(rec) -> str:
     for p in rec.predictions:
         mark = "*" if (p.engine, p.dcp_size) == (rec.engine, rec.dcp_size) else " "
         status = ("calibrated" if p.calibrated and not p.extrapolated else
-                  "extrapolated" if p.calibrated else "uncalibrated")
+                  "extrapolated" if p.calibrated else
+                  "transferred" if p.transferred else "uncalibrated")
         if not p.fits_in_memory:
             status += ", KV over capacity"
         lo, hi = p.interval_s

@@ -40,6 +40,7 @@ class SimConfig:
     disable_prefix_caching: bool = False
     tokenizer: str | None = None
     admit_window_ms: float = 0.0
+    custom_gpu: dict | None = None      # a GpuSpec's fields (--gpu-spec), instead of --gpu
 
     def problems(self) -> list[str]:
         """'--flag: reason' for each invalid setting."""
@@ -50,8 +51,9 @@ class SimConfig:
             p.append(f"--port: {self.port} is not a TCP port (1 .. 65535)")
         if not self.model_name or len(self.model_name) > 256:
             p.append("--model-name: must be 1 .. 256 characters")
-        if self.gpu.upper() not in BUILTIN_GPUS:
-            p.append(f"--gpu: unknown GPU {self.gpu!r}; built in: {', '.join(BUILTIN_GPUS)}")
+        if self.custom_gpu is None and self.gpu.upper() not in BUILTIN_GPUS:
+            p.append(f"--gpu: unknown GPU {self.gpu!r}; built in: "
+                     f"{', '.join(BUILTIN_GPUS)}; or describe it with --gpu-spec")
         if not 1 <= self.num_gpus <= 1024:
             p.append(f"--num-gpus: {self.num_gpus} is outside 1 .. 1024")
         elif not 1 <= self.dcp_size <= self.num_gpus or self.num_gpus % self.dcp_size:
@@ -86,6 +88,8 @@ class SimConfig:
 
     @property
     def gpu_spec(self) -> GpuSpec:
+        if self.custom_gpu is not None:
+            return GpuSpec.model_validate(self.custom_gpu)
         return BUILTIN_GPUS[self.gpu.upper()]
 
     @property
