@@ -324,7 +324,14 @@ def recommend(model: CostModel, w: Workload, version: str) -> Recommendation:
     unmeasured = (None if ranked[0] is best else
                   next((e for e in ranked if e is not best and e.pred.running_sequences
                         and e.pred.total_s < bp.total_s), None))
-    reasons = _reasons(w, shape, si, best, rival, speedup, cross, confidence, unmeasured)
+    prior_why = None
+    if prior:
+        where = f"{si.gpu.name} x {w.num_gpus}"
+        prior_why = (f"the configurations calibrated on {where} hold no sequence of this "
+                     "workload" if any(e.pred.calibrated or e.pred.transferred for e in evals)
+                     else f"no configuration is calibrated on {where}")
+    reasons = _reasons(w, shape, si, best, rival, speedup, cross, confidence, unmeasured,
+                       prior_why)
     mem = memory_choice(model, best.config.engine, si.gpu.name)
     reasons.append(mem.reason)
     return construct(Recommendation, {
@@ -425,9 +432,11 @@ _total = attrgetter("pred.total_s")
 
 def _reasons(w: Workload, shape: ModelShape, si: Silicon, best: Evaluated,
              rival: Evaluated | None, speedup: float | None, cross: int | None,
-             confidence: str, unmeasured: Evaluated | None) -> list[str]:
+             confidence: str, unmeasured: Evaluated | None,
+             prior_why: str | None = None) -> list[str]:
     """``unmeasured``: the fastest configuration, when it is faster than ``best`` but may not
-    be chosen (no calibration data, and ``allow_extrapolation`` is false)."""
+    be chosen (no calibration data, and ``allow_extrapolation`` is false). ``prior_why``: why
+    the answer is the physics prior's (no calibrated configuration holds a sequence)."""
     bp = best.pred
     best_l = _label(best)
     rival_l = _label(rival) if rival else ""
@@ -467,12 +476,12 @@ def _reasons(w: Workload, shape: ModelShape, si: Silicon, best: Evaluated,
         r.append(f"{best_l} is calibrated on {si.gpu.name} x {w.num_gpus} for other "
                  f"models: this model's physics with the engine's fitted efficiencies "
                  "(transferred; interval widened)")
-    elif confidence == "prior":
+    elif prior_why:
         names = best_l + (f" and {rival_l}" if rival else "")
-        r.append(f"answered from the physics prior: no configuration is calibrated on "
-                 f"{si.gpu.name} x {w.num_gpus}, so every prediction uses the engines' prior "
-                 f"efficiencies and its interval is widened (+{UNCALIBRATED_REL_SIGMA:.0%} "
-                 f"relative sd); calibrate {names} on {si.gpu.name} x {w.num_gpus} near "
+        r.append(f"answered from the physics prior: {prior_why}, so every prediction uses the "
+                 f"engines' prior efficiencies and their intervals are widened "
+                 f"(+{UNCALIBRATED_REL_SIGMA:.0%} relative sd); calibrate {names} on "
+                 f"{si.gpu.name} x {w.num_gpus} near "
                  f"{w.context_tokens:,} context tokens (engine-advisor calibrate run, then fit) "
                  "to replace it")
         if rival and speedup is not None and speedup < 1.005:

@@ -152,3 +152,15 @@ def test_excluded_configurations_say_why_they_hold_nothing():
     held = {(p.engine, p.dcp_size) for p in r.predictions if p.running_sequences}
     out = [x for x in r.excluded if (x.engine, x.dcp_size) not in held]
     assert out and all("not even one sequence of 1,000,128 tokens" in x.reason for x in out)
+
+
+def test_the_prior_answers_when_the_calibrated_configurations_hold_no_sequence():
+    """vLLM on 8 x B300 is calibrated at dcp 1 only, which cannot hold one sequence of 2M
+    tokens; dcp 8 (not calibrated) can: the prior answers, saying why."""
+    r = rec(preset="kimi-k3", gpu="B300", num_gpus=8, context_tokens=2_000_000,
+            output_tokens=128, engines=["vllm"], dcp_sizes=[1, 8])
+    assert (r.engine, r.dcp_size, r.confidence) == ("vllm", 8, "prior")
+    assert any(x.startswith("answered from the physics prior: the configurations calibrated "
+                            "on B300 x 8 hold no sequence of this workload") for x in r.reasons)
+    (out,) = [x for x in r.excluded if (x.engine, x.dcp_size) == ("vllm", 1)]
+    assert "not even one sequence of 2,000,128 tokens" in out.reason
