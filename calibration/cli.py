@@ -56,6 +56,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     _register_run(csub)
     _register_import(csub)
     _register_plan(csub)
+    _register_model_dir(csub)
+    _register_rebuild(csub)
     try:
         from calibration.gpu_cli import register_calibrate
     except ModuleNotFoundError as exc:
@@ -94,10 +96,16 @@ def _register_run(csub: argparse._SubParsersAction) -> None:
                    default=[0.9], help="memory fraction (--url: one value; --launch: a list)")
     p.add_argument("--gpu", default="B300", help="GPU type (default B300)")
     p.add_argument("--num-gpus", type=_pos_int, default=8, help="GPUs = TP size (default 8)")
-    p.add_argument("--kv-bytes-per-token", type=_pos_int, required=True,
-                   help="KV bytes per token of the model, all layers")
-    p.add_argument("--kv-shards", type=_pos_int, default=1,
-                   help="TP ranks one token's KV is split over (1 for MLA; default 1)")
+    _served_model_args(p)
+    p.add_argument("--load-format", choices=("dummy", "real"),
+                   help="the weights served: random (the engine's --load-format dummy) or a "
+                        "checkpoint (default: what the engine states: SGLang's server info, a "
+                        "--launch command line, --engine-log; else real)")
+    p.add_argument("--engine-log", metavar="FILE",
+                   help="--url: the engine's log file, for its start-up facts (memory split, "
+                        "KV capacity, chunk size) and the JIT compiles it logs while serving")
+    p.add_argument("--no-warmup", action="store_true",
+                   help="skip the untimed warm-up before each combination's first point")
     p.add_argument("--prompt", choices=("token-ids", "text"), default="token-ids",
                    help="send token-id prompts (default) or text checked against /tokenize")
     p.add_argument("--out", required=True, metavar="DIR", help="run folder (e.g. runs/NAME)")
@@ -116,6 +124,26 @@ def _register_run(csub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the random prompts (default 0)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(handler=run_calibrate_run)
+
+
+def _served_model_args(p: argparse.ArgumentParser) -> None:
+    """The served model's architecture: --preset | --hf-config, KV bytes and dtype."""
+    arch = p.add_mutually_exclusive_group()
+    arch.add_argument("--preset", help="the served model is this built-in preset (default: the "
+                                       "engine's model id, when it names a preset or a known "
+                                       "Hugging Face id)")
+    arch.add_argument("--hf-config", metavar="FILE",
+                      help="the served model's Hugging Face config.json (stored with the rows "
+                           "when it is no preset)")
+    p.add_argument("--kv-bytes-per-token", type=_pos_int,
+                   help="KV bytes per token of the model, all layers (default: from the "
+                        "architecture at --kv-cache-dtype; required when none is known)")
+    p.add_argument("--kv-cache-dtype", choices=("bf16", "fp8"),
+                   help="the engine's KV-cache dtype (default bf16, or fp8 when "
+                        "--kv-bytes-per-token says so)")
+    p.add_argument("--kv-shards", type=_pos_int,
+                   help="TP ranks one token's KV is split over (default: from the "
+                        "architecture, else 1; 1 for MLA)")
 
 
 def _register_import(csub: argparse._SubParsersAction) -> None:
@@ -150,9 +178,10 @@ def _register_import(csub: argparse._SubParsersAction) -> None:
     p.add_argument("--override", action="store_true",
                    help="let --num-gpus/--dcp-size/--mem-fraction/--engine-version win over "
                         "what the files say (default: a contradiction is an error)")
-    p.add_argument("--kv-bytes-per-token", type=_pos_int,
-                   help="KV bytes per token of the model (required for the bench formats)")
-    p.add_argument("--kv-shards", type=_pos_int, default=1)
+    _served_model_args(p)
+    p.add_argument("--load-format", choices=("dummy", "real"),
+                   help="the weights served (default: the file's server_info.load_format, "
+                        "else real)")
     p.add_argument("--batch-size", type=_pos_int,
                    help="requests in flight (default: max_concurrency, or all requests when "
                         "sent at once)")
@@ -185,6 +214,119 @@ def _register_plan(csub: argparse._SubParsersAction) -> None:
                    help="also suggest configurations without any calibration data")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.set_defaults(handler=run_calibrate_plan)
+
+
+def _register_model_dir(csub: argparse._SubParsersAction) -> None:
+    p = csub.add_parser(
+        "model-dir", help="write a model folder an engine serves with --load-format dummy",
+        description="Write config.json and an offline word-level tokenizer (the model's vocab "
+                    "size) for a preset or a Hugging Face config.json, so that vLLM or SGLang "
+                    "can serve the architecture with random weights (--load-format dummy).")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--preset", help="a built-in model preset, e.g. deepseek-v2-lite")
+    src.add_argument("--hf-config", metavar="FILE", help="a Hugging Face config.json")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder to write")
+    p.add_argument("--max-model-len", type=_pos_int,
+                   help="raise max_position_embeddings to this many tokens")
+    p.set_defaults(handler=run_calibrate_model_dir)
+
+
+def _register_rebuild(csub: argparse._SubParsersAction) -> None:
+    p = csub.add_parser(
+        "rebuild", help="re-derive run folders' dataset rows from their samples",
+        description="Re-derive every row of each RUN_DIR's dataset.csv from samples.jsonl and "
+                    "manifest.json with the current semantics (batch prefill, decode step, "
+                    "served model, engine facts), rewriting the files atomically. Rows without "
+                    "samples (out-of-memory points, failed starts) keep their times.")
+    p.add_argument("folders", nargs="+", metavar="RUN_DIR")
+    arch = p.add_mutually_exclusive_group()
+    arch.add_argument("--preset", help="the served model is this preset (default: the "
+                                       "manifest's, else the sweep's model name)")
+    arch.add_argument("--hf-config", metavar="FILE", help="the served model's config.json")
+    p.add_argument("--kv-cache-dtype", choices=("bf16", "fp8"),
+                   help="the engine's KV-cache dtype (default: what the KV bytes say)")
+    p.add_argument("--load-format", choices=("dummy", "real"),
+                   help="the weights served (default: what the engine states, else real)")
+    p.add_argument("--engine-log", metavar="FILE",
+                   help="the engine's start-up log (memory split, KV capacity, JIT compiles)")
+    p.add_argument("--metrics", metavar="FILE", help="the engine's /metrics text")
+    p.add_argument("--server-info", metavar="FILE",
+                   help="SGLang's /get_server_info answer (JSON)")
+    p.set_defaults(handler=run_calibrate_rebuild)
+
+
+def run_calibrate_rebuild(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from calibration.rebuild import RebuildError, RebuildInputs, rebuild
+    from calibration.sweep import read_hf_config
+    from cli.errors import CliError
+
+    def text(path: str | None, flag: str) -> str | None:
+        if path is None:
+            return None
+        try:
+            return Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise CliError(f"{flag}: cannot read {path} ({exc.strerror})") from None
+
+    info = text(args.server_info, "--server-info")
+    try:
+        server_info = json.loads(info) if info is not None else None
+        hf_config = read_hf_config(args.hf_config)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"--server-info: {args.server_info} is not JSON ({exc.msg})") from None
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    if server_info is not None and not isinstance(server_info, dict):
+        raise CliError(f"--server-info: {args.server_info} is not a JSON object")
+    inputs = RebuildInputs(preset=args.preset, hf_config=hf_config,
+                           kv_cache_dtype=args.kv_cache_dtype, load_format=args.load_format,
+                           engine_log=text(args.engine_log, "--engine-log"),
+                           metrics=text(args.metrics, "--metrics"), server_info=server_info)
+    try:
+        done = rebuild(args.folders, inputs)
+    except RebuildError as exc:
+        raise CliError(str(exc)) from None
+    for r in done:
+        caps = sorted({f.kv_capacity_tokens for f, _ in r.facts.values()
+                       if f.kv_capacity_tokens})
+        weights = sorted({w for _, w in r.facts.values()})
+        print(f"rebuilt {r.folder}: {len(r.rows)} rows ({r.from_samples} from samples, "
+              f"{r.with_decode_step} with a decode step, {r.kept} kept as they were); model "
+              f"{r.served.key or '(unknown: KV bytes only)'}; weights {', '.join(weights)}; "
+              f"KV capacity {', '.join(map(str, caps)) or 'unknown'}"
+              + "".join(f"\n  JIT compile of {h.kernel} at {h.log_time} during {h.during}"
+                        for h in r.jit))
+    return 0
+
+
+def run_calibrate_model_dir(args: argparse.Namespace) -> int:
+    import json
+
+    from calibration.modeldir import ModelDirError, write_model_dir
+    from cli.errors import CliError
+    from model.arch.config import ArchConfigError
+    from model.arch.presets import preset_config
+
+    try:
+        if args.preset:
+            config = preset_config(args.preset)
+        else:
+            config = json.loads(open(args.hf_config, encoding="utf-8").read())
+            if not isinstance(config, dict):
+                raise CliError(f"--hf-config: {args.hf_config} is not a JSON object")
+        folder = write_model_dir(config, args.out, max_model_len=args.max_model_len)
+    except ArchConfigError as exc:
+        raise CliError(f"--preset: {exc}") from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CliError(f"--hf-config: {exc}") from None
+    except ModelDirError as exc:
+        raise CliError(str(exc)) from None
+    print(f"wrote {folder} (config.json, tokenizer.json, tokenizer_config.json); serve it with "
+          "--load-format dummy")
+    return 0
 
 
 def run_fit(args: argparse.Namespace) -> int:
@@ -222,8 +364,6 @@ def run_calibrate_import(args: argparse.Namespace) -> int:
         return import_silicon(args)
     if not args.files:
         raise CliError(f"FILE: at least one benchmark file is required with --format {args.format}")
-    if args.kv_bytes_per_token is None:
-        raise CliError(f"--kv-bytes-per-token: required with --format {args.format}")
     from calibration.importers import import_from_args
 
     return import_from_args(args)

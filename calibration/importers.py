@@ -27,7 +27,22 @@ One file entry (a vLLM file, a SGLang line) becomes one row:
   request's TTFT, counted from its own send, which the client's send spread (a few ms)
   shortens; p99 TTFT when there are no per-request arrays; ``tpot_s`` = mean per-request
   TPOT, computed from the arrays as (TTFT + sum(ITL) - TTFT) / (n - 1) when present;
-- several waves: only ``tpot_s`` (a steady-state batch has no single prefill or total time).
+  ``decode_step_s`` = the pure decode step of the whole batch (``calibration.streams``: the
+  median inter-token gap while every request has its first token and none has finished),
+  from the per-request ``ttfts`` and ``itls`` (and ``start_times`` when present, else every
+  request counted from one send). Without per-request arrays only a single request's file
+  gives it (its ``median_itl_ms``: at batch 1 every gap is a decode step); a batch's
+  aggregate ITL mixes in the steps that carried other requests' prefill, so no decode step is
+  recorded then;
+- several waves: only ``tpot_s`` (a steady-state batch has no single prefill, total time or
+  decode step).
+
+The served model's architecture (``calibration.served_model``): ``--preset`` / ``--hf-config``,
+else the file's ``model_id`` (vLLM) or ``server_info.served_model_name`` / ``model_path``
+(SGLang) when it names a preset or a known Hugging Face id; ``--kv-bytes-per-token`` is then
+optional (from the architecture at ``--kv-cache-dtype``). ``kv_capacity_tokens`` comes from
+``server_info.max_total_num_tokens``, ``weights`` from ``--load-format``, else
+``server_info.load_format``, else ``real``.
 
 Every file is parsed before anything is written; an error names the file and line and writes
 nothing.
@@ -45,7 +60,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from calibration.engine_facts import EngineFacts, FactsError, weights_of
 from calibration.honesty import overhead_warnings, resolution_of
+from calibration.served_model import ServedModelError, resolve_served_model
+from calibration.streams import Stream, stream_times
 from model.artifact import atomic_write
 from model.dataset import DatasetError, Measurement, header_csv, read_csv, row_csv
 
@@ -65,12 +83,16 @@ class Defaults:
     num_gpus: int | None = None
     dcp_size: int | None = None
     mem_fraction: float | None = None
-    kv_bytes_per_token: int = 0
-    kv_shards: int = 1
+    kv_bytes_per_token: int | None = None
+    kv_shards: int | None = None
     engine: str | None = None
     engine_version: str | None = None
     batch_size: int | None = None
     override: bool = False
+    preset: str | None = None
+    hf_config: dict[str, Any] | None = None
+    kv_cache_dtype: str | None = None
+    load_format: str | None = None
 
 
 FALLBACK = {"num_gpus": 8, "dcp_size": 1, "mem_fraction": 0.9, "engine_version": ""}
@@ -241,12 +263,12 @@ def entry_to_row(obj: Any, fmt: str, d: Defaults, where: tuple[str, int]) -> Mea
     one_wave = n_requests <= batch
 
     # times
-    tpot = ttft = None
+    tpot = ttft = step = None
     if ttfts is not None and itls is not None and ok:
         tpots = []
         for i in ok:
             gaps = itls[i]
-            if not isinstance(gaps, list):
+            if not isinstance(gaps, list) or not all(isinstance(g, int | float) for g in gaps):
                 raise BenchFileError(*where, f"itls[{i}] must be a list of seconds")
             n = int(out_lens[i]) if out_lens is not None else len(gaps) + 1
             if n > 1 and gaps:
@@ -254,6 +276,10 @@ def entry_to_row(obj: Any, fmt: str, d: Defaults, where: tuple[str, int]) -> Mea
         tpot = sum(tpots) / len(tpots) if tpots else None
         if one_wave:
             ttft = _batch_ttft(obj, ttfts, ok, n_requests, where)
+            step = _decode_step(obj, ttfts, itls, ok, n_requests, int(context), where)
+    if step is None and one_wave and n_requests == 1 and ttfts is None:
+        ms = _num(obj, "median_itl_ms", where, required=False)
+        step = ms / 1e3 if ms else None
     if tpot is None:
         ms = _num(obj, "mean_tpot_ms", where, required=False)
         tpot = ms / 1e3 if ms else None
@@ -266,6 +292,8 @@ def entry_to_row(obj: Any, fmt: str, d: Defaults, where: tuple[str, int]) -> Mea
         raise BenchFileError(*where, "no usable time: needs mean_tpot_ms or per-request ttfts/itls")
     facts = server_facts(obj, where)
     server = _resolve(facts, d, where)
+    served = _served_model(obj, d, server["num_gpus"], where)
+    weights = _weights(obj, d, where)
     capacity = facts.get("kv_capacity_tokens")
     if capacity is not None and batch * (int(context) + int(output)) > capacity:
         warn(f"{where[0]}:{where[1]}: {batch} sequences of {int(context)} + {int(output)} "
@@ -278,9 +306,11 @@ def entry_to_row(obj: Any, fmt: str, d: Defaults, where: tuple[str, int]) -> Mea
             gpu=d.gpu, num_gpus=server["num_gpus"], dcp_size=server["dcp_size"],
             mem_fraction=server["mem_fraction"],
             context_tokens=int(context), output_tokens=int(output), batch_size=batch,
-            kv_bytes_per_token=d.kv_bytes_per_token, kv_shards=d.kv_shards, ttft_s=ttft,
-            tpot_s=tpot, total_s=total, errors=errors,
-            source=f"import:{fmt}:{Path(where[0]).name}:{where[1]}")
+            kv_bytes_per_token=served.kv_bytes_per_token, kv_shards=served.kv_shards,
+            ttft_s=ttft, tpot_s=tpot, total_s=total, errors=errors,
+            source=f"import:{fmt}:{Path(where[0]).name}:{where[1]}", model=served.key,
+            kv_cache_dtype=served.kv_cache_dtype, decode_step_s=step,
+            kv_capacity_tokens=capacity, weights=weights)
     except ValidationError as exc:
         err = exc.errors()[0]
         raise BenchFileError(*where, f"{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
@@ -288,6 +318,52 @@ def entry_to_row(obj: Any, fmt: str, d: Defaults, where: tuple[str, int]) -> Mea
     for message in overhead_warnings(row, res) if res else []:
         warn(f"{where[0]}:{where[1]}: measured against engine-advisor sim: {message}")
     return row
+
+
+def _model_id(obj: dict[str, Any]) -> str | None:
+    """The served model's name a result states (vLLM ``model_id``; SGLang's server info)."""
+    info = obj.get("server_info") if isinstance(obj.get("server_info"), dict) else {}
+    for v in (obj.get("model_id"), obj.get("model"), info.get("served_model_name"),
+              info.get("model_path")):
+        if isinstance(v, list) and v:
+            v = v[0]
+        if isinstance(v, str) and v.strip():
+            return v.strip()
+    return None
+
+
+def _served_model(obj: dict[str, Any], d: Defaults, num_gpus: int, where: tuple[str, int]):
+    try:
+        served = resolve_served_model(
+            preset_name=d.preset, hf_config=d.hf_config, model_id=_model_id(obj),
+            kv_bytes_per_token=d.kv_bytes_per_token, kv_cache_dtype=d.kv_cache_dtype,
+            kv_shards=d.kv_shards, num_gpus=num_gpus)
+    except ServedModelError as exc:
+        raise BenchFileError(*where, str(exc)) from None
+    if served.note:
+        warn(f"{where[0]}:{where[1]}: {served.note}")
+    return served
+
+
+def _weights(obj: dict[str, Any], d: Defaults, where: tuple[str, int]) -> str:
+    info = obj.get("server_info")
+    facts = EngineFacts()
+    if isinstance(info, dict) and isinstance(info.get("load_format"), str):
+        facts._set("load_format", info["load_format"], "server_info")
+    try:
+        return weights_of(facts, d.load_format)
+    except FactsError as exc:
+        raise BenchFileError(*where, str(exc)) from None
+
+
+def _decode_step(obj: dict[str, Any], ttfts: list, itls: list, ok: list[int], n: int,
+                 context: int, where: tuple[str, int]) -> float | None:
+    """The batch's pure decode step from its requests' streams (``calibration.streams``)."""
+    starts = _array(obj, "start_times", n, where)
+    t0 = min(map(float, starts)) if starts is not None else 0.0
+    streams = [Stream.of(float(starts[i]) - t0 if starts is not None else 0.0, float(ttfts[i]),
+                         [float(g) for g in itls[i]]) for i in ok]
+    return stream_times(streams, context).decode_step_s
 
 
 def _batch_ttft(obj: dict[str, Any], ttfts: list, ok: list[int], n: int,
@@ -384,13 +460,19 @@ def write_rows(out: str, rows: list[Measurement], append: bool) -> None:
 
 
 def import_from_args(args: argparse.Namespace) -> int:
+    from calibration.sweep import read_hf_config
     from cli.errors import CliError
 
+    try:
+        hf_config = read_hf_config(args.hf_config)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
     d = Defaults(gpu=args.gpu, num_gpus=args.num_gpus, dcp_size=args.dcp_size,
                  mem_fraction=args.mem_fraction, kv_bytes_per_token=args.kv_bytes_per_token,
                  kv_shards=args.kv_shards, engine=args.engine,
                  engine_version=args.engine_version, batch_size=args.batch_size,
-                 override=args.override)
+                 override=args.override, preset=args.preset, hf_config=hf_config,
+                 kv_cache_dtype=args.kv_cache_dtype, load_format=args.load_format)
     try:
         rows = import_files(args.files, args.format, d)
         write_rows(args.out, rows, args.append)
@@ -399,8 +481,9 @@ def import_from_args(args: argparse.Namespace) -> int:
     print(f"imported {len(rows)} rows from {len(args.files)} file(s) into {args.out}")
     for r in rows:
         print(f"  {r.engine} dcp {r.dcp_size} ctx {r.context_tokens} out {r.output_tokens} "
-              f"batch {r.batch_size}: TTFT {_fmt(r.ttft_s)} TPOT {_fmt(r.tpot_s, 1e3, 'ms')} "
-              f"total {_fmt(r.total_s)}")
+              f"batch {r.batch_size}: TTFT {_fmt(r.ttft_s)} step "
+              f"{_fmt(r.decode_step_s, 1e3, 'ms')} TPOT {_fmt(r.tpot_s, 1e3, 'ms')} "
+              f"total {_fmt(r.total_s)} model {r.model or '(KV bytes only)'}")
     return 0
 
 

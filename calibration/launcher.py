@@ -144,6 +144,21 @@ class LaunchedEngine:
         except OSError:
             return ""
 
+    def log_text(self) -> str:
+        """This start's part of the log, whole."""
+        try:
+            with self.log_path.open("rb") as f:
+                f.seek(self._log_offset)
+                return f.read().decode("utf-8", errors="replace")
+        except OSError:
+            return ""
+
+    def log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except OSError:
+            return 0
+
     def oom_in_log(self) -> bool:
         """An error line about running out of memory in this start's log (warnings that
         merely mention memory do not count)."""

@@ -211,13 +211,21 @@ class RunStore:
         self.rows.append(row)
         self.done.add(key)
 
+    def record_point(self, key: PointKey, started: str, finished: str, attempts: int) -> None:
+        """A recorded point's wall-clock start (its first attempt's) and end (its last
+        attempt's), UTC, in ``manifest.json`` under ``points``: a JIT line of the engine's log
+        can be matched to the point it hit."""
+        self.manifest.setdefault("points", {})[key.text()] = {
+            "started": started, "finished": finished, "attempts": attempts}
+        self._write_manifest(self.manifest)
+
     def event(self, kind: str, message: str, **fields: Any) -> None:
         rec = {"time": utc_now(), "kind": kind, "message": message, **fields}
         _fsync_append(self.folder / EVENTS, (json.dumps(rec, sort_keys=True) + "\n").encode())
 
 
-def utc_now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+def utc_now(timespec: str = "seconds") -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec=timespec)
 
 
 def _param_diff(old: dict[str, Any], new: dict[str, Any]) -> str:

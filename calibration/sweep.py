@@ -1,10 +1,20 @@
 """``calibrate run``: sweep an engine over contexts x batch sizes x repeats, per (DCP, memory
 fraction) combination, appending one dataset row per finished point.
 
-A point sends ``batch_size`` streamed requests at once. Its dataset row holds
-``ttft_s`` = batch start -> the last request's first token (the batch's prefill, the estimator's
-QTY_PREFILL), ``tpot_s`` = mean per-request TPOT, ``total_s`` = wall time of the whole batch.
-Per-request samples go to ``samples.jsonl``.
+A point sends ``batch_size`` streamed requests at once. Its dataset row holds what the cost
+model predicts (``calibration.pointtimes``): ``ttft_s`` = first request sent -> the last first
+token (the batch's prefill), ``decode_step_s`` = the median inter-token gap while the whole batch
+decodes (no prefill in the step), ``total_s`` = wall time of the whole batch; ``tpot_s`` (the
+engines' mean per-request TPOT) is kept for comparison. Per-request samples go to
+``samples.jsonl``, each point's wall-clock start and end to ``manifest.json`` (``points``).
+
+Every row names the served model's architecture (``calibration.served_model``: ``--preset``,
+``--hf-config`` or the engine's model id) and carries the engine's facts of its combination
+(``calibration.engine_facts``: KV capacity from ``/metrics``, server info or the start-up log;
+``weights`` from ``--load-format`` or what the engine states). Before a combination's first
+timed point an untimed warm-up runs (``calibration.warmup``; ``--no-warmup`` skips it). JIT
+compiles the engine logs while serving (``--launch``: its own log; ``--url``:
+``--engine-log``) become ``jit`` events naming the point they hit.
 
 Outcomes of a point:
 
@@ -45,23 +55,44 @@ from calibration.client import (
     token_prompt,
     warm_connections,
 )
+from calibration.engine_facts import (
+    EngineFacts,
+    FactsError,
+    LogTail,
+    gather,
+    jit_events,
+    weights_of,
+)
 from calibration.honesty import overhead_warnings, resolution_of
+from calibration.jitwatch import Interval, attribute, parse_utc
 from calibration.launcher import LaunchedEngine, LaunchTemplateError, format_command
+from calibration.pointtimes import RequestTimes, point_times
 from calibration.ports import free_port
 from calibration.runstore import PointKey, RunStore, RunStoreError, utc_now
+from calibration.served_model import (
+    MODEL_CONFIG,
+    ServedModel,
+    ServedModelError,
+    config_bytes,
+    config_key,
+    resolve_served_model,
+)
+from calibration.warmup import long_prompt_tokens, warm_up
+from model.artifact import atomic_write
 from model.dataset import Measurement
-from model.workload import served_preset
 
 IDENTITY = ("engine", "model", "contexts", "output_tokens", "batch_sizes", "repeats",
             "dcp_sizes", "mem_fractions", "gpu", "num_gpus", "kv_bytes_per_token", "kv_shards",
             "prompt", "seed", "mode")
+# parameters added later: part of a sweep's identity only when given (older folders resume)
+OPTIONAL_IDENTITY = ("preset", "hf_config", "kv_cache_dtype", "load_format")
 
 
 @dataclass
 class SweepConfig:
     engine: str
     contexts: list[int]
-    kv_bytes_per_token: int
+    kv_bytes_per_token: int | None      # None: from the architecture
     out: str
     url: str | None = None
     launch: str | None = None
@@ -73,7 +104,7 @@ class SweepConfig:
     mem_fractions: list[float] = field(default_factory=lambda: [0.9])
     gpu: str = "B300"
     num_gpus: int = 8
-    kv_shards: int = 1
+    kv_shards: int | None = None        # None: from the architecture, else 1
     prompt: str = "token-ids"
     seed: int = 0
     request_timeout: float = 600.0
@@ -83,6 +114,12 @@ class SweepConfig:
     startup_timeout: float = 1800.0
     stop_grace: float = 30.0
     progress: bool = True
+    preset: str | None = None
+    hf_config: dict[str, Any] | None = None     # a config.json's contents
+    kv_cache_dtype: str | None = None           # bf16 | fp8; None: bf16 unless the bytes say fp8
+    load_format: str | None = None              # dummy | real; None: what the engine states
+    engine_log: str | None = None               # --url: the engine's log file
+    warmup: bool = True
 
     @property
     def mode(self) -> str:
@@ -93,7 +130,24 @@ class SweepConfig:
         timeouts may change between resumptions)."""
         d = {k: getattr(self, k) for k in IDENTITY}
         d["gpu"] = self.gpu.upper()
+        if d["kv_shards"] is None:
+            d["kv_shards"] = 1
+        for k in OPTIONAL_IDENTITY:
+            v = getattr(self, k)
+            if v is not None:
+                d[k] = config_key(v) if k == "hf_config" else v
         return d
+
+    def served_upfront(self) -> ServedModel | None:
+        """The served model when the flags name it (``--preset``, ``--hf-config``, or
+        ``--model``); else None (resolved from ``/v1/models``). Raises
+        ``ServedModelError`` naming the flag."""
+        if self.preset is None and self.hf_config is None and not self.model:
+            return None
+        return resolve_served_model(
+            preset_name=self.preset, hf_config=self.hf_config, model_id=self.model,
+            kv_bytes_per_token=self.kv_bytes_per_token, kv_cache_dtype=self.kv_cache_dtype,
+            kv_shards=self.kv_shards, num_gpus=self.num_gpus)
 
     def combos(self) -> list[tuple[int, float]]:
         return list(itertools.product(self.dcp_sizes, self.mem_fractions))
@@ -110,6 +164,16 @@ class SweepConfig:
             raise ValueError(f"--dcp-size: {bad} do not divide --num-gpus {self.num_gpus}")
         if self.retries < 0:
             raise ValueError("--retries: must be >= 0")
+        if self.engine_log and self.launch:
+            raise ValueError("--engine-log: only with --url (--launch reads the log of the "
+                             "engine it starts)")
+        if self.load_format not in (None, "dummy", "real"):
+            raise ValueError(f"--load-format: expected dummy or real, got {self.load_format!r}")
+        if self.launch and not (self.model or self.preset or self.hf_config
+                                or self.kv_bytes_per_token):
+            raise ValueError("--kv-bytes-per-token: required with --launch unless --preset, "
+                             "--hf-config or a --model naming a known architecture says it")
+        self.served_upfront()
         if self.launch:
             format_command(self.launch, **self._placeholders(1, 0.9, 8000))
         from model.gpus import builtin_gpu
@@ -120,7 +184,7 @@ class SweepConfig:
                              "its rows)") from None
 
     def _placeholders(self, dcp: int, mem: float, port: int) -> dict[str, object]:
-        return {"model": self.model or "MODEL", "num_gpus": self.num_gpus, "tp": self.num_gpus,
+        return {"model": self.model or self.preset or "MODEL", "num_gpus": self.num_gpus, "tp": self.num_gpus,
                 "dcp_size": dcp, "mem_fraction": f"{mem:g}", "port": port}
 
 
@@ -197,6 +261,7 @@ class Target:
     url: str
     info: dict[str, Any]
     engine: LaunchedEngine | None = None
+    log: LogTail | None = None          # the engine's log, read on as the sweep goes
 
 
 class Sweep:
@@ -209,6 +274,12 @@ class Sweep:
         self.model = cfg.model          # resolved from /v1/models when not given
         self.resolution: dict[str, Any] | None = None   # a simulator's, from /sim/info
         self.stop = StopRequest()
+        self.served: ServedModel | None = None
+        self.facts: dict[str, tuple[EngineFacts, str]] = {}    # label -> (facts, weights)
+        self.intervals: list[Interval] = []     # warm-up and points of the current combination
+        served = cfg.served_upfront()
+        if served is not None:
+            self._adopt_served(served)
 
     # ------------------------------------------------------------------ top level
     def run(self) -> list[Outcome]:
@@ -251,6 +322,7 @@ class Sweep:
         label = f"dcp={dcp},mem={mem:g}"
         if cfg.url:
             target = self._connect(label)
+            self._warmup(target, label)
             self._points(target, keys, label)
             return
         argv_port = cfg.port or free_port()
@@ -261,9 +333,17 @@ class Sweep:
         try:
             pending_oom, error = self._start(engine, label)
             if error is not None:
+                facts = gather(cfg.engine, log=engine.log_text(), command=argv)
+                try:
+                    weights = weights_of(facts, cfg.load_format)
+                except FactsError:
+                    weights = cfg.load_format or "real"
+                self.facts[label] = (facts, weights)
                 self._failed_start(keys, error, pending_oom)
                 return
-            target = Target(engine.url, self._info(engine.url, label, engine), engine)
+            target = Target(engine.url, self._info(engine.url, label, engine), engine,
+                            LogTail(engine.log_path, engine.log_size()))
+            self._warmup(target, label)
             self._points(target, keys, label, pending_oom)
         finally:
             code = engine.stop()
@@ -310,7 +390,15 @@ class Sweep:
         if problem:
             self.store.event("unreachable", problem, url=url)
             raise SweepAbort(f"{problem} (recorded in {self.store.folder}/events.jsonl)")
-        return Target(url, self._info(url, label, None))
+        log = None
+        if cfg.engine_log:
+            try:
+                size = Path(cfg.engine_log).stat().st_size
+            except OSError as exc:
+                raise SweepAbort(f"--engine-log: cannot read {cfg.engine_log} "
+                                 f"({exc.strerror})") from None
+            log = LogTail(cfg.engine_log, size)
+        return Target(url, self._info(url, label, None), log=log)
 
     def _info(self, url: str, label: str, engine: LaunchedEngine | None) -> dict[str, Any]:
         async def get() -> dict[str, Any]:
@@ -332,6 +420,8 @@ class Sweep:
             if not models:
                 raise SweepAbort(f"{url}/v1/models lists no model; give --model")
             self.model = models[0]
+        if self.served is None:
+            self._resolve_served()
         old = self.store.manifest.get("engines", {}).get(label, {})
         if old.get("version") and info.get("version") and old["version"] != info["version"]:
             raise SweepAbort(f"engine version changed for {label}: {old['version']} recorded in "
@@ -341,8 +431,116 @@ class Sweep:
         if engine is not None:
             record.update(command=engine.argv, log=str(engine.log_path),
                           startup_s=engine.startup_s, server_args_log=engine.server_args_lines())
+        facts, weights = self._engine_facts(url, label, info, engine)
+        record.update(facts=facts.to_json(), weights=weights)
+        if self.cfg.engine_log:
+            record["engine_log"] = self.cfg.engine_log
         self.store.record_engine(label, record)
         return info
+
+    # ------------------------------------------------------------------ what is served
+    def _resolve_served(self) -> None:
+        cfg = self.cfg
+        try:
+            served = resolve_served_model(
+                model_id=self.model, kv_bytes_per_token=cfg.kv_bytes_per_token,
+                kv_cache_dtype=cfg.kv_cache_dtype, kv_shards=cfg.kv_shards,
+                num_gpus=cfg.num_gpus)
+        except ServedModelError as exc:
+            raise SweepAbort(str(exc)) from None
+        self._adopt_served(served)
+
+    def _adopt_served(self, served: ServedModel) -> None:
+        self.served = served
+        if served.note:
+            self._warn(served.note)
+            self.store.event("served-model", served.note, model=self.model)
+        if served.config is not None:
+            path = self.store.folder / MODEL_CONFIG
+            atomic_write(path, config_bytes(served.config))
+        self.store.update_manifest(served_model=served.to_json())
+
+    def _engine_facts(self, url: str, label: str, info: dict[str, Any],
+                      engine: LaunchedEngine | None) -> tuple[EngineFacts, str]:
+        """KV capacity, memory split, chunk size ... of this combination, and its weights."""
+        async def metrics() -> str | None:
+            async with self._client(url, 10.0) as client:
+                try:
+                    r = await client.get("/metrics")
+                except httpx.HTTPError:
+                    return None
+                return r.text if r.status_code == 200 else None
+
+        log = None
+        if engine is not None:
+            log = engine.log_text()
+        elif self.cfg.engine_log:
+            try:
+                log = Path(self.cfg.engine_log).read_text(encoding="utf-8", errors="replace")
+            except OSError as exc:
+                raise SweepAbort(f"--engine-log: cannot read {self.cfg.engine_log} "
+                                 f"({exc.strerror})") from None
+        facts = gather(self.cfg.engine, metrics=asyncio.run(metrics()),
+                       server_info=info.get("server_info"), log=log,
+                       command=engine.argv if engine is not None else None)
+        try:
+            weights = weights_of(facts, self.cfg.load_format)
+        except FactsError as exc:
+            raise SweepAbort(str(exc)) from None
+        mem = float(label.rsplit("mem=", 1)[1])
+        if facts.mem_fraction is not None and abs(facts.mem_fraction - mem) > 1e-6:
+            msg = (f"{label}: the engine reports memory fraction {facts.mem_fraction:g} (from "
+                   f"{facts.sources.get('mem_fraction')}), the rows record --mem-fraction "
+                   f"{mem:g}")
+            self._warn(msg)
+            self.store.event("fact-mismatch", msg, combo=label)
+        self.facts[label] = (facts, weights)
+        return facts, weights
+
+    # ------------------------------------------------------------------ warm-up and JIT
+    def _warmup(self, target: Target, label: str) -> None:
+        self.intervals = []
+        if not self.cfg.warmup:
+            return
+        facts = self.facts.get(label, (EngineFacts(), ""))[0]
+        long_tokens = long_prompt_tokens(facts.chunk_tokens,
+                                         target.info.get("max_model_len") or facts.max_model_len)
+        self._status(f"{label}: warm-up")
+        started = utc_now("milliseconds")
+
+        async def go():
+            limits = httpx.Limits(max_connections=max(self.cfg.batch_sizes) + 4)
+            timeout = httpx.Timeout(self.cfg.request_timeout,
+                                    connect=min(10.0, self.cfg.request_timeout))
+            async with self._client(target.url, timeout, limits) as client:
+                return await warm_up(client, self.model, self.cfg.batch_sizes,
+                                     long_tokens=long_tokens, timeout=self.cfg.request_timeout,
+                                     seed=str(self.cfg.seed))
+
+        steps = self.stop.run_batch(go)
+        finished = utc_now("milliseconds")
+        failed = [s for s in steps if s.ok < s.requests]
+        msg = (f"{label}: warm-up ({len(steps)} steps, not timed)"
+               + (f"; {len(failed)} had failed requests: {failed[0].error}" if failed else ""))
+        self.store.event("warmup", msg, combo=label, started=started, finished=finished,
+                         steps=[s.to_json() for s in steps])
+        self.intervals.append(Interval("warmup", parse_utc(started), parse_utc(finished)))
+        self._jit(target, "warmup")
+
+    def _jit(self, target: Target, fallback: str) -> None:
+        """JIT compiles the engine logged since the last look, matched to the point they hit."""
+        if target.log is None:
+            return
+        hits = attribute(jit_events(target.log.read()), self.intervals[-8:], fallback)
+        for hit in hits:
+            timed = hit.during not in (None, "warmup")
+            msg = (f"JIT compile of {hit.kernel} at {hit.log_time} during "
+                   f"{hit.during or 'no known point'}"
+                   + (": that point's times include a kernel compile (extend the warm-up, or "
+                      "delete its row and re-run to measure it again)" if timed else ""))
+            if timed:
+                self._warn(msg)
+            self.store.event("jit", msg, **hit.to_json())
 
     # ------------------------------------------------------------------ points
     def _points(self, target: Target, keys: list[PointKey], label: str,
@@ -378,7 +576,10 @@ class Sweep:
         samples: list[Sample] = []
         wall = None
         message = ""
+        started = utc_now("milliseconds")
+        attempts = 0
         for attempt in range(cfg.retries + 1):
+            attempts = attempt + 1
             try:
                 samples, wall = self.stop.run_batch(
                     lambda: self._batch(target.url, key, attempt))
@@ -404,13 +605,16 @@ class Sweep:
             if died and not self._restart(target, key):
                 break
         ok = [s for s in samples if s.ok]
+        times = (started, utc_now("milliseconds"), attempts)
+        self.intervals.append(Interval(key.text(), parse_utc(times[0]), parse_utc(times[1])))
+        self._jit(target, key.text())
         if ok:
             row = self._row(key, ok, wall, errors=errors, oom_retries=oom_retries)
             status = "ok" if errors == 0 else "partial"
-            return self._record(key, row, all_samples, status, message)
+            return self._record(key, row, all_samples, status, message, times)
         if oom_retries:
             row = self._row(key, [], None, errors=errors, oom_retries=oom_retries)
-            return self._record(key, row, all_samples, "oom", message)
+            return self._record(key, row, all_samples, "oom", message, times)
         self._warn(f"{key.text()}: failed: {message}")
         out = Outcome(key, "failed", None, message)
         self.outcomes.append(out)
@@ -456,32 +660,36 @@ class Sweep:
     def _row(self, key: PointKey, ok: list[Sample], wall: float | None, *, errors: int,
              oom_retries: int) -> Measurement:
         cfg = self.cfg
-        ttft = tpot = total = None
-        if ok:
-            ttft = max(s.start_s + s.ttft_s for s in ok)
-            tpots = [s.tpot_s for s in ok if s.tpot_s is not None]
-            tpot = sum(tpots) / len(tpots) if tpots else None
-            total = wall if len(ok) == key.batch_size else max(s.start_s + s.e2e_s for s in ok)
+        t = point_times([RequestTimes.of(s) for s in ok], batch_size=key.batch_size,
+                        prompt_tokens=key.context_tokens, wall_s=wall)
+        label = f"dcp={key.dcp_size},mem={key.mem_fraction:g}"
         version = ""
-        engines = self.store.manifest.get("engines", {})
-        info = engines.get(f"dcp={key.dcp_size},mem={key.mem_fraction:g}")
+        info = self.store.manifest.get("engines", {}).get(label)
         if info:
             version = str(info.get("version") or "")
-        # the served model's name (a preset's, matching the KV bytes) keys per-model calibration
-        preset, kv_dtype = served_preset(self.model, cfg.kv_bytes_per_token)
+        facts, weights = self.facts.get(label, (EngineFacts(), cfg.load_format or "real"))
+        served = self.served
+        if served is None:        # a launch that failed before the engine named its model
+            served = resolve_served_model(kv_bytes_per_token=cfg.kv_bytes_per_token,
+                                          kv_cache_dtype=cfg.kv_cache_dtype,
+                                          kv_shards=cfg.kv_shards)
         return Measurement(
             engine=key.engine, engine_version=version, gpu=cfg.gpu, num_gpus=cfg.num_gpus,
             dcp_size=key.dcp_size, mem_fraction=key.mem_fraction,
             context_tokens=key.context_tokens, output_tokens=key.output_tokens,
-            batch_size=key.batch_size, kv_bytes_per_token=cfg.kv_bytes_per_token,
-            kv_shards=cfg.kv_shards, ttft_s=ttft, tpot_s=tpot, total_s=total,
-            oom_retries=oom_retries, errors=errors, source=key.source(), model=preset,
-            kv_cache_dtype=kv_dtype)
+            batch_size=key.batch_size, kv_bytes_per_token=served.kv_bytes_per_token,
+            kv_shards=served.kv_shards, ttft_s=t.ttft_s, tpot_s=t.tpot_s, total_s=t.total_s,
+            oom_retries=oom_retries, errors=errors, source=key.source(), model=served.key,
+            kv_cache_dtype=served.kv_cache_dtype, decode_step_s=t.decode_step_s,
+            kv_capacity_tokens=facts.kv_capacity_tokens, weights=weights)
 
     def _record(self, key: PointKey, row: Measurement, samples: list[dict[str, Any]],
-                status: str, message: str) -> Outcome:
+                status: str, message: str,
+                times: tuple[str, str, int] | None = None) -> Outcome:
         with self.stop.writing():       # a Ctrl-C meanwhile stops the sweep after the write
             self.store.append_point(key, row, samples)
+            if times is not None:
+                self.store.record_point(key, *times)
             for note in overhead_warnings(row, self.resolution) if self.resolution else []:
                 self._warn(f"{key.text()}: {note}")
                 self.store.event("time-resolution", f"{key.text()}: {note}", key=key.text())
@@ -515,7 +723,8 @@ class Sweep:
 
 def summary_table(outcomes: list[Outcome]) -> str:
     head = (f"{'dcp':>4}{'mem':>6}{'context':>9}{'batch':>6}{'out':>6}{'rep':>4}"
-            f"{'TTFT s':>9}{'TPOT ms':>9}{'total s':>9}{'err':>5}{'oom':>5}  status")
+            f"{'TTFT s':>9}{'step ms':>9}{'TPOT ms':>9}{'total s':>9}{'err':>5}{'oom':>5}"
+            "  status")
     lines = [head, "-" * len(head)]
     for o in outcomes:
         k, r = o.key, o.row
@@ -526,13 +735,29 @@ def summary_table(outcomes: list[Outcome]) -> str:
         lines.append(
             f"{k.dcp_size:>4}{k.mem_fraction:>6.2f}{k.context_tokens:>9}{k.batch_size:>6}"
             f"{k.output_tokens:>6}{k.repeat:>4}"
-            + (fmt(r.ttft_s) + fmt(r.tpot_s, 1e3, p=2) + fmt(r.total_s)
-               + f"{r.errors:>5}{r.oom_retries:>5}" if r else f"{'-':>9}" * 3 + f"{'-':>5}" * 2)
+            + (fmt(r.ttft_s) + fmt(r.decode_step_s, 1e3, p=2) + fmt(r.tpot_s, 1e3, p=2)
+               + fmt(r.total_s) + f"{r.errors:>5}{r.oom_retries:>5}"
+               if r else f"{'-':>9}" * 4 + f"{'-':>5}" * 2)
             + f"  {o.status}" + (f": {o.message}" if o.message and o.status != "ok" else ""))
     return "\n".join(lines)
 
 
+def read_hf_config(path: str | None, flag: str = "--hf-config") -> dict[str, Any] | None:
+    """The contents of a config.json named by a flag; ``ValueError`` naming the flag."""
+    if path is None:
+        return None
+    import json
+    try:
+        config = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{flag}: cannot read {path} ({exc})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{flag}: {path} is not a JSON object (a config.json)")
+    return config
+
+
 def config_from_args(args: argparse.Namespace) -> SweepConfig:
+    hf_config = read_hf_config(args.hf_config)
     return SweepConfig(
         engine=args.engine, contexts=args.contexts, kv_bytes_per_token=args.kv_bytes_per_token,
         out=args.out, url=args.url, launch=args.launch, model=args.model,
@@ -542,14 +767,16 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
         request_timeout=args.request_timeout, retries=args.retries,
         max_failed_points=args.max_failed_points, port=args.port,
         startup_timeout=args.startup_timeout, stop_grace=args.stop_grace,
-        progress=not args.no_progress)
+        progress=not args.no_progress, preset=args.preset, hf_config=hf_config,
+        kv_cache_dtype=args.kv_cache_dtype, load_format=args.load_format,
+        engine_log=args.engine_log, warmup=not args.no_warmup)
 
 
 def run_from_args(args: argparse.Namespace) -> int:
     from cli.errors import CliError
 
-    cfg = config_from_args(args)
     try:
+        cfg = config_from_args(args)
         cfg.validate()
     except (ValueError, LaunchTemplateError) as exc:
         raise CliError(str(exc)) from None

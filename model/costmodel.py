@@ -27,7 +27,7 @@ from model.dataset import Measurement, dataset_sha256
 from model.estimator import EngineCostModel
 from model.formulas import N_PREFILL, N_ROW_FIELDS, rows_into
 from model.gpus import builtin_gpu
-from model.memory import engine_reserve
+from model.memory import COUNTS_ACTIVATIONS, engine_reserve
 from model.shape import ModelShape
 from model.silicon import Silicon, silicon_for
 from model.terms import DECODE_TERMS, PHYSICS_TERMS, TERMS, physics_for
@@ -73,6 +73,9 @@ class Case:
     fraction: np.ndarray | list  # memory fraction per row
     share: np.ndarray | list | float = 0.0   # prefix-cache share of each prompt
     facts: QueryFacts | None = None    # the query's per-configuration facts
+    # routing diversity of a decode batch's tokens (model.formulas.batch_terms): 1 for a trained
+    # router; below 1 for what an engine measured on random weights (CostModel.diversity)
+    diversity: np.ndarray | list | float = 1.0
 
     def __len__(self) -> int:
         return len(self.engine)
@@ -131,13 +134,15 @@ def engine_index(names) -> tuple[tuple[str, ...], np.ndarray]:
 
 def static_rows(index: tuple[tuple[str, ...], np.ndarray], fraction, dcp) -> np.ndarray:
     """The rows ``model.formulas.rows_into`` reads (ROW_FIELDS) with the configurations'
-    fields filled: engine reserve (from each row's ``engine_index``), memory fraction and DCP
-    size."""
+    fields filled: engine reserve and whether it holds the activation peak (from each row's
+    ``engine_index``), memory fraction and DCP size."""
     engines, idx = index
     rows = np.empty((N_ROW_FIELDS, len(idx)))
     rows[0] = np.array([engine_reserve(e) for e in engines])[idx]
     rows[1] = fraction
     rows[5] = dcp
+    rows[7] = 1.0
+    rows[8] = np.array([COUNTS_ACTIVATIONS.get(e, 0.0) for e in engines])[idx]
     return rows
 
 
@@ -160,6 +165,7 @@ def kernel_inputs(case: Case) -> tuple:
     rows[3] = case.context
     rows[4] = case.output
     rows[6] = case.share
+    rows[7] = case.diversity
     return ph.K, ph.collectives(max_dcp), ph.curve, rows, index
 
 
@@ -178,7 +184,8 @@ def roofline_total_s(case: Case) -> np.ndarray:
     from model.silicon import roofline_silicon
 
     peak = Case(case.shape, roofline_silicon(case.silicon.gpu), case.tp, case.engine,
-                case.batch, case.context, case.output, case.dcp, case.fraction, case.share)
+                case.batch, case.context, case.output, case.dcp, case.fraction, case.share,
+                diversity=case.diversity)
     f = case_features(peak).total
     physics = [i for i, t in enumerate(TERMS) if t in PHYSICS_TERMS]
     return f[:, physics].sum(axis=1)
@@ -212,9 +219,19 @@ class CostModel:
     roofline_warnings: list[str] = field(default_factory=list)
     version: str = ""
 
+    # routing diversity of each engine's random-weight rows (model.fitting): 1 elsewhere
+    diversity: dict[str, float] = field(default_factory=dict)
+    # every fitted point's held-out prediction next to its prior's (model.fitting.fit_engine)
+    held_out: list[dict] = field(default_factory=list)
+
     @classmethod
     def fit(cls, rows: Sequence[Measurement], *, sources: Sequence[str] = (),
-            estimator_params: dict | None = None, cv: bool = True) -> CostModel:
+            estimator_params: dict | None = None, cv: bool = True) -> CostModel:  # noqa: ARG003
+        """Fit every engine's efficiencies (``model.fitting``: pooled over GPUs, terms freed
+        only where the held-out error falls). ``cv`` and ``estimator_params`` are kept for
+        callers of the earlier signature: the held-out error is always computed."""
+        from model.fitting import fit_engine
+
         if not rows:
             raise ValueError("no calibration rows to fit")
         self = cls(data_sha256=dataset_sha256(rows), sources=list(sources))
@@ -226,7 +243,7 @@ class CostModel:
                 mem[bucket].append(r.mem_fraction)
             if not trainable(r):
                 continue
-            by_engine[efficiency_key(r.engine, r.gpu)].append(r)
+            by_engine[r.engine].append(r)
             key = config_key(r.engine, r.gpu, r.num_gpus, r.dcp_size)
             per_model = self.ranges.setdefault(key, {})
             rng = per_model.setdefault(row_shape(r).key,
@@ -239,15 +256,15 @@ class CostModel:
             mem["safe"].sort()
             mem["unsafe"].sort()
         if not by_engine:
-            raise ValueError("no row has a measured time (ttft_s, tpot_s or total_s)")
-        for key, erows in sorted(by_engine.items()):
-            X, y = training_matrix(erows)
-            est = EngineCostModel(**(estimator_params or {})).fit(X, y)
-            self.engines[key] = est
-            self.metrics[key] = {
-                "n_points": len(erows), "n_observations": len(y),
-                "residual_rel_std": est.residual_rel_std_,
-                "cv_mape": cv_mape(erows, estimator_params) if cv else None}
+            raise ValueError("no row has a measured time (total_s, ttft_s, decode_step_s or "
+                             "tpot_s)")
+        for engine, erows in sorted(by_engine.items()):
+            ef = fit_engine(engine, erows)
+            self.engines.update(ef.estimators)
+            self.metrics.update(ef.metrics)
+            self.held_out.extend(ef.records)
+            if ef.diversity != 1.0:
+                self.diversity[engine] = ef.diversity
         self.roofline_warnings = roofline_check(rows)
         self.version = f"fit-{self.data_sha256[:12]}"
         for r in rows:
@@ -325,26 +342,23 @@ def row_shape(r: Measurement) -> ModelShape:
     return shape_of(r.model, r.kv_cache_dtype, r.kv_bytes_per_token, r.kv_shards)
 
 
-def row_case(r: Measurement) -> Case:
+def row_case(r: Measurement, diversity: float = 1.0) -> Case:
+    """A dataset row as a one-row case (``diversity``: its decode batch's routing diversity)."""
     gpu = _gpu_or_none(r.gpu)
     if gpu is None:
         raise ValueError(f"row for GPU {r.gpu!r}: unknown GPU type (no physics known)")
     one = lambda v: np.array([float(v)])  # noqa: E731
     return Case(row_shape(r), silicon_for(gpu), r.num_gpus, np.array([r.engine]),
                 one(r.batch_size), one(r.context_tokens), one(r.output_tokens), one(r.dcp_size),
-                one(r.mem_fraction), float(r.prefix_share))
+                one(r.mem_fraction), float(r.prefix_share), diversity=float(diversity))
 
 
 def training_matrix(rows: Sequence[Measurement]) -> tuple[np.ndarray, np.ndarray]:
-    """Estimator rows: one per measured quantity (total, TTFT, TPOT) of each dataset row."""
-    Xs, ys = [], []
-    for r in rows:
-        f = case_features(row_case(r))
-        for X, val in ((f.total, r.total_s), (f.prefill, r.ttft_s), (f.tpot, r.tpot_s)):
-            if val is not None:
-                Xs.append(X)
-                ys.append(val)
-    return np.vstack(Xs), np.array(ys)
+    """Estimator rows: one per fitted quantity of each dataset row (``model.fitting``)."""
+    from model.fitting import observations
+
+    obs = observations(rows)
+    return obs.X, obs.y
 
 
 def roofline_check(rows: Sequence[Measurement]) -> list[str]:
@@ -364,66 +378,37 @@ def roofline_check(rows: Sequence[Measurement]) -> list[str]:
 
 def trainable(r: Measurement) -> bool:
     """Rows the estimators train on: timed, and not an OOM or crash."""
-    return not r.unsafe and not (r.total_s is None and r.tpot_s is None and r.ttft_s is None)
+    return not r.unsafe and r.timed
 
 
-def point_key(r: Measurement) -> tuple:
-    """One grid point: its repeats and memory fractions share it (and stay together in CV)."""
-    return (r.engine, r.gpu, r.num_gpus, r.dcp_size, r.context_tokens, r.batch_size,
-            r.output_tokens, r.kv_bytes_per_token, r.kv_shards, r.model)
-
-
-def cross_validate(rows: Sequence[Measurement], estimator_params: dict | None = None,
+def cross_validate(rows: Sequence[Measurement], estimator_params: dict | None = None,  # noqa: ARG001
                    n_bootstrap: int = 0) -> list[dict]:
-    """Leave one grid point out at a time (all its repeats together: scikit-learn's
-    LeaveOneGroupOut), refit that engine's estimator on the rest, predict the held-out times.
-
-    One record per held-out measured quantity: engine, dcp_size, context_tokens, batch_size,
-    output_tokens, quantity ("total", "ttft", "tpot"), measured, predicted, and with
-    ``n_bootstrap`` > 0 a 90 % interval (lo, hi). Engines with fewer than two points are
-    skipped."""
-    from sklearn.model_selection import LeaveOneGroupOut
-
-    by_engine: dict[str, list[Measurement]] = defaultdict(list)
-    for r in rows:
-        if trainable(r):
-            by_engine[efficiency_key(r.engine, r.gpu)].append(r)
-    params = {**(estimator_params or {}), "n_bootstrap": n_bootstrap}
-    out: list[dict] = []
-    for _, erows in sorted(by_engine.items()):
-        keys = [point_key(r) for r in erows]
-        if len(set(keys)) < 2:
-            continue
-        groups = np.array([sorted(set(keys)).index(k) for k in keys])
-        for train, test in LeaveOneGroupOut().split(erows, groups=groups):
-            X, y = training_matrix([erows[i] for i in train])
-            est = EngineCostModel(**params).fit(X, y)
-            held = [erows[i] for i in test]
-            p = point_key(held[0])
-            for r in held:
-                f = case_features(row_case(r))
-                for qty, Xh, val in ((QTY_TOTAL, f.total, r.total_s),
-                                     (QTY_PREFILL, f.prefill, r.ttft_s),
-                                     (QTY_TPOT, f.tpot, r.tpot_s)):
-                    if val is None:
-                        continue
-                    pred, lo, hi = est.predict_interval(Xh)
-                    rec = {"engine": r.engine, "dcp_size": p[3], "context_tokens": p[4],
-                           "batch_size": p[5], "output_tokens": p[6],
-                           "quantity": QTY_NAMES[qty], "measured": float(val),
-                           "predicted": float(pred[0])}
-                    if n_bootstrap:
-                        rec["lo"], rec["hi"] = float(lo[0]), float(hi[0])
-                    out.append(rec)
+    """Every fitted point held out in turn (``model.fitting``): one record per held-out
+    quantity with engine, dcp_size, context_tokens, batch_size, output_tokens, quantity
+    ("total", "ttft", "step"), measured, predicted, and with ``n_bootstrap`` > 0 its 90 %
+    interval (lo, hi) from its level's held-out half-width."""
+    model = CostModel.fit(rows)
+    out = []
+    for rec in model.held_out:
+        r = {k: rec[k] for k in ("engine", "dcp_size", "context_tokens", "batch_size",
+                                 "output_tokens", "quantity", "measured")}
+        r["predicted"] = rec["held_out"]
+        if n_bootstrap:
+            est = model.engines[efficiency_key(rec["engine"], rec["gpu"])]
+            w = math.expm1(est.interval_halfwidth_ or 0.0)
+            r["lo"], r["hi"] = rec["held_out"] * max(1.0 - w, 0.0), rec["held_out"] * (1.0 + w)
+        out.append(r)
     return out
 
 
-def cv_mape(rows: Sequence[Measurement], estimator_params: dict | None) -> float | None:
+def cv_mape(rows: Sequence[Measurement], estimator_params: dict | None = None) -> float | None:  # noqa: ARG001
     """Mean absolute percentage error of ``cross_validate`` over all held-out times (None
     below MIN_CV_POINTS grid points)."""
+    from model.fitting import point_key
+
     if len({point_key(r) for r in rows if trainable(r)}) < MIN_CV_POINTS:
         return None
-    recs = cross_validate(rows, estimator_params)
+    recs = cross_validate(rows)
     return float(np.mean([abs(r["predicted"] - r["measured"]) / r["measured"] for r in recs]))
 
 

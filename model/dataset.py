@@ -21,13 +21,28 @@ from model.workload import ENGINES
 COLUMNS = ("engine", "engine_version", "gpu", "num_gpus", "dcp_size", "mem_fraction",
            "context_tokens", "output_tokens", "batch_size", "kv_bytes_per_token", "kv_shards",
            "ttft_s", "tpot_s", "total_s", "oom_retries", "errors", "source", "model",
-           "kv_cache_dtype", "prefix_share")
+           "kv_cache_dtype", "prefix_share", "decode_step_s", "kv_capacity_tokens", "weights")
 
 OptPosFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)] | None
 
 
 class Measurement(BaseModel):
-    """One measured point. Times are optional: a failed launch or OOM is a point too."""
+    """One measured point. Times are optional: a failed launch or OOM is a point too.
+
+    The times the cost model is fitted on, each what it predicts:
+
+    - ``total_s``: wall time of the whole batch (first request sent -> last token);
+    - ``ttft_s``: the batch's prefill, first request sent -> last first token (at batch 1 the
+      request's TTFT);
+    - ``decode_step_s``: one decode step of the whole batch with no prefill in it
+      (``calibration.streams``).
+
+    ``tpot_s`` is the engines' own TPOT, ``(e2e - ttft) / (output - 1)`` averaged over requests:
+    with all requests sent at once it mixes other requests' prefill into the decode steps, so it
+    is kept for comparison and not fitted. ``kv_capacity_tokens`` is the KV capacity the engine
+    reported in this configuration; ``weights`` says whether it served a checkpoint (``real``)
+    or random weights (``dummy``: ``--load-format dummy``).
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -53,6 +68,9 @@ class Measurement(BaseModel):
     model: Annotated[str, Field(max_length=256)] = ""
     kv_cache_dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
     prefix_share: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)] = 0.0
+    decode_step_s: OptPosFloat = None
+    kv_capacity_tokens: Annotated[int, Field(gt=0)] | None = None
+    weights: Literal["real", "dummy"] = "real"
 
     @field_validator("engine")
     @classmethod
@@ -69,8 +87,13 @@ class Measurement(BaseModel):
     @property
     def unsafe(self) -> bool:
         """The point saw out-of-memory retries or failed outright."""
-        return self.oom_retries > 0 or (self.total_s is None and self.tpot_s is None
-                                        and self.ttft_s is None and self.errors > 0)
+        return self.oom_retries > 0 or (self.timed is False and self.errors > 0)
+
+    @property
+    def timed(self) -> bool:
+        """Some time was measured (total, prefill, decode step or the engines' TPOT)."""
+        return any(v is not None for v in (self.total_s, self.ttft_s, self.decode_step_s,
+                                           self.tpot_s))
 
 
 class DatasetError(ValueError):

@@ -26,15 +26,16 @@ import math
 import numpy as np
 from numba import njit
 
-PREFILL_TERMS = ("pf_gemm", "pf_attn", "pf_comm", "pf_fixed", "pf_batch")
-DECODE_TERMS = ("gemm", "kv_read", "state", "tp_comm", "dcp_comm", "layer_fixed", "seq_fixed",
-                "step_fixed")
+PREFILL_TERMS = ("pf_gemm", "pf_moe", "pf_attn", "pf_comm", "pf_fixed", "pf_batch")
+DECODE_TERMS = ("gemm", "moe", "kv_read", "mla_read", "dcp_read", "state", "tp_comm", "dcp_comm",
+                "dcp_fixed", "layer_fixed", "seq_fixed", "step_fixed")
 N_PREFILL = len(PREFILL_TERMS)
 N_DECODE = len(DECODE_TERMS)
 N_TERMS = N_PREFILL + N_DECODE
 FIRST_PREFILL = N_TERMS            # a row of features: total terms | first prefill | one step
 STEP = N_TERMS + N_PREFILL
-ROW_FIELDS = ("reserve", "fraction", "batch", "context", "output", "dcp", "share")
+ROW_FIELDS = ("reserve", "fraction", "batch", "context", "output", "dcp", "share", "diversity",
+              "activations")
 N_ROW_FIELDS = len(ROW_FIELDS)
 CHUNK_TOKENS = 8192          # chunked-prefill budget per forward pass (both engines' default)
 # Both engines preallocate the constant per-sequence state of linear-attention layers (vLLM's
@@ -46,8 +47,11 @@ DEFAULT_MAX_RUNNING = 256
 # tuple of floats: unlike an array, passing it on costs no reference counting)
 (W_DENSE, LOG_Q_MISS, W_EXPERTS, MM, N_FULL, KV_CALL, ATTN_CALL, STATE, N_LAYERS, ACT, Q_GATHER,
  O_GATHER, WEIGHTS_PASS, ATTN_PF, ATTN_PF_LINEAR, MEMORY, WEIGHT_BYTES, TP, KV_GPU_TOKEN,
- STATE_GPU, READ_T0, READ_ASYM, READ_BPS) = range(23)
-N_CONSTANTS = 23
+ STATE_GPU, READ_T0, READ_ASYM, READ_BPS, MM_MOE, IS_MLA, ACT_PEAK) = range(26)
+N_CONSTANTS = 26
+# Columns of the decode terms (offsets into DECODE_TERMS) that decode_into writes
+(D_GEMM, D_MOE, D_KV, D_MLA, D_DCP_READ, D_STATE, D_TP, D_DCP_COMM, D_DCP_FIXED, D_LAYER, D_SEQ,
+ D_STEP) = range(12)
 
 
 @njit(cache=True, inline="always")
@@ -117,11 +121,12 @@ def max_running(batch: float) -> float:
 def kv_capacity(reserve: float, fraction: float, gpu_memory: float, weight_bytes: float,
                 tp: float, kv_bytes_per_gpu_token: float, dcp: float,
                 state_pool_bytes: float = 0.0) -> float:
-    """Tokens of KV one instance holds: the bytes per GPU left after weights, the engine's
-    ``reserve`` (``engine_reserve``) and the preallocated linear-attention state pool, over
-    the KV bytes per token each GPU holds (``dcp`` GPUs share a token). Weights of 0 give an
-    upper bound; a model without KV gets 2^62."""
-    budget = (fraction - reserve) * gpu_memory - weight_bytes / tp - state_pool_bytes
+    """Tokens of KV one instance holds: the bytes per GPU its memory fraction leaves after
+    weights, the engine's ``reserve`` bytes (``model.memory.engine_reserve``) and the
+    preallocated linear-attention state pool, over the KV bytes per token each GPU holds
+    (``dcp`` GPUs share a token). Weights of 0 give an upper bound; a model without KV gets
+    2^62."""
+    budget = fraction * gpu_memory - reserve - weight_bytes / tp - state_pool_bytes
     if budget <= 0.0:
         return 0.0
     if kv_bytes_per_gpu_token <= 0.0:
@@ -141,64 +146,86 @@ def sequences_at_once(capacity_tokens: float, batch: float, context: float, outp
 
 
 @njit(cache=True, inline="always")
-def batch_terms(K, coll, b):
-    """(gemm, tp_comm) of a decode step of ``b`` sequences: the terms that do not depend on
-    the context."""
-    # expected share of a layer's experts the batch touches: 1 - q^b, q = 1 - k / E
-    gemm = max(K[W_DENSE] - K[W_EXPERTS] * math.expm1(b * K[LOG_Q_MISS]), b * K[MM])
-    return gemm, 2.0 * K[N_LAYERS] * collective_s(b * K[ACT], coll, 0)
+def batch_terms(K, coll, b, rho=1.0):
+    """(gemm, moe, tp_comm) of a decode step of ``b`` sequences: the terms that do not depend
+    on the context. ``rho`` is the batch's routing diversity: its tokens route like
+    ``1 + rho (b - 1)`` independent tokens (1 for a trained router; a random-weight checkpoint
+    can route far fewer apart, ``model.costmodel``)."""
+    gemm = max(K[W_DENSE], b * K[MM])
+    # expected share of a layer's experts the batch touches: 1 - q^t, q = 1 - k / E
+    t = 1.0 + rho * (b - 1.0)
+    moe = max(-K[W_EXPERTS] * math.expm1(t * K[LOG_Q_MISS]), b * K[MM_MOE])
+    return gemm, moe, 2.0 * K[N_LAYERS] * collective_s(b * K[ACT], coll, 0)
 
 
 @njit(cache=True, inline="always")
-def decode_into(K, coll, curve, b, c, d, gemm, tp_comm, out, r, at):
+def decode_into(K, coll, curve, b, c, d, gemm, moe, tp_comm, out, r, at):
     """Write the ``DECODE_TERMS`` of one step of ``b`` sequences at context ``c``, DCP ``d``
-    into ``out[r, at:at + N_DECODE]``, given its ``batch_terms``."""
+    into ``out[r, at:at + N_DECODE]``, given its ``batch_terms``. The KV read goes to
+    ``kv_read`` (GQA / MHA) or ``mla_read`` (MLA's latent) without DCP, to ``dcp_read`` with
+    it: each engine's DCP attention kernel is its own term."""
     d = max(d, 1.0)
     kv = 0.0
     dcp_comm = 0.0
+    dcp_fixed = 0.0
     if K[N_FULL] > 0.0:
-        ctx = b * c / d
-        kv = K[N_FULL] * max(read_s(ctx * K[KV_CALL], curve, K[READ_T0], K[READ_ASYM],
-                                    K[READ_BPS]), ctx * K[ATTN_CALL])
+        # per rank: 1 / d of the context's bytes; the queries of all d ranks' heads are
+        # gathered, so its FLOPs do not fall with d
+        kv = K[N_FULL] * max(read_s(b * c / d * K[KV_CALL], curve, K[READ_T0], K[READ_ASYM],
+                                    K[READ_BPS]), b * c * K[ATTN_CALL])
         if d > 1.0:
             # all-gather the queries of the group's heads, then the partial outputs and
-            # log-sum-exps to combine them
+            # log-sum-exps to combine them; one merge (and its launches) per layer
             ag = int(d)
             dcp_comm = K[N_FULL] * (collective_s(b * d * K[Q_GATHER], coll, ag)
                                     + collective_s(b * d * K[O_GATHER], coll, ag))
-    out[r, at] = gemm
-    out[r, at + 1] = kv
-    out[r, at + 2] = b * K[STATE]
-    out[r, at + 3] = tp_comm
-    out[r, at + 4] = dcp_comm
-    out[r, at + 5] = K[N_LAYERS]
-    out[r, at + 6] = b
-    out[r, at + 7] = 1.0
+            dcp_fixed = K[N_FULL]
+    for j in range(N_DECODE):
+        out[r, at + j] = 0.0
+    out[r, at + D_GEMM] = gemm
+    out[r, at + D_MOE] = moe
+    if d > 1.0:
+        out[r, at + D_DCP_READ] = kv
+    elif K[IS_MLA] > 0.0:
+        out[r, at + D_MLA] = kv
+    else:
+        out[r, at + D_KV] = kv
+    out[r, at + D_STATE] = b * K[STATE]
+    out[r, at + D_TP] = tp_comm
+    out[r, at + D_DCP_COMM] = dcp_comm
+    out[r, at + D_DCP_FIXED] = dcp_fixed
+    out[r, at + D_LAYER] = K[N_LAYERS]
+    out[r, at + D_SEQ] = b
+    out[r, at + D_STEP] = 1.0
 
 
 @njit(cache=True, inline="always")
 def prefill_into(K, coll, b, L, s, warm, out, r, at):
     """Write the ``PREFILL_TERMS`` of prefilling ``b`` prompts of ``L`` tokens, a share ``s``
     of each cached, into ``out[r, at:at + N_PREFILL]``: the shared prefix is computed once, by
-    the first prompt, unless ``warm`` (an earlier wave left it in the cache)."""
+    the first prompt, unless ``warm`` (an earlier wave left it in the cache). Each chunk's
+    dense GEMMs and routed experts are read- or compute-bound on their own."""
     first = 0.0 if warm else 1.0    # the prompt that computes the shared prefix
     new = max(L * (b * (1.0 - s) + first * s), 1.0)
     chunks = np.ceil(new / CHUNK_TOKENS)
     chunk = new / chunks
     out[r, at] = chunks * max(chunk * K[MM], K[WEIGHTS_PASS])
-    out[r, at + 1] = (K[ATTN_PF] * L * L * (first + (b - first) * (1.0 - s * s))
+    out[r, at + 1] = chunks * max(chunk * K[MM_MOE],
+                                  -K[W_EXPERTS] * math.expm1(chunk * K[LOG_Q_MISS]))
+    out[r, at + 2] = (K[ATTN_PF] * L * L * (first + (b - first) * (1.0 - s * s))
                       + K[ATTN_PF_LINEAR] * new)
-    out[r, at + 2] = chunks * (2.0 * K[N_LAYERS]) * collective_s(chunk * K[ACT], coll, 0)
-    out[r, at + 3] = chunks * K[N_LAYERS]
-    out[r, at + 4] = 1.0
+    out[r, at + 3] = chunks * (2.0 * K[N_LAYERS]) * collective_s(chunk * K[ACT], coll, 0)
+    out[r, at + 4] = chunks * K[N_LAYERS]
+    out[r, at + 5] = 1.0
 
 
 @njit(cache=True)
 def rows_into(K, coll, curve, rows, X, facts):
     """Each row's features into ``X`` (``model.costmodel.Features``) and, into ``facts``
     (3, n), its sequences at once, KV capacity and whether one sequence fits, from ``rows``
-    (N_ROW_FIELDS, n): engine reserve, memory fraction, batch, context, output, DCP size and
-    prefix share per row (``ROW_FIELDS``).
+    (N_ROW_FIELDS, n): engine reserve bytes, memory fraction, batch, context, output, DCP
+    size, prefix share, routing diversity and whether the engine's budget holds the model's
+    activation peak (``K[ACT_PEAK]``) per row (``ROW_FIELDS``).
 
     The KV capacity (``kv_capacity``), how many sequences run at once (the engine runs what
     fits and queues the rest; when not even one fits, the batch is costed as if it ran at
@@ -209,10 +236,11 @@ def rows_into(K, coll, curve, rows, X, facts):
     are the same."""
     sc = np.empty((1, 2 * N_PREFILL + N_DECODE))     # a later wave's terms
     last_pf = (-1.0, -1.0, -1.0)          # (sequences, context, share) of row i - 1's prefill
-    last_b, gemm, tp_comm = -1.0, 0.0, 0.0
+    last_b, last_rho, gemm, moe, tp_comm = -1.0, -1.0, 0.0, 0.0, 0.0
     for i in range(X.shape[0]):
-        b, c, o, d, s = rows[2, i], rows[3, i], rows[4, i], rows[5, i], rows[6, i]
-        cap = kv_capacity(rows[0, i], rows[1, i], K[MEMORY], K[WEIGHT_BYTES], K[TP],
+        b, c, o, d, s, rho = rows[2, i], rows[3, i], rows[4, i], rows[5, i], rows[6, i], rows[7, i]
+        cap = kv_capacity(rows[0, i] + rows[8, i] * K[ACT_PEAK], rows[1, i], K[MEMORY],
+                          K[WEIGHT_BYTES], K[TP],
                           K[KV_GPU_TOKEN], d, K[STATE_GPU] * max_running(b))
         fits = sequences_at_once(cap, b, c, o, s)
         run = fits if fits >= 1.0 else b
@@ -226,10 +254,10 @@ def rows_into(K, coll, curve, rows, X, facts):
         else:
             prefill_into(K, coll, run, c, s, False, X, i, FIRST_PREFILL)
             last_pf = (run, c, s)
-        if run != last_b:
-            gemm, tp_comm = batch_terms(K, coll, run)
-            last_b = run
-        decode_into(K, coll, curve, run, ctx_mean, d, gemm, tp_comm, X, i, STEP)
+        if run != last_b or rho != last_rho:
+            gemm, moe, tp_comm = batch_terms(K, coll, run, rho)
+            last_b, last_rho = run, rho
+        decode_into(K, coll, curve, run, ctx_mean, d, gemm, moe, tp_comm, X, i, STEP)
         if full == 1.0 and rest <= 0.0:     # the whole batch at once (the usual case)
             for j in range(N_PREFILL):
                 X[i, j] = X[i, FIRST_PREFILL + j]
@@ -243,8 +271,8 @@ def rows_into(K, coll, curve, rows, X, facts):
                 for j in range(N_PREFILL):
                     sc[0, j] = X[i, FIRST_PREFILL + j]
             prefill_into(K, coll, rest1, c, s, True, sc, 0, N_PREFILL)
-            g, t = batch_terms(K, coll, rest1)
-            decode_into(K, coll, curve, rest1, ctx_mean, d, g, t, sc, 0, 2 * N_PREFILL)
+            g, m, t = batch_terms(K, coll, rest1, rho)
+            decode_into(K, coll, curve, rest1, ctx_mean, d, g, m, t, sc, 0, 2 * N_PREFILL)
             has_rest = 1.0 if rest > 0.0 else 0.0
             for j in range(N_PREFILL):
                 X[i, j] = (X[i, FIRST_PREFILL + j] + (full - 1.0) * sc[0, j]

@@ -5,8 +5,10 @@ Units and conventions:
 - ``memory_bytes``: device memory as the driver reports it, the total that an engine's memory
   fraction multiplies (vLLM ``--gpu-memory-utilization``, SGLang ``--mem-fraction-static``).
   NVIDIA figures are aiconfigurator-core 0.12.0's ``mem_capacity`` (B300, GB200, GB300: the
-  nvidia-smi total; H100/H200/B200: the datasheet's 80/141/180 GB read as GiB, within 0.5 % of
-  the driver's total). AMD figures are the datasheet's decimal GB (drivers may report a few
+  nvidia-smi total; H100/B200: the datasheet's 80/180 GB read as GiB, within 0.5 % of the
+  driver's total). H200: the total CUDA reports on our H200 (139.8 GiB = 150,109,106,995 B, the figure vLLM 0.26.0
+  multiplies by its fraction: "Desired GPU memory utilization is (0.9, 125.82 GiB)"; the
+  datasheet says 141 GB, nvidia-smi 143,771 MiB). AMD figures are the datasheet's decimal GB (drivers may report a few
   percent more).
 - ``hbm_bandwidth``: peak bytes/s per GPU from the datasheet.
 - ``nvlink_bandwidth``: bytes/s per GPU **per direction** on the scale-up fabric (NVLink;
@@ -90,7 +92,7 @@ def _amd(name, mem, hbm, link, bf16, fp8, fp4, source):
 BUILTIN_GPUS: dict[str, GpuSpec] = {
     "H100": _nv("H100", 80 * GIB, 3.35 * TB, 450 * GB, 989 * TFLOPS, 1979 * TFLOPS, None,
                 f"{_NV_HOPPER}; {_AIC}h100_sxm.yaml"),
-    "H200": _nv("H200", 141 * GIB, 4.8 * TB, 450 * GB, 989 * TFLOPS, 1979 * TFLOPS, None,
+    "H200": _nv("H200", 150_109_106_995, 4.8 * TB, 450 * GB, 989 * TFLOPS, 1979 * TFLOPS, None,
                 f"{_NV_HOPPER}; {_AIC}h200_sxm.yaml"),
     # H20: the export Hopper (HGX H20 datasheet): 96 GB HBM3 at 4.0 TB/s, 148 / 296 TFLOPS dense
     "H20": _nv("H20", 96 * GIB, 4.0 * TB, 450 * GB, 148 * TFLOPS, 296 * TFLOPS, None,

@@ -1,7 +1,7 @@
 """Memory fraction, KV capacity and how many sequences run at once (engine documentation).
 
-vLLM's ``--gpu-memory-utilization`` budgets the whole instance (weights, activations, CUDA
-graphs, KV); SGLang's ``--mem-fraction-static`` covers weights + KV pool, activations live
+vLLM's ``--gpu-memory-utilization`` budgets the whole instance (weights, activations, KV);
+SGLang's ``--mem-fraction-static`` covers weights + KV pool, activations and CUDA graphs live
 outside it. Per GPU: ``KV budget = fraction x memory - weights / tp - reserve(engine)`` and
 ``capacity = budget / (KV bytes per token per GPU / dcp)``; linear-attention state is held per
 running sequence. When a batch does not fit, the engine runs what fits and queues the rest
@@ -21,9 +21,43 @@ if TYPE_CHECKING:
 MEM_FLAGS = {"vllm": "--gpu-memory-utilization", "sglang": "--mem-fraction-static"}
 DEFAULT_FRACTION = 0.90          # used when calibration says nothing about this engine and GPU
 OOM_THRESHOLD = 0.95             # published: 0.95 gave OOM retries on B300 for both engines
-# Share of GPU memory vLLM's budget spends outside weights + KV (activation peak of a chunked-
-# prefill pass and CUDA graphs); SGLang keeps these outside its static fraction.
-ENGINE_RESERVE = {"vllm": 0.08, "sglang": 0.0}
+GIB = 2 ** 30
+# What an engine's memory fraction spends outside weights and KV, per GPU, from the real
+# start-up logs on one H200 (bench/data/h200-real/logs, TP 1, 8,192-token prefill chunks):
+# - vLLM 0.26.0: "Actual usage is 29.34 GiB for weight, 1.09 GiB for peak activation, 0.23 GiB
+#   for non-torch memory, and 1.2 GiB for CUDAGraph memory" (deepseek-v2-lite; llama-3.1-8b:
+#   1.1 and 0.22 GiB). Its KV budget is fraction x memory - weights - peak activation -
+#   non-torch ("Available KV cache memory: 95.16 GiB" = 0.9 x 139.8 - 29.34 - 1.09 - 0.23);
+#   the CUDA graphs are captured afterwards, outside it (hence OOM at fractions near 0.95).
+#   The activation peak is the model's (``activation_peak_bytes``), the rest is ENGINE_RESERVE.
+# - SGLang 0.5.16: its pool is fraction x memory - weights - what the process held before
+#   loading them (CUDA context and allocator: "avail mem=139.09 GB" of 139.8 at start, 0.71 GiB);
+#   activations and graphs come out of the rest.
+# NCCL buffers at TP > 1 are not counted.
+ENGINE_RESERVE = {"vllm": 0.23 * GIB, "sglang": 0.71 * GIB}
+# Whether the fraction's budget holds the activation peak (vLLM profiles it; SGLang's static
+# fraction leaves activations outside)
+COUNTS_ACTIVATIONS = {"vllm": 1.0, "sglang": 0.0}
+PROFILE_SEQS = 1024              # vLLM's max_num_seqs on an H200: the sampler's profiled rows
+PROFILE_TOKENS = 8192            # its max_num_batched_tokens: the profiled forward pass
+
+
+def activation_peak_bytes(summary: dict | None, tp: int) -> float:
+    """vLLM's profiled activation peak per GPU: the sampler's fp32 logits of PROFILE_SEQS rows,
+    plus one PROFILE_TOKENS-token pass's largest bf16 intermediate per token (the fused MoE's
+    three caches of top-k x max(2 x expert intermediate / tp, hidden), or a dense MLP's gate
+    and up projections and hidden state). On our H200 it gives 1.16 GiB for deepseek-v2-lite
+    (1.09 logged) and 0.99 GiB for llama-3.1-8b (1.1 logged). Without an architecture: 1.1 GiB."""
+    if not summary or not summary.get("hidden_size"):
+        return 1.1 * GIB
+    h = float(summary["hidden_size"])
+    sampler = PROFILE_SEQS * float(summary.get("vocab_size") or 0) * 4.0
+    dense = 2.0 * float(summary.get("dense_intermediate") or 0) / tp + 2.0 * h
+    moe = 0.0
+    if summary.get("n_moe_layers"):
+        moe = 3.0 * float(summary["experts_per_token"]) * max(
+            2.0 * float(summary["expert_intermediate"]) / tp, h)
+    return sampler + PROFILE_TOKENS * 2.0 * max(dense, moe)
 # Both engines preallocate the linear-attention state for DEFAULT_MAX_RUNNING sequences (or the
 # batch when it is larger; model.formulas.max_running). For Kimi-K3 at TP 8 that is 256 x 56 MB
 # = 14.4 GB per GPU: vLLM's published 25.12 GiB of KV on an 8-GPU GB300 node (vllm#50055) is
@@ -54,16 +88,18 @@ def choose_fraction(engine: str, gpu: str, safe: list[float], unsafe: list[float
     return MemoryChoice(frac, why)
 
 
-def engine_reserve(engine: str) -> float:
-    """ENGINE_RESERVE of an engine name (0 for an engine without one)."""
-    return ENGINE_RESERVE.get(engine, 0.0)
+def engine_reserve(engine: str, activation_bytes: float = 0.0) -> float:
+    """Bytes per GPU an engine's fraction spends outside weights and KV: ENGINE_RESERVE plus
+    the activation peak when its budget holds it (0 for an unknown engine)."""
+    return ENGINE_RESERVE.get(engine, 0.0) + COUNTS_ACTIVATIONS.get(engine, 0.0) * activation_bytes
 
 
 def kv_capacity_tokens(engine: str, fraction: float, gpu_memory: float, weight_bytes: float,
                        tp: int, kv_bytes_per_gpu_token: float, dcp: int,
-                       state_pool_bytes: float = 0.0) -> int:
+                       state_pool_bytes: float = 0.0, activation_bytes: float = 0.0) -> int:
     """Tokens of KV one instance holds (``kv_capacity`` of one configuration, an int)."""
-    return int(kv_capacity(engine_reserve(engine), float(fraction), float(gpu_memory),
+    return int(kv_capacity(engine_reserve(engine, activation_bytes), float(fraction),
+                           float(gpu_memory),
                            float(weight_bytes), float(tp), float(kv_bytes_per_gpu_token),
                            float(dcp), float(state_pool_bytes)))
 
@@ -79,10 +115,12 @@ def instance_kv_capacity(engine: str, fraction: float, gpu_memory: float, shape:
     """Tokens of KV one instance of ``engine`` holds for the served model ``shape`` on ``tp``
     GPUs of ``gpu_memory`` bytes at DCP ``dcp``, launched for ``max_running`` sequences: the
     capacity the recommender predicts with (``model.formulas.kv_capacity``, weights, the
-    engine's reserve and the state pool subtracted) and the simulator admits by."""
+    engine's reserve with the model's activation peak where its budget holds it, and the
+    state pool subtracted) and the simulator admits by."""
     return kv_capacity_tokens(engine, fraction, gpu_memory, shape.weight_bytes, tp,
                               shape.kv_gpu_token_bytes(tp), dcp,
-                              state_pool_bytes(shape, tp, max_running))
+                              state_pool_bytes(shape, tp, max_running),
+                              activation_peak_bytes(shape.summary, tp))
 
 
 def kv_demand_tokens(batch, context, output, share=0.0):

@@ -17,6 +17,7 @@ from model.formulas import DEFAULT_MAX_RUNNING
 from model.memory import (
     MEM_FLAGS,
     OOM_THRESHOLD,
+    activation_peak_bytes,
     engine_reserve,
     instance_kv_capacity,
     state_pool_bytes,
@@ -71,14 +72,16 @@ def explain(w: Workload, shape: ModelShape, fractions: dict[str, float],
     n, mem = w.num_gpus, gpu.memory_bytes
     weights = shape.weight_bytes / n
     pool = state_pool_bytes(shape, n, _run(w))
-    usable = {e: (f - engine_reserve(e)) * mem for e, f in fractions.items()}
+    act = activation_peak_bytes(shape.summary, n)
+    reserve = {e: engine_reserve(e, act) for e in fractions}
+    usable = {e: f * mem - reserve[e] for e, f in fractions.items()}
     head = f"the model does not fit on {gpu.name} x {n}: "
     state = (f" and {pool / GB:.1f} GB of linear-attention state for {_run(w)} sequences"
              if pool > 0 else "")
     if all(weights + pool >= u for u in usable.values()):
         field = "num_gpus"
         parts = [f"{e} {u / GB:.1f} GB ({MEM_FLAGS[e]} {fractions[e]:.2f} x {mem / GB:.1f} GB"
-                 + (f" less its {engine_reserve(e):.0%} reserve" if engine_reserve(e) else "")
+                 + (f" less its {reserve[e] / GB:.1f} GB reserve" if reserve[e] else "")
                  + ")" for e, u in usable.items()]
         gpus = f"{n} GPUs" if n > 1 else "1 GPU"
         cause = (f"its weights take {weights / GB:.1f} GB per GPU ({shape.weight_bytes / GB:.1f} "

@@ -23,6 +23,7 @@ from model.costmodel import (
     static_rows,
 )
 from model.estimator import PRIOR
+from model.fitting import family_key
 from model.formulas import (
     CAPACITY,
     FEASIBLE,
@@ -68,8 +69,7 @@ class Predictor:
         self.model = model
         self._coef: dict[str, tuple[np.ndarray, np.ndarray, float]] = {}
         for name, est in model.engines.items():
-            self._coef[name] = (est.coef_, est.coef_cov_,
-                                max(est.residual_rel_std_, est.noise_floor))
+            self._coef[name] = (est.coef_, est.coef_cov_, est.relative_noise_)
         # the recommender's crossover scans (model.recommend.crossover_near), per workload
         # without its context (emptied when full)
         self.crossovers: dict = {}
@@ -124,13 +124,15 @@ class Predictor:
         return hit
 
     def coefficients(self, engine: str, gpu: str) -> tuple[np.ndarray, np.ndarray, float]:
-        """(coef, covariance, relative noise) of an engine on a GPU type; the physical priors
-        where the model has no data for that pair."""
+        """(coef, covariance, relative noise) of an engine on a GPU type: its own fit, else
+        the engine's pooled over the GPUs of its family it was measured on (``model.fitting``),
+        else the physical priors."""
         key = efficiency_key(engine, gpu)
         hit = self._coef.get(key)
         if hit is None:
+            pooled = self._coef.get(family_key(engine, gpu))
             k = len(TERMS)
-            hit = self._coef[key] = (PRIOR_COEF, np.zeros((k, k)), 0.03)
+            hit = self._coef[key] = pooled or (PRIOR_COEF, np.zeros((k, k)), 0.03)
         return hit
 
     def table(self, case: Case, rel_extra: np.ndarray | None = None,

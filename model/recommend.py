@@ -167,7 +167,7 @@ def evaluate(model: CostModel, w: Workload, shape: ModelShape, configs: list[Con
                                                  table.tolist(), strict=True):
         # the table's columns (model.formulas: TOTAL ... FEASIBLE, then the decode terms in
         # DECODE_TERMS' order, checked below the function)
-        total, lo, hi, _, pf, tpot, run, cap, ok, gemm, kv, state, tpc, dcpc, lf, sf, stf = t
+        total, lo, hi, _, pf, tpot, run, cap, ok = t[:PARTS]
         calibrated = status == "calibrated"
         out.append(_evaluated((c, construct(ConfigPrediction, {
             "engine": c.engine, "dcp_size": c.dcp_size, "total_s": total,
@@ -177,9 +177,8 @@ def evaluate(model: CostModel, w: Workload, shape: ModelShape, configs: list[Con
             "transferred": status == "transferred", "mem_fraction": fraction,
             "kv_capacity_tokens": int(cap) if cap < 2 ** 62 else 2 ** 62,
             "fits_in_memory": demand <= cap, "running_sequences": int(run) if ok else 0,
-            "kv_read_source": source, "step_terms_s": {
-                "gemm": gemm, "kv_read": kv, "state": state, "tp_comm": tpc, "dcp_comm": dcpc,
-                "layer_fixed": lf, "seq_fixed": sf, "step_fixed": stf}}),
+            "kv_read_source": source,
+            "step_terms_s": dict(zip(DECODE_TERMS, t[PARTS:], strict=True))}),
             (anyway or status != "uncalibrated") and ok > 0.0)))
     return out
 
@@ -191,9 +190,6 @@ def measured_fits(ranges: list[tuple[str, dict | None]], feasible) -> bool:
                for (status, _), ok in zip(ranges, feasible, strict=True))
 
 
-# the step terms evaluate() names, in the table's order
-assert DECODE_TERMS == ("gemm", "kv_read", "state", "tp_comm", "dcp_comm", "layer_fixed",
-                        "seq_fixed", "step_fixed")
 _evaluated = partial(tuple.__new__, Evaluated)    # Evaluated((...)) without its Python __new__
 
 
@@ -414,8 +410,10 @@ def _ms(x: float) -> str:
     return f"{x * 1e3:.1f} ms"
 
 
-STEP_NAMES = {"gemm": "weights/GEMMs", "kv_read": "KV reads", "state": "linear-attention state",
-              "tp_comm": "TP all-reduce", "dcp_comm": "DCP collectives",
+STEP_NAMES = {"gemm": "dense weights/GEMMs", "moe": "routed experts", "kv_read": "KV reads",
+              "mla_read": "MLA latent reads", "dcp_read": "DCP attention reads",
+              "state": "linear-attention state", "tp_comm": "TP all-reduce",
+              "dcp_comm": "DCP collectives", "dcp_fixed": "DCP merge fixed",
               "layer_fixed": "per-layer fixed", "seq_fixed": "per-sequence",
               "step_fixed": "per-step fixed"}
 
@@ -426,6 +424,7 @@ def step_story(parts: dict[str, float]) -> str:
     return ", ".join([f"{STEP_NAMES[k]} {v * 1e3:.1f} ms" for k, v in items if v > 0])
 
 
+TIE = 0.05          # two engines predicted within 5 % of each other tie (model.validation)
 _second = itemgetter(1)
 _total = attrgetter("pred.total_s")
 
@@ -493,6 +492,11 @@ def _reasons(w: Workload, shape: ModelShape, si: Silicon, best: Evaluated,
                  "extrapolated from the physics prior (allow_extrapolation)")
     elif bp.extrapolated:
         r.append("the workload lies outside the calibrated range: the interval is widened")
+    if rival and speedup is not None and rival.config.engine != best.config.engine \
+            and speedup < 1.0 + TIE:
+        r.append(f"{best.config.engine} and {rival.config.engine} tie: {best_l} is predicted "
+                 f"only {speedup:.2f}x faster than {rival_l}, within the {TIE:.0%} the engines' "
+                 "measured efficiencies can tell apart; choose on other needs")
     if confidence == "low" and rival:
         r.append(f"low confidence: the prediction intervals of {best_l} and "
                  f"{rival_l} overlap")

@@ -48,6 +48,8 @@ class ModelShape:
     attn_prefill_coef: float     # causal prefill attention FLOPs = coef x L^2 (one sequence)
     attn_prefill_linear: float = 0.0  # + this x L: sliding-window layers (window-bounded)
     weights_known: bool = True
+    # the routed experts' share of matmul_flops, by compute dtype (their own kernels)
+    moe_matmul_flops: tuple[tuple[str, float], ...] = ()
     summary: dict = field(default_factory=dict, compare=False, hash=False)
     # model.terms.Physics per (silicon, tp), built on first use; a replaced copy starts empty
     physics: dict = field(init=False, default_factory=dict, compare=False, hash=False,
@@ -56,6 +58,15 @@ class ModelShape:
     @property
     def matmul_flops_per_token(self) -> float:
         return float(sum(f for _, f in self.matmul_flops))
+
+    @property
+    def dense_and_moe_flops(self) -> tuple[tuple[tuple[str, float], ...],
+                                           tuple[tuple[str, float], ...]]:
+        """(dense, routed-expert) matmul FLOPs per token, each by compute dtype."""
+        moe = dict(self.moe_matmul_flops)
+        dense = tuple((k, f - moe.get(k, 0.0)) for k, f in self.matmul_flops
+                      if f - moe.get(k, 0.0) > 0.0)
+        return dense, self.moe_matmul_flops
 
     @property
     def kv_bytes_per_token(self) -> float:
@@ -120,10 +131,12 @@ def from_architecture(arch: Architecture, kv_dtype: str) -> ModelShape:
             continue
         key = compute_dtype(dtypes.get(part, "bf16"))
         flops[key] = flops.get(key, 0.0) + 2.0 * params
+    moe_flops: tuple[tuple[str, float], ...] = ()
     if arch.n_moe_layers:
         key = compute_dtype(dtypes.get("routed_experts", "bf16"))
-        flops[key] = flops.get(key, 0.0) + 2.0 * (arch.n_moe_layers * arch.experts_per_token
-                                                  * arch.routed_expert_params)
+        routed = 2.0 * arch.n_moe_layers * arch.experts_per_token * arch.routed_expert_params
+        flops[key] = flops.get(key, 0.0) + routed
+        moe_flops = ((key, routed),)
     flops["bf16"] = flops.get("bf16", 0.0) + arch.linear_attn_flops_per_token
     if arch.tie_word_embeddings:
         flops["bf16"] += 2.0 * arch.vocab_size * arch.hidden_size
@@ -146,7 +159,8 @@ def from_architecture(arch: Architecture, kv_dtype: str) -> ModelShape:
         expert_bytes=float(arch.routed_expert_bytes or 0.0),
         matmul_flops=tuple(sorted(flops.items())),
         attn_flops_per_ctx_token=float(arch.attn_decode_flops_per_ctx_token),
-        attn_prefill_coef=quad, attn_prefill_linear=max(lin, 0.0), summary=arch.to_dict())
+        attn_prefill_coef=quad, attn_prefill_linear=max(lin, 0.0), moe_matmul_flops=moe_flops,
+        summary=arch.to_dict())
 
 
 def bare(kv_bytes_per_token: float, kv_dtype: str = "bf16", attention: Attention = "unknown",

@@ -52,7 +52,10 @@ from model.formulas import (
     KV_GPU_TOKEN,
     LOG_Q_MISS,
     MEMORY,
+    ACT_PEAK,
+    IS_MLA,
     MM,
+    MM_MOE,
     N_CONSTANTS,
     N_DECODE,
     N_FULL,
@@ -75,12 +78,13 @@ from model.formulas import (
     decode_into,
     prefill_into,
 )
+from model.memory import activation_peak_bytes
 from model.shape import ModelShape
 from model.silicon import Silicon
 
 TERMS = PREFILL_TERMS + DECODE_TERMS
-PHYSICS_TERMS = ("pf_gemm", "pf_attn", "pf_comm", "gemm", "kv_read", "state", "tp_comm",
-                 "dcp_comm")
+PHYSICS_TERMS = ("pf_gemm", "pf_moe", "pf_attn", "pf_comm", "gemm", "moe", "kv_read", "mla_read",
+                 "dcp_read", "state", "tp_comm", "dcp_comm")
 ACT_BYTES = 2                # bf16 activations on the wire
 LSE_BYTES = 4                # one fp32 log-sum-exp per head and sequence
 
@@ -112,12 +116,16 @@ class Physics:
         self.curve = read.table
         heads = max(shape.q_heads, 1) / t        # per rank, times dcp after the gather
         K = np.zeros(N_CONSTANTS)
-        # gemm: dense weights + E (1 - q^B) routed experts per MoE layer, or FLOPs
+        # gemm: the dense weights or their FLOPs; moe: E (1 - q^B) routed experts per MoE
+        # layer, or their FLOPs
         K[W_DENSE] = shape.dense_step_bytes / t / wr
         miss = 1.0 - shape.experts_per_token / shape.n_experts if shape.n_experts else 1.0
         K[LOG_Q_MISS] = math.log(miss) if miss > 0 else -math.inf
         K[W_EXPERTS] = shape.n_moe_layers * shape.n_experts * shape.expert_bytes / t / wr
-        K[MM] = si.matmul_s_per_token(shape.matmul_flops) / t
+        dense, moe = shape.dense_and_moe_flops
+        K[MM] = si.matmul_s_per_token(dense) / t
+        K[MM_MOE] = si.matmul_s_per_token(moe) / t
+        K[IS_MLA] = 1.0 if self.family == "mla" else 0.0
         # kv_read: one call per full-attention layer on the read curve, or its FLOPs
         K[N_FULL] = shape.n_full_layers
         K[KV_CALL] = shape.kv_layer_bytes / shape.shards(tp)
@@ -129,7 +137,7 @@ class Physics:
         K[Q_GATHER] = heads * shape.qk_dim * ACT_BYTES
         K[O_GATHER] = heads * (shape.v_dim * ACT_BYTES + LSE_BYTES)
         # prefill
-        K[WEIGHTS_PASS] = shape.weight_bytes / t / wr
+        K[WEIGHTS_PASS] = K[W_DENSE]      # a prefill pass reads the dense weights once
         K[ATTN_PF] = shape.attn_prefill_coef / (t * si.attn_flops)
         K[ATTN_PF_LINEAR] = shape.attn_prefill_linear / (t * si.attn_flops)
         # capacity (model.memory.kv_capacity)
@@ -139,6 +147,7 @@ class Physics:
         K[KV_GPU_TOKEN] = shape.kv_gpu_token_bytes(tp)
         K[STATE_GPU] = shape.state_bytes_per_seq / t
         K[READ_T0], K[READ_ASYM], K[READ_BPS] = read.t0, read.asym, read.bps
+        K[ACT_PEAK] = activation_peak_bytes(shape.summary, tp)
         self.K = tuple(K.tolist())    # a tuple: the compiled code reads it without reference counts
         self._coll = np.array([si.collective("all_reduce", t).params])
 
@@ -154,9 +163,9 @@ class Physics:
     def decode(self, b: float, c: float, d: float) -> tuple[float, ...]:
         """The ``DECODE_TERMS`` of one step of ``b`` sequences at context ``c``, DCP ``d``."""
         out = np.empty((1, N_DECODE))
-        gemm, tp_comm = batch_terms(self.K, self._coll, float(b))
+        gemm, moe, tp_comm = batch_terms(self.K, self._coll, float(b))
         decode_into(self.K, self.collectives(d), self.curve, float(b), float(c), float(d),
-                    gemm, tp_comm, out, 0, 0)
+                    gemm, moe, tp_comm, out, 0, 0)
         return tuple(out[0].tolist())
 
     def prefill(self, b: float, L: float, s: float = 0.0,

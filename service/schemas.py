@@ -49,10 +49,14 @@ class StepSeconds(BaseModel):
     """Seconds of each physical term of one decode step (model.terms)."""
 
     gemm: float
+    moe: float
     kv_read: float
+    mla_read: float
+    dcp_read: float
     state: float
     tp_comm: float
     dcp_comm: float
+    dcp_fixed: float
     layer_fixed: float
     seq_fixed: float
     step_fixed: float

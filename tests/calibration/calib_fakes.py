@@ -2,7 +2,10 @@
 
 It streams ``max_tokens`` chunks with a small sleep between them and can be told to fail:
 ``fail`` maps a context length to an error body (status 500) or to ``"hang"``; ``flaky`` makes
-that many upcoming completions fail with 503.
+that many upcoming completions fail with 503. ``server_info`` adds keys to SGLang's
+``/get_server_info``; ``metrics`` is the ``/metrics`` text; ``max_model_len`` goes into
+``/v1/models``; ``log`` (a path) gets a vLLM-style JIT line whenever a completion of a context in
+``jit`` (context -> kernel name) arrives.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ import httpx
 class FakeEngine:
     def __init__(self, engine: str = "vllm", *, step_s: float = 0.001, version: str = "0.0-fake",
                  fail: dict[int, str] | None = None, models: tuple[str, ...] = ("fake-model",),
-                 flaky: int = 0):
+                 flaky: int = 0, server_info: dict | None = None, metrics: str | None = None,
+                 max_model_len: int | None = None, log=None, jit: dict[int, str] | None = None):
         self.engine = engine
         self.step_s = step_s
         self.version = version
@@ -25,6 +29,11 @@ class FakeEngine:
         self.requests: list[dict] = []
         self.healthy = True
         self.flaky = flaky
+        self.server_info = dict(server_info or {})
+        self.metrics = metrics
+        self.max_model_len = max_model_len
+        self.log = log
+        self.jit = dict(jit or {})
 
     def transport(self) -> httpx.MockTransport:
         return httpx.MockTransport(self.handle)
@@ -37,14 +46,23 @@ class FakeEngine:
             return httpx.Response(200, json={"version": self.version})
         if path == "/get_server_info" and self.engine == "sglang":
             return httpx.Response(200, json={"version": self.version, "tp_size": 8,
-                                             "mem_fraction_static": 0.9})
+                                             "mem_fraction_static": 0.9, **self.server_info})
+        if path == "/metrics" and self.metrics is not None:
+            return httpx.Response(200, text=self.metrics)
         if path == "/v1/models":
+            extra = {"max_model_len": self.max_model_len} if self.max_model_len else {}
             return httpx.Response(200, json={"object": "list", "data": [
-                {"id": m, "object": "model"} for m in self.models]})
+                {"id": m, "object": "model", **extra} for m in self.models]})
         if path == "/v1/completions":
             body = json.loads(request.content)
             self.requests.append(body)
             ctx = len(body["prompt"])
+            if ctx in self.jit and self.log is not None:
+                import time
+                with open(self.log, "a") as f:
+                    f.write(f"(EngineCore pid=1) WARNING {time.strftime('%m-%d %H:%M:%S')} "
+                            "[jit_monitor.py:135] Triton kernel JIT compilation during "
+                            f"inference: {self.jit.pop(ctx)}. This causes a latency spike\n")
             action = self.fail.get(ctx)
             if action == "hang":
                 await asyncio.sleep(3600)

@@ -39,5 +39,5 @@ def rows(truth: dict[str, dict[str, float]] = TRUTH, dcp: dict[str, int] = DCP,
             f = case_features(row_case(r))
             out.append(r.model_copy(update={"total_s": float(f.total[0] @ c),
                                             "ttft_s": float(f.prefill[0] @ c),
-                                            "tpot_s": float(f.tpot[0] @ c)}))
+                                            "decode_step_s": float(f.tpot[0] @ c)}))
     return out

@@ -242,3 +242,73 @@ def test_times_measured_against_the_simulator_near_its_overhead_warn(tmp_path, c
     err = capsys.readouterr().err
     assert "sg.jsonl:1: measured against engine-advisor sim: TTFT" in err
     assert "within 10x the simulator's overhead of 500 ms per request at 1 in flight" in err
+
+
+# ----------------------------------------------------------------------------- semantics
+def test_vllm_arrays_give_the_pure_decode_step_and_the_architecture(tmp_path):
+    """All requests sent at once: the decode step from the per-request streams, as
+    ``calibrate run`` derives it; the file's model id names the architecture."""
+    from calibration.streams import Stream, stream_times
+
+    raw = json.loads(VLLM.read_text())
+    (row,) = import_files([str(VLLM)], "vllm-bench", Defaults(mem_fraction=0.92))
+    # this file's first request ends before its last one starts decoding: no window in which
+    # the whole batch decodes, so no decode step
+    assert min(t + sum(g) for t, g in zip(raw["ttfts"], raw["itls"], strict=True)) < max(
+        raw["ttfts"])
+    assert row.decode_step_s is None and row.tpot_s is not None
+    # first tokens close together: the window exists
+    raw["ttfts"] = [0.2 + 0.01 * i for i in range(8)]
+    p = tmp_path / "close.json"
+    p.write_text(json.dumps(raw))
+    (row,) = import_files([str(p)], "vllm-bench", Defaults(mem_fraction=0.92))
+    streams = [Stream.of(0.0, t, g) for t, g in zip(raw["ttfts"], raw["itls"], strict=True)]
+    expected = stream_times(streams, 8192)
+    assert expected.decode_step_s is not None and expected.decode_steps > 100
+    assert row.decode_step_s == pytest.approx(expected.decode_step_s)
+    assert row.ttft_s == pytest.approx(expected.prefill_s)
+    # moonshotai/Kimi-K2-Instruct: the kimi-k2 preset, its KV bytes at bf16
+    assert (row.model, row.kv_bytes_per_token, row.kv_cache_dtype) == ("kimi-k2", 70272, "bf16")
+    assert row.weights == "real"
+
+
+def test_without_arrays_only_a_single_request_gives_a_decode_step():
+    lines = [json.loads(s) for s in SGLANG.read_text().splitlines()]
+    rows = import_files([str(SGLANG)], "sglang-bench", Defaults(kv_bytes_per_token=70272,
+                                                                 dcp_size=8))
+    # line 1: one request, no arrays: its median ITL is its decode step
+    assert rows[0].decode_step_s == pytest.approx(lines[0]["median_itl_ms"] / 1e3)
+    # line 2: four requests with arrays: from the streams
+    assert rows[1].decode_step_s is not None
+    # several waves and no arrays: no decode step, no prefill
+    (summary,) = import_files([str(VLLM_SUMMARY)], "vllm-bench", D)
+    assert summary.decode_step_s is None and summary.ttft_s is None
+
+
+def test_a_batch_without_arrays_records_no_decode_step(tmp_path):
+    obj = json.loads(VLLM.read_text())
+    for key in ("ttfts", "itls", "input_lens", "output_lens", "errors", "start_times"):
+        obj.pop(key, None)
+    p = tmp_path / "agg.json"
+    p.write_text(json.dumps(obj))
+    (row,) = import_files([str(p)], "vllm-bench", D)
+    assert row.batch_size == 8 and row.decode_step_s is None and row.tpot_s is not None
+
+
+def test_sglang_server_info_gives_weights_and_capacity(tmp_path):
+    line = json.loads(SGLANG.read_text().splitlines()[1])
+    line["server_info"] = {"tp_size": 8, "dcp_size": 8, "load_format": "dummy",
+                           "max_total_num_tokens": 5_000_000,
+                           "served_model_name": "deepseek-ai/DeepSeek-V3"}
+    p = tmp_path / "s.jsonl"
+    p.write_text(json.dumps(line) + "\n")
+    (row,) = import_files([str(p)], "sglang-bench", Defaults())
+    assert (row.weights, row.kv_capacity_tokens, row.model) == ("dummy", 5_000_000,
+                                                                "deepseek-v3")
+    assert row.kv_bytes_per_token == 70272
+    with pytest.raises(BenchFileError, match="--load-format real contradicts the engine"):
+        import_files([str(p)], "sglang-bench", Defaults(load_format="real"))
+    with pytest.raises(BenchFileError, match="--kv-bytes-per-token: 1000 disagrees with "
+                                             "--preset llama-3.1-8b"):
+        import_files([str(p)], "sglang-bench", Defaults(preset="llama-3.1-8b",
+                                                        kv_bytes_per_token=1000))

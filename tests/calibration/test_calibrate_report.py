@@ -19,7 +19,8 @@ from model.workload import Config, Workload
 def noisy(sd: float = 0.02, seed: int = 3, **kw):
     rng = random.Random(seed)
     return [r.model_copy(update={k: getattr(r, k) * (1 + rng.gauss(0, sd))
-                                 for k in ("ttft_s", "tpot_s", "total_s")}) for r in rows(**kw)]
+                                 for k in ("ttft_s", "decode_step_s", "total_s")})
+            for r in rows(**kw)]
 
 
 def true_crossover(batch: int, out: int) -> int:
@@ -51,7 +52,7 @@ def test_cross_validated_error_and_coverage_per_engine_and_dcp(report):
     for s in cv.values():
         assert s["n_points"] == 12
         # 2 % noise on each value: held-out errors of a few per cent, not zero, not large
-        assert 0.003 < s["cv_mape_total"] < 0.05 and 0.003 < s["cv_mape_tpot"] < 0.05
+        assert 0.003 < s["cv_mape_total"] < 0.05 and 0.003 < s["cv_mape_step"] < 0.05
         assert 0.6 <= s["interval_coverage"] <= 1.0
     assert len(rep["held_out"]) == 2 * 12 * 3
 

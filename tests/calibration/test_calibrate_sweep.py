@@ -18,7 +18,7 @@ from model.memory import choose_fraction
 def config(tmp_path, **kw) -> SweepConfig:
     base = dict(engine="vllm", contexts=[1024, 2048], kv_bytes_per_token=70272,
                 out=str(tmp_path / "run"), url="http://engine", batch_sizes=[1, 3],
-                output_tokens=8, retries=1, progress=False, mem_fractions=[0.92])
+                output_tokens=8, retries=1, progress=False, mem_fractions=[0.92], warmup=False)
     base.update(kw)
     cfg = SweepConfig(**base)
     cfg.validate()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -173,9 +174,15 @@ def test_missing_package_is_named(monkeypatch):
 
 @pytest.mark.parametrize("args,message", [
     (["--kv-bytes-per-token", "70272"], "FILE: at least one benchmark file is required"),
-    (["x.json"], "--kv-bytes-per-token: required with --format vllm-bench"),
+    (["UNKNOWN"], "--kv-bytes-per-token: required: the served model 'some-org/unknown-model' "
+                  "names no known architecture"),
 ])
 def test_bench_formats_still_need_files_and_kv_bytes(tmp_path, args, message):
+    """KV bytes: from the architecture the file's model id names, else required."""
+    unknown = tmp_path / "unknown.json"
+    obj = json.loads((Path(__file__).parent / "data" / "vllm_bench_8k_c8.json").read_text())
+    unknown.write_text(json.dumps({**obj, "model_id": "some-org/unknown-model"}))
+    args = [str(unknown) if a == "UNKNOWN" else a for a in args]
     r = cli_in_process("calibrate", "import", "--format", "vllm-bench", "--out",
                        str(tmp_path / "d.csv"), *args)
     assert r.returncode == 2 and message in r.stderr

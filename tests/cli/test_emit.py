@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import seedload
 import yaml
 
 from cli.main import main
@@ -26,9 +27,7 @@ CHECK_JSONSCHEMA = Path(sys.executable).with_name("check-jsonschema")
 COMPOSE_SCHEMA = Path(__file__).parent / "data" / "compose-spec.json"
 K8S_VERSION = "1.32.0"
 
-SEED = ["recommend", "--gpu", "B300", "--num-gpus", "8", "--preset", "kimi-k3",
-        "--batch-size", "512", "--output-tokens", "256", "--prefix-reuse-share", "0.998046875",
-        "--model-name", "moonshotai/Kimi-K3"]
+SEED = ["recommend", *seedload.CLI, "--model-name", "moonshotai/Kimi-K3"]
 CASES = [(65536, "vllm", 1, "vllm/vllm-openai", 8000),
          (204800, "sglang", 8, "lmsysorg/sglang", 30000)]
 
@@ -40,8 +39,7 @@ def run(capsys, *args):
 
 
 def expected(ctx: int):
-    w = Workload(context_tokens=ctx, output_tokens=256, batch_size=512, preset="kimi-k3",
-                 requirements={"prefix_reuse_share": 0.998046875}, model="moonshotai/Kimi-K3")
+    w = seedload.workload(ctx, model="moonshotai/Kimi-K3")
     m = default_model()
     return recommend(m, w, m.version), w
 

@@ -4,6 +4,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import seedload
 
 from cli.main import main
 from model.default import default_model
@@ -11,8 +12,7 @@ from model.recommend import recommend
 from model.workload import Workload
 
 # the published benchmark under the reference data's assumptions (model/data/b300_reference.csv)
-SEED = ["recommend", "--gpu", "B300", "--num-gpus", "8", "--preset", "kimi-k3",
-        "--batch-size", "512", "--output-tokens", "256", "--prefix-reuse-share", "0.998046875"]
+SEED = ["recommend", *seedload.CLI]
 
 
 def run(capsys, *args):
@@ -28,8 +28,7 @@ def test_json_is_exactly_the_contract_object(capsys, ctx, engine, dcp):
     got = json.loads(out)
     assert (got["engine"], got["dcp_size"], got["mem_fraction"]) == (engine, dcp, 0.92)
     m = default_model()
-    w = Workload(context_tokens=ctx, output_tokens=256, batch_size=512, preset="kimi-k3",
-                 requirements={"prefix_reuse_share": 0.998046875})
+    w = seedload.workload(ctx)
     assert got == json.loads(recommend(m, w, m.version).model_dump_json())
 
 

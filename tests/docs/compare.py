@@ -11,6 +11,7 @@ text lines), and a float is compared at the decimals the page shows.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 
@@ -29,13 +30,23 @@ def numbers_differ(doc: str, act: str) -> str:
     return ", ".join(f"{a} -> {b}" for a, b in pairs) or "spacing"
 
 
+SIMILAR = 0.6      # difflib ratio above which a reworded line still stands for the documented one
+
+
 def pair_lines(doc: list[str], act: list[str]) -> list[tuple[str, str | None]]:
-    """Each documented line with the actual line it stands for (None: not in the output)."""
+    """Each documented line with the actual line it stands for (None: not in the output): the
+    next equal line, else the next one equal up to its numbers, else the most similar one
+    after it (a reworded reason), in order."""
     out, at = [], 0
     for d in doc:
-        exact = next((k for k in range(at, len(act)) if act[k] == d), None)
-        k = exact if exact is not None else next(
-            (k for k in range(at, len(act)) if _pattern(d).match(act[k])), None)
+        rest = range(at, len(act))
+        k = next((k for k in rest if act[k] == d), None)
+        if k is None:
+            k = next((k for k in rest if _pattern(d).match(act[k])), None)
+        if k is None:
+            ratios = [(difflib.SequenceMatcher(None, d, act[k]).ratio(), -k) for k in rest]
+            best = max(ratios, default=(0.0, 0))
+            k = -best[1] if best[0] >= SIMILAR else None
         if k is None:
             out.append((d, None))
         else:
@@ -83,16 +94,26 @@ def _decimals(x: float, shown: str | None) -> int | None:
     return len(shown.split(".")[1])
 
 
-def project(doc, act, shown: dict[int, str] | None = None):
+def _display_places(x: float) -> int:
+    """Decimals a page shows of a new float: 2 from 1 up, 4 below (944.84, 0.1075)."""
+    return 2 if abs(x) >= 1 else 4
+
+
+def project(doc, act, display: bool = False):
     """``act`` cut to the shape of ``doc``: the same keys, the paired list items, floats
-    rounded to the decimals ``doc`` shows. A key or item ``act`` lacks is left out."""
+    rounded to the decimals ``doc`` shows (``display``: at least the page's usual ones, for
+    writing a changed value). A key or item ``act`` lacks is left out."""
     if isinstance(doc, dict) and isinstance(act, dict):
-        return {k: project(v, act[k]) for k, v in doc.items() if k in act}
+        return {k: project(v, act[k], display) for k, v in doc.items() if k in act}
     if isinstance(doc, list) and isinstance(act, list):
-        return [project(d, a) for d, a in _pair_items(doc, act) if a is not None]
+        return [project(d, a, display) for d, a in _pair_items(doc, act) if a is not None]
     if isinstance(doc, float) and isinstance(act, (int, float)) and not isinstance(act, bool):
         places = _decimals(doc, repr(doc))
-        return round(float(act), places) if places is not None else act
+        if places is None:
+            return act
+        if display and round(float(act), places) != doc:
+            places = max(places, _display_places(float(act)))
+        return round(float(act), places)
     return act
 
 
@@ -145,7 +166,10 @@ def json_problems(doc: str, act: str, abridged: bool) -> tuple[list[str], str | 
     if not abridged:
         problems += [f"{k}: not documented" for k in (a if isinstance(a, dict) else {})
                      if isinstance(d, dict) and k not in d]
-    return problems, dumps(new)
+    if abridged and any(": not in the answer" in p or " paired in the answer" in p
+                        for p in problems):
+        return problems, None      # an item or key the answer lacks: the page needs a hand
+    return problems, dumps(project(d, a, display=True) if abridged else a)
 
 
 # ---------------------------------------------------------------- compact JSON layout

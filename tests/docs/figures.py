@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from functools import cache, lru_cache
+from functools import cache
 
 FIGURES: dict[str, Callable] = {}
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
@@ -104,98 +104,6 @@ def proxy_crossover(ctx) -> str:
 
 
 # ---------------------------------------------------------------- cost-model.md
-def _distinct(context: int):
-    return _rec("kimi-k3", context, 2048, 64)
-
-
-for _ctx, _tag in ((65_536, "64k"), (204_800, "200k")):
-    def _register(context=_ctx, tag=_tag):
-        @figure(f"cost.distinct.{tag}.best")
-        def best(ctx) -> str:
-            r = _distinct(context)
-            return f"{ENGINE_NAMES[r.engine]} dcp {r.dcp_size}"
-
-        @figure(f"cost.distinct.{tag}.best_s")
-        def best_s(ctx) -> str:
-            r = _distinct(context)
-            return f"{_pred(r, r.engine, r.dcp_size).total_s:,.0f}"
-
-        @figure(f"cost.distinct.{tag}.rival_s")
-        def rival_s(ctx) -> str:
-            return f"{_rival(_distinct(context)).total_s:,.0f}"
-
-        @figure(f"cost.distinct.{tag}.rival_running")
-        def rival_running(ctx) -> str:
-            return str(_rival(_distinct(context)).running_sequences)
-    _register()
-
-
-@lru_cache(maxsize=1)
-def _reference_fit() -> list[tuple[float, float]]:
-    """(published, predicted) total seconds of the reference rows, in the file's order."""
-    from model.costmodel import row_case
-    from model.dataset import read_csv
-    from model.default import REFERENCE_CSV, default_model
-    from model.predictor import predictor_for
-
-    pred = predictor_for(default_model())
-    return [(r.total_s, float(pred.predict(row_case(r)).total[0]))
-            for r in read_csv(REFERENCE_CSV) if r.total_s is not None]
-
-
-@figure("cost.fit.totals")
-def fit_totals(ctx) -> str:
-    return ", ".join(f"{p:.1f}" for _, p in _reference_fit())
-
-
-@figure("cost.fit.within")
-def fit_within(ctx) -> str:
-    return str(math.ceil(100 * max(abs(p / t - 1) for t, p in _reference_fit())))
-
-
-def _coef(engine: str, term: str) -> float:
-    from model.default import default_model
-    from model.terms import TERMS
-
-    est = default_model().engines[f"{engine}/B300"]
-    return float(est.coef_[TERMS.index(term)])
-
-
-for _name, _engine, _term, _fmt in (
-        ("sglang.gemm", "sglang", "gemm", "{:.1f}"),
-        ("sglang.kv_read", "sglang", "kv_read", "{:.1f}"),
-        ("sglang.layer_ms", "sglang", "layer_fixed", "ms"),
-        ("sglang.seq_ms", "sglang", "seq_fixed", "ms"),
-        ("sglang.dcp_comm", "sglang", "dcp_comm", "{:.2f}"),
-        ("vllm.gemm", "vllm", "gemm", "{:.2f}"),
-        ("vllm.kv_read", "vllm", "kv_read", "{:.1f}")):
-    def _register_coef(name=_name, engine=_engine, term=_term, fmt=_fmt):
-        @figure(f"cost.coef.{name}")
-        def coef(ctx) -> str:
-            c = _coef(engine, term)
-            return f"{c * 1e3:.1f}" if fmt == "ms" else fmt.format(c)
-    _register_coef()
-
-
-@figure("cost.seedcheck")
-def seedcheck_table(ctx) -> str:
-    """The roofline table of ``python -m model.seedcheck`` at 64 x 2,048 tokens."""
-    from model.seedcheck import rooflines
-
-    rows = [r for r in rooflines() if (r["batch_size"], r["output_tokens"]) == (64, 2048)]
-    keys = list(dict.fromkeys((r["engine"], r["dcp_size"], r["context_tokens"]) for r in rows))
-    out = ["| engine | context | 64 distinct prompts: floor | one shared prompt: floor | "
-           "published |", "|---|---|---|---|---|"]
-    for engine, dcp, context in keys:
-        floor = {r["prompts"]: r for r in rows
-                 if (r["engine"], r["dcp_size"], r["context_tokens"]) == (engine, dcp, context)}
-        out.append(f"| {ENGINE_NAMES[engine]} dcp {dcp} | {context // 1024}K | "
-                   f"{floor['distinct']['roofline_s']:.1f} s | "
-                   f"{floor['shared']['roofline_s']:.1f} s | "
-                   f"{floor['distinct']['published_s']:.1f} s |")
-    return "\n".join(out)
-
-
 @figure("cost.nofit.dsv3")
 def nofit_dsv3(ctx) -> str:
     """The quoted parts of the refusal for DeepSeek-V3 on 8 x H100."""

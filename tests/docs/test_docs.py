@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from .check import UPDATE, Context, check_page
+from .figures import FIGURES
 from .markers import ROOT, pages, read, rel
 from .run import Server
 
@@ -35,8 +36,10 @@ def test_the_pages_run_examples():
     marks = [b.mark for p in pages() for b in read(p).blocks]
     assert marks.count("example") >= 4 and marks.count("output") >= 2
     assert marks.count("illustrative") >= 8
-    assert sum(len(read(p).figures()) for p in pages()) >= 20
-    assert sum(len(read(p).gens) for p in pages()) >= 4
+    used = {n for p in pages() for n, _, _ in read(p).figures()} | {
+        g.name for p in pages() for g in read(p).gens}
+    assert len(used) >= 15
+    assert set(FIGURES) == used, f"figures no page quotes: {sorted(set(FIGURES) - used)}"
 
 
 def test_readme_stays_short():

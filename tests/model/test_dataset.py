@@ -18,8 +18,8 @@ ROW = Measurement(engine="vllm", gpu="b300", num_gpus=8, dcp_size=1, mem_fractio
 
 def test_reference_data_states_its_assumptions_and_parses():
     text = REFERENCE_CSV.read_text()
-    for fact in ("65,536", "204,800", "27,648", "512 concurrent sequences x 256 output tokens",
-                 "share one prompt", "Roofline check", "tensor parallel 8", "0.95", "0.92",
+    for fact in ("65,536", "204,800", "27,648", "8 distinct prompts x 4,096 output tokens",
+                 "model.seedcheck", "roofline", "tensor parallel 8", "0.95", "0.92",
                  "Kimi-K3"):
         assert fact in text
     rows = read_csv(REFERENCE_CSV)

@@ -29,7 +29,8 @@ def test_datasheet_values():
     assert h100.hbm_bandwidth == 3.35e12 and h100.flops_bf16 == 989e12
     assert h100.flops_fp8 == 1979e12 and h100.flops_fp4 is None
     assert h100.nvlink_bandwidth == 450e9           # 900 GB/s bidirectional, per direction
-    assert h200.hbm_bandwidth == 4.8e12 and h200.memory_bytes == 141 * 2**30
+    # the CUDA total of a real H200 (vLLM 0.26.0: "(0.9, 125.82 GiB)"), not the datasheet 141 GB
+    assert h200.hbm_bandwidth == 4.8e12 and h200.memory_bytes == round(139.8 * 2**30)
     assert b300.memory_bytes == 288_400_343_040     # 275,040 MiB as nvidia-smi reports
     assert (b300.flops_bf16, b300.flops_fp8, b300.flops_fp4) == (2.25e15, 4.5e15, 14e15)
     assert b300.nvlink_bandwidth == 900e9

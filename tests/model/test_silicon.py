@@ -117,7 +117,7 @@ def test_roofline_uses_spec_peaks():
 def test_recommendation_names_the_physics_sources():
     rec = recommend(default_model(), _workload(), "t")
     text = " ".join(rec.reasons)
-    assert "H200 physics:" in text and "h200.json" in text
+    assert "H200 physics:" in text and "h200-aiconfigurator.json" in text
     b300 = recommend(default_model(), _workload(gpu="B300"), "t")
     assert all(p.kv_read_source for p in b300.predictions)
 
@@ -128,7 +128,7 @@ def test_cli_recommend_h200_states_the_profile():
                           "--gpu", "H200", "--num-gpus", "8", "--allow-extrapolation"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert "H200 physics:" in out.stdout and "h200.json" in out.stdout
+    assert "H200 physics:" in out.stdout and "h200-aiconfigurator.json" in out.stdout
 
 
 def test_profile_changes_predictions_only_on_its_gpu(profiles):

@@ -41,8 +41,9 @@ def col(row, name, names=DECODE_TERMS):
 
 def test_weights_at_batch_one_read_dense_and_k_experts_per_layer():
     f = decode_terms(SHAPE, Hardware(SI, 2), 1.0, 1000.0, 1.0)
-    expected = (2e9 + 9 * 4 * 30e6) / 2 / HBM      # one token touches exactly k experts
-    assert float(col(f, "gemm")[()]) == pytest.approx(expected, rel=1e-9)
+    assert float(col(f, "gemm")[()]) == pytest.approx(2e9 / 2 / HBM, rel=1e-9)
+    # one token touches exactly k experts of each MoE layer (their own kernels: the moe term)
+    assert float(col(f, "moe")[()]) == pytest.approx(9 * 4 * 30e6 / 2 / HBM, rel=1e-9)
 
 
 def test_expected_experts_touched_saturates_at_all_experts():
@@ -67,8 +68,9 @@ def test_kv_read_is_one_call_per_full_attention_layer():
     batch, ctx = 4.0, 10_000.0
     f = decode_terms(SHAPE, Hardware(si, 8), batch, ctx, 1.0)
     per_call = batch * ctx * 1152.0
-    assert float(col(f, "kv_read")[()]) == pytest.approx(8 * si.attn_read_s("mla", "bf16",
-                                                                             per_call), rel=1e-9)
+    assert float(col(f, "mla_read")[()]) == pytest.approx(8 * si.attn_read_s("mla", "bf16",
+                                                                              per_call), rel=1e-9)
+    assert float(col(f, "kv_read")[()]) == 0.0      # the MLA latent has its own term
     assert si.read_source("mla", "bf16") == "profile:p.json"
 
 
@@ -135,8 +137,13 @@ def test_prefill_flops_attention_and_prefix_reuse():
 def test_capacity_counts_weights_and_vllm_reserve():
     cap_v = kv_capacity_tokens("vllm", 0.9, 100e9, 40e9, 4, 1000.0, 2)
     cap_s = kv_capacity_tokens("sglang", 0.9, 100e9, 40e9, 4, 1000.0, 2)
-    assert cap_v == int(((0.9 - ENGINE_RESERVE["vllm"]) * 100e9 - 10e9) / 500.0)
-    assert cap_s == int((0.90 * 100e9 - 10e9) / 500.0)
+    assert cap_v == int((0.9 * 100e9 - ENGINE_RESERVE["vllm"] - 10e9) / 500.0)
+    assert cap_s == int((0.90 * 100e9 - ENGINE_RESERVE["sglang"] - 10e9) / 500.0)
+    act = 1.2e9        # vLLM's budget also holds the model's activation peak; SGLang's does not
+    assert kv_capacity_tokens("vllm", 0.9, 100e9, 40e9, 4, 1000.0, 2, activation_bytes=act) == \
+        int((0.9 * 100e9 - ENGINE_RESERVE["vllm"] - act - 10e9) / 500.0)
+    assert kv_capacity_tokens("sglang", 0.9, 100e9, 40e9, 4, 1000.0, 2,
+                              activation_bytes=act) == cap_s
     assert kv_capacity_tokens("sglang", 0.1, 100e9, 400e9, 4, 1000.0, 1) == 0
 
 

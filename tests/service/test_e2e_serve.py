@@ -8,6 +8,7 @@ import subprocess
 
 import httpx
 import pytest
+import seedload
 from proc import EXE
 from svc_helpers import SEED, TOKEN, assert_error, fit_artifact, serve
 
@@ -16,9 +17,7 @@ pytestmark = pytest.mark.timeout(120)
 
 def cli_recommend(context: int) -> dict:
     out = subprocess.run(
-        [str(EXE), "recommend", "--context-tokens", str(context), "--output-tokens", "256",
-         "--batch-size", "512", "--preset", "kimi-k3", "--prefix-reuse-share", "0.998046875",
-         "--gpu", "B300", "--num-gpus", "8", "--json"],
+        [str(EXE), "recommend", "--context-tokens", str(context), *seedload.CLI, "--json"],
         capture_output=True, text=True, check=True, timeout=60)
     return json.loads(out.stdout)
 

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Rebuild the shipped real-engine run folders and write the combined dataset the default
+model is fitted from (``model/data/h200_real.csv``).
+
+The folders under ``bench/data/h200-real/runs/`` were measured by ``run.py`` with an older
+``calibrate run`` (rows without ``decode_step_s``, ``kv_capacity_tokens``, ``weights``). This
+re-derives every row from its samples with the current semantics, per engine and preset: the
+same as
+
+    engine-advisor calibrate rebuild bench/data/h200-real/runs/TAG/ctx* --load-format dummy \\
+        --engine-log bench/data/h200-real/logs/TAG.log \\
+        --metrics bench/data/h200-real/logs/TAG.metrics.txt \\
+        [--server-info bench/data/h200-real/logs/TAG.info.json]      # SGLang
+
+(the served model is the preset the engines served it as), then concatenates the folders' rows.
+Run from the repository root, with engine-advisor installed:
+
+    python bench/real_engines/rebuild_real.py
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from calibration.rebuild import RebuildInputs, rebuild  # noqa: E402
+from model.artifact import atomic_write  # noqa: E402
+from model.dataset import header_csv, read_csv, row_csv  # noqa: E402
+
+DATA = REPO / "bench" / "data" / "h200-real"
+COMBINED = REPO / "model" / "data" / "h200_real.csv"
+TAGS = ("vllm-deepseek-v2-lite", "sglang-deepseek-v2-lite", "vllm-llama-3.1-8b",
+        "sglang-llama-3.1-8b")
+COMMAND = "python bench/real_engines/rebuild_real.py"
+HEADER = f"""\
+# Real vLLM and SGLang on one NVIDIA H200 (141 GB), measured 2026-12-01 on this workplace's GPU
+# machine by bench/real_engines/run.py: vLLM 0.26.0 and SGLang 0.5.16 (both on PyTorch 2.11.0,
+# CUDA 13), presets deepseek-v2-lite (MLA MoE) and llama-3.1-8b (dense GQA) served from
+# `calibrate model-dir` folders with random weights (--load-format dummy), memory fraction
+# 0.90, TP 1, no DCP; closed batches of token-id prompts sent at once, 128 output tokens,
+# contexts 1,024-130,000 x batches 1-64. Each row is one point of `calibrate run --url`:
+# ttft_s = the batch's prefill (first request sent -> last first token), decode_step_s = the
+# median inter-token gap while the whole batch decodes, total_s = the batch's wall time,
+# tpot_s = the engines' mean TPOT (comparison only); kv_capacity_tokens from each engine's
+# /metrics or server info (equal to its start-up log). Raw run folders, start-up logs and
+# /metrics: bench/data/h200-real/.
+# Left out here (kept in the run folders): {{LEFT_OUT}}
+# Regenerate (from the repository root): {COMMAND}
+"""
+# Points whose prefill a JIT compile hit: their prefill-dependent times (ttft_s, total_s,
+# tpot_s) are left out of the combined file; the decode step, measured after every request's
+# first token, stays. vLLM logged the compile during the ctx1024 sweep (09:44:19-09:44:25) and
+# only that sweep's batch-8 prefill is out of line (1.25 s; batch 1: 0.10 s, batch 32: 0.52 s).
+JIT_HIT = {
+    ("vllm-deepseek-v2-lite", "calibrate:vllm:dcp=1:mem=0.9:ctx=1024:batch=8:out=128:rep=0"):
+        "vllm-deepseek-v2-lite 1,024 x 8's ttft_s, total_s and tpot_s: a Triton "
+        "fused_moe_kernel JIT compile (log 09:44:21) hit its prefill",
+}
+
+
+def inputs(tag: str) -> RebuildInputs:
+    """The facts files of one engine-preset's folders."""
+    logs = DATA / "logs"
+    info = logs / f"{tag}.info.json"
+    server_info = json.loads(info.read_text()) if tag.startswith("sglang") else None
+    return RebuildInputs(load_format="dummy",
+                         engine_log=(logs / f"{tag}.log").read_text(errors="replace"),
+                         metrics=(logs / f"{tag}.metrics.txt").read_text(errors="replace"),
+                         server_info=server_info)
+
+
+def folders(tag: str) -> list[Path]:
+    return sorted((DATA / "runs" / tag).iterdir(),
+                  key=lambda p: int(p.name.removeprefix("ctx")))
+
+
+def main() -> None:
+    rows = []
+    for tag in TAGS:
+        for done in rebuild(folders(tag), inputs(tag)):
+            print(f"rebuilt {done.folder.relative_to(REPO)}: {len(done.rows)} rows, "
+                  f"{done.with_decode_step} with a decode step"
+                  + "".join(f"; JIT {h.kernel} at {h.log_time}" for h in done.jit))
+        for folder in folders(tag):
+            for row in read_csv(folder / "dataset.csv"):
+                if (tag, row.source) in JIT_HIT:
+                    row = row.model_copy(update={"ttft_s": None, "total_s": None,
+                                                 "tpot_s": None})
+                rows.append(row)
+    header = HEADER.replace("{LEFT_OUT}", "; ".join(JIT_HIT.values()))
+    atomic_write(COMBINED, (header + header_csv() + "".join(map(row_csv, rows))).encode())
+    print(f"wrote {COMBINED.relative_to(REPO)} ({len(rows)} rows)")
+
+
+if __name__ == "__main__":
+    main()

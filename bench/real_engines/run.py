@@ -1,0 +1,277 @@
+#!/usr/bin/env python3
+"""Measure real vLLM and SGLang on one GPU with dummy weights: the shipped H200 datasets.
+
+Runs on the GPU machine with the machine's own python3 and only the standard library; the
+engines and engine-advisor's dependencies come from wheel sets installed into their own folders
+(``install``). It serves each (engine, preset) in turn, alone on the GPU, from a folder written
+by ``engine-advisor calibrate model-dir`` (random weights: ``--load-format dummy``), sweeps it
+with ``engine-advisor calibrate run --url --preset P --load-format dummy --engine-log LOG`` over
+a sparse grid (one run folder per context; each sweep warms the engine up before timing and
+records the engine's facts and the JIT compiles its log shows), saves its start-up log,
+``/metrics`` and server info, and stops it.
+
+    python3 bench/real_engines/run.py install PARTS_DIR      # cat parts | tar x; pip --target
+    setsid python3 bench/real_engines/run.py all --res /tmp/res > /tmp/res/driver.log 2>&1 &
+    python3 bench/real_engines/run.py wait --res /tmp/res --seconds 540   # poll; archive
+
+``--engine-cmd`` replaces the engine commands (tests/calibration/test_real_engines_driver.py
+runs this script against ``engine-advisor sim``). docs/real-engines.md says how to do the same on
+a node where ``pip install vllm`` works. The folders of 2026-12-01 in bench/data/h200-real/ were
+measured before the sweep recorded decode steps and facts itself: rebuild_real.py re-derives
+them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import shlex
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+import urllib.request
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+SITES = {"vllm": "/tmp/vl", "sglang": "/tmp/sg"}
+PRESETS = {"deepseek-v2-lite": {"kv": 31104, "max_len": 135168},
+           "llama-3.1-8b": {"kv": 131072, "max_len": 131072}}
+ORDER = [("sglang", "deepseek-v2-lite"), ("vllm", "deepseek-v2-lite"),
+         ("sglang", "llama-3.1-8b"), ("vllm", "llama-3.1-8b")]
+FRACTION = 0.90
+OUTPUT_TOKENS = 128
+# context -> batch sizes: 1K-128K x 1-64, every batch's KV within both models' capacity at 0.90,
+# about 3M prompt tokens per engine and model (two minutes on an H200)
+GRID = {1024: [1, 8, 32, 64], 4096: [1, 16, 64], 16384: [1, 8, 32], 32768: [1, 16],
+        65536: [1, 8], 130000: [1, 4]}
+COMMANDS = {
+    "vllm": "python3 -m vllm.entrypoints.cli.main serve {dir} --load-format dummy "
+            "--served-model-name {preset} --gpu-memory-utilization {fraction} "
+            "--max-model-len {max_len} --host 127.0.0.1 --port {port}",
+    "sglang": "python3 -m sglang.launch_server --model-path {dir} --load-format dummy --tp 1 "
+              "--mem-fraction-static {fraction} --context-length {max_len} "
+              "--served-model-name {preset} --host 127.0.0.1 --port {port} --enable-metrics "
+              "--cuda-graph-max-bs 64",
+}
+
+
+def log(msg: str) -> None:
+    print(time.strftime("%H:%M:%S"), msg, flush=True)
+
+
+def install(parts: pathlib.Path) -> None:
+    """Join the parts, unpack the wheels, install each engine's set into its own folder."""
+    tmp = pathlib.Path("/tmp/wheels")
+    tmp.mkdir(exist_ok=True)
+    with open("/tmp/w.tar", "wb") as out:
+        for p in sorted(parts.glob("part*")):
+            out.write(p.read_bytes())
+    with tarfile.open("/tmp/w.tar") as t:
+        t.extractall(tmp, filter="data")
+    procs = []
+    for engine, site in SITES.items():       # both sets at once
+        names = (tmp / f"{engine}.txt").read_text().split()
+        log(f"installing {len(names)} wheels for {engine} into {site}")
+        procs.append(subprocess.Popen([sys.executable, "-m", "pip", "install", "-q",
+                                       "--no-index", "--no-deps", "--no-compile",
+                                       "--no-cache-dir", "--target", site,
+                                       *[str(tmp / n) for n in names]]))
+    if any(p.wait() for p in procs):
+        raise SystemExit("pip install failed")
+    log("installed")
+
+
+def get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, b""
+    except (OSError, ValueError):
+        return 0, b""
+
+
+def ea(*args: str) -> list[str]:
+    """An engine-advisor command (run with ``ea_env``: the vLLM set's dependencies)."""
+    return [sys.executable, "-m", "cli.main", *args]
+
+
+def ea_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": f"{REPO}:{SITES['vllm']}", "PYTHONUNBUFFERED": "1"}
+
+
+def serve_one(engine: str, preset: str, res: pathlib.Path, port: int, cmd: str | None,
+              startup_timeout: float, grid: dict[int, list[int]]) -> None:
+    facts = PRESETS[preset]
+    tag = f"{engine}-{preset}"
+    folder = res / "models" / preset
+    if not (folder / "config.json").exists():
+        subprocess.run(ea("calibrate", "model-dir", "--preset", preset, "--out",
+                          str(folder), "--max-model-len", str(facts["max_len"])),
+                       env=ea_env(), check=True, cwd=REPO)
+    argv = shlex.split((cmd or COMMANDS[engine]).format(
+        dir=folder, preset=preset, fraction=FRACTION, max_len=facts["max_len"], port=port,
+        engine=engine, kv=facts["kv"]))
+    env = {**os.environ, "PYTHONPATH": SITES[engine], "PYTHONUNBUFFERED": "1"}
+    logs = res / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log(f"{tag}: starting {shlex.join(argv)}")
+    t0 = time.monotonic()
+    with open(logs / f"{tag}.log", "wb") as f:
+        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True, cwd="/tmp")
+    base = f"http://127.0.0.1:{port}"
+    facts_out: dict = {"engine": engine, "preset": preset, "command": argv,
+                       "fraction": FRACTION}
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{tag}: exited with {proc.returncode} while starting")
+            if get(base + "/health")[0] == 200 and get(base + "/v1/models")[0] == 200:
+                break
+            if time.monotonic() - t0 > startup_timeout:
+                raise RuntimeError(f"{tag}: not healthy after {startup_timeout:g} s")
+            time.sleep(2)
+        facts_out["startup_s"] = round(time.monotonic() - t0, 1)
+        log(f"{tag}: healthy after {facts_out['startup_s']} s")
+        for path in ("/get_server_info", "/server_info", "/version"):
+            code, body = get(base + path)
+            if code == 200:
+                (res / "logs" / f"{tag}.info.json").write_bytes(body)
+                break
+        for ctx, batches in grid.items():
+            out = res / "runs" / tag / f"ctx{ctx}"
+            args = ["calibrate", "run", "--engine", engine, "--url", base, "--model", preset,
+                    "--prompt", "token-ids", "--contexts", str(ctx), "--batch-sizes",
+                    ",".join(map(str, batches)), "--output-tokens", str(OUTPUT_TOKENS),
+                    "--gpu", "H200", "--num-gpus", "1", "--mem-fraction", str(FRACTION),
+                    "--preset", preset, "--load-format", "dummy",
+                    "--engine-log", str(logs / f"{tag}.log"), "--out", str(out),
+                    "--no-progress", "--request-timeout", "400"]
+            r = subprocess.run(ea(*args), env=ea_env(), cwd=REPO, capture_output=True,
+                               text=True)
+            (out / "stdout.txt").write_text(r.stdout + r.stderr)
+            log(f"{tag}: ctx {ctx} exit {r.returncode}: {r.stdout.strip().splitlines()[-1:]}")
+        code, body = get(base + "/metrics")
+        (res / "logs" / f"{tag}.metrics.txt").write_bytes(body)
+    finally:
+        facts_out["stopped"] = stop(proc)
+        (res / "logs" / f"{tag}.facts.json").write_text(json.dumps(facts_out, indent=1))
+        log(f"{tag}: stopped")
+
+
+def stop(proc: subprocess.Popen) -> int | None:
+    """SIGTERM the engine's process group (by its PID), SIGKILL after 30 s, then wait until the
+    GPU's memory is free again."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    except ProcessLookupError:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)     # children left behind
+    except ProcessLookupError:
+        pass
+    for _ in range(60):
+        try:
+            r = subprocess.run(["nvidia-smi", "--query-gpu=memory.used",
+                                "--format=csv,noheader,nounits"], capture_output=True, text=True)
+        except FileNotFoundError:       # no GPU here (the test against the simulator)
+            break
+        if r.returncode != 0 or int((r.stdout.split() or ["0"])[0]) < 2000:
+            break
+        time.sleep(1)
+    return proc.returncode
+
+
+def run_all(res: pathlib.Path, only: list[str], cmd: str | None, port: int,
+            startup_timeout: float, grid: dict[int, list[int]]) -> None:
+    res.mkdir(parents=True, exist_ok=True)
+    for engine, preset in ORDER:
+        tag = f"{engine}-{preset}"
+        if only and tag not in only:
+            continue
+        try:
+            serve_one(engine, preset, res, port, cmd, startup_timeout, grid)
+        except Exception as exc:  # noqa: BLE001 - one engine's failure must not stop the rest
+            log(f"{tag}: FAILED {type(exc).__name__}: {exc}")
+        archive(res)
+    (res / "DONE").write_text("done\n")
+    log("all done")
+
+
+def archive(res: pathlib.Path) -> pathlib.Path:
+    """Everything measured so far in one file (the GPU machine returns a few files only)."""
+    path = res.parent / "res.tgz"
+    with tarfile.open(path, "w:gz") as t:
+        for sub in ("runs", "logs"):
+            if (res / sub).exists():
+                t.add(res / sub, arcname=sub)
+        if (res / "driver.log").exists():
+            t.add(res / "driver.log", arcname="driver.log")
+    return path
+
+
+def wait(res: pathlib.Path, seconds: float) -> None:
+    """Poll until DONE or ``seconds`` pass; copy the archive to $OUT."""
+    t_end = time.monotonic() + seconds
+    seen = 0
+    while time.monotonic() < t_end and not (res / "DONE").exists():
+        text = (res / "driver.log").read_text() if (res / "driver.log").exists() else ""
+        lines = text.splitlines()
+        for line in lines[seen:]:
+            print(line, flush=True)
+        seen = len(lines)
+        time.sleep(5)
+    text = (res / "driver.log").read_text() if (res / "driver.log").exists() else ""
+    for line in text.splitlines()[seen:]:
+        print(line)
+    out = os.environ.get("OUT")
+    if out:
+        import shutil
+        shutil.copy(archive(res), pathlib.Path(out) / "res.tgz")
+    print("DONE" if (res / "DONE").exists() else "still running")
+
+
+def parse_grid(text: str) -> dict[int, list[int]]:
+    out = {}
+    for part in text.split(";"):
+        ctx, _, batches = part.partition(":")
+        out[int(ctx)] = [int(b) for b in batches.split(",")]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("install")
+    p.add_argument("parts", type=pathlib.Path)
+    p = sub.add_parser("all")
+    p.add_argument("--res", type=pathlib.Path, default=pathlib.Path("/tmp/res"))
+    p.add_argument("--only", nargs="*", default=[], help="ENGINE-PRESET tags to run")
+    p.add_argument("--engine-cmd", help="command template replacing both engines' commands")
+    p.add_argument("--port", type=int, default=8100)
+    p.add_argument("--startup-timeout", type=float, default=420.0)
+    p.add_argument("--grid", type=parse_grid, default=GRID,
+                   help="CTX:B,B;CTX:B,... replacing the default grid")
+    p = sub.add_parser("wait")
+    p.add_argument("--res", type=pathlib.Path, default=pathlib.Path("/tmp/res"))
+    p.add_argument("--seconds", type=float, default=540.0)
+    a = ap.parse_args()
+    if a.cmd == "install":
+        install(a.parts)
+    elif a.cmd == "all":
+        run_all(a.res, a.only, a.engine_cmd, a.port, a.startup_timeout, a.grid)
+    else:
+        wait(a.res, a.seconds)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,285 @@
+"""How ``CostModel.fit`` turns dataset rows into efficiencies: pooled, selected, held out.
+
+The pooling has two levels per engine, and DCP > 1 apart:
+
+- **engine x GPU family** (``vllm/@hopper``): every row of the engine on GPUs of one family
+  (``GPU_FAMILIES``: Hopper, Blackwell; the engines run the same kernels on a family's GPUs),
+  starting from the physics priors (``model.estimator.PRIOR``). What an engine's implementation
+  does there (its MoE kernels, its MLA decode path, its fixed costs) carries over from the GPUs
+  it was measured on to the family's others. Another family starts from the priors.
+- **engine x GPU** (``vllm/H200``): that GPU's rows, starting from the family level fitted on
+  the family's *other* GPUs' rows (so a point is never part of its own prior). A GPU without
+  rows uses its family's level.
+- **DCP > 1**: the DCP terms (``dcp_read``, ``dcp_fixed``; ``dcp_comm`` is held at the silicon)
+  move only on rows with DCP > 1, and the other terms only on rows without DCP: a DCP-8
+  measurement says nothing about the engine at DCP 1.
+
+On each level ``model.estimator.select_terms`` frees a term only when that lowers the
+leave-one-point-out error, so the fit is never worse than its prior on the points it is given.
+
+Rows measured on random weights (``weights`` = dummy) route a decode batch's tokens as an engine's
+random-weight router does, which need not be a trained model's: the engine's routing diversity
+``rho`` (``model.formulas.batch_terms``) is chosen on a grid by the same held-out error and
+applied to those rows only. Predictions for real checkpoints use 1. When ``rho`` < 1 the routed
+experts' decode efficiency those rows show (few experts, many tokens each) says nothing about
+reading every expert once, which a trained router makes a batch do: it is kept apart
+(``EngineCostModel.random_weight_coef_``) and the level keeps its prior ``moe`` for predictions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from model.dataset import Measurement
+from model.estimator import (
+    PRIOR,
+    EngineCostModel,
+    held_out_error,
+    interval_halfwidth,
+    log_errors,
+    prior_vector,
+    select_terms,
+)
+from model.terms import TERMS
+
+DCP_TERMS = ("dcp_read", "dcp_comm", "dcp_fixed")
+# GPUs whose engines run the same kernels (FlashMLA / FA3 builds, CUTLASS paths) share a family
+GPU_FAMILIES = {"H100": "hopper", "H200": "hopper", "H20": "hopper", "H800": "hopper",
+                "GH200": "hopper", "B200": "blackwell", "B300": "blackwell",
+                "GB200": "blackwell", "GB300": "blackwell"}
+QUANTITIES = ("total", "ttft", "step")
+# routing diversity of a random-weight decode batch: the candidates (1 = a trained router)
+DIVERSITY_GRID = (1.0, 0.5, 0.3, 0.2, 0.15, 0.1, 0.07, 0.05, 0.03, 0.02, 0.01, 0.0)
+
+
+def gpu_family(gpu: str) -> str:
+    """A GPU's family (its own name when it has none)."""
+    return GPU_FAMILIES.get(gpu.upper(), gpu.upper().lower())
+
+
+def family_key(engine: str, gpu: str) -> str:
+    """The family level of the pooling for an engine on a GPU type."""
+    return f"{engine}/@{gpu_family(gpu)}"
+
+
+@dataclass
+class Observations:
+    """Every measured time of some rows: features ``X`` (n, TERMS), value ``y``, the row
+    (index into the rows) and quantity (index into QUANTITIES) it came from."""
+
+    X: np.ndarray
+    y: np.ndarray
+    row: np.ndarray
+    qty: np.ndarray
+
+    def take(self, keep: np.ndarray) -> Observations:
+        return Observations(self.X[keep], self.y[keep], self.row[keep], self.qty[keep])
+
+
+def observations(rows: Sequence[Measurement], rho: float = 1.0) -> Observations:
+    """The fitted quantities of each row (``model.dataset.Measurement``): total, the batch's
+    prefill, one decode step (``decode_step_s``, or at batch 1 the engines' TPOT, which is the
+    same thing there). ``rho`` is the routing diversity applied to random-weight rows."""
+    from model.costmodel import case_features, row_case
+
+    Xs, ys, rs, qs = [], [], [], []
+    for i, r in enumerate(rows):
+        f = case_features(row_case(r, rho if r.weights == "dummy" else 1.0))
+        step = r.decode_step_s if r.decode_step_s is not None else (
+            r.tpot_s if r.batch_size == 1 else None)
+        for q, (X, val) in enumerate(((f.total, r.total_s), (f.prefill, r.ttft_s),
+                                      (f.tpot, step))):
+            if val is not None:
+                Xs.append(X[0])
+                ys.append(val)
+                rs.append(i)
+                qs.append(q)
+    if not Xs:
+        return Observations(np.zeros((0, len(TERMS))), np.zeros(0), np.zeros(0, int),
+                            np.zeros(0, int))
+    return Observations(np.array(Xs), np.array(ys), np.array(rs), np.array(qs))
+
+
+def point_key(r: Measurement) -> tuple:
+    """One grid point: its repeats and memory fractions share it (and are held out together)."""
+    return (r.engine, r.gpu, r.num_gpus, r.dcp_size, r.context_tokens, r.batch_size,
+            r.output_tokens, r.kv_bytes_per_token, r.kv_shards, r.model, r.weights)
+
+
+def candidates(rows: Sequence[Measurement]) -> tuple[str, ...]:
+    """The terms rows may move: the DCP terms with DCP > 1 rows, the others with DCP-1 rows."""
+    has_dcp = any(r.dcp_size > 1 for r in rows)
+    has_plain = any(r.dcp_size == 1 for r in rows)
+    return tuple(t for t in TERMS if (t in DCP_TERMS and has_dcp)
+                 or (t not in DCP_TERMS and has_plain))
+
+
+@dataclass
+class LevelFit:
+    estimator: EngineCostModel
+    held_out: np.ndarray       # each observation's held-out prediction
+    prior: np.ndarray          # each observation's prediction by the level's prior
+    obs: Observations
+    groups: np.ndarray
+    score: float
+
+
+def fit_level(rows: Sequence[Measurement], prior, rho: float) -> LevelFit | None:
+    obs = observations(rows, rho)
+    if len(obs.y) == 0:
+        return None
+    groups = _groups(rows, obs)
+    strata = [f"{rows[i].model}/{q}" for i, q in zip(obs.row, obs.qty, strict=True)]
+    est, loo, base = select_terms(obs.X, obs.y, groups, prior, candidates(rows), strata=strata)
+    return LevelFit(est, loo, base, obs, groups, held_out_error(log_errors(loo, obs.y)))
+
+
+def has_routing(rows: Sequence[Measurement]) -> bool:
+    """Whether the routing diversity can matter: random-weight MoE rows decoding a batch."""
+    from model.costmodel import row_shape
+
+    return any(r.weights == "dummy" and r.batch_size > 1 and row_shape(r).n_experts
+               for r in rows)
+
+
+def choose_diversity(rows: Sequence[Measurement]) -> tuple[float, LevelFit | None]:
+    """The routing diversity with the lowest held-out error of the engine level (1 when no
+    row depends on it), and that level's fit: each candidate refits the terms selected at
+    diversity 1 (a selection per candidate would cost ten times as much and choose alike),
+    then the terms are selected again at the chosen diversity."""
+    first = fit_level(rows, PRIOR, 1.0)
+    if first is None or not has_routing(rows):
+        return 1.0, first
+    free = first.estimator.free_
+    scores = []
+    for rho in DIVERSITY_GRID:
+        obs = observations(rows, rho)
+        groups = _groups(rows, obs)
+        est = EngineCostModel(prior=PRIOR, free=free).fit(obs.X, obs.y)
+        loo = est.loo_predictions(obs.X, obs.y, groups)
+        scores.append((held_out_error(log_errors(loo, obs.y)), -rho, rho))
+    rho = min(scores)[2]
+    return rho, (first if rho == 1.0 else fit_level(rows, PRIOR, rho))
+
+
+def _groups(rows: Sequence[Measurement], obs: Observations) -> np.ndarray:
+    index: dict[tuple, int] = {}
+    return np.array([index.setdefault(point_key(rows[i]), len(index)) for i in obs.row])
+
+
+@dataclass
+class EngineFit:
+    """One engine's fitted levels: estimators by key (``engine/*``, ``engine/GPU``), the
+    routing diversity of its random-weight rows, metrics by key, held-out records."""
+
+    estimators: dict[str, EngineCostModel]
+    diversity: float
+    metrics: dict[str, dict]
+    records: list[dict]
+
+
+def fit_engine(engine: str, rows: Sequence[Measurement]) -> EngineFit:
+    estimators: dict[str, EngineCostModel] = {}
+    metrics: dict[str, dict] = {}
+    records: list[dict] = []
+    rho, _ = choose_diversity(rows)
+    by_family: dict[str, list[Measurement]] = defaultdict(list)
+    for r in rows:
+        by_family[gpu_family(r.gpu)].append(r)
+    for family, frows in sorted(by_family.items()):
+        top = fit_level(frows, PRIOR, rho)
+        if top is not None:
+            _finish(top, rho)
+            key = f"{engine}/@{family}"
+            estimators[key] = top.estimator
+            metrics[key] = _metrics(top, frows)
+        by_gpu: dict[str, list[Measurement]] = defaultdict(list)
+        for r in frows:
+            by_gpu[r.gpu].append(r)
+        for gpu, grows in sorted(by_gpu.items()):
+            others = [r for r in frows if r.gpu != gpu]
+            parent = fit_level(others, PRIOR, rho) if others else None
+            prior = (_set_apart(parent.estimator, rho).coef_ if parent is not None
+                     else prior_vector(PRIOR))
+            lf = fit_level(grows, prior, rho)
+            if lf is None:
+                continue
+            _finish(lf, rho)
+            key = f"{engine}/{gpu}"
+            estimators[key] = lf.estimator
+            metrics[key] = _metrics(lf, grows)
+            physics = observations(grows, 1.0).X @ prior_vector(PRIOR)   # uncalibrated
+            for j in range(len(lf.obs.y)):
+                r = grows[lf.obs.row[j]]
+                records.append({
+                    "engine": engine, "gpu": gpu, "model": r.model, "weights": r.weights,
+                    "dcp_size": r.dcp_size, "context_tokens": r.context_tokens,
+                    "batch_size": r.batch_size, "output_tokens": r.output_tokens,
+                    "quantity": QUANTITIES[lf.obs.qty[j]], "measured": float(lf.obs.y[j]),
+                    "held_out": float(lf.held_out[j]), "parent": float(lf.prior[j]),
+                    "prior": float(physics[j])})
+    return EngineFit(estimators, rho, metrics, records)
+
+
+def _finish(lf: LevelFit, rho: float = 1.0) -> None:
+    """The level's interval half-width from its held-out totals (all quantities when the
+    level has fewer than 10 totals); the random-weight MoE decode efficiency set apart when
+    the engine's random-weight routing is not a trained router's (module docstring)."""
+    err = log_errors(lf.held_out, lf.obs.y)
+    totals = err[lf.obs.qty == 0]
+    lf.estimator.interval_halfwidth_ = interval_halfwidth(totals if len(totals) >= 10 else err)
+    _set_apart(lf.estimator, rho)
+
+
+def _set_apart(est: EngineCostModel, rho: float) -> EngineCostModel:
+    """Keep the random-weight MoE decode efficiency apart (module docstring)."""
+    est.random_weight_coef_ = {}
+    if rho < 1.0 and "moe" in est.free_:
+        i = TERMS.index("moe")
+        est.random_weight_coef_["moe"] = float(est.coef_[i])
+        est.coef_ = est.coef_.copy()
+        est.coef_[i] = est.prior_[i]
+        est.free_ = tuple(t for t in est.free_ if t != "moe")
+    return est
+
+
+def _metrics(lf: LevelFit, rows: Sequence[Measurement]) -> dict:
+    err = log_errors(lf.held_out, lf.obs.y)
+    prior_err = log_errors(lf.prior, lf.obs.y)
+    rel = np.abs(lf.held_out / lf.obs.y - 1.0)
+    out: dict = {
+        "n_points": len(np.unique(lf.groups)), "n_observations": int(len(lf.obs.y)),
+        "residual_rel_std": lf.estimator.residual_rel_std_,
+        "cv_mape": float(np.mean(rel)) if len(rel) else None,
+        "held_out_median": float(np.median(rel)) if len(rel) else None,
+        "prior_median": float(np.median(np.abs(lf.prior / lf.obs.y - 1.0))),
+        "held_out_score": held_out_error(err), "prior_score": held_out_error(prior_err),
+        "free": list(lf.estimator.free_),
+        "interval_halfwidth": lf.estimator.interval_halfwidth_,
+        "coverage": jackknife_coverage(err),
+    }
+    for q, name in enumerate(QUANTITIES):
+        m = lf.obs.qty == q
+        if m.any():
+            out[f"held_out_median_{name}"] = float(np.median(rel[m]))
+            out[f"prior_median_{name}"] = float(np.median(np.abs(lf.prior[m] / lf.obs.y[m]
+                                                                 - 1.0)))
+    return out
+
+
+def jackknife_coverage(err: np.ndarray, coverage: float = 0.90) -> float | None:
+    """The share of held-out errors inside the half-width computed from the *other* held-out
+    errors: the coverage a new point can expect from ``interval_halfwidth``."""
+    n = len(err)
+    if n < 2:
+        return None
+    inside = 0
+    for i in range(n):
+        w = interval_halfwidth(np.delete(err, i), coverage)
+        inside += err[i] <= w + 1e-12
+    return inside / n

@@ -1,0 +1,124 @@
+"""How the fitted model holds against the real-engine rows it was fitted on, point by point.
+
+Every figure here is held out: ``CostModel.held_out`` predicts each point from a fit without it
+(``model.fitting``), next to what the uncalibrated physics prior predicts. ``summary`` gives the
+acceptance figures the docs quote (``docs/validation.md``, ``bench/validate_real.py``):
+
+- the median held-out error per engine, GPU and quantity (total, the batch's prefill, one
+  decode step), and the prior's on the same points;
+- for each (engine, GPU, model, quantity) group, whether the fit is worse than the prior;
+- KV capacity against the engines' own logs;
+- on points both engines ran: whether the faster engine (or a tie within ``TIE``) is what the
+  held-out predictions pick, and how close the predicted SGLang / vLLM ratio is to the measured.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+import numpy as np
+
+from model.costmodel import CostModel
+from model.dataset import Measurement
+from model.recommend import TIE
+
+
+def _rel(pred: float, meas: float) -> float:
+    return abs(pred / meas - 1.0)
+
+
+def error_table(model: CostModel, gpu: str | None = None) -> list[dict]:
+    """Median held-out and prior errors per (engine, GPU, model, quantity)."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in model.held_out:
+        if gpu is None or r["gpu"] == gpu:
+            groups[(r["engine"], r["gpu"], r["model"], r["quantity"])].append(r)
+    out = []
+    for (engine, g, mdl, qty), recs in sorted(groups.items()):
+        out.append({"engine": engine, "gpu": g, "model": mdl, "quantity": qty,
+                    "points": len(recs),
+                    "held_out": float(np.median([_rel(r["held_out"], r["measured"])
+                                                 for r in recs])),
+                    "prior": float(np.median([_rel(r["prior"], r["measured"])
+                                              for r in recs]))})
+    return out
+
+
+def engine_pairs(model: CostModel, gpu: str) -> list[dict]:
+    """Points both engines ran on ``gpu`` (same model, context, batch, output): measured and
+    held-out predicted totals of each."""
+    totals: dict[tuple, dict[str, dict]] = defaultdict(dict)
+    for r in model.held_out:
+        if r["gpu"] == gpu and r["quantity"] == "total" and r["dcp_size"] == 1:
+            key = (r["model"], r["context_tokens"], r["batch_size"], r["output_tokens"])
+            totals[key][r["engine"]] = r
+    out = []
+    for key, by in sorted(totals.items()):
+        if {"vllm", "sglang"} <= set(by):
+            v, s = by["vllm"], by["sglang"]
+            out.append({"model": key[0], "context_tokens": key[1], "batch_size": key[2],
+                        "output_tokens": key[3], "vllm": v["measured"], "sglang": s["measured"],
+                        "vllm_pred": v["held_out"], "sglang_pred": s["held_out"],
+                        "vllm_prior": v["prior"], "sglang_prior": s["prior"]})
+    return out
+
+
+def choice_scores(pairs: Sequence[dict], prefix: str = "_pred") -> dict:
+    """Of ``pairs``: the share where the predicted pick is right (the measured faster engine,
+    or any engine when the measured ones tie, or a predicted tie when they tie), and the
+    median |log| error of the predicted SGLang / vLLM ratio where they differ by > TIE."""
+    right, ratio_err = 0, []
+    for p in pairs:
+        mv, ms = p["vllm"], p["sglang"]
+        pv, ps = p["vllm" + prefix], p["sglang" + prefix]
+        measured_tie = abs(ms / mv - 1.0) <= TIE
+        predicted_tie = abs(ps / pv - 1.0) <= TIE
+        picked = "vllm" if pv <= ps else "sglang"
+        faster = "vllm" if mv <= ms else "sglang"
+        right += measured_tie or (picked == faster and not predicted_tie)
+        if not measured_tie:
+            ratio_err.append(abs(np.log((ps / pv) / (ms / mv))))
+    n = len(pairs)
+    return {"points": n, "right": right, "share_right": right / n if n else None,
+            "ratio_median_factor": float(np.exp(np.median(ratio_err))) if ratio_err else None,
+            "differing_points": len(ratio_err)}
+
+
+def capacity_table(rows: Sequence[Measurement]) -> list[dict]:
+    """Predicted KV capacity (``model.memory`` through the compiled formulas, at the row's own
+    memory fraction) against each (engine, model, fraction)'s logged figure."""
+    from model.costmodel import case_features, row_case
+
+    seen, out = set(), []
+    for r in rows:
+        key = (r.engine, r.gpu, r.num_gpus, r.model, r.mem_fraction, r.dcp_size)
+        if r.kv_capacity_tokens is None or key in seen or not r.model:
+            continue
+        seen.add(key)
+        pred = int(case_features(row_case(r)).capacity[0])
+        out.append({"engine": r.engine, "gpu": r.gpu, "model": r.model,
+                    "mem_fraction": r.mem_fraction, "logged": r.kv_capacity_tokens,
+                    "predicted": pred, "error": pred / r.kv_capacity_tokens - 1.0})
+    return out
+
+
+def summary(model: CostModel, rows: Sequence[Measurement], gpu: str = "H200") -> dict:
+    table = error_table(model, gpu)
+    by_eq: dict[str, dict] = {}
+    for engine in sorted({t["engine"] for t in table}):
+        for qty in ("total", "ttft", "step"):
+            recs = [r for r in model.held_out if r["engine"] == engine and r["gpu"] == gpu
+                    and r["quantity"] == qty]
+            if recs:
+                by_eq[f"{engine}/{qty}"] = {
+                    "held_out": float(np.median([_rel(r["held_out"], r["measured"])
+                                                 for r in recs])),
+                    "prior": float(np.median([_rel(r["prior"], r["measured"]) for r in recs])),
+                    "points": len(recs)}
+    pairs = engine_pairs(model, gpu)
+    return {"errors": by_eq, "groups": table, "pairs": pairs,
+            "choice": choice_scores(pairs), "choice_prior": choice_scores(pairs, "_prior"),
+            "capacity": capacity_table([r for r in rows if r.gpu == gpu]),
+            "coverage": {k: m.get("coverage") for k, m in model.metrics.items()
+                         if k.endswith("/" + gpu)}}

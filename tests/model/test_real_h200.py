@@ -1,0 +1,58 @@
+"""The default model against the real vLLM 0.26.0 and SGLang 0.5.16 runs on one H200 it ships
+with (model/data/h200_real.csv): every figure held out (model.validation)."""
+
+import pytest
+
+from model.default import default_model, real_rows
+from model.validation import summary
+
+
+@pytest.fixture(scope="module")
+def s():
+    return summary(default_model(), real_rows())
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize("quantity,limit", [("total", 0.10), ("ttft", 0.10), ("step", 0.15)])
+def test_held_out_error_within_target_and_below_the_prior(s, engine, quantity, limit):
+    e = s["errors"][f"{engine}/{quantity}"]
+    assert e["points"] >= 16
+    assert e["held_out"] <= limit
+    assert e["held_out"] < e["prior"]
+
+
+def test_no_point_group_is_worse_than_the_prior(s):
+    """Per engine, model and quantity: within the selection's slack (one point of median
+    error, model.estimator.STRATUM_SLACK), never worse."""
+    from model.estimator import STRATUM_SLACK
+
+    for g in s["groups"]:
+        assert g["held_out"] <= g["prior"] + STRATUM_SLACK, g
+
+
+def test_kv_capacity_within_3_percent_of_the_engines_logs(s):
+    assert {(c["engine"], c["model"]) for c in s["capacity"]} == {
+        (e, m) for e in ("vllm", "sglang") for m in ("deepseek-v2-lite", "llama-3.1-8b")}
+    for c in s["capacity"]:
+        assert abs(c["error"]) <= 0.03, c
+
+
+def test_the_faster_engine_is_picked_and_the_ratio_is_right(s):
+    c = s["choice"]
+    assert c["points"] >= 30
+    assert c["share_right"] >= 0.90
+    assert c["differing_points"] >= 5 and c["ratio_median_factor"] <= 1.15
+    # the uncalibrated prior could not tell the engines apart
+    assert s["choice_prior"]["share_right"] < c["share_right"]
+
+
+def test_held_out_intervals_cover_ninety_percent(s):
+    assert s["coverage"] and all(v >= 0.90 for v in s["coverage"].values())
+
+
+def test_random_weight_routing_is_named_for_the_engine_that_shows_it():
+    """vLLM's decode at batch 64 on random weights is faster than reading every routed expert
+    once takes: its rows route far fewer apart than a trained router; SGLang's as physics."""
+    m = default_model()
+    assert m.diversity.get("vllm", 1.0) < 0.2
+    assert m.diversity.get("sglang", 1.0) == 1.0
