@@ -256,9 +256,12 @@ def plot_total_vs_context(model: CostModel, rows: Sequence[Measurement],
 
 # ------------------------------------------------------------------------ the report
 def build_report(model: CostModel, rows: Sequence[Measurement]) -> tuple[dict[str, Any], list]:
-    cv = [r for r in held_out_records(model) if r["held_out"] is not None]
-    if len({(r["engine"], r["context_tokens"], r["batch_size"]) for r in cv}) < 2:
-        cv = []                       # one point: nothing was held out
+    points: dict[str, set] = {}
+    for r in model.held_out:
+        points.setdefault(r["engine"], set()).add((r["context_tokens"], r["batch_size"],
+                                                   r["output_tokens"], r["dcp_size"]))
+    # an engine with one point had nothing held out (its "held-out" prediction is the prior's)
+    cv = [r for r in held_out_records(model) if len(points[r["engine"]]) > 1]
     summary = summarise(cv)
     refs = reference_workloads(rows)
     grid = context_grid(rows) if refs else np.array([])

@@ -12,7 +12,8 @@ for the fixed-cost terms. The prediction is ``X @ coef_``:
 ``fit`` starts from ``prior`` (the level above: the physics priors ``PRIOR``, an engine's pooled
 efficiencies, ...) and moves only the terms named in ``free``: non-negative least squares on
 relative error, a ridge pulling each free term towards its prior (``RIDGE``, the same weight for
-physics and count terms, so the fewer the points the stronger the pull), and Huber weights that
+physics terms, none to speak of for count terms, whose priors are guesses at a size; the fewer
+the points the stronger the pull), and Huber weights that
 keep a point spoiled by a one-off stall (a JIT compile, say) from dragging the rest.
 
 Which terms are free is decided by the data (``select_terms``): forward selection on the
@@ -66,6 +67,7 @@ PHYSICS_FLOOR = 0.85
 # a free term moved 30 % from its prior costs as much as one observation 1 % off (which terms
 # move at all is the selection's business; the ridge steadies the ones that do).
 RIDGE = 1e-3
+COUNT_RIDGE = 1e-9        # a count term's share of the ridge weight (EngineCostModel)
 # A term is freed only when that lowers the held-out score by at least this share, and by more
 # than NOISE_SE standard errors of its per-point gains (a gain the noise could give is none)
 MIN_GAIN = 0.01
@@ -149,12 +151,19 @@ class EngineCostModel(RegressorMixin, BaseEstimator):
         s = np.sqrt(w) / y
         A = X[:, idx] * prior[idx][None, :] * s[:, None]
         b = (y - base) * s - A @ floor
-        lam = math.sqrt(self.ridge)
-        A = np.vstack([A, lam * np.eye(idx.size)])
+        lam = np.sqrt(self._ridge_weights()[idx])
+        A = np.vstack([A, np.diag(lam)])
         b = np.concatenate([b, lam * (1.0 - floor)])
         theta, _ = nnls(A, b, maxiter=50 * idx.size + 50)
         coef[idx] = (theta + floor) * prior[idx]
         return coef
+
+    def _ridge_weights(self) -> np.ndarray:
+        """Each term's ridge weight: ``ridge`` for physics terms; a count term's prior is a
+        guess at its size, not physics, so it is held only as far as the selection holds it
+        (``COUNT_RIDGE`` of the weight)."""
+        return np.array([self.ridge * (1.0 if t in PHYSICS_TERMS else COUNT_RIDGE)
+                         for t in TERMS])
 
     def _robust_weights(self, X, y, coef) -> np.ndarray:
         rel = (y - X @ coef) / y
@@ -261,7 +270,7 @@ class EngineCostModel(RegressorMixin, BaseEstimator):
             return pred
         s = np.sqrt(self.weights_) / y
         Z = X[:, active] * prior[active][None, :] * s[:, None]       # in theta units
-        G = Z.T @ Z + self.ridge * np.eye(active.size)
+        G = Z.T @ Z + np.diag(self._ridge_weights()[active])
         try:
             Ginv = np.linalg.inv(G)
         except np.linalg.LinAlgError:

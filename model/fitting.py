@@ -11,8 +11,9 @@ The pooling has two levels per engine, and DCP > 1 apart:
   the family's *other* GPUs' rows (so a point is never part of its own prior). A GPU without
   rows uses its family's level.
 - **DCP > 1**: the DCP terms (``dcp_read``, ``dcp_fixed``; ``dcp_comm`` is held at the silicon)
-  move only on rows with DCP > 1, and the other terms only on rows without DCP: a DCP-8
-  measurement says nothing about the engine at DCP 1.
+  move only on rows with DCP > 1, and the other decode terms only on rows without DCP: a DCP-8
+  decode says nothing about the engine's decode at DCP 1. Prefill terms move on either (DCP
+  splits decode attention only).
 
 On each level ``model.estimator.select_terms`` frees a term only when that lowers the
 leave-one-point-out error, so the fit is never worse than its prior on the points it is given.
@@ -45,7 +46,7 @@ from model.estimator import (
     prior_vector,
     select_terms,
 )
-from model.terms import TERMS
+from model.terms import PREFILL_TERMS, TERMS
 
 DCP_TERMS = ("dcp_read", "dcp_comm", "dcp_fixed")
 # GPUs whose engines run the same kernels (FlashMLA / FA3 builds, CUTLASS paths) share a family
@@ -112,10 +113,12 @@ def point_key(r: Measurement) -> tuple:
 
 
 def candidates(rows: Sequence[Measurement]) -> tuple[str, ...]:
-    """The terms rows may move: the DCP terms with DCP > 1 rows, the others with DCP-1 rows."""
+    """The terms rows may move: the DCP terms with DCP > 1 rows, the other decode terms with
+    DCP-1 rows, the prefill terms with any (DCP splits only decode attention: both engines
+    prefill the same way with it)."""
     has_dcp = any(r.dcp_size > 1 for r in rows)
     has_plain = any(r.dcp_size == 1 for r in rows)
-    return tuple(t for t in TERMS if (t in DCP_TERMS and has_dcp)
+    return tuple(t for t in TERMS if t in PREFILL_TERMS or (t in DCP_TERMS and has_dcp)
                  or (t not in DCP_TERMS and has_plain))
 
 

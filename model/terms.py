@@ -125,7 +125,7 @@ class Physics:
         dense, moe = shape.dense_and_moe_flops
         K[MM] = si.matmul_s_per_token(dense) / t
         K[MM_MOE] = si.matmul_s_per_token(moe) / t
-        K[IS_MLA] = 1.0 if self.family == "mla" else 0.0
+        K[IS_MLA] = 1.0 if shape.attention == "mla" else 0.0   # a bare shape: kv_read
         # kv_read: one call per full-attention layer on the read curve, or its FLOPs
         K[N_FULL] = shape.n_full_layers
         K[KV_CALL] = shape.kv_layer_bytes / shape.shards(tp)

@@ -31,7 +31,10 @@ def test_model_metadata_of_the_default(client):
     assert lo <= 65_536 and hi >= 204_800
     assert body["calibrated_ranges"] == m.ranges
     assert body["calibrated_points"]["sglang/B300/8/8"] >= 2
-    assert set(body["fit_metrics"]) == set(body["efficiencies"]) == {"sglang/B300", "vllm/B300"}
+    # per engine: each GPU family's pooled level and each GPU's (model.fitting)
+    assert set(body["fit_metrics"]) == set(body["efficiencies"]) == {
+        f"{e}/{level}" for e in ("vllm", "sglang")
+        for level in ("B300", "@blackwell", "H200", "@hopper")}
     assert body["efficiencies"]["sglang/B300"]["dcp_comm"] == pytest.approx(1.0, rel=0.01)
     assert body["hardware"]["B300"]["kv_read"] == "profile:b300.json"
     assert 0.95 in body["memory_fractions"]["vllm/B300"]["unsafe"]

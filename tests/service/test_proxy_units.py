@@ -7,6 +7,7 @@ import contextlib
 import io
 
 import pytest
+import seedload
 import yaml
 from fastapi.testclient import TestClient
 from proc import wait_for
@@ -133,17 +134,18 @@ def test_decider_follows_the_model_and_caches(tmp_path, loaded):
     pools = _pools(tmp_path)
     assert set(pools.groups) == {("vllm", 1), ("sglang", 8)}
     d = Decider()
-    short = d.decide(loaded, pools, 65_536, 2048, 64)
-    long = d.decide(loaded, pools, 204_800, 2048, 64)
+    out, batch = seedload.OUTPUT, seedload.BATCH           # the published benchmark's batch
+    short = d.decide(loaded, pools, 65_536, out, batch)
+    long = d.decide(loaded, pools, 204_800, out, batch)
     assert short.best == ("vllm", 1) and long.best == ("sglang", 8)
     assert long.predictions[("sglang", 8)].total_s < long.predictions[("vllm", 1)].total_s
     assert d.misses == 2
-    d.decide(loaded, pools, 204_000, 2048, 64)                 # same bucket
+    d.decide(loaded, pools, 204_000, out, batch)                 # same bucket
     assert (d.hits, d.misses) == (1, 2)
     # at batch 1 the model keeps vLLM even at 200K
-    assert d.decide(loaded, pools, 204_800, 2048, 1).best == ("vllm", 1)
-    assert d.agree(loaded, pools, 1000, 60_000, 2048, 64).best == ("vllm", 1)
-    assert d.agree(loaded, pools, 30_000, 400_000, 2048, 64) is None
+    assert d.decide(loaded, pools, 204_800, out, 1).best == ("vllm", 1)
+    assert d.agree(loaded, pools, 1000, 60_000, out, batch).best == ("vllm", 1)
+    assert d.agree(loaded, pools, 30_000, 400_000, out, batch) is None
 
 
 def test_estimated_decisions_are_remembered_by_their_arguments_per_generation(tmp_path,
