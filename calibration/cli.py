@@ -47,6 +47,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, metavar="ARTIFACT", help="artifact path to write")
     p.add_argument("--report", metavar="DIR",
                    help="also write a fit report (report.md, report.json, PNG plots) to DIR")
+    p.add_argument("--kv-bytes-only", action="store_true",
+                   help="fit rows that name no served model's architecture on their KV bytes "
+                        "alone (weights and FLOPs unknown)")
+    p.add_argument("--force", action="store_true",
+                   help="write the artifact even when most rows beat their roofline or the "
+                        "held-out error is absurd")
     p.set_defaults(handler=run_fit)
 
     cal = sub.add_parser("calibrate", help="measure engines: sweep, import, plan",
@@ -335,7 +341,8 @@ def run_fit(args: argparse.Namespace) -> int:
     from model.dataset import DatasetError
 
     try:
-        model, meta = fit_files(args.data, args.out)
+        model, meta = fit_files(args.data, args.out, kv_bytes_only=args.kv_bytes_only,
+                                force=args.force)
     except (DatasetError, ValueError) as exc:
         raise CliError(str(exc)) from None
     print(format_fit_summary(model, meta, args.out))

@@ -184,8 +184,8 @@ class SweepConfig:
                              "its rows)") from None
 
     def _placeholders(self, dcp: int, mem: float, port: int) -> dict[str, object]:
-        return {"model": self.model or self.preset or "MODEL", "num_gpus": self.num_gpus, "tp": self.num_gpus,
-                "dcp_size": dcp, "mem_fraction": f"{mem:g}", "port": port}
+        return {"model": self.model or self.preset or "MODEL", "num_gpus": self.num_gpus,
+                "tp": self.num_gpus, "dcp_size": dcp, "mem_fraction": f"{mem:g}", "port": port}
 
 
 class SweepAbort(RuntimeError):
@@ -582,7 +582,7 @@ class Sweep:
             attempts = attempt + 1
             try:
                 samples, wall = self.stop.run_batch(
-                    lambda: self._batch(target.url, key, attempt))
+                    lambda attempt=attempt: self._batch(target.url, key, attempt))
             except PromptError as exc:
                 raise SweepAbort(f"{key.text()}: {exc}") from None
             for s in samples:

@@ -73,9 +73,9 @@ COUNT_RIDGE = 1e-9        # a count term's share of the ridge weight (EngineCost
 MIN_GAIN = 0.01
 NOISE_SE = 1.0
 # A stratum (a model x quantity of the data) may end no worse than its prior's median held-out
-# error by more than this share of it, or this much absolute (one point: its own noise)
-STRATUM_TOLERANCE = 0.02
-STRATUM_SLACK = 0.01
+# error by more than this share of it, or this much absolute: none
+STRATUM_TOLERANCE = 0.0
+STRATUM_SLACK = 0.0
 # Collectives are physics the engines share: held at the silicon whatever the data
 HELD = ("dcp_comm",)
 HUBER_K = 2.0               # robust weights beyond this many robust sds of relative error

@@ -29,7 +29,6 @@ reading every expert once, which a trained router makes a batch do: it is kept a
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass

@@ -229,11 +229,12 @@ def rows_into(K, coll, curve, rows, X, facts):
 
     The KV capacity (``kv_capacity``), how many sequences run at once (the engine runs what
     fits and queues the rest; when not even one fits, the batch is costed as if it ran at
-    once), then ``full`` waves of ``run`` sequences and one of the ``rest``, each a prefill (a
-    shared prompt prefix stays cached after the first wave) and ``output - 1`` decode steps
-    at the mean context. Rows usually come in groups that differ only by configuration: a
-    row's first prefill and batch terms are reused from the row before when their inputs
-    are the same."""
+    once), the first ``run`` prompts' prefill, and ``output - 1`` decode steps at the mean
+    context; when the batch does not fit, the rest are admitted one by one as running
+    sequences finish (continuous batching: their prefills, a shared prefix warm, and
+    ``b / run`` times the steps of ``run`` sequences). Rows usually come in groups that differ
+    only by configuration: a row's first prefill and batch terms are reused from the row
+    before when their inputs are the same."""
     sc = np.empty((1, 2 * N_PREFILL + N_DECODE))     # a later wave's terms
     last_pf = (-1.0, -1.0, -1.0)          # (sequences, context, share) of row i - 1's prefill
     last_b, last_rho, gemm, moe, tp_comm = -1.0, -1.0, 0.0, 0.0, 0.0
@@ -244,8 +245,6 @@ def rows_into(K, coll, curve, rows, X, facts):
                           K[KV_GPU_TOKEN], d, K[STATE_GPU] * max_running(b))
         fits = sequences_at_once(cap, b, c, o, s)
         run = fits if fits >= 1.0 else b
-        full = np.floor(b / run)
-        rest = b - full * run
         steps = max(o - 1.0, 0.0)
         ctx_mean = c + o / 2.0
         if last_pf == (run, c, s):
@@ -258,28 +257,20 @@ def rows_into(K, coll, curve, rows, X, facts):
             gemm, moe, tp_comm = batch_terms(K, coll, run, rho)
             last_b, last_rho = run, rho
         decode_into(K, coll, curve, run, ctx_mean, d, gemm, moe, tp_comm, X, i, STEP)
-        if full == 1.0 and rest <= 0.0:     # the whole batch at once (the usual case)
+        if run >= b:                        # the whole batch at once (the usual case)
             for j in range(N_PREFILL):
                 X[i, j] = X[i, FIRST_PREFILL + j]
             for j in range(N_DECODE):
                 X[i, N_PREFILL + j] = steps * X[i, STEP + j]
         else:
-            rest1 = max(rest, 1.0)
-            if s > 0.0:
-                prefill_into(K, coll, run, c, s, True, sc, 0, 0)
-            else:                           # no shared prefix: a warm prefill is a cold one
-                for j in range(N_PREFILL):
-                    sc[0, j] = X[i, FIRST_PREFILL + j]
-            prefill_into(K, coll, rest1, c, s, True, sc, 0, N_PREFILL)
-            g, m, t = batch_terms(K, coll, rest1, rho)
-            decode_into(K, coll, curve, rest1, ctx_mean, d, g, m, t, sc, 0, 2 * N_PREFILL)
-            has_rest = 1.0 if rest > 0.0 else 0.0
+            # continuous batching: ``run`` sequences at once, each waiting one admitted as a
+            # running one finishes and frees its KV (its prompt prefilled then, a shared prefix
+            # warm), so ``run`` keep decoding until the batch's b x (o - 1) tokens are out
+            prefill_into(K, coll, b - run, c, s, True, sc, 0, N_PREFILL)
             for j in range(N_PREFILL):
-                X[i, j] = (X[i, FIRST_PREFILL + j] + (full - 1.0) * sc[0, j]
-                           + has_rest * sc[0, N_PREFILL + j])
+                X[i, j] = X[i, FIRST_PREFILL + j] + sc[0, N_PREFILL + j]
             for j in range(N_DECODE):
-                X[i, N_PREFILL + j] = steps * (full * X[i, STEP + j]
-                                               + has_rest * sc[0, 2 * N_PREFILL + j])
+                X[i, N_PREFILL + j] = steps * (b / run) * X[i, STEP + j]
         facts[0, i] = run
         facts[1, i] = cap
         facts[2, i] = 1.0 if fits >= 1.0 else 0.0

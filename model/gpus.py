@@ -6,10 +6,10 @@ Units and conventions:
   fraction multiplies (vLLM ``--gpu-memory-utilization``, SGLang ``--mem-fraction-static``).
   NVIDIA figures are aiconfigurator-core 0.12.0's ``mem_capacity`` (B300, GB200, GB300: the
   nvidia-smi total; H100/B200: the datasheet's 80/180 GB read as GiB, within 0.5 % of the
-  driver's total). H200: the total CUDA reports on our H200 (139.8 GiB = 150,109,106,995 B, the figure vLLM 0.26.0
-  multiplies by its fraction: "Desired GPU memory utilization is (0.9, 125.82 GiB)"; the
-  datasheet says 141 GB, nvidia-smi 143,771 MiB). AMD figures are the datasheet's decimal GB (drivers may report a few
-  percent more).
+  driver's total). H200: the total CUDA reports on our H200 (139.8 GiB = 150,109,106,995 B,
+  the figure vLLM 0.26.0 multiplies by its fraction: "Desired GPU memory utilization is (0.9,
+  125.82 GiB)"; the datasheet says 141 GB, nvidia-smi 143,771 MiB). AMD figures are the
+  datasheet's decimal GB (drivers may report a few percent more).
 - ``hbm_bandwidth``: peak bytes/s per GPU from the datasheet.
 - ``nvlink_bandwidth``: bytes/s per GPU **per direction** on the scale-up fabric (NVLink;
   AMD Infinity Fabric / xGMI for the MI parts): half the datasheet's bidirectional figure.

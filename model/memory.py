@@ -4,8 +4,9 @@ vLLM's ``--gpu-memory-utilization`` budgets the whole instance (weights, activat
 SGLang's ``--mem-fraction-static`` covers weights + KV pool, activations and CUDA graphs live
 outside it. Per GPU: ``KV budget = fraction x memory - weights / tp - reserve(engine)`` and
 ``capacity = budget / (KV bytes per token per GPU / dcp)``; linear-attention state is held per
-running sequence. When a batch does not fit, the engine runs what fits and queues the rest
-(``waves``); the simulator's scheduler admits requests by the same capacity.
+running sequence. When a batch does not fit, the engine runs what fits and admits the rest as
+running sequences finish (``model.formulas.rows_into``); the simulator's scheduler admits
+requests by the same capacity.
 """
 
 from __future__ import annotations

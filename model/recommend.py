@@ -458,10 +458,9 @@ def _reasons(w: Workload, shape: ModelShape, si: Silicon, best: Evaluated,
         r.append(f"{rival_l}: {_ms(rstep)} per step of {rival.pred.running_sequences} "
                  f"sequences: {step_story(rival.pred.step_terms_s)}")
     if bp.running_sequences < w.batch_size:
-        waves = math.ceil(w.batch_size / max(bp.running_sequences, 1))
         r.append(f"KV capacity {bp.kv_capacity_tokens:,} tokens holds {bp.running_sequences} of "
-                 f"the {w.batch_size} sequences at once: the engine runs them in {waves} waves "
-                 "(queueing the rest), which the prediction includes")
+                 f"the {w.batch_size} sequences at once: the engine queues the rest and admits "
+                 "each as a running one finishes, which the prediction includes")
     if rival and rival.pred.running_sequences < w.batch_size and rival.pred.running_sequences:
         r.append(f"{rival_l} holds {rival.pred.running_sequences} of {w.batch_size} "
                  f"sequences at once ({rival.pred.kv_capacity_tokens:,} KV tokens)")

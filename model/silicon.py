@@ -196,9 +196,22 @@ class Silicon:
 
     @property
     def weight_read_Bps(self) -> float:
-        g = self._gemm_entry("bf16")
-        bw = g.get("weight_read_Bps") if g else None
-        return float(bw) if bw else float(self.gpu.hbm_bandwidth) * self.eff["hbm"]
+        """Bytes/s at which bf16 GEMMs stream their weights (measured, else the derated HBM)."""
+        return self.weight_read_for("bf16")
+
+    def weight_read_for(self, weight_dtype: str) -> float:
+        """Bytes/s at which GEMMs of a weight format stream their weights: the measured kernel
+        of that format (fp8 per-tensor, fp8 blocks, a 4-bit format's nvfp4 kernel), else
+        bf16's, else the derated HBM bandwidth. A label such as 'fp8 block 128x128' or
+        'mxfp4 g32' names its format first."""
+        d = weight_dtype.lower()
+        key = ("fp8_block" if "fp8" in d and "block" in d else "fp8" if "fp8" in d
+               else "nvfp4" if any(k in d for k in ("fp4", "int4", "awq", "gptq")) else "bf16")
+        for k in (key, "bf16"):
+            g = self._gemm.get(k)
+            if g and g.get("weight_read_Bps"):
+                return float(g["weight_read_Bps"])
+        return float(self.gpu.hbm_bandwidth) * self.eff["hbm"]
 
     def matmul_s_per_token(self, flops_by_dtype: tuple[tuple[str, float], ...]) -> float:
         """Seconds of one token's matmuls: each compute dtype's FLOPs at its achievable rate

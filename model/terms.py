@@ -44,16 +44,16 @@ import numpy as np
 
 from model.formulas import (
     ACT,
+    ACT_PEAK,
     ATTN_CALL,
     ATTN_PF,
     ATTN_PF_LINEAR,
     DECODE_TERMS,
+    IS_MLA,
     KV_CALL,
     KV_GPU_TOKEN,
     LOG_Q_MISS,
     MEMORY,
-    ACT_PEAK,
-    IS_MLA,
     MM,
     MM_MOE,
     N_CONSTANTS,
@@ -109,7 +109,6 @@ class Physics:
 
     def __init__(self, shape: ModelShape, si: Silicon, tp: int):
         t = float(tp)
-        wr = si.weight_read_Bps
         self.shape, self.silicon, self.tp = shape, si, tp
         self.family = "gqa" if shape.attention in ("gqa", "mha") else "mla"
         read = si.read_curve(self.family, shape.kv_dtype)
@@ -118,10 +117,13 @@ class Physics:
         K = np.zeros(N_CONSTANTS)
         # gemm: the dense weights or their FLOPs; moe: E (1 - q^B) routed experts per MoE
         # layer, or their FLOPs
-        K[W_DENSE] = shape.dense_step_bytes / t / wr
+        # each part's bytes at its own format's measured weight-read rate
+        K[W_DENSE] = shape.dense_step_bytes / t / dense_read_Bps(shape, si)
         miss = 1.0 - shape.experts_per_token / shape.n_experts if shape.n_experts else 1.0
         K[LOG_Q_MISS] = math.log(miss) if miss > 0 else -math.inf
-        K[W_EXPERTS] = shape.n_moe_layers * shape.n_experts * shape.expert_bytes / t / wr
+        expert_dtype = (shape.summary.get("part_dtypes") or {}).get("routed_experts", "bf16")
+        K[W_EXPERTS] = (shape.n_moe_layers * shape.n_experts * shape.expert_bytes / t
+                        / si.weight_read_for(expert_dtype))
         dense, moe = shape.dense_and_moe_flops
         K[MM] = si.matmul_s_per_token(dense) / t
         K[MM_MOE] = si.matmul_s_per_token(moe) / t
@@ -175,6 +177,22 @@ class Physics:
         out = np.empty((1, N_PREFILL))
         prefill_into(self.K, self._coll, float(b), float(L), float(s), bool(warm), out, 0, 0)
         return tuple(out[0].tolist())
+
+
+DENSE_PARTS = ("attention", "linear_attention", "dense_mlp", "shared_experts", "lm_head", "other")
+
+
+def dense_read_Bps(shape: ModelShape, si: Silicon) -> float:
+    """The rate a decode step streams the dense weights at: each dense part's bytes at its
+    format's measured rate (``Silicon.weight_read_for``), as one bytes-weighted rate."""
+    parts = shape.summary.get("weight_bytes_by_part") or {}
+    dtypes = shape.summary.get("part_dtypes") or {}
+    total = sum(parts.get(p, 0.0) for p in DENSE_PARTS)
+    if total <= 0:
+        return si.weight_read_Bps
+    seconds = sum(parts.get(p, 0.0) / si.weight_read_for(dtypes.get(p, "bf16"))
+                  for p in DENSE_PARTS)
+    return total / seconds
 
 
 def physics_for(shape: ModelShape, si: Silicon, tp: int) -> Physics:

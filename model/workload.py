@@ -149,9 +149,36 @@ def served_preset(model: str | None, kv_bytes_per_token: int) -> tuple[str, str]
     return "", "bf16"
 
 
+# config.json contents of the rows' ``hf:NAME@HASH`` architectures (calibration.served_model),
+# registered by whoever read them from the run folders (``register_row_config``)
+ROW_CONFIGS: dict[str, dict] = {}
+
+
+def register_row_config(key: str, config: dict) -> None:
+    """Make a row's ``hf:`` architecture key resolvable by ``shape_of``."""
+    ROW_CONFIGS[key] = config
+    _row_shape.cache_clear()
+
+
+@lru_cache(maxsize=64)
+def _row_shape(key: str, kv_dtype: str) -> ModelShape:
+    return from_architecture(from_hf_config(ROW_CONFIGS[key], name=key.split("@")[0][3:]),
+                             kv_dtype)
+
+
 def shape_of(model: str, kv_dtype: str, kv_bytes_per_token: int, kv_shards: int = 1) -> ModelShape:
-    """The served model of a dataset row: its preset when ``model`` names one (its KV bytes
-    must agree), else a bare shape from the KV bytes (``kv_shards`` > 1: GQA heads split)."""
+    """The served model of a dataset row: its preset when ``model`` names one, its registered
+    config.json for an ``hf:`` key (its KV bytes must agree either way), else a bare shape from
+    the KV bytes (``kv_shards`` > 1: GQA heads split)."""
+    if model.startswith("hf:"):
+        if model not in ROW_CONFIGS:
+            raise ValueError(f"model: {model!r} names a config.json that is not loaded (fit reads "
+                             "it from the run folder's model-config.json)")
+        shape = _row_shape(model, kv_dtype)
+        if abs(shape.kv_bytes_per_token - kv_bytes_per_token) > 0.5:
+            raise ValueError(f"kv_bytes_per_token: {kv_bytes_per_token} disagrees with {model!r} "
+                             f"at {kv_dtype} ({shape.kv_bytes_per_token:.0f})")
+        return shape
     if model in PRESETS:
         shape = preset_shape(model, kv_dtype)
         if abs(shape.kv_bytes_per_token - kv_bytes_per_token) > 0.5:

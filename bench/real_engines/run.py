@@ -12,6 +12,8 @@ records the engine's facts and the JIT compiles its log shows), saves its start-
 
     python3 bench/real_engines/run.py install PARTS_DIR      # cat parts | tar x; pip --target
     setsid python3 bench/real_engines/run.py all --res /tmp/res > /tmp/res/driver.log 2>&1 &
+    # several GPUs (issue 27): deepseek-v2-lite at TP 8, DCP 1, 2, 4, 8, both engines
+    setsid python3 bench/real_engines/run.py all --tp 8 --res /tmp/res > /tmp/res/driver.log 2>&1 &
     python3 bench/real_engines/run.py wait --res /tmp/res --seconds 540   # poll; archive
 
 ``--engine-cmd`` replaces the engine commands (tests/calibration/test_real_engines_driver.py
@@ -47,15 +49,21 @@ OUTPUT_TOKENS = 128
 # about 3M prompt tokens per engine and model (two minutes on an H200)
 GRID = {1024: [1, 8, 32, 64], 4096: [1, 16, 64], 16384: [1, 8, 32], 32768: [1, 16],
         65536: [1, 8], 130000: [1, 4]}
+# issue 27 (DCP on several GPUs): deepseek-v2-lite at TP = the GPUs, each DCP size up to it
+DCP_GRID = {8192: [1, 8, 32, 64], 32768: [1, 8, 32, 64], 131072: [1, 8, 32, 64]}
 COMMANDS = {
     "vllm": "python3 -m vllm.entrypoints.cli.main serve {dir} --load-format dummy "
             "--served-model-name {preset} --gpu-memory-utilization {fraction} "
-            "--max-model-len {max_len} --host 127.0.0.1 --port {port}",
-    "sglang": "python3 -m sglang.launch_server --model-path {dir} --load-format dummy --tp 1 "
+            "--max-model-len {max_len} --host 127.0.0.1 --port {port} "
+            "--tensor-parallel-size {tp} --decode-context-parallel-size {dcp}",
+    "sglang": "python3 -m sglang.launch_server --model-path {dir} --load-format dummy --tp {tp} "
               "--mem-fraction-static {fraction} --context-length {max_len} "
               "--served-model-name {preset} --host 127.0.0.1 --port {port} --enable-metrics "
-              "--cuda-graph-max-bs 64",
+              "--cuda-graph-max-bs 64{dcp_flag}",
 }
+# NVLink multicast stays off on shared hosts (it can take the host's GPUs out of service)
+NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+            "NVSHMEM_DISABLE_NVLS": "1"}
 
 
 def log(msg: str) -> None:
@@ -104,9 +112,10 @@ def ea_env() -> dict[str, str]:
 
 
 def serve_one(engine: str, preset: str, res: pathlib.Path, port: int, cmd: str | None,
-              startup_timeout: float, grid: dict[int, list[int]]) -> None:
+              startup_timeout: float, grid: dict[int, list[int]], tp: int = 1,
+              dcp: int = 1, gpu: str = "H200") -> None:
     facts = PRESETS[preset]
-    tag = f"{engine}-{preset}"
+    tag = f"{engine}-{preset}" + (f"-tp{tp}-dcp{dcp}" if tp > 1 or dcp > 1 else "")
     folder = res / "models" / preset
     if not (folder / "config.json").exists():
         subprocess.run(ea("calibrate", "model-dir", "--preset", preset, "--out",
@@ -114,8 +123,9 @@ def serve_one(engine: str, preset: str, res: pathlib.Path, port: int, cmd: str |
                        env=ea_env(), check=True, cwd=REPO)
     argv = shlex.split((cmd or COMMANDS[engine]).format(
         dir=folder, preset=preset, fraction=FRACTION, max_len=facts["max_len"], port=port,
-        engine=engine, kv=facts["kv"]))
-    env = {**os.environ, "PYTHONPATH": SITES[engine], "PYTHONUNBUFFERED": "1"}
+        engine=engine, kv=facts["kv"], tp=tp, dcp=dcp,
+        dcp_flag=f" --dcp-size {dcp}" if dcp > 1 else ""))
+    env = {**os.environ, **NCCL_ENV, "PYTHONPATH": SITES[engine], "PYTHONUNBUFFERED": "1"}
     logs = res / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log(f"{tag}: starting {shlex.join(argv)}")
@@ -147,7 +157,8 @@ def serve_one(engine: str, preset: str, res: pathlib.Path, port: int, cmd: str |
             args = ["calibrate", "run", "--engine", engine, "--url", base, "--model", preset,
                     "--prompt", "token-ids", "--contexts", str(ctx), "--batch-sizes",
                     ",".join(map(str, batches)), "--output-tokens", str(OUTPUT_TOKENS),
-                    "--gpu", "H200", "--num-gpus", "1", "--mem-fraction", str(FRACTION),
+                    "--gpu", gpu, "--num-gpus", str(tp), "--dcp-size", str(dcp),
+                    "--mem-fraction", str(FRACTION),
                     "--preset", preset, "--load-format", "dummy",
                     "--engine-log", str(logs / f"{tag}.log"), "--out", str(out),
                     "--no-progress", "--request-timeout", "400"]
@@ -191,16 +202,20 @@ def stop(proc: subprocess.Popen) -> int | None:
 
 
 def run_all(res: pathlib.Path, only: list[str], cmd: str | None, port: int,
-            startup_timeout: float, grid: dict[int, list[int]]) -> None:
+            startup_timeout: float, grid: dict[int, list[int]], tp: int = 1,
+            dcp_sizes: list[int] | None = None, gpu: str = "H200") -> None:
+    """Every (engine, preset) of ORDER (``tp`` > 1: deepseek-v2-lite at each DCP size)."""
     res.mkdir(parents=True, exist_ok=True)
-    for engine, preset in ORDER:
+    plan = ([(e, p, 1) for e, p in ORDER] if tp == 1 and not dcp_sizes else
+            [(e, "deepseek-v2-lite", d) for d in (dcp_sizes or [1]) for e in ("vllm", "sglang")])
+    for engine, preset, dcp in plan:
         tag = f"{engine}-{preset}"
         if only and tag not in only:
             continue
         try:
-            serve_one(engine, preset, res, port, cmd, startup_timeout, grid)
+            serve_one(engine, preset, res, port, cmd, startup_timeout, grid, tp, dcp, gpu)
         except Exception as exc:  # noqa: BLE001 - one engine's failure must not stop the rest
-            log(f"{tag}: FAILED {type(exc).__name__}: {exc}")
+            log(f"{tag} dcp {dcp}: FAILED {type(exc).__name__}: {exc}")
         archive(res)
     (res / "DONE").write_text("done\n")
     log("all done")
@@ -259,8 +274,14 @@ def main() -> None:
     p.add_argument("--engine-cmd", help="command template replacing both engines' commands")
     p.add_argument("--port", type=int, default=8100)
     p.add_argument("--startup-timeout", type=float, default=420.0)
-    p.add_argument("--grid", type=parse_grid, default=GRID,
+    p.add_argument("--grid", type=parse_grid, default=None,
                    help="CTX:B,B;CTX:B,... replacing the default grid")
+    p.add_argument("--tp", type=int, default=1,
+                   help="GPUs = TP size; above 1 the DCP plan of issue 27 (deepseek-v2-lite, "
+                        "each --dcp-sizes, contexts 8K-128K x batches 1-64)")
+    p.add_argument("--dcp-sizes", type=lambda t: [int(x) for x in t.split(",")], default=None,
+                   help="DCP sizes to serve (default with --tp N: 1, 2, ... N)")
+    p.add_argument("--gpu", default="H200", help="the GPU type the rows record")
     p = sub.add_parser("wait")
     p.add_argument("--res", type=pathlib.Path, default=pathlib.Path("/tmp/res"))
     p.add_argument("--seconds", type=float, default=540.0)
@@ -268,7 +289,11 @@ def main() -> None:
     if a.cmd == "install":
         install(a.parts)
     elif a.cmd == "all":
-        run_all(a.res, a.only, a.engine_cmd, a.port, a.startup_timeout, a.grid)
+        dcps = a.dcp_sizes or ([d for d in (1, 2, 4, 8) if d <= a.tp and a.tp % d == 0]
+                               if a.tp > 1 else None)
+        grid = a.grid or (DCP_GRID if a.tp > 1 else GRID)
+        run_all(a.res, a.only, a.engine_cmd, a.port, a.startup_timeout, grid, a.tp, dcps,
+                a.gpu)
     else:
         wait(a.res, a.seconds)
 

@@ -55,7 +55,8 @@ def test_calibrate_fit_recovers_simulators(tmp_path, sims):
     with open(tmp_path / "train-vllm" / "dataset.csv") as f:
         assert {r["engine_version"] for r in csv.DictReader(f)} == {"0.11.0+sim"}
 
-    fit = cli_in_process("fit", str(tmp_path / "train-vllm"), str(tmp_path / "train-sglang"),
+    fit = cli_in_process("fit", "--kv-bytes-only", str(tmp_path / "train-vllm"),
+                         str(tmp_path / "train-sglang"),
                          "--out", str(tmp_path / "fit.joblib"), "--report",
                          str(tmp_path / "report"))
     assert fit.returncode == 0, fit.stderr

@@ -85,7 +85,7 @@ def test_cli_import_writes_and_appends(tmp_path):
     assert r.returncode == 0, r.stderr
     rows = read_csv(out)
     assert [r.engine for r in rows] == ["vllm", "vllm", "sglang", "sglang"]
-    fit = cli_in_process("fit", str(out), "--out", str(tmp_path / "m.joblib"))
+    fit = cli_in_process("fit", str(out), "--out", str(tmp_path / "m.joblib"), "--kv-bytes-only")
     assert fit.returncode == 0, fit.stderr
 
 

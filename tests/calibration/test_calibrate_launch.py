@@ -54,7 +54,8 @@ def test_oom_at_the_threshold_is_recorded_and_the_safe_fraction_recommended(tmp_
     assert "CUDA out of memory" in events
     engines_are_gone(manifest)
 
-    fit = cli_in_process("fit", str(tmp_path / "run"), "--out", str(tmp_path / "m.joblib"))
+    fit = cli_in_process("fit", str(tmp_path / "run"), "--out", str(tmp_path / "m.joblib"),
+                         "--kv-bytes-only")
     assert fit.returncode == 0, fit.stderr
     model, _ = load(tmp_path / "m.joblib")
     assert model.memory["vllm/B300"] == {"safe": [0.92], "unsafe": [0.95]}

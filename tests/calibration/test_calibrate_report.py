@@ -38,7 +38,8 @@ def report(tmp_path_factory):
     oom = data[0].model_copy(update={"mem_fraction": 0.95, "ttft_s": None, "tpot_s": None,
                                      "total_s": None, "oom_retries": 1, "errors": 1})
     write_csv(tmp / "data.csv", [*data, oom])
-    r = cli_in_process("fit", str(tmp / "data.csv"), "--out", str(tmp / "m.joblib"),
+    r = cli_in_process("fit", "--kv-bytes-only", str(tmp / "data.csv"), "--out",
+                       str(tmp / "m.joblib"),
                        "--report", str(tmp / "rep"))
     assert r.returncode == 0, r.stderr
     assert "wrote report" in r.stdout
@@ -84,7 +85,8 @@ def test_plots_and_markdown_are_written(report):
 def test_report_with_too_few_points_still_writes(tmp_path):
     data = rows(contexts=(4096,), batches=(4,), outputs=(32,))
     write_csv(tmp_path / "d.csv", data)
-    r = cli_in_process("fit", str(tmp_path / "d.csv"), "--out", str(tmp_path / "m.joblib"),
+    r = cli_in_process("fit", "--kv-bytes-only", str(tmp_path / "d.csv"), "--out",
+                       str(tmp_path / "m.joblib"),
                        "--report", str(tmp_path / "rep"))
     assert r.returncode == 0, r.stderr
     rep = json.loads((tmp_path / "rep" / "report.json").read_text())

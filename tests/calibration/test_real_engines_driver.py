@@ -45,3 +45,26 @@ def test_the_driver_sweeps_a_served_model_with_its_preset(tmp_path):
     kinds = [e["kind"] for e in events]
     assert kinds[0] == "warmup" and "jit" not in kinds
     assert (res / "logs" / "vllm-llama-3.1-8b.metrics.txt").read_text().startswith("#")
+
+
+@pytest.mark.slow
+def test_the_dcp_plan_serves_each_dcp_size_at_tp_n(tmp_path):
+    """--tp N (issue 27): deepseek-v2-lite at TP N, one folder per engine and DCP size, rows
+    that record the GPU count and DCP size (here the simulator stands in for both engines)."""
+    res = tmp_path / "res"
+    sim = (f"{shlex.quote(str(BIN))} sim --engine {{engine}} --port {{port}} "
+           "--model-name {preset} --kv-bytes-per-token {kv} --gpu H200 --num-gpus {tp} "
+           "--dcp-size {dcp} --time-scale 0.2 --max-model-len {max_len}")
+    r = subprocess.run([sys.executable, str(REPO / "bench" / "real_engines" / "run.py"), "all",
+                        "--res", str(res), "--tp", "8", "--dcp-sizes", "1,8",
+                        "--engine-cmd", sim, "--port", str(free_port()),
+                        "--startup-timeout", "60", "--grid", "8192:1,8"],
+                       capture_output=True, text=True, timeout=900, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    assert "FAILED" not in r.stdout, r.stdout
+    for engine in ("vllm", "sglang"):
+        for dcp in (1, 8):
+            folder = res / "runs" / f"{engine}-deepseek-v2-lite-tp8-dcp{dcp}" / "ctx8192"
+            rows = read_csv(folder / "dataset.csv")
+            assert [(x.num_gpus, x.dcp_size, x.batch_size) for x in rows] == [
+                (8, dcp, 1), (8, dcp, 8)]

@@ -1,5 +1,7 @@
 import json
 
+import seedload
+
 from cli.main import main
 from model.artifact import load
 from model.default import REFERENCE_CSV
@@ -9,11 +11,11 @@ def test_fit_writes_a_loadable_artifact_and_prints_quality(tmp_path, capsys):
     out = tmp_path / "m.joblib"
     assert main(["fit", str(REFERENCE_CSV), "--out", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "vllm" in text and "sglang" in text and "B300/8/1" in text and "B300/8/8" in text
+    assert "vllm/B300" in text and "sglang/B300" in text and "terms moved" in text
+    assert "held out" in text and "prior" in text
     model, meta = load(out)
     assert meta["training_data_sha256"] == model.data_sha256
-    code = main(["recommend", "--context-tokens", "204800", "--output-tokens", "2048",
-                 "--batch-size", "64", "--kv-bytes-per-token", "70272", "--model", str(out),
+    code = main(["recommend", "--context-tokens", "204800", *seedload.CLI, "--model", str(out),
                  "--json"])
     rec = json.loads(capsys.readouterr().out)
     assert code == 0 and rec["engine"] == "sglang" and rec["model_version"] == meta["model_version"]

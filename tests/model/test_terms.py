@@ -154,7 +154,10 @@ def test_sequences_at_once_and_shared_prefix():
     assert float(sequences_at_once(1000, 64, 100, 10, share=0.9)) == np.floor((1000 - 90) / 20)
 
 
-def test_a_batch_that_does_not_fit_runs_in_waves():
+def test_a_batch_that_does_not_fit_is_admitted_as_running_sequences_finish():
+    """Continuous batching: `run` sequences at once, the rest admitted one by one as running
+    ones finish, so `run` decode for 64 x 100 / run steps, no staircase of whole waves; every
+    prompt is prefilled once, the TTFT is the first `run`'s prefill."""
     gpu = GpuSpec(name="SMALL", memory_bytes=30e9, hbm_bandwidth=4e12, flops_bf16=1e15)
     case = Case(SHAPE, Silicon(gpu), 1, np.array(["sglang", "sglang"]), np.array([64.0, 64.0]),
                 np.array([100_000.0, 100_000.0]), np.array([101.0, 101.0]), np.array([1.0, 1.0]),
@@ -162,12 +165,15 @@ def test_a_batch_that_does_not_fit_runs_in_waves():
     f = case_features(case)
     run = int(f.running[0])
     assert 1 <= run < 64
-    # total = full waves of `run` + one of the rest, each prefill + 100 decode steps
-    waves, rest = divmod(64, run)
+    assert f.total[0, -1] == pytest.approx(100 * 64 / run)        # step_fixed counts steps
     one = case_features(dataclasses.replace(case, batch=np.array([float(run)] * 2)))
-    assert f.total[0, -1] == pytest.approx(100 * (waves + (rest > 0)))  # step_fixed counts steps
-    last = case_features(dataclasses.replace(case, batch=np.array([float(rest)] * 2)))
+    rest = case_features(dataclasses.replace(case, batch=np.array([float(64 - run)] * 2)))
     pf = PREFILL_TERMS.index("pf_fixed")
-    assert f.total[0, pf] == pytest.approx(one.total[0, pf] * waves + last.total[0, pf])  # passes
-    assert f.prefill[0, pf] == pytest.approx(one.total[0, pf])   # TTFT: the first wave only
-    assert f.total[0, PREFILL_TERMS.index("pf_batch")] == waves + (rest > 0)
+    assert f.total[0, pf] == pytest.approx(one.total[0, pf] + rest.total[0, pf])  # passes
+    assert f.prefill[0, pf] == pytest.approx(one.total[0, pf])   # TTFT: the first ones only
+    assert f.total[0, PREFILL_TERMS.index("pf_batch")] == 2
+    # smooth in the batch: one more sequence costs about one sequence's share of the steps
+    more = case_features(dataclasses.replace(case, batch=np.array([65.0, 65.0])))
+    assert more.total[0, -1] == pytest.approx(100 * 65 / run)
+
+
