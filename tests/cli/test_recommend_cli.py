@@ -9,7 +9,6 @@ import seedload
 from cli.main import main
 from model.default import default_model
 from model.recommend import recommend
-from model.workload import Workload
 
 # the published benchmark under the reference data's assumptions (model/data/b300_reference.csv)
 SEED = ["recommend", *seedload.CLI]
