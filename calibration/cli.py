@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from cli.args import fraction_list, int_list
+from cli.catalogue import add_hardware_flags
 
 
 def _fraction(text: str) -> float:
@@ -208,7 +209,7 @@ def _register_plan(csub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=_pos_int, help="concurrent sequences")
     p.add_argument("--kv-bytes-per-token", type=_pos_int, help="KV bytes per token")
     p.add_argument("--preset", help="a built-in model preset")
-    p.add_argument("--gpu", help="GPU type (default B300)")
+    add_hardware_flags(p, default=None)
     p.add_argument("--num-gpus", type=_pos_int, help="GPUs (default 8)")
     p.add_argument("--engines", type=lambda s: [x for x in s.split(",") if x],
                    help="restrict to these engines")

@@ -153,6 +153,8 @@ def plan_from_args(args: argparse.Namespace) -> int:
         v = getattr(args, field, None)
         if v is not None:
             data[field] = v
+    if getattr(args, "gpu_spec", None) is not None:
+        data["gpu"] = args.gpu_spec
     data.setdefault("context_tokens", 65536)
     data.setdefault("output_tokens", 256)
     if not any(k in data for k in ("kv_bytes_per_token", "preset", "hf_config")):

@@ -8,13 +8,14 @@ import importlib
 import sys
 
 from cli.errors import run_handler
+from cli.parser import CliParser
 
 # Modules with a ``register(subparsers)`` function, in help order.
 COMMAND_MODULES = ("cli.recommend", "calibration.cli", "cli.model", "service.cli", "sim.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CliParser(
         prog="engine-advisor",
         description="Choose vLLM or SGLang, the DCP size and the memory fraction for "
                     "long-context serving, from a calibrated cost model.")

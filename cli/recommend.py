@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import re
 
 from pydantic import ValidationError
 
 from cli.args import int_list
+from cli.catalogue import add_hardware_flags
 
 FLAGS = {
     "context_tokens": "--context-tokens", "output_tokens": "--output-tokens",
@@ -15,6 +17,7 @@ FLAGS = {
     "gpu": "--gpu", "num_gpus": "--num-gpus", "engines": "--engines", "dcp_sizes": "--dcp-sizes",
     "model_weight_bytes": "--model-weight-bytes", "model": "--model-name",
     "requirements.prefix_reuse_share": "--prefix-reuse-share",
+    "allow_extrapolation": "--allow-extrapolation",
 }
 
 
@@ -30,9 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     kv.add_argument("--hf-config", metavar="PATH", help="the model's config.json")
     kv.add_argument("--preset", help="a built-in model preset (e.g. kimi-k2, llama-3.1-70b)")
     p.add_argument("--kv-cache-dtype", default="bf16", help="bf16 (default), fp16 or fp8")
-    p.add_argument("--gpu", default="B300",
-                   help="GPU type (default B300): H100, H200, H20, B200, B300, GB200, GB300, "
-                        "MI300X, MI325X, MI355X")
+    add_hardware_flags(p)
     p.add_argument("--num-gpus", type=int, default=8,
                    help="GPUs = tensor-parallel size (default 8)")
     p.add_argument("--engines", type=lambda s: [x for x in s.split(",") if x],
@@ -77,17 +78,20 @@ def run(args: argparse.Namespace) -> int:
         data["hf_config"] = read_json_file(args.hf_config, "--hf-config")
     if args.model_name:
         data["model"] = args.model_name
+    if args.gpu_spec is not None:
+        data["gpu"] = args.gpu_spec
     data["allow_extrapolation"] = args.allow_extrapolation
     try:
         workload = Workload.model_validate(data)
     except ValidationError as exc:
-        raise CliError(validation_message(exc, FLAGS)) from None
+        raise CliError(validation_message(exc, FLAGS).replace(
+            "or give a custom spec", "or give a custom spec with --gpu-spec")) from None
     deploy = deploy_options(args)
     model = load_model(args.model)
     try:
         rec = recommend(model, workload, model.version)
     except NoEligibleConfiguration as exc:
-        raise CliError(f"{exc} (--allow-extrapolation)") from None
+        raise CliError(f"{FLAGS.get(exc.field, exc.field)}: {as_flags(str(exc))}") from None
     if deploy is not None:
         print(emit(rec, workload, deploy), end="")
     elif args.json:
@@ -95,6 +99,16 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_table(rec))
     return 0
+
+
+# the snake_case field names a message may name (not part of a flag or another word)
+_FIELD = re.compile(r"(?<![-\w])(" + "|".join(k for k in FLAGS if "_" in k and "." not in k)
+                    + r")(?![-\w])")
+
+
+def as_flags(message: str) -> str:
+    """A model message with the workload's field names written as this command's flags."""
+    return _FIELD.sub(lambda m: FLAGS[m.group(1)], message)
 
 
 # DeployOptions field -> (argparse dest, option)
@@ -139,7 +153,8 @@ def format_table(rec) -> str:
     for p in rec.predictions:
         mark = "*" if (p.engine, p.dcp_size) == (rec.engine, rec.dcp_size) else " "
         status = ("calibrated" if p.calibrated and not p.extrapolated else
-                  "extrapolated" if p.calibrated else "uncalibrated")
+                  "extrapolated" if p.calibrated else
+                  "transferred" if p.transferred else "uncalibrated")
         if not p.fits_in_memory:
             status += ", KV over capacity"
         lo, hi = p.interval_s

@@ -12,8 +12,12 @@ requests by the same capacity.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from model.formulas import kv_capacity
+from model.formulas import DEFAULT_MAX_RUNNING, kv_capacity
+
+if TYPE_CHECKING:
+    from model.shape import ModelShape
 
 MEM_FLAGS = {"vllm": "--gpu-memory-utilization", "sglang": "--mem-fraction-static"}
 DEFAULT_FRACTION = 0.90          # used when calibration says nothing about this engine and GPU
@@ -99,6 +103,25 @@ def kv_capacity_tokens(engine: str, fraction: float, gpu_memory: float, weight_b
                            float(gpu_memory),
                            float(weight_bytes), float(tp), float(kv_bytes_per_gpu_token),
                            float(dcp), float(state_pool_bytes)))
+
+
+def state_pool_bytes(shape: ModelShape, tp: int, max_running: int) -> float:
+    """Bytes per GPU of the linear-attention state an engine preallocates for
+    ``max_running`` sequences (``model.terms.Physics`` packs the same per-sequence share)."""
+    return shape.state_bytes_per_seq / float(tp) * float(max_running)
+
+
+def instance_kv_capacity(engine: str, fraction: float, gpu_memory: float, shape: ModelShape,
+                         tp: int, dcp: int, max_running: int = DEFAULT_MAX_RUNNING) -> int:
+    """Tokens of KV one instance of ``engine`` holds for the served model ``shape`` on ``tp``
+    GPUs of ``gpu_memory`` bytes at DCP ``dcp``, launched for ``max_running`` sequences: the
+    capacity the recommender predicts with (``model.formulas.kv_capacity``, weights, the
+    engine's reserve with the model's activation peak where its budget holds it, and the
+    state pool subtracted) and the simulator admits by."""
+    return kv_capacity_tokens(engine, fraction, gpu_memory, shape.weight_bytes, tp,
+                              shape.kv_gpu_token_bytes(tp), dcp,
+                              state_pool_bytes(shape, tp, max_running),
+                              activation_peak_bytes(shape.summary, tp))
 
 
 def kv_demand_tokens(batch, context, output, share=0.0):

@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from model import nofit
 from model.capabilities import effective_share
 from model.capabilities import exclusions as capability_exclusions
 from model.costmodel import (
@@ -19,7 +20,7 @@ from model.costmodel import (
     CostModel,
     doublings_outside,
 )
-from model.formulas import DEFAULT_MAX_RUNNING, N_TABLE, PARTS
+from model.formulas import DEFAULT_MAX_RUNNING, FEASIBLE, N_TABLE, PARTS
 from model.memory import MEM_FLAGS, MemoryChoice, kv_demand_tokens
 from model.predictor import CROSSOVER_CACHE_SIZE, Predictor, predictor_for
 from model.schemas import ConfigPrediction, Exclusion, Recommendation, construct
@@ -158,7 +159,9 @@ def evaluate(model: CostModel, w: Workload, shape: ModelShape, configs: list[Con
                                     w.requirements.prefix_reuse_share if w.requirements else 0))
     source = case.silicon.read_source(physics_for(shape, case.silicon, case.tp).family,
                                       shape.kv_dtype)
-    anyway = w.allow_extrapolation
+    # the physics prior answers when no configuration holding a sequence has calibration
+    # data for this hardware; allow_extrapolation matters only when one has
+    anyway = w.allow_extrapolation or not measured_fits(facts.ranges, table[:, FEASIBLE])
     out = []
     for c, (status, _), dist, fraction, t in zip(configs, facts.ranges, dists, facts.fractions,
                                                  table.tolist(), strict=True):
@@ -178,6 +181,13 @@ def evaluate(model: CostModel, w: Workload, shape: ModelShape, configs: list[Con
             "step_terms_s": dict(zip(DECODE_TERMS, t[PARTS:], strict=True))}),
             (anyway or status != "uncalibrated") and ok > 0.0)))
     return out
+
+
+def measured_fits(ranges: list[tuple[str, dict | None]], feasible) -> bool:
+    """Whether a configuration that holds one sequence (``feasible`` > 0) has calibration data
+    for the hardware (calibrated or transferred)."""
+    return any(status != "uncalibrated" and ok > 0.0
+               for (status, _), ok in zip(ranges, feasible, strict=True))
 
 
 _evaluated = partial(tuple.__new__, Evaluated)    # Evaluated((...)) without its Python __new__
@@ -279,37 +289,27 @@ def recommend(model: CostModel, w: Workload, version: str) -> Recommendation:
     if not configs:
         exc = NoEligibleConfiguration("every configuration is excluded: "
                                       + "; ".join(x.describe() for x in excluded))
-        exc.field = "requirements" if w.requirements else "engines"
+        exc.field = excluded_field(w, excluded)
         raise exc
     si = silicon_for(w.gpu_spec())
     evals = evaluate(model, w, shape, configs, si)
     for e in evals:
         if e.pred.running_sequences == 0:
-            excluded.append(Exclusion(
-                engine=e.config.engine, dcp_size=e.config.dcp_size,
-                reason=f"not even one sequence of {w.context_tokens + w.output_tokens:,} tokens "
-                       f"fits its KV capacity of {e.pred.kv_capacity_tokens:,} tokens"))
+            excluded.append(Exclusion(engine=e.config.engine, dcp_size=e.config.dcp_size,
+                                      reason=_holds_nothing(w, e.pred)))
     ranked = sorted(evals, key=_total)
     eligible = [e for e in ranked if e.eligible]
-    if not eligible:
-        names = ", ".join(f"{e.config.engine} dcp {e.config.dcp_size}" for e in evals) or "none"
-        if all(e.pred.running_sequences == 0 for e in evals):
-            exc = NoEligibleConfiguration(
-                f"the model does not fit: no configuration holds one sequence of "
-                f"{w.context_tokens + w.output_tokens:,} tokens on {w.gpu_spec().name} x "
-                f"{w.num_gpus} (candidates: {names})")
-            exc.field = "context_tokens"
-            raise exc
-        raise NoEligibleConfiguration(
-            f"no configuration is calibrated for {w.gpu_spec().name} x {w.num_gpus} "
-            f"(candidates: {names}); set allow_extrapolation to rank them on the physics prior, "
-            "or calibrate this hardware")
+    if not eligible:    # evaluate() makes every configuration holding a sequence eligible
+        raise does_not_fit(model, w, shape, si)
     best = eligible[0]
     bp = best.pred
     others = [e for e in eligible[1:] if e.config.engine != best.config.engine] or eligible[1:]
     rival = others[0] if others else None
     speedup = rival.pred.total_s / bp.total_s if rival else None
-    if not (bp.calibrated or bp.transferred) or (rival and _overlap(bp, rival.pred)):
+    prior = not any(e.pred.calibrated or e.pred.transferred for e in eligible)
+    if prior:
+        confidence = "prior"
+    elif not (bp.calibrated or bp.transferred) or (rival and _overlap(bp, rival.pred)):
         confidence = "low"
     elif (bp.extrapolated or not bp.fits_in_memory or not shape.weights_known):
         confidence = "medium"
@@ -320,7 +320,14 @@ def recommend(model: CostModel, w: Workload, version: str) -> Recommendation:
     unmeasured = (None if ranked[0] is best else
                   next((e for e in ranked if e is not best and e.pred.running_sequences
                         and e.pred.total_s < bp.total_s), None))
-    reasons = _reasons(w, shape, si, best, rival, speedup, cross, confidence, unmeasured)
+    prior_why = None
+    if prior:
+        where = f"{si.gpu.name} x {w.num_gpus}"
+        prior_why = (f"the configurations calibrated on {where} hold no sequence of this "
+                     "workload" if any(e.pred.calibrated or e.pred.transferred for e in evals)
+                     else f"no configuration is calibrated on {where}")
+    reasons = _reasons(w, shape, si, best, rival, speedup, cross, confidence, unmeasured,
+                       prior_why)
     mem = memory_choice(model, best.config.engine, si.gpu.name)
     reasons.append(mem.reason)
     return construct(Recommendation, {
@@ -332,6 +339,42 @@ def recommend(model: CostModel, w: Workload, version: str) -> Recommendation:
         "launch_command": launch_command(best.config.engine, best.config.dcp_size,
                                          bp.mem_fraction, w),
         "reasons": reasons, "excluded": excluded, "model_version": version})
+
+
+def excluded_field(w: Workload, excluded: list[Exclusion]) -> str:
+    """The workload field that excluded every configuration."""
+    if w.dcp_sizes and all(x.dcp_size for x in excluded):
+        return "dcp_sizes"
+    return "requirements" if w.requirements else "engines"
+
+
+def _holds_nothing(w: Workload, p: ConfigPrediction) -> str:
+    seq = w.context_tokens + w.output_tokens
+    if p.kv_capacity_tokens <= 0:
+        return (f"its weights leave no KV memory at {MEM_FLAGS[p.engine]} {p.mem_fraction:.2f} "
+                f"(one sequence of {seq:,} tokens does not fit)")
+    return (f"not even one sequence of {seq:,} tokens fits its KV capacity of "
+            f"{p.kv_capacity_tokens:,} tokens")
+
+
+def does_not_fit(model: CostModel, w: Workload, shape: ModelShape,
+                 si: Silicon) -> NoEligibleConfiguration:
+    """The error when no configuration holds one sequence: the cause with its numbers and what
+    would fit (``model.nofit``), blaming ``num_gpus`` (weights) or ``context_tokens`` (KV)."""
+    configs, _ = candidates(model, w, shape)
+    engines = list(dict.fromkeys(c.engine for c in configs))
+    fractions = {e: memory_choice(model, e, si.gpu.name).fraction for e in engines}
+    sizes = dcp_sizes(w)
+
+    def dcps_for(engine: str, n: int) -> list[int]:
+        own = [d for d in sizes if n % d == 0] if w.dcp_sizes else list(_divisors(n))
+        return [d for d in own
+                if dcp_constraint(engine, d, n, shape.attention, shape.kv_heads) is None]
+
+    why = nofit.explain(w, shape, fractions, dcps_for)
+    exc = NoEligibleConfiguration(why.message)
+    exc.field = why.field
+    return exc
 
 
 def warm_up(model: CostModel) -> None:
@@ -388,9 +431,11 @@ _total = attrgetter("pred.total_s")
 
 def _reasons(w: Workload, shape: ModelShape, si: Silicon, best: Evaluated,
              rival: Evaluated | None, speedup: float | None, cross: int | None,
-             confidence: str, unmeasured: Evaluated | None) -> list[str]:
+             confidence: str, unmeasured: Evaluated | None,
+             prior_why: str | None = None) -> list[str]:
     """``unmeasured``: the fastest configuration, when it is faster than ``best`` but may not
-    be chosen (no calibration data, and ``allow_extrapolation`` is false)."""
+    be chosen (no calibration data, and ``allow_extrapolation`` is false). ``prior_why``: why
+    the answer is the physics prior's (no calibrated configuration holds a sequence)."""
     bp = best.pred
     best_l = _label(best)
     rival_l = _label(rival) if rival else ""
@@ -429,6 +474,18 @@ def _reasons(w: Workload, shape: ModelShape, si: Silicon, best: Evaluated,
         r.append(f"{best_l} is calibrated on {si.gpu.name} x {w.num_gpus} for other "
                  f"models: this model's physics with the engine's fitted efficiencies "
                  "(transferred; interval widened)")
+    elif prior_why:
+        names = best_l + (f" and {rival_l}" if rival else "")
+        r.append(f"answered from the physics prior: {prior_why}, so every prediction uses the "
+                 f"engines' prior efficiencies and their intervals are widened "
+                 f"(+{UNCALIBRATED_REL_SIGMA:.0%} relative sd); calibrate {names} on "
+                 f"{si.gpu.name} x {w.num_gpus} near "
+                 f"{w.context_tokens:,} context tokens (engine-advisor calibrate run, then fit) "
+                 "to replace it")
+        if rival and speedup is not None and speedup < 1.005:
+            r.append("the prior gives both engines the same efficiencies: only their memory "
+                     "(KV capacity, reserve) tells them apart here, so the choice between them "
+                     "is not informed by measurements")
     elif not bp.calibrated:
         r.append(f"{best_l} has no calibration data on {si.gpu.name} x {w.num_gpus}: "
                  "extrapolated from the physics prior (allow_extrapolation)")

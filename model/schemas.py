@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Annotated, Literal, TypeVar
 
 import orjson
 from pydantic import BaseModel, Field
@@ -69,6 +69,13 @@ class Exclusion(BaseModel):
         return self.engine + (f" dcp {self.dcp_size}" if self.dcp_size else "") + f": {self.reason}"
 
 
+Confidence = Annotated[Literal["high", "medium", "low", "prior"], Field(
+    description="high: measured, interval clear of its rival's; medium: extrapolated, the "
+    "batch's KV over capacity, or only KV bytes known; low: intervals overlap, or an "
+    "unmeasured configuration chosen with allow_extrapolation; prior: no configuration is "
+    "calibrated for the hardware, the answer is the physics prior's")]
+
+
 class Recommendation(BaseModel):
     engine: str
     dcp_size: int
@@ -76,7 +83,7 @@ class Recommendation(BaseModel):
     mem_fraction_flag: str
     predictions: list[ConfigPrediction]
     speedup: float | None
-    confidence: str
+    confidence: Confidence
     crossover_context_tokens: int | None
     kv_capacity_tokens: int
     fits_in_memory: bool

@@ -76,7 +76,7 @@ class SimState:
                 "random_seed": c.seed, "enable_metrics": True,
                 "disable_radix_cache": c.disable_prefix_caching,
                 "chunked_prefill_size": 8192, "kv_cache_dtype": "auto",
-                "device": "cuda", "gpu": c.gpu.upper(), "version": c.version}
+                "device": "cuda", "gpu": c.gpu_spec.name, "version": c.version}
 
     def sim_info(self) -> dict[str, Any]:
         return {"engine": self.cfg.engine, "version": self.cfg.version,

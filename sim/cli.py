@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from cli.catalogue import add_hardware_flags
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -15,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     p.add_argument("--model-name", default="kimi-k3", help="served model name (default kimi-k3)")
-    p.add_argument("--gpu", default="B300", help="GPU type for timing and memory (default B300)")
+    add_hardware_flags(p)
     p.add_argument("--num-gpus", type=int, default=8, help="tensor-parallel GPUs (default 8)")
     p.add_argument("--dcp-size", type=int, default=1, help="decode context parallel size (1)")
     p.add_argument("--mem-fraction", type=float, default=0.9,
@@ -26,7 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kv-shards", type=int, default=1,
                    help="ranks the KV heads are split over (1 for MLA; default 1)")
     p.add_argument("--weight-bytes", type=float, default=None,
-                   help="model weight bytes, subtracted from the KV budget (default 0)")
+                   help="model weight bytes, subtracted from the KV budget (default: the "
+                        "preset --model-name names, else 0)")
     p.add_argument("--model", metavar="ARTIFACT",
                    help="fitted cost-model artifact giving the hidden timing coefficients "
                         "(default: the embedded model)")
@@ -78,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
                     oom_threshold=args.oom_threshold, oom_rate=args.oom_rate,
                     oom_on_startup=args.oom_on_startup,
                     disable_prefix_caching=args.disable_prefix_caching,
-                    tokenizer=args.tokenizer, admit_window_ms=args.admit_window_ms)
+                    tokenizer=args.tokenizer, admit_window_ms=args.admit_window_ms,
+                    custom_gpu=args.gpu_spec.model_dump() if args.gpu_spec else None)
     problems = cfg.problems()
     if problems:
         print(f"engine-advisor: error: {'; '.join(problems)}", file=sys.stderr)

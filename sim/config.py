@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from model.gpus import BUILTIN_GPUS, GpuSpec
-from model.memory import OOM_THRESHOLD, kv_capacity_tokens
+from model.memory import OOM_THRESHOLD, instance_kv_capacity
 from model.shape import ModelShape
 
 ENGINE_VERSIONS = {"vllm": "0.11.0+sim", "sglang": "0.5.3+sim"}
@@ -39,6 +40,7 @@ class SimConfig:
     disable_prefix_caching: bool = False
     tokenizer: str | None = None
     admit_window_ms: float = 0.0
+    custom_gpu: dict | None = None      # a GpuSpec's fields (--gpu-spec), instead of --gpu
 
     def problems(self) -> list[str]:
         """'--flag: reason' for each invalid setting."""
@@ -49,8 +51,9 @@ class SimConfig:
             p.append(f"--port: {self.port} is not a TCP port (1 .. 65535)")
         if not self.model_name or len(self.model_name) > 256:
             p.append("--model-name: must be 1 .. 256 characters")
-        if self.gpu.upper() not in BUILTIN_GPUS:
-            p.append(f"--gpu: unknown GPU {self.gpu!r}; built in: {', '.join(BUILTIN_GPUS)}")
+        if self.custom_gpu is None and self.gpu.upper() not in BUILTIN_GPUS:
+            p.append(f"--gpu: unknown GPU {self.gpu!r}; built in: "
+                     f"{', '.join(BUILTIN_GPUS)}; or describe it with --gpu-spec")
         if not 1 <= self.num_gpus <= 1024:
             p.append(f"--num-gpus: {self.num_gpus} is outside 1 .. 1024")
         elif not 1 <= self.dcp_size <= self.num_gpus or self.num_gpus % self.dcp_size:
@@ -85,6 +88,8 @@ class SimConfig:
 
     @property
     def gpu_spec(self) -> GpuSpec:
+        if self.custom_gpu is not None:
+            return GpuSpec.model_validate(self.custom_gpu)
         return BUILTIN_GPUS[self.gpu.upper()]
 
     @property
@@ -93,7 +98,8 @@ class SimConfig:
 
     @property
     def kv_bytes_per_gpu_token(self) -> float:
-        return self.kv_bytes_per_token / self.kv_shards
+        """KV bytes per token one GPU holds before DCP (the served model's, on --num-gpus)."""
+        return self.shape().kv_gpu_token_bytes(self.num_gpus)
 
     def shape(self) -> ModelShape:
         """The served model: the preset --model-name names when its KV bytes per token match
@@ -105,14 +111,15 @@ class SimConfig:
         except ValueError:
             return shape_of("", "bf16", self.kv_bytes_per_token, self.kv_shards)
 
-    def weights(self) -> float:
-        return self.weight_bytes if self.weight_bytes is not None else self.shape().weight_bytes
-
     def kv_capacity(self) -> int:
-        """KV tokens the instance holds (model.memory.kv_capacity_tokens)."""
-        return kv_capacity_tokens(self.engine, self.mem_fraction, self.gpu_spec.memory_bytes,
-                                  self.weights(), self.num_gpus, self.kv_bytes_per_gpu_token,
-                                  self.dcp_size)
+        """KV tokens the instance holds: the recommender's capacity of this configuration
+        (``model.memory.instance_kv_capacity``: weights, the engine's reserve and the
+        linear-attention state pool of --max-running sequences subtracted)."""
+        shape = self.shape()
+        if self.weight_bytes is not None:
+            shape = dataclasses.replace(shape, weight_bytes=self.weight_bytes)
+        return instance_kv_capacity(self.engine, self.mem_fraction, self.gpu_spec.memory_bytes,
+                                    shape, self.num_gpus, self.dcp_size, self.max_running)
 
     @property
     def version(self) -> str:

@@ -154,9 +154,9 @@ class Decider:
         costs = {g: c for g, c in pool_costs(loaded.model, w).items() if g in pools.groups}
         if not any(c.eligible for c in costs.values()):
             return Decision(tuple(groups), costs, "none", context, output, batch,
-                            loaded.version, note="the cost model ranks no configured pool (no "
-                            "calibration for this hardware; allow_extrapolation is off); "
-                            "routing in configuration order")
+                            loaded.version, note="the cost model ranks no configured pool (none "
+                            "holds one sequence of this request, or calibrated pools exist "
+                            "and allow_extrapolation is off); routing in configuration order")
 
         def rank(g: Group) -> tuple[int, float]:
             c = costs.get(g)

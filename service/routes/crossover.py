@@ -5,7 +5,15 @@ from __future__ import annotations
 import numpy as np
 from fastapi import APIRouter
 
-from model.recommend import candidates, crossovers, evaluate, total_curves
+from model.recommend import (
+    candidates,
+    crossovers,
+    does_not_fit,
+    evaluate,
+    excluded_field,
+    total_curves,
+)
+from model.silicon import silicon_for
 from service.deps import JsonRoute, ModelDep
 from service.errors import ApiError, error_responses
 from service.schemas import ConfigRef, Crossing, CrossoverRequest, CrossoverResponse, Curve
@@ -33,13 +41,17 @@ async def crossover(body: CrossoverRequest, loaded: ModelDep) -> CrossoverRespon
     w = body.model_copy(update={"context_tokens": lo})
     layout = w.model_shape()
     configs, excluded = candidates(model, w, layout)
+    if not configs:
+        field = excluded_field(w, excluded)
+        raise ApiError(422, f"{field}: no configuration to compare: "
+                       + "; ".join(x.describe() for x in excluded), param=field)
     evals = evaluate(model, w, layout, configs)
-    ok = [e for e in evals if e.eligible]
-    if not ok:
-        why = "; ".join(f"{x.engine}: {x.reason}" for x in excluded) if not configs else (
-            "no configuration is calibrated for this hardware; set allow_extrapolation")
-        raise ApiError(422, f"no configuration to compare: {why}",
-                       param="requirements" if not configs else "allow_extrapolation")
+    ok = [e for e in evals if e.eligible]   # all that hold a sequence, when none is calibrated
+    if not ok:      # not one sequence of the range's shortest context fits
+        exc = does_not_fit(model, w, layout, silicon_for(w.gpu_spec()))
+        field = "context_range" if exc.field == "context_tokens" else exc.field
+        raise ApiError(422, f"{field}: no configuration to compare at {lo:,} context tokens: "
+                       f"{exc}", param=field)
     cfgs = [e.config for e in ok]
     labels = [ConfigRef(engine=c.engine, dcp_size=c.dcp_size) for c in cfgs]
     grid = np.geomspace(lo, hi, SEARCH_POINTS)

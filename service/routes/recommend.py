@@ -20,11 +20,14 @@ WORKLOAD_BODY = {"requestBody": {"content": {"application/json": {"schema": {
 
 
 def recommend_or_422(loaded, w: Workload) -> Recommendation:
-    """The recommendation, or the 422 envelope naming the field that excludes everything."""
+    """The recommendation, or the 422 envelope naming the field to change: the one that
+    excludes every configuration, or ``num_gpus`` / ``context_tokens`` when the model or one
+    sequence does not fit."""
     try:
         return recommend(loaded.model, w, loaded.version)
     except NoEligibleConfiguration as exc:
-        raise ApiError(422, str(exc), param=exc.field, type="no_eligible_configuration") from None
+        raise ApiError(422, f"{exc.field}: {exc}", param=exc.field,
+                       type="no_eligible_configuration") from None
 
 
 @router.post("", response_model=Recommendation, responses=error_responses(400, 413, 422, 503),
@@ -60,6 +63,7 @@ def _batch(loaded, items: list, metrics) -> BatchResponse:
         except ApiError as exc:
             err = exc.detail()
             err.param = f"workloads.{i}.{exc.param}" if exc.param else f"workloads.{i}"
+            err.message = f"workloads.{i}.{exc.message}" if exc.param else exc.message
             results.append(BatchItem(index=i, error=err))
             continue
         metrics.recommendations.inc((rec.engine, str(rec.dcp_size)))

@@ -35,8 +35,11 @@ export function card(title, value, field, extra) {
            extra ? h("div", {class: "card-extra", text: extra}) : null);
 }
 
+// the CLI table's words (cli/recommend.py format_table)
 export function status(p) {
-  if (p.calibrated === false) return ["uncalibrated", "badge warn"];
+  if (p.calibrated === false) {
+    return [p.transferred ? "transferred" : "uncalibrated", "badge warn"];
+  }
   if (p.extrapolated) return ["extrapolated", "badge warn"];
   return ["calibrated", "badge ok"];
 }

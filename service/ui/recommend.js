@@ -62,7 +62,7 @@ const PRED_COLS = [
   ["fits_in_memory", "batch fits", (p) => (p.fits_in_memory ? "yes" : "no")],
   ["kv_read_source", "KV read model", (p) => p.kv_read_source],
 ];
-const STATUS_KEYS = new Set(["calibrated", "extrapolated"]);
+const STATUS_KEYS = new Set(["calibrated", "extrapolated", "transferred"]);
 
 function renderPredictions(rec) {
   const preds = rec.predictions;

@@ -109,11 +109,30 @@ def test_table_lists_exclusions(capsys):
     assert "\n  - sglang dcp 2: SGLang implements DCP for MLA attention only" in out
 
 
-def test_no_calibrated_config_is_a_clear_error(capsys):
-    code, _, err = run(capsys, "recommend", "--context-tokens", "1000", "--output-tokens", "8",
-                       "--kv-bytes-per-token", "70272", "--gpu", "H100")
-    assert code == 2
-    assert "no configuration is calibrated for H100 x 8" in err and "--allow-extrapolation" in err
+QWEN = str(Path(__file__).parents[1] / "data" / "qwen2.5-72b-config.json")
+
+
+def test_uncalibrated_hardware_is_answered_from_the_prior(capsys):
+    """Issue 31: Qwen2.5-72B from a config.json on 8 x H100, nothing calibrated there."""
+    code, out, err = run(capsys, "recommend", "--hf-config", QWEN, "--gpu", "H100",
+                         "--num-gpus", "8", "--context-tokens", "32768", "--output-tokens", "512",
+                         "--batch-size", "8")
+    assert code == 0, err
+    assert "(confidence prior)" in out
+    assert "answered from the physics prior: no configuration is calibrated on H100 x 8" in out
+
+
+def test_a_model_that_does_not_fit_names_the_weights_and_the_flag(capsys):
+    """Issue 31: DeepSeek-V3 (673 GB) on 8 x H100, with and without --allow-extrapolation."""
+    args = ["recommend", "--preset", "deepseek-v3", "--gpu", "H100", "--num-gpus", "8",
+            "--context-tokens", "1024", "--output-tokens", "128"]
+    for extra in ([], ["--allow-extrapolation"]):
+        code, _, err = run(capsys, *args, *extra)
+        assert code == 2
+        assert err.startswith("engine-advisor: error: --num-gpus: the model does not fit on "
+                              "H100 x 8: its weights take 84.1 GB per GPU"), err
+        assert "it would fit with --num-gpus 16 (16 x H100)" in err
+        assert "extrapolation" not in err and "context" not in err
 
 
 def test_console_script_runs_as_a_real_process():

@@ -112,6 +112,13 @@ def test_crossover_curves_apply_prefix_reuse(client):
         assert pairs and all(x < y for x, y in pairs)
 
 
+def test_crossover_on_uncalibrated_hardware_compares_the_priors(client):
+    r = client.post("/v1/crossover", json={**NO_CTX, "gpu": "GB300"})
+    assert r.status_code == 200, r.text
+    curves = r.json()["curves"]
+    assert curves and not any(c["calibrated"] for c in curves)
+
+
 def test_crossover_with_extrapolation_compares_all_configs(client):
     r = client.post("/v1/crossover", json={**NO_CTX, "allow_extrapolation": True})
     assert r.status_code == 200
@@ -125,7 +132,10 @@ def test_crossover_with_extrapolation_compares_all_configs(client):
     ({"points": []}, "points", "at least 1"),
     ({"points": [1] * 257}, "points", "at most 256"),
     ({"points": [99_999_999]}, "points.0", "less than or equal"),
-    ({"gpu": "H100"}, "allow_extrapolation", "calibrated"),
+    ({"preset": "deepseek-v3", "gpu": "H100"}, "num_gpus", "its weights take 84.1 GB per GPU"),
+    ({"preset": "llama-3.1-70b", "gpu": "H100", "num_gpus": 2,
+      "context_range": [1_000_000, 2_000_000]}, "context_range", "no configuration to compare "
+     "at 1,000,000 context tokens: the model does not fit on H100 x 2: one sequence"),
     ({"requirements": {"hardware_vendor": "intel"}}, "requirements", "intel"),
 ])
 def test_crossover_bad_inputs(client, patch, param, contains):

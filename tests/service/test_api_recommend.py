@@ -90,14 +90,39 @@ def test_invalid_json_and_non_object_bodies(client):
 
 
 UNCALIBRATED = {**SEED, "gpu": "GB300", "context_tokens": 65_536}   # fits, no data there
+TOO_BIG = {"preset": "deepseek-v3", "gpu": "H100", "num_gpus": 8, "context_tokens": 1024,
+           "output_tokens": 128}                                       # 673 GB of weights
 
 
-def test_uncalibrated_hardware_is_a_clear_422(client):
-    err = assert_error(client.post("/v1/recommend", json=UNCALIBRATED), 422,
-                       param="allow_extrapolation", contains="no configuration is calibrated")
-    assert err["type"] == "no_eligible_configuration"
-    ok = client.post("/v1/recommend", json={**UNCALIBRATED, "allow_extrapolation": True})
-    assert ok.status_code == 200 and ok.json()["confidence"] == "low"
+def test_uncalibrated_hardware_is_answered_from_the_prior(client):
+    r = client.post("/v1/recommend", json=UNCALIBRATED)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["confidence"] == "prior"
+    assert not any(p["calibrated"] or p["transferred"] for p in body["predictions"])
+    assert any(x.startswith("answered from the physics prior: no configuration is calibrated "
+                            "on GB300 x 8") for x in body["reasons"])
+    same = client.post("/v1/recommend", json={**UNCALIBRATED, "allow_extrapolation": True})
+    assert same.json()["predictions"] == body["predictions"]
+
+
+def test_a_model_that_does_not_fit_blames_num_gpus_with_numbers(client):
+    for flag in (False, True):
+        err = assert_error(client.post("/v1/recommend", json={**TOO_BIG,
+                                                              "allow_extrapolation": flag}),
+                           422, param="num_gpus", contains="its weights take 84.1 GB per GPU")
+        assert err["type"] == "no_eligible_configuration"
+        assert err["message"].startswith("num_gpus: the model does not fit on H100 x 8")
+        assert "allow_extrapolation" not in err["message"]
+        assert "num_gpus 16 (16 x H100)" in err["message"]
+
+
+def test_one_sequence_too_long_blames_context_tokens(client):
+    err = assert_error(client.post("/v1/recommend", json={
+        "preset": "llama-3.1-70b", "gpu": "H100", "num_gpus": 2, "context_tokens": 1_000_000,
+        "output_tokens": 128}), 422, param="context_tokens",
+        contains="one sequence of 1,000,128 tokens")
+    assert "a sequence of at most" in err["message"]
 
 
 def test_every_engine_excluded_is_a_422_naming_requirements(client):
@@ -113,7 +138,7 @@ def test_wrong_method_and_unknown_route_use_the_envelope(client):
 # ---------------------------------------------------------------- batch
 def test_batch_in_order_with_per_item_errors(client):
     items = [{**SEED, "context_tokens": 65_536}, {**SEED, "context_tokens": 0}, "nope",
-             UNCALIBRATED, SEED]
+             TOO_BIG, SEED]
     r = client.post("/v1/recommend/batch", json={"workloads": items})
     assert r.status_code == 200, r.text
     body = r.json()
@@ -126,7 +151,8 @@ def test_batch_in_order_with_per_item_errors(client):
     assert res[1]["error"]["param"] == "workloads.1.context_tokens"
     assert res[1]["error"]["message"].startswith("workloads.1.context_tokens:")
     assert res[2]["error"]["param"] == "workloads.2"
-    assert res[3]["error"]["param"] == "workloads.3.allow_extrapolation"
+    assert res[3]["error"]["param"] == "workloads.3.num_gpus"
+    assert res[3]["error"]["message"].startswith("workloads.3.num_gpus: the model does not fit")
     for x in res[1:4]:
         assert set(x["error"]) == {"message", "type", "param", "code"}
         assert x["error"]["code"] == 422

@@ -10,7 +10,8 @@ import pytest
 from simproc import SimProcess
 
 from model.gpus import builtin_gpu
-from model.memory import kv_capacity_tokens
+from model.memory import instance_kv_capacity
+from model.shape import bare
 from sim import tokenizer
 
 
@@ -164,8 +165,15 @@ def test_vllm_only_endpoints(vllm):
         assert f'{name}{{model_name="sim-m"' in text, name
 
 
+def _capacity(engine: str, fraction: float, dcp: int) -> int:
+    """The recommender's capacity of the served model (27,648 KV bytes per token, no weights
+    known), as tests/sim/test_sim_capacity.py checks it against the recommender's own."""
+    return instance_kv_capacity(engine, fraction, builtin_gpu("B300").memory_bytes,
+                                bare(27648), 8, dcp)
+
+
 def test_vllm_startup_log_reports_kv_capacity(vllm):
-    cap = kv_capacity_tokens("vllm", 0.9, builtin_gpu("B300").memory_bytes, 0.0, 8, 27648, 1)
+    cap = _capacity("vllm", 0.9, 1)
     assert f"GPU KV cache size: {cap:,} tokens" in vllm.log
 
 
@@ -173,7 +181,7 @@ def test_sglang_server_info_and_log(sglang):
     info = httpx.get(sglang.url + "/get_server_info").json()
     assert info["dcp_size"] == 8 and info["tp_size"] == 8
     assert info["mem_fraction_static"] == 0.88
-    cap = kv_capacity_tokens("sglang", 0.88, builtin_gpu("B300").memory_bytes, 0.0, 8, 27648, 8)
+    cap = _capacity("sglang", 0.88, 8)
     assert info["max_total_num_tokens"] == cap
     assert httpx.get(sglang.url + "/server_info").json()["dcp_size"] == 8
     assert f"KV Cache is allocated. #tokens: {cap}" in sglang.log

@@ -135,7 +135,7 @@ def test_cli_defaults_are_the_configs_defaults():
     from sim.config import SimConfig
 
     args = vars(build_parser().parse_args(["sim", "--engine", "vllm", "--port", "1"]))
-    renamed = {"model_artifact": "model"}
+    renamed = {"model_artifact": "model", "custom_gpu": "gpu_spec"}
     for f in dataclasses.fields(SimConfig):
         if f.name in ("engine", "port"):
             continue

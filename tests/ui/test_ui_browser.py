@@ -150,7 +150,10 @@ def test_shared_link_renders_the_answer(server, open_page, shots):
         shown = float(row.locator("td[data-key=total_s]").get_attribute("data-value"))
         assert math.isclose(shown, p["total_s"], rel_tol=1e-9)
         status = row.locator("td[data-key=status]").inner_text()
-        assert ("uncalibrated" in status) == (not p["calibrated"])
+        word = ("calibrated" if p["calibrated"] and not p["extrapolated"] else
+                "extrapolated" if p["calibrated"] else
+                "transferred" if p["transferred"] else "uncalibrated")
+        assert status.strip().removesuffix("recommended").strip() == word, status
         assert ("recommended" in status) == ((p["engine"], p["dcp_size"]) ==
                                              (rec["engine"], rec["dcp_size"]))
 

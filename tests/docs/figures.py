@@ -1,0 +1,213 @@
+"""The figures and generated tables the pages quote, computed from the code.
+
+``FIGURES[name](ctx)`` returns the text a page's ``<!--fig:name-->`` or ``<!--gen:name-->``
+marker must hold; ``ctx`` gives the running service (``ctx.server.post``) to figures that
+quote an endpoint. A figure whose premise no longer holds (another engine wins, say) raises
+``Premise``, and the page's prose needs an edit by hand.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from functools import cache
+
+FIGURES: dict[str, Callable] = {}
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
+
+
+class Premise(Exception):
+    """The page's wording around a figure no longer describes the code's answer."""
+
+
+def figure(name: str):
+    def register(fn):
+        FIGURES[name] = fn
+        return fn
+    return register
+
+
+def _g(x: float, places: int = 1) -> str:
+    """1,307.4 / 989 / 7.75: thousands separated, trailing zeros dropped."""
+    s = f"{x:,.{places}f}"
+    return s.rstrip("0").rstrip(".") if "." in s else s
+
+
+def _billions(x: float) -> str:
+    """Parameters as the presets table writes them: 8.03 B, 70.6 B, 2,779.5 B."""
+    b = x / 1e9
+    return f"{b:.2f} B" if b < 10 else f"{b:,.1f} B"
+
+
+# ---------------------------------------------------------------- shared answers
+@cache
+def _rec(preset: str, context: int, output: int, batch: int, gpu: str = "B300",
+         num_gpus: int = 8):
+    from model.default import default_model
+    from model.recommend import recommend
+    from model.workload import Workload
+
+    m = default_model()
+    return recommend(m, Workload(preset=preset, context_tokens=context, output_tokens=output,
+                                 batch_size=batch, gpu=gpu, num_gpus=num_gpus), m.version)
+
+
+def _pred(rec, engine: str, dcp: int):
+    return next(p for p in rec.predictions if (p.engine, p.dcp_size) == (engine, dcp))
+
+
+def _readme_rec():
+    return _rec("kimi-k3", 204_800, 2048, 64)
+
+
+def _rival(rec):
+    """The best eligible prediction of the other engine (the one ``speedup`` compares to)."""
+    total = _pred(rec, rec.engine, rec.dcp_size).total_s * rec.speedup
+    return min((p for p in rec.predictions if p.engine != rec.engine),
+               key=lambda p: abs(p.total_s - total))
+
+
+# ---------------------------------------------------------------- README
+@figure("readme.rival_running")
+def readme_rival_running(ctx) -> str:
+    return str(_rival(_readme_rec()).running_sequences)
+
+
+@figure("readme.rival_waves")
+def readme_rival_waves(ctx) -> str:
+    return str(math.ceil(64 / _rival(_readme_rec()).running_sequences))
+
+
+@figure("readme.rival")
+def readme_rival(ctx) -> str:
+    r = _rival(_readme_rec())
+    return f"{ENGINE_NAMES[r.engine]} dcp {r.dcp_size}"
+
+
+# ---------------------------------------------------------------- proxy.md
+@figure("proxy.crossover")
+def proxy_crossover(ctx) -> str:
+    """/v1/crossover for the example pools file's workload and groups (vLLM dcp 1, SGLang
+    dcp 8: the two calibrated ones of vllm/sglang x dcp 1/8)."""
+    r = ctx.server.post("/v1/crossover", {
+        "preset": "kimi-k3", "gpu": "B300", "num_gpus": 8, "batch_size": 64,
+        "output_tokens": 2048, "engines": ["vllm", "sglang"], "dcp_sizes": [1, 8]})
+    body = r.json()
+    if r.status_code != 200:
+        raise Premise(f"/v1/crossover answered {r.status_code}: {body}")
+    flips = body["engine_crossovers"]
+    if len(flips) != 1 or (flips[0]["before"], flips[0]["after"]) != (
+            {"engine": "vllm", "dcp_size": 1}, {"engine": "sglang", "dcp_size": 8}):
+        raise Premise(f"the page says vLLM dcp 1 wins below one crossover and SGLang dcp 8 "
+                      f"above; /v1/crossover says {flips}")
+    return f"{flips[0]['context_tokens']:,}"
+
+
+# ---------------------------------------------------------------- cost-model.md
+@figure("cost.nofit.dsv3")
+def nofit_dsv3(ctx) -> str:
+    """The quoted parts of the refusal for DeepSeek-V3 on 8 x H100."""
+    from model.default import default_model
+    from model.recommend import NoEligibleConfiguration, recommend
+    from model.workload import Workload
+
+    m = default_model()
+    w = Workload(preset="deepseek-v3", gpu="H100", num_gpus=8, context_tokens=1024,
+                 output_tokens=128)
+    try:
+        recommend(m, w, m.version)
+    except NoEligibleConfiguration as exc:
+        msg = str(exc)
+    else:
+        raise Premise("DeepSeek-V3 now fits on 8 x H100")
+    head = msg[msg.index("its weights take"):msg.index(" per GPU") + len(" per GPU")]
+    return f"{head} … {msg[msg.index('it would fit with'):]}"
+
+
+# ---------------------------------------------------------------- architecture.md
+def _main_dtype(d: dict) -> str:
+    """The checkpoint's main weight dtype: the largest part's, and what the rest use when
+    more than 5 % of the bytes are stored otherwise."""
+    by = {k: v for k, v in d["weight_bytes_by_part"].items() if v > 0}
+    top = max(by, key=by.get)
+    main = d["part_dtypes"][top]
+    rest = {d["part_dtypes"][k] for k in by if k != top} - {main}
+    other = sum(v for k, v in by.items() if d["part_dtypes"][k] != main)
+    if len(rest) == 1 and other > 0.05 * sum(by.values()):
+        return f"{main} ({top.replace('_', ' ')}), {rest.pop()} elsewhere"
+    return main
+
+
+@figure("arch.presets")
+def presets_table(ctx) -> str:
+    from model.arch import PRESETS, preset
+
+    out = ["| preset | layers (full / linear) | attention | KV B/token (bf16) | state B/seq | "
+           "params | weight bytes | main weight dtype | active params/token |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for name in PRESETS:
+        d = preset(name).to_dict()
+        out.append(f"| {name} | {d['n_layers']} ({d['n_full_attn_layers']} / "
+                   f"{d['n_linear_layers']}) | {d['attention'].upper()} | "
+                   f"{d['kv_bytes_per_token']:,} | {d['state_bytes_per_seq']:,} | "
+                   f"{_billions(d['total_params'])} | {d['weight_bytes'] / 1e9:,.1f} GB | "
+                   f"{_main_dtype(d)} | {_billions(d['active_params_per_token'])} |")
+    return "\n".join(out)
+
+
+@figure("arch.gpus")
+def gpu_table(ctx) -> str:
+    from model.gpus import BUILTIN_GPUS
+
+    def tf(x):
+        return _g(x / 1e12) if x else "–"
+
+    out = ["| GPU | memory (bytes) | HBM (TB/s) | scale-up per direction (GB/s) | "
+           "dense BF16 / FP8 / FP4 (TFLOP/s) |", "|---|---|---|---|---|"]
+    for g in BUILTIN_GPUS.values():
+        out.append(f"| {g.name} | {g.memory_bytes:,.0f} | {_g(g.hbm_bandwidth / 1e12, 2)} | "
+                   f"{_g(g.nvlink_bandwidth / 1e9)} | {tf(g.flops_bf16)} / {tf(g.flops_fp8)} / "
+                   f"{tf(g.flops_fp4)} |")
+    return "\n".join(out)
+
+
+def _k3() -> dict:
+    from model.arch import preset
+    return preset("kimi-k3").to_dict()
+
+
+for _name, _fn in (
+        ("kv_bf16", lambda d: f"{d['kv_bytes_per_token']:,}"),
+        ("kv_fp8", lambda d: f"{d['kv_bytes_per_token'] // 2:,}"),
+        ("state", lambda d: f"{d['state_bytes_per_seq']:,}"),
+        ("params", lambda d: _billions(d["total_params"])),
+        ("weights", lambda d: f"{d['weight_bytes'] / 1e9:,.1f}"),
+        ("routed", lambda d: f"{d['weight_bytes_by_part']['routed_experts'] / 1e9:,.1f}"),
+        ("kda", lambda d: f"{d['weight_bytes_by_part']['linear_attention'] / 1e9:,.1f}"),
+        ("shared", lambda d: f"{d['weight_bytes_by_part']['shared_experts'] / 1e9:,.1f}"),
+        ("mla", lambda d: f"{d['weight_bytes_by_part']['attention'] / 1e9:,.1f}"),
+        ("per_gpu", lambda d: f"{d['weight_bytes'] / 8 / 1e9:,.1f}")):
+    def _register_k3(name=_name, fn=_fn):
+        @figure(f"arch.k3.{name}")
+        def k3(ctx) -> str:
+            return fn(_k3())
+    _register_k3()
+
+
+# ---------------------------------------------------------------- silicon-profiles.md
+@figure("silicon.sources")
+def silicon_sources(ctx) -> str:
+    """Where each built-in GPU's physics comes from (``model.silicon.silicon_for``)."""
+    from model.gpus import BUILTIN_GPUS
+    from model.silicon import silicon_for
+
+    parts = ("kv_read", "gemm", "attn_flops", "collectives", "dcp_collectives")
+    out = ["| GPU | KV read | GEMM | prefill attention | collectives | DCP collectives |",
+           "|---|---|---|---|---|---|"]
+    for g in BUILTIN_GPUS.values():
+        src = silicon_for(g).sources
+        cells = [src.get(p, "spec" if p != "dcp_collectives" else "from collectives")
+                 .removeprefix("profile:") for p in parts]
+        out.append(f"| {g.name} | " + " | ".join(f"`{c}`" if c.endswith(".json") else c
+                                               for c in cells) + " |")
+    return "\n".join(out)
