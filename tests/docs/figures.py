@@ -8,7 +8,6 @@ quote an endpoint. A figure whose premise no longer holds (another engine wins, 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from functools import cache
 
@@ -71,11 +70,6 @@ def _rival(rec):
 @figure("readme.rival_running")
 def readme_rival_running(ctx) -> str:
     return str(_rival(_readme_rec()).running_sequences)
-
-
-@figure("readme.rival_waves")
-def readme_rival_waves(ctx) -> str:
-    return str(math.ceil(64 / _rival(_readme_rec()).running_sequences))
 
 
 @figure("readme.rival")
