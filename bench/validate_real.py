@@ -17,36 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from model.default import default_model, real_rows  # noqa: E402
-from model.validation import summary  # noqa: E402
-
-NAMES = {"total": "total", "ttft": "batch prefill", "step": "decode step"}
-
-
-def tables(s: dict) -> str:
-    out = ["| engine | quantity | points | prior (median error) | calibrated, held out |",
-           "|---|---|---|---|---|"]
-    for key, e in s["errors"].items():
-        engine, qty = key.split("/")
-        out.append(f"| {engine} | {NAMES[qty]} | {e['points']} | {e['prior']:.1%} | "
-                   f"{e['held_out']:.1%} |")
-    out += ["", "| engine | model | quantity | prior | calibrated |", "|---|---|---|---|---|"]
-    for g in s["groups"]:
-        out.append(f"| {g['engine']} | {g['model']} | {NAMES[g['quantity']]} | "
-                   f"{g['prior']:.1%} | {g['held_out']:.1%} |")
-    out += ["", "| engine | model | fraction | KV tokens logged | predicted | error |",
-            "|---|---|---|---|---|---|"]
-    for c in s["capacity"]:
-        out.append(f"| {c['engine']} | {c['model']} | {c['mem_fraction']:.2f} | "
-                   f"{c['logged']:,} | {c['predicted']:,} | {c['error']:+.2%} |")
-    c, p = s["choice"], s["choice_prior"]
-    out += ["", f"Engine choice on the {c['points']} points both engines ran: the faster engine "
-                f"(or a tie within 5 %) picked at {c['right']} ({c['share_right']:.0%}); the "
-                f"prior {p['right']} ({p['share_right']:.0%}). Where they differ by more than "
-                f"5 % ({c['differing_points']} points), the predicted SGLang / vLLM ratio is "
-                f"{c['ratio_median_factor']:.3f}x the measured one in the median (prior "
-                f"{p['ratio_median_factor']:.3f}x). Held-out 90 % intervals cover "
-                + ", ".join(f"{v:.0%} ({k})" for k, v in s["coverage"].items()) + "."]
-    return "\n".join(out)
+from model.validation import NAMES, markdown, summary  # noqa: E402
 
 
 def plot(s: dict, model, path: Path) -> None:
@@ -98,7 +69,7 @@ def main() -> None:
     a = ap.parse_args()
     model = default_model()
     s = summary(model, real_rows())
-    print(tables(s))
+    print(markdown(s))
     if a.plot:
         plot(s, model, a.plot)
         print(f"\nwrote {a.plot}")

@@ -8,6 +8,7 @@ quote an endpoint. A figure whose premise no longer holds (another engine wins, 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from functools import cache
 
@@ -64,6 +65,38 @@ def _rival(rec):
     total = _pred(rec, rec.engine, rec.dcp_size).total_s * rec.speedup
     return min((p for p in rec.predictions if p.engine != rec.engine),
                key=lambda p: abs(p.total_s - total))
+
+
+# ---------------------------------------------------------------- validation.md, cost-model.md
+@figure("validation.real")
+def validation_real(ctx) -> str:
+    """The held-out tables of the real H200 runs (model.validation)."""
+    from model.default import default_model, real_rows
+    from model.validation import markdown, summary
+
+    return markdown(summary(default_model(), real_rows()))
+
+
+@figure("costmodel.seed")
+def seed_table(ctx) -> str:
+    """The assumptions consistent with the published B300 times (model.seedcheck)."""
+    from model.seedcheck import choose, scan
+
+    verdicts = scan()
+    best = choose(verdicts)
+    out = ["| prompts | batch × output | departure | what the fit needs (efficiency / prior) |",
+           "|---|---|---|---|"]
+    ok = sorted((v for v in verdicts if v.consistent), key=lambda v: v.distance)
+    for v in ok[:8]:
+        a = v.assumption
+        size = f"{a.batch_size} × {a.output_tokens:,}"
+        if v is best:
+            size = f"**{size}** (used)"
+        needs = ", ".join(f"{k} {r:.2f} ×" for k, r in sorted(v.freed.items()))
+        out.append(f"| {a.prompts} | {size} | {math.exp(v.distance):.1f} × | {needs} |")
+    if len(ok) > 8:
+        out.append(f"| ({len(ok) - 8} more) | | over {math.exp(ok[8].distance):.0f} × | |")
+    return "\n".join(out)
 
 
 # ---------------------------------------------------------------- README
