@@ -92,6 +92,9 @@ class Picker:
         return grpc.method_handlers_generic_handler(EXT_PROC, {"Process": method})
 
 
+MAX_STREAMS_PER_CONNECTION = 1024   # the gateway opens a connection per 16 (deploy/gateway)
+
+
 class PickerServer:
     def __init__(self, app, host: str, port: int, counts):
         self.app, self.host, self.port, self.counts = app, host, port, counts
@@ -108,7 +111,14 @@ class PickerServer:
         options = [("grpc.max_receive_message_length", max_message),
                    # several worker processes share the port (each its own picker, like the
                    # proxy); the gateway's connections are spread over them by the kernel
-                   ("grpc.so_reuseport", 1 if settings.workers > 1 else 0)]
+                   ("grpc.so_reuseport", 1 if settings.workers > 1 else 0),
+                   # the front door's limits (service.frontdoor), as gRPC states them: a
+                   # stream's metadata is bounded like a request head, a connection carrying
+                   # no stream is closed after the head timeout, streams per connection capped
+                   ("grpc.max_metadata_size", settings.max_header_bytes),
+                   ("grpc.absolute_max_metadata_size", settings.max_header_bytes),
+                   ("grpc.max_connection_idle_ms", int(settings.header_timeout_s * 1000)),
+                   ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION)]
         self.server = grpc.aio.server(options=options)
         token = settings.epp_token.get_secret_value() if settings.epp_token else None
         picker = Picker(self.app, auth.TokenCheck(token), settings.epp_idle_timeout_s,

@@ -75,7 +75,7 @@ def test_the_picker_does_not_start_without_authentication(picker):
     (b'{"model": "m", "messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
      "nested too deeply"),
     (b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": '
-     + b"9" * 5000 + b"}", "more than 4300 digits"),
+     + b"9" * 5000 + b"}", "more than 4,300 digits"),
     (b'{"model": "m", "messages": [', "invalid JSON"),
     (b'{"model": "m", "prompt": "\xff\xfe"}', "invalid JSON"),
     (b"[1, 2]", "expected a JSON object"),
@@ -139,3 +139,17 @@ def test_mutual_tls_takes_the_gateway_certificate_only(picker, pki):
         out = exchange(stub, SHORT, mode=BUFFERED)
     assert mutation(out[1])["x-engine-advisor-engine"] == "vllm"
     assert upstream(app, "va").breaker.failures == 0
+
+
+def test_metadata_past_the_header_limit_is_refused_before_the_picker_reads_it(picker):
+    """The front door's header limit holds on the picker's port too (grpc.max_metadata_size):
+    a stream whose metadata is larger is refused and moves nothing."""
+    app, stub, http = picker()
+    limit = app.state.settings.max_header_bytes
+    big = (*stub.metadata, ("x-pad", "p" * (limit + 1024)))     # the gateway's token too
+    with pytest.raises(grpc.RpcError) as exc:
+        attack(Gateway(stub.stub, big))
+    assert exc.value.code() in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.INTERNAL,
+                                grpc.StatusCode.UNAVAILABLE)
+    assert breaker_failures(app) == {"va": 0, "vb": 0, "sa": 0}
+    assert sum(in_flight(app).values()) == 0
