@@ -20,6 +20,9 @@ import yaml
 from proc import Proc, start_all, wait_for
 
 from model.dataset import parse_csv
+from model.default import default_model
+from model.recommend import recommend
+from model.workload import Workload
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -106,14 +109,22 @@ def test_short_prompt_to_vllm_long_to_sglang_as_the_model_says(cluster):
 
 def test_route_endpoint_counts_tokens_upstream_when_the_estimate_is_ambiguous(cluster):
     proxy = cluster["proxy"]
-    body = {"model": "kimi-k3", "messages": [{"role": "user", "content": LONG_CHAT}],
+    # a prompt whose bytes / 4 lie below the model's crossover for the pools' workload and whose
+    # tokens lie above it: " ab" is one simulator token of three bytes
+    w = Workload(context_tokens=100_000, preset="kimi-k3", gpu="B300", num_gpus=8,
+                 batch_size=64, output_tokens=2048)
+    m = default_model()
+    cross = recommend(m, w, m.version).crossover_context_tokens
+    n = int(cross * 1.2)
+    assert 3 * n / 4 < cross < n
+    body = {"model": "kimi-k3", "messages": [{"role": "user", "content": " ab" * n}],
             "max_tokens": 2048}
     r = httpx.post(proxy.url + "/v1/route", json=body, timeout=30)
     assert r.status_code == 200, r.text
     d = r.json()
-    # bytes/4 would say ~105K (vLLM); the simulator's /tokenize says ~140K (SGLang).
+    # bytes/4 would say vLLM; the simulator's /tokenize says SGLang.
     assert d["prompt_tokens_method"] == "upstream"
-    assert d["prompt_tokens"] > 190_000
+    assert d["prompt_tokens"] > n
     assert (d["engine"], d["dcp_size"], d["upstream"]) == ("sglang", 8, "sglang-0")
     assert d["upstream_url"] == cluster["sglang"].url
     p = d["predicted"]
