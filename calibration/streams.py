@@ -5,8 +5,8 @@ chunk times are its send time, its TTFT, then its inter-token gaps. From those o
 batch:
 
 - ``prefill_s``: the first request sent -> the last first token: the batch's prefill (the cost
-  model's first-wave prefill, ``QTY_PREFILL``). At batch 1 it is the request's TTFT.
-- ``decode_step_s``: one decode step of the whole batch with no prefill in it (``QTY_TPOT``):
+  model's first-wave prefill: the fitted quantity ``ttft``). At batch 1 it is the request's TTFT.
+- ``decode_step_s``: one decode step of the whole batch with no prefill in it (the fitted ``step``):
   the median gap between consecutive tokens of any request, over the window in which every
   request of the batch has its first token and none has finished. Before that window an engine
   that chunks prefill into decode steps (vLLM) runs steps that carry other requests' prefill;

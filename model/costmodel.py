@@ -42,8 +42,6 @@ TRANSFERRED_REL_SIGMA = 0.10    # added relative sd: data for this hardware, ano
 EXTRAPOLATION_REL_SIGMA = 0.05  # added relative sd per doubling outside the calibrated range
 MIN_CV_POINTS = 5
 N_TERMS = len(TERMS)
-QTY_TOTAL, QTY_PREFILL, QTY_TPOT = 0, 1, 2
-QTY_NAMES = {QTY_TOTAL: "total", QTY_PREFILL: "ttft", QTY_TPOT: "tpot"}
 
 
 def config_key(engine: str, gpu: str, num_gpus: int, dcp: int) -> str:
@@ -225,11 +223,10 @@ class CostModel:
     held_out: list[dict] = field(default_factory=list)
 
     @classmethod
-    def fit(cls, rows: Sequence[Measurement], *, sources: Sequence[str] = (),
-            estimator_params: dict | None = None, cv: bool = True) -> CostModel:  # noqa: ARG003
-        """Fit every engine's efficiencies (``model.fitting``: pooled over GPUs, terms freed
-        only where the held-out error falls). ``cv`` and ``estimator_params`` are kept for
-        callers of the earlier signature: the held-out error is always computed."""
+    def fit(cls, rows: Sequence[Measurement], *, sources: Sequence[str] = ()) -> CostModel:
+        """Fit every engine's efficiencies (``model.fitting``: pooled per GPU family, then
+        per GPU; terms freed only where the held-out error falls; every point's held-out
+        prediction kept in ``held_out``)."""
         from model.fitting import fit_engine
 
         if not rows:
@@ -381,37 +378,6 @@ def trainable(r: Measurement) -> bool:
     return not r.unsafe and r.timed
 
 
-def cross_validate(rows: Sequence[Measurement], estimator_params: dict | None = None,  # noqa: ARG001
-                   n_bootstrap: int = 0) -> list[dict]:
-    """Every fitted point held out in turn (``model.fitting``): one record per held-out
-    quantity with engine, dcp_size, context_tokens, batch_size, output_tokens, quantity
-    ("total", "ttft", "step"), measured, predicted, and with ``n_bootstrap`` > 0 its 90 %
-    interval (lo, hi) from its level's held-out half-width."""
-    model = CostModel.fit(rows)
-    out = []
-    for rec in model.held_out:
-        r = {k: rec[k] for k in ("engine", "dcp_size", "context_tokens", "batch_size",
-                                 "output_tokens", "quantity", "measured")}
-        r["predicted"] = rec["held_out"]
-        if n_bootstrap:
-            est = model.engines[efficiency_key(rec["engine"], rec["gpu"])]
-            w = math.expm1(est.interval_halfwidth_ or 0.0)
-            r["lo"], r["hi"] = rec["held_out"] * max(1.0 - w, 0.0), rec["held_out"] * (1.0 + w)
-        out.append(r)
-    return out
-
-
-def cv_mape(rows: Sequence[Measurement], estimator_params: dict | None = None) -> float | None:  # noqa: ARG001
-    """Mean absolute percentage error of ``cross_validate`` over all held-out times (None
-    below MIN_CV_POINTS grid points)."""
-    from model.fitting import point_key
-
-    if len({point_key(r) for r in rows if trainable(r)}) < MIN_CV_POINTS:
-        return None
-    recs = cross_validate(rows)
-    return float(np.mean([abs(r["predicted"] - r["measured"]) / r["measured"] for r in recs]))
-
-
 __all__ = ["Case", "CostModel", "DECODE_TERMS", "Features", "Prediction", "case_features",
-           "config_key", "cross_validate", "cv_mape", "roofline_check", "row_case", "row_shape",
-           "training_matrix", "trainable"]
+           "config_key", "roofline_check", "row_case", "row_shape", "training_matrix",
+           "trainable"]
