@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from calibration.errors import CalibrationError
 from model.artifact import check_name, save
 from model.costmodel import MIN_CV_POINTS, CostModel, trainable
 from model.dataset import Measurement, read_csv
@@ -25,7 +26,7 @@ MANIFEST_NAME = "manifest.json"
 ABSURD_HELD_OUT = 0.5       # a level whose median held-out error is above 50 % explains nothing
 
 
-class FitRefused(ValueError):
+class FitRefused(CalibrationError, ValueError):
     """The fit would mean nothing; the message names the cause and the way out."""
 
 

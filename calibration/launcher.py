@@ -20,12 +20,13 @@ from pathlib import Path
 import httpx
 
 from calibration.client import is_oom
+from calibration.errors import CalibrationError
 
 PLACEHOLDERS = ("model", "num_gpus", "tp", "dcp_size", "mem_fraction", "port")
 LOG_TAIL_BYTES = 4000
 
 
-class LaunchTemplateError(ValueError):
+class LaunchTemplateError(CalibrationError, ValueError):
     pass
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from calibration.engine_facts import EngineFacts, FactsError, gather, weights_of
+from calibration.errors import CalibrationError
 from calibration.jitwatch import Interval, JitHit, attribute, parse_utc
 from calibration.pointtimes import RequestTimes, point_times
 from calibration.runstore import (
@@ -55,7 +56,7 @@ from model.artifact import atomic_write
 from model.dataset import DatasetError, Measurement, header_csv, read_csv, row_csv
 
 
-class RebuildError(ValueError):
+class RebuildError(CalibrationError, ValueError):
     """A run folder that cannot be rebuilt; the message names the folder and the problem."""
 
 

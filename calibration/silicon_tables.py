@@ -17,11 +17,13 @@ from pathlib import Path
 
 import numpy as np
 
+from calibration.errors import CalibrationError
+
 PACKAGE = "aiconfigurator-core"
 MODULE = "aiconfigurator_core"
 
 
-class SiliconError(ValueError):
+class SiliconError(CalibrationError, ValueError):
     """A bad or missing input, worded as ``--flag: problem`` for the command line."""
 
 
