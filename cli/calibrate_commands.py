@@ -14,8 +14,8 @@ from cli.errors import CliError
 
 
 def run_calibrate_rebuild(args: argparse.Namespace) -> int:
-    from calibration.rebuild import RebuildInputs, rebuild
-    from calibration.sweep import read_hf_config
+    from calibration.sweep.driver import read_hf_config
+    from calibration.sweep.rebuild import RebuildInputs, rebuild
 
     def text(path: str | None, flag: str) -> str | None:
         if path is None:
@@ -54,7 +54,7 @@ def run_calibrate_rebuild(args: argparse.Namespace) -> int:
 
 
 def run_calibrate_model_dir(args: argparse.Namespace) -> int:
-    from calibration.modeldir import write_model_dir
+    from calibration.sweep.modeldir import write_model_dir
     from model.arch.config import ArchConfigError
     from model.arch.presets import preset_config
 
@@ -76,7 +76,7 @@ def run_calibrate_model_dir(args: argparse.Namespace) -> int:
 
 
 def run_fit(args: argparse.Namespace) -> int:
-    from calibration.fit import fit_files, format_fit_summary
+    from calibration.fit.fitter import fit_files, format_fit_summary
     from model.dataset import DatasetError
 
     try:
@@ -86,8 +86,8 @@ def run_fit(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     print(format_fit_summary(model, meta, args.out))
     if args.report:
-        from calibration.fit import read_all
-        from calibration.report import write_report
+        from calibration.fit.fitter import read_all
+        from calibration.fit.report import write_report
 
         rows, _ = read_all(args.data)
         paths = write_report(model, rows, args.report)
@@ -96,8 +96,14 @@ def run_fit(args: argparse.Namespace) -> int:
 
 
 def run_calibrate_run(args: argparse.Namespace) -> int:
-    from calibration.launcher import LaunchTemplateError
-    from calibration.sweep import Sweep, SweepAbort, SweepConfig, read_hf_config, summary_table
+    from calibration.sweep.driver import (
+        Sweep,
+        SweepAbort,
+        SweepConfig,
+        read_hf_config,
+        summary_table,
+    )
+    from calibration.sweep.launcher import LaunchTemplateError
 
     try:
         cfg = SweepConfig(
@@ -150,8 +156,8 @@ def run_calibrate_import(args: argparse.Namespace) -> int:
         return _import_silicon(args)
     if not args.files:
         raise CliError(f"FILE: at least one benchmark file is required with --format {args.format}")
-    from calibration.importers import Defaults, import_files, write_rows
-    from calibration.sweep import read_hf_config
+    from calibration.sweep.driver import read_hf_config
+    from calibration.sweep.importers import Defaults, import_files, write_rows
     from model.dataset import DatasetError
 
     try:
@@ -184,7 +190,7 @@ def _fmt(v: float | None, scale: float = 1.0, unit: str = "s") -> str:
 
 def _import_silicon(args: argparse.Namespace) -> int:
     """``calibrate import --format aiconfigurator``: a GPU profile from NVIDIA's tables."""
-    from calibration.silicon import build_profile, summary, write_profile
+    from calibration.silicon.importer import build_profile, summary, write_profile
 
     if not args.system:
         raise CliError("--system: required with --format aiconfigurator (e.g. b300_sxm)")
@@ -218,7 +224,7 @@ PLAN_FLAGS = {"context_tokens": "--context-tokens", "output_tokens": "--output-t
 def run_calibrate_plan(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from calibration.plan import commands, plan
+    from calibration.sweep.plan import commands, plan
     from cli.common import load_model, read_json_file, validation_message
     from model.workload import Workload
 

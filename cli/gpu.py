@@ -114,11 +114,11 @@ def run_gpu(args: argparse.Namespace) -> int:
         data = _load_raw(args.from_raw, ("rows", "meta"))
     else:
         require_torch_cuda()
-        from calibration.gpu_bench import run
+        from calibration.kernels.gpu_bench import run
 
         data = run(args.device, args.quick)
         _save_raw(args.save_raw, data)
-    from calibration.gpu_profile import summary, write_profile
+    from calibration.kernels.gpu_profile import summary, write_profile
 
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -164,7 +164,7 @@ def run_dcp(args: argparse.Namespace) -> int:
         if world < 2:
             raise CliError(f"DCP needs at least 2 processes; {world} available "
                          "(--gpus, --cpu)")
-        from calibration.dcp_bench import run
+        from calibration.kernels.dcp_bench import run
 
         try:
             data = run(world, device=device, quick=args.quick, dcps=args.dcp_sizes,
@@ -173,7 +173,7 @@ def run_dcp(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise CliError(str(exc)) from None
         _save_raw(args.save_raw, data)
-    from calibration.dcp_profile import summary, write_profile
+    from calibration.kernels.dcp_profile import summary, write_profile
 
     out.parent.mkdir(parents=True, exist_ok=True)
     try:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from calibration.gpu_profile import build_profile, holdout_check, read_rows
+from calibration.kernels.gpu_profile import build_profile, holdout_check, read_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).with_name("engine-advisor")

@@ -1,7 +1,7 @@
 """GPU profiles from aiconfigurator-core's measured per-operation tables: ``engine-advisor
 calibrate import --format aiconfigurator --system S [--engine E] [--engine-version V] --out F``.
 
-calibration/silicon_tables.py finds and reads the tables, calibration/silicon_physics.py turns
+calibration/silicon/tables.py finds and reads the tables, calibration/silicon/physics.py turns
 them into numbers (and documents how a table row maps to one GPU's call); this module assembles
 the profile (schema 2, docs/silicon-profiles.md), writes it whole or not at all, and is the
 command's handler.
@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from calibration.silicon_physics import (
+from calibration.silicon.physics import (
     CTX_GQA_COLS,
     CTX_MLA_COLS,
     CUSTOM_AR_COLS,
@@ -32,7 +32,7 @@ from calibration.silicon_physics import (
     mla_prefill,
     nccl,
 )
-from calibration.silicon_tables import (
+from calibration.silicon.tables import (
     PACKAGE,
     SiliconError,
     System,

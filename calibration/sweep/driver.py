@@ -2,17 +2,17 @@
 fraction) combination, appending one dataset row per finished point.
 
 A point sends ``batch_size`` streamed requests at once. Its dataset row holds what the cost
-model predicts (``calibration.pointtimes``): ``ttft_s`` = first request sent -> the last first
+model predicts (``calibration.sweep.pointtimes``): ``ttft_s`` = first request sent -> the last first
 token (the batch's prefill), ``decode_step_s`` = the median inter-token gap while the whole batch
 decodes (no prefill in the step), ``total_s`` = wall time of the whole batch; ``tpot_s`` (the
 engines' mean per-request TPOT) is kept for comparison. Per-request samples go to
 ``samples.jsonl``, each point's wall-clock start and end to ``manifest.json`` (``points``).
 
-Every row names the served model's architecture (``calibration.served_model``: ``--preset``,
+Every row names the served model's architecture (``calibration.sweep.served_model``: ``--preset``,
 ``--hf-config`` or the engine's model id) and carries the engine's facts of its combination
-(``calibration.engine_facts``: KV capacity from ``/metrics``, server info or the start-up log;
+(``calibration.sweep.engine_facts``: KV capacity from ``/metrics``, server info or the start-up log;
 ``weights`` from ``--load-format`` or what the engine states). Before a combination's first
-timed point an untimed warm-up runs (``calibration.warmup``; ``--no-warmup`` skips it). JIT
+timed point an untimed warm-up runs (``calibration.sweep.warmup``; ``--no-warmup`` skips it). JIT
 compiles the engine logs while serving (``--launch``: its own log; ``--url``:
 ``--engine-log``) become ``jit`` events naming the point they hit.
 
@@ -42,7 +42,9 @@ from typing import Any
 
 import httpx
 
-from calibration.client import (
+from calibration.errors import CalibrationError
+from calibration.ports import free_port
+from calibration.sweep.client import (
     PromptError,
     Sample,
     check_health,
@@ -53,7 +55,7 @@ from calibration.client import (
     token_prompt,
     warm_connections,
 )
-from calibration.engine_facts import (
+from calibration.sweep.engine_facts import (
     EngineFacts,
     FactsError,
     LogTail,
@@ -61,14 +63,12 @@ from calibration.engine_facts import (
     jit_events,
     weights_of,
 )
-from calibration.errors import CalibrationError
-from calibration.honesty import overhead_warnings, resolution_of
-from calibration.jitwatch import Interval, attribute, parse_utc
-from calibration.launcher import LaunchedEngine, format_command
-from calibration.pointtimes import RequestTimes, point_times
-from calibration.ports import free_port
-from calibration.runstore import PointKey, RunStore, utc_now
-from calibration.served_model import (
+from calibration.sweep.honesty import overhead_warnings, resolution_of
+from calibration.sweep.jitwatch import Interval, attribute, parse_utc
+from calibration.sweep.launcher import LaunchedEngine, format_command
+from calibration.sweep.pointtimes import RequestTimes, point_times
+from calibration.sweep.runstore import PointKey, RunStore, utc_now
+from calibration.sweep.served_model import (
     MODEL_CONFIG,
     ServedModel,
     ServedModelError,
@@ -76,7 +76,7 @@ from calibration.served_model import (
     config_key,
     resolve_served_model,
 )
-from calibration.warmup import long_prompt_tokens, warm_up
+from calibration.sweep.warmup import long_prompt_tokens, warm_up
 from model.artifact import atomic_write
 from model.dataset import Measurement
 

@@ -1,7 +1,7 @@
 """Fit the cost model from dataset files, guard what it writes, and summarise its quality.
 
 Before fitting, every row must name its served model's architecture (a preset, or an
-``hf:`` key whose config.json lives beside the dataset: ``calibration.served_model``), unless
+``hf:`` key whose config.json lives beside the dataset: ``calibration.sweep.served_model``), unless
 the user asks for a fit on KV bytes alone (``kv_bytes_only``). After fitting, the artifact is
 written only if the fit means something (``guard``): not when most rows are faster than their
 roofline (the physics at spec-sheet peaks), and not when the held-out error is absurd. A run
@@ -50,7 +50,7 @@ def dataset_files(paths: list[str]) -> list[Path]:
 def read_all(paths: list[str]) -> tuple[list[Measurement], list[str]]:
     """The rows of every dataset, with the ``hf:`` architectures they name registered
     (``model.workload.register_row_config``) from the configs stored beside them."""
-    from calibration.served_model import resolve_row_config
+    from calibration.sweep.served_model import resolve_row_config
 
     files = dataset_files(paths)
     rows: list[Measurement] = []

@@ -27,7 +27,7 @@ One file entry (a vLLM file, a SGLang line) becomes one row:
   request's TTFT, counted from its own send, which the client's send spread (a few ms)
   shortens; p99 TTFT when there are no per-request arrays; ``tpot_s`` = mean per-request
   TPOT, computed from the arrays as (TTFT + sum(ITL) - TTFT) / (n - 1) when present;
-  ``decode_step_s`` = the pure decode step of the whole batch (``calibration.streams``: the
+  ``decode_step_s`` = the pure decode step of the whole batch (``calibration.sweep.streams``: the
   median inter-token gap while every request has its first token and none has finished),
   from the per-request ``ttfts`` and ``itls`` (and ``start_times`` when present, else every
   request counted from one send). Without per-request arrays only a single request's file
@@ -37,12 +37,12 @@ One file entry (a vLLM file, a SGLang line) becomes one row:
 - several waves: only ``tpot_s`` (a steady-state batch has no single prefill, total time or
   decode step).
 
-The served model's architecture (``calibration.served_model``): ``--preset`` / ``--hf-config``,
-else the file's ``model_id`` (vLLM) or ``server_info.served_model_name`` / ``model_path``
-(SGLang) when it names a preset or a known Hugging Face id; ``--kv-bytes-per-token`` is then
-optional (from the architecture at ``--kv-cache-dtype``). ``kv_capacity_tokens`` comes from
-``server_info.max_total_num_tokens``, ``weights`` from ``--load-format``, else
-``server_info.load_format``, else ``real``.
+The served model's architecture (``calibration.sweep.served_model``): ``--preset`` /
+``--hf-config``, else the file's ``model_id`` (vLLM) or ``server_info.served_model_name`` /
+``model_path`` (SGLang) when it names a preset or a known Hugging Face id;
+``--kv-bytes-per-token`` is then optional (from the architecture at ``--kv-cache-dtype``).
+``kv_capacity_tokens`` comes from ``server_info.max_total_num_tokens``, ``weights`` from
+``--load-format``, else ``server_info.load_format``, else ``real``.
 
 Every file is parsed before anything is written; an error names the file and line and writes
 nothing.
@@ -59,11 +59,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from calibration.engine_facts import EngineFacts, FactsError, weights_of
 from calibration.errors import CalibrationError
-from calibration.honesty import overhead_warnings, resolution_of
-from calibration.served_model import ServedModelError, resolve_served_model
-from calibration.streams import Stream, stream_times
+from calibration.sweep.engine_facts import EngineFacts, FactsError, weights_of
+from calibration.sweep.honesty import overhead_warnings, resolution_of
+from calibration.sweep.served_model import ServedModelError, resolve_served_model
+from calibration.sweep.streams import Stream, stream_times
 from model.artifact import atomic_write
 from model.dataset import Measurement, header_csv, read_csv, row_csv
 
@@ -358,7 +358,7 @@ def _weights(obj: dict[str, Any], d: Defaults, where: tuple[str, int]) -> str:
 
 def _decode_step(obj: dict[str, Any], ttfts: list, itls: list, ok: list[int], n: int,
                  context: int, where: tuple[str, int]) -> float | None:
-    """The batch's pure decode step from its requests' streams (``calibration.streams``)."""
+    """The batch's pure decode step from its requests' streams (``calibration.sweep.streams``)."""
     starts = _array(obj, "start_times", n, where)
     t0 = min(map(float, starts)) if starts is not None else 0.0
     streams = [Stream.of(float(starts[i]) - t0 if starts is not None else 0.0, float(ttfts[i]),
