@@ -1,1 +1,1 @@
-"""engine-advisor calibration package."""
+"""Calibration: engine sweeps, fitting, GPU kernels, silicon tables (README.md)."""

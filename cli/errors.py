@@ -1,10 +1,13 @@
-"""The one user-error type of the command line, and how a command's handler is run (a leaf
-module: importable from anywhere)."""
+"""The command line's user-error type, and how a command's handler is run: its own errors and
+the libraries' (``calibration.errors.CalibrationError``) print as ``engine-advisor: error: ...``
+with exit status 2 (stdlib only: importable on a bare GPU image)."""
 
 from __future__ import annotations
 
 import os
 import sys
+
+from calibration.errors import CalibrationError
 
 
 class CliError(Exception):
@@ -13,10 +16,11 @@ class CliError(Exception):
 
 def run_handler(args) -> int:
     """Run ``args.handler``: its exit status, 2 with ``engine-advisor: error: ...`` for a
-    CliError, 130 on Ctrl-C, 141 quietly when stdout's reader went away (``| head``)."""
+    CliError or a CalibrationError, 130 on Ctrl-C, 141 quietly when stdout's reader went
+    away (``| head``)."""
     try:
         return int(args.handler(args) or 0)
-    except CliError as exc:
+    except (CliError, CalibrationError) as exc:
         print(f"engine-advisor: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

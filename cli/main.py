@@ -11,7 +11,7 @@ from cli.errors import run_handler
 from cli.parser import CliParser
 
 # Modules with a ``register(subparsers)`` function, in help order.
-COMMAND_MODULES = ("cli.recommend", "calibration.cli", "cli.model", "service.cli", "sim.cli")
+COMMAND_MODULES = ("cli.recommend", "cli.calibrate", "cli.model", "cli.serve", "cli.sim")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,13 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "long-context serving, from a calibrated cost model.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:  # package not built yet
-                continue
-            raise
-        module.register(sub)
+        importlib.import_module(name).register(sub)
     return parser
 
 

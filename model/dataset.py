@@ -35,7 +35,7 @@ class Measurement(BaseModel):
     - ``ttft_s``: the batch's prefill, first request sent -> last first token (at batch 1 the
       request's TTFT);
     - ``decode_step_s``: one decode step of the whole batch with no prefill in it
-      (``calibration.streams``).
+      (``calibration.sweep.streams``).
 
     ``tpot_s`` is the engines' own TPOT, ``(e2e - ttft) / (output - 1)`` averaged over requests:
     with all requests sent at once it mixes other requests' prefill into the decode steps, so it

@@ -149,7 +149,7 @@ def served_preset(model: str | None, kv_bytes_per_token: int) -> tuple[str, str]
     return "", "bf16"
 
 
-# config.json contents of the rows' ``hf:NAME@HASH`` architectures (calibration.served_model),
+# config.json contents of the rows' ``hf:NAME@HASH`` architectures (calibration.sweep.served_model),
 # registered by whoever read them from the run folders (``register_row_config``)
 ROW_CONFIGS: dict[str, dict] = {}
 

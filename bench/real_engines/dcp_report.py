@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
 
-from calibration.fit import read_all  # noqa: E402
+from calibration.fit.fitter import read_all  # noqa: E402
 from model.costmodel import CostModel, case_features, row_case, trainable  # noqa: E402
 from model.dataset import read_csv  # noqa: E402
 from model.default import REFERENCE_CSV, real_rows  # noqa: E402

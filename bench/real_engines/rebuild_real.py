@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from calibration.rebuild import RebuildInputs, rebuild  # noqa: E402
+from calibration.sweep.rebuild import RebuildInputs, rebuild  # noqa: E402
 from model.artifact import atomic_write  # noqa: E402
 from model.dataset import header_csv, read_csv, row_csv  # noqa: E402
 

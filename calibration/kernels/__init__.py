@@ -1,1 +1,2 @@
-"""Triton kernels used by the GPU calibration (imported only where Triton is installed)."""
+"""GPU kernel calibration: the benchmarks of ``calibrate gpu`` and ``calibrate dcp``, their
+profiles, and the Triton kernels they time (README.md)."""

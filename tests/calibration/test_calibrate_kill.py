@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 from calib_helpers import BIN, REPO, cli_in_process
 
-from calibration.runstore import PointKey
+from calibration.sweep.runstore import PointKey
 from model.dataset import read_csv
 
 CONTEXTS = [1024, 2048, 3072, 4096]

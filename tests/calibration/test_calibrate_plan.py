@@ -9,7 +9,7 @@ import pytest
 from calib_helpers import cli_in_process
 from calib_synth import KV, rows
 
-from calibration.plan import plan
+from calibration.sweep.plan import plan
 from model.artifact import save
 from model.costmodel import CostModel
 from model.hwprofile import PROFILES_ENV

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from calib_helpers import BIN, REPO, cli_in_process
 
-from calibration.rebuild import RebuildError, RebuildInputs, plan
+from calibration.sweep.rebuild import RebuildError, RebuildInputs, plan
 from model.dataset import COLUMNS, read_csv
 
 OLD_COLUMNS = COLUMNS[:COLUMNS.index("decode_step_s")]   # before decode_step_s & co. existed

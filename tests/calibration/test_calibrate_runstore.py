@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from calibration.runstore import PointKey, RunStore, RunStoreError
+from calibration.sweep.runstore import PointKey, RunStore, RunStoreError
 from model.dataset import Measurement, read_csv
 
 PARAMS = {"engine": "vllm", "contexts": [1024, 2048], "batch_sizes": [1]}

@@ -12,11 +12,11 @@ import pytest
 from calib_fakes import FakeEngine
 from calib_helpers import cli_in_process
 
-from calibration.pointtimes import RequestTimes
-from calibration.served_model import MODEL_CONFIG, resolve_row_config
-from calibration.streams import Stream, stream_times
-from calibration.sweep import Sweep, SweepAbort, SweepConfig
-from calibration.warmup import OUTPUT_TOKENS, SHORT_PROMPT_TOKENS
+from calibration.sweep.driver import Sweep, SweepAbort, SweepConfig
+from calibration.sweep.pointtimes import RequestTimes
+from calibration.sweep.served_model import MODEL_CONFIG, resolve_row_config
+from calibration.sweep.streams import Stream, stream_times
+from calibration.sweep.warmup import OUTPUT_TOKENS, SHORT_PROMPT_TOKENS
 from model.arch.presets import preset_config
 from model.dataset import read_csv
 

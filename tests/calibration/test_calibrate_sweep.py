@@ -9,7 +9,7 @@ import pytest
 from calib_fakes import FakeEngine
 from calib_helpers import cli_in_process, free_port
 
-from calibration.sweep import Sweep, SweepAbort, SweepConfig, summary_table
+from calibration.sweep.driver import Sweep, SweepAbort, SweepConfig, summary_table
 from model.costmodel import CostModel
 from model.dataset import read_csv
 from model.memory import choose_fraction

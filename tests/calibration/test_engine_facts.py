@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from calibration.engine_facts import (
+from calibration.sweep.engine_facts import (
     EngineFacts,
     FactsError,
     JitEvent,
@@ -21,7 +21,7 @@ from calibration.engine_facts import (
     parse_sglang_server_info,
     weights_of,
 )
-from calibration.jitwatch import Interval, attribute
+from calibration.sweep.jitwatch import Interval, attribute
 
 LOGS = Path(__file__).resolve().parents[2] / "bench" / "data" / "h200-real" / "logs"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from calibration.gpu_profile import build_profile, holdout_check, read_rows
+from calibration.kernels.gpu_profile import build_profile, holdout_check, read_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).with_name("engine-advisor")
@@ -158,7 +158,7 @@ def test_calibrate_without_cuda_is_a_clear_error(tmp_path, sub):
 @pytest.mark.parametrize("sub", ["gpu", "dcp"])
 def test_calibrate_without_torch_names_the_extra(tmp_path, sub):
     code = ("import sys; sys.modules['torch'] = None\n"
-            "from calibration.gpu_cli import main; sys.exit(main(sys.argv[1:]))")
+            "from cli.gpu import main; sys.exit(main(sys.argv[1:]))")
     r = _cli(sub, "--out", str(tmp_path / "x.json"), code=code)
     assert r.returncode == 2
     assert "PyTorch is not installed" in r.stderr and "engine-advisor[gpu]" in r.stderr

@@ -1,5 +1,5 @@
 """The served model's architecture: presets, Hugging Face ids, config.json files, and the keys
-rows record (calibration.served_model, model.arch.aliases)."""
+rows record (calibration.sweep.served_model, model.arch.aliases)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from calibration.modeldir import write_model_dir
-from calibration.served_model import (
+from calibration.sweep.modeldir import write_model_dir
+from calibration.sweep.served_model import (
     MODEL_CONFIG,
     MODEL_CONFIGS,
     ServedModelError,

@@ -14,8 +14,8 @@ pytest.importorskip("pyarrow")
 import silicon_fixture as fx  # noqa: E402
 from calib_helpers import cli_in_process  # noqa: E402
 
-from calibration.silicon import build_profile  # noqa: E402
-from calibration.silicon_tables import SiliconError  # noqa: E402
+from calibration.silicon.importer import build_profile  # noqa: E402
+from calibration.silicon.tables import SiliconError  # noqa: E402
 from model.gpus import GpuSpec  # noqa: E402
 from model.hwprofile import PROFILES_ENV, clear_profile_cache, eval_read_curve  # noqa: E402
 from model.silicon import silicon_for  # noqa: E402

@@ -1,4 +1,4 @@
-"""Ctrl-C during a sweep is never lost (calibration.sweep.StopRequest): the cases in which
+"""Ctrl-C during a sweep is never lost (calibration.sweep.driver.StopRequest): the cases in which
 ``asyncio.run``'s own SIGINT handler dropped it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from calibration.sweep import StopRequest
+from calibration.sweep.driver import StopRequest
 
 
 def test_a_signal_as_the_batch_finishes_still_stops():

@@ -39,8 +39,8 @@ import httpx
 import pytest
 from proc import Proc, start_all
 
-from calibration.honesty import overhead_warnings, resolution_of
-from calibration.importers import Defaults, import_files
+from calibration.sweep.honesty import overhead_warnings, resolution_of
+from calibration.sweep.importers import Defaults, import_files
 from model.dataset import read_csv
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(600)]

@@ -8,7 +8,7 @@ import json
 import httpx
 from simproc import SimProcess
 
-from calibration.honesty import overhead_warnings, resolution_of
+from calibration.sweep.honesty import overhead_warnings, resolution_of
 from cli.main import main
 from model.dataset import Measurement
 

@@ -1,7 +1,7 @@
 """GPU profiles from aiconfigurator-core's measured per-operation tables: ``engine-advisor
 calibrate import --format aiconfigurator --system S [--engine E] [--engine-version V] --out F``.
 
-calibration/silicon_tables.py finds and reads the tables, calibration/silicon_physics.py turns
+calibration/silicon/tables.py finds and reads the tables, calibration/silicon/physics.py turns
 them into numbers (and documents how a table row maps to one GPU's call); this module assembles
 the profile (schema 2, docs/silicon-profiles.md), writes it whole or not at all, and is the
 command's handler.
@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from calibration.silicon_physics import (
+from calibration.silicon.physics import (
     CTX_GQA_COLS,
     CTX_MLA_COLS,
     CUSTOM_AR_COLS,
@@ -32,7 +32,7 @@ from calibration.silicon_physics import (
     mla_prefill,
     nccl,
 )
-from calibration.silicon_tables import (
+from calibration.silicon.tables import (
     PACKAGE,
     SiliconError,
     System,
@@ -159,33 +159,3 @@ def summary(p: dict) -> str:
                           for n, c in by.items() if n != "kernel")
         lines.append(f"  {op}: {sizes}")
     return "\n".join(lines)
-
-
-def command_line(args) -> str:
-    parts = ["engine-advisor calibrate import --format aiconfigurator", f"--system {args.system}"]
-    if args.engine:
-        parts.append(f"--engine {args.engine}")
-    if args.engine_version:
-        parts.append(f"--engine-version {args.engine_version}")
-    return " ".join([*parts, f"--out {args.out}"])
-
-
-def import_from_args(args) -> int:
-    from cli.errors import CliError
-
-    if not args.system:
-        raise CliError("--system: required with --format aiconfigurator (e.g. b300_sxm)")
-    if args.files:
-        raise CliError("--format aiconfigurator: takes no FILE arguments (the tables come from "
-                       "the installed package or --systems-dir)")
-    try:
-        prof = build_profile(args.system, args.engine or "sglang", args.engine_version or None,
-                             args.systems_dir, command_line(args))
-        write_profile(Path(args.out), prof)
-    except SiliconError as exc:
-        raise CliError(str(exc)) from None
-    except OSError as exc:
-        raise CliError(f"--out: cannot write {args.out}: {exc.strerror or exc}") from None
-    print(summary(prof))
-    print(f"wrote {args.out}")
-    return 0

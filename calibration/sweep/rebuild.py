@@ -1,15 +1,15 @@
 """``calibrate rebuild``: re-derive a run folder's dataset rows with the current semantics.
 
 A row's times come from its point's requests in ``samples.jsonl`` (the last attempt's
-successful ones, as ``calibrate run`` records them; ``calibration.pointtimes``): ``ttft_s``
+successful ones, as ``calibrate run`` records them; ``calibration.sweep.pointtimes``): ``ttft_s``
 (the batch's prefill), ``decode_step_s``, ``tpot_s``. ``total_s`` was measured around the
 batch and is kept (the samples only bound it from below). What the samples cannot say comes
 from the manifest and the facts given:
 
 - the served model: ``--preset`` / ``--hf-config``, else the manifest's ``served_model``, else
   the sweep's model name (its ``--model``, or the name the engine listed)
-  (``calibration.served_model``); the KV bytes per token the rows hold must agree with it;
-- per (DCP, memory fraction) combination, the engine's facts (``calibration.engine_facts``):
+  (``calibration.sweep.served_model``); the KV bytes per token the rows hold must agree with it;
+- per (DCP, memory fraction) combination, the engine's facts (``calibration.sweep.engine_facts``):
   the files given (``--engine-log``, ``--metrics``, ``--server-info``), the manifest's record of
   the engine (its server info, its launch command, facts a newer run stored) and a launched
   engine's log in ``logs/``; ``kv_capacity_tokens`` and ``weights`` (``--load-format``, else what
@@ -31,10 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from calibration.engine_facts import EngineFacts, FactsError, gather, weights_of
-from calibration.jitwatch import Interval, JitHit, attribute, parse_utc
-from calibration.pointtimes import RequestTimes, point_times
-from calibration.runstore import (
+from calibration.errors import CalibrationError
+from calibration.sweep.engine_facts import EngineFacts, FactsError, gather, weights_of
+from calibration.sweep.jitwatch import Interval, JitHit, attribute, parse_utc
+from calibration.sweep.pointtimes import RequestTimes, point_times
+from calibration.sweep.runstore import (
     DATASET,
     MANIFEST,
     SAMPLES,
@@ -43,7 +44,7 @@ from calibration.runstore import (
     sweep_id,
     utc_now,
 )
-from calibration.served_model import (
+from calibration.sweep.served_model import (
     MODEL_CONFIG,
     ServedModel,
     ServedModelError,
@@ -55,7 +56,7 @@ from model.artifact import atomic_write
 from model.dataset import DatasetError, Measurement, header_csv, read_csv, row_csv
 
 
-class RebuildError(ValueError):
+class RebuildError(CalibrationError, ValueError):
     """A run folder that cannot be rebuilt; the message names the folder and the problem."""
 
 

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from calibration.errors import CalibrationError
+
 FACT_FIELDS = ("kv_capacity_tokens", "kv_cache_gib", "weights_gib", "peak_activation_gib",
                "non_torch_gib", "cuda_graph_gib", "gpu_total_gib", "free_at_start_gib",
                "free_after_pool_gib", "chunk_tokens", "max_prefill_tokens", "prefix_caching",
@@ -403,7 +405,7 @@ class LogTail:
 
 
 # ----------------------------------------------------------------------------- combined
-class FactsError(ValueError):
+class FactsError(CalibrationError, ValueError):
     """Engine facts that contradict a flag; the message names the flag and both values."""
 
 

@@ -19,13 +19,14 @@ from pathlib import Path
 
 import httpx
 
-from calibration.client import is_oom
+from calibration.errors import CalibrationError
+from calibration.sweep.client import is_oom
 
 PLACEHOLDERS = ("model", "num_gpus", "tp", "dcp_size", "mem_fraction", "port")
 LOG_TAIL_BYTES = 4000
 
 
-class LaunchTemplateError(ValueError):
+class LaunchTemplateError(CalibrationError, ValueError):
     pass
 
 

@@ -18,6 +18,8 @@ from typing import Any
 
 import httpx
 
+from calibration.errors import CalibrationError
+
 OOM_PATTERN = re.compile(r"out of memory|outofmemory|\boom\b|cuda error: out of memory",
                          re.IGNORECASE)
 INFO_PATHS = {"vllm": ("/version",), "sglang": ("/get_server_info", "/server_info")}
@@ -114,7 +116,7 @@ def token_prompt(length: int, seed: str) -> list[int]:
     return [rng.randrange(*TOKEN_ID_RANGE) for _ in range(length)]
 
 
-class PromptError(RuntimeError):
+class PromptError(CalibrationError, RuntimeError):
     pass
 
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from calibration.streams import Stream, stream_times
+from calibration.sweep.streams import Stream, stream_times
 
 
 @dataclass(frozen=True)

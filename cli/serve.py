@@ -7,7 +7,8 @@ import contextlib
 import os
 from pathlib import Path
 
-DEFAULT_OPENAPI = Path(__file__).resolve().parent.parent / "openapi.yaml"
+from cli.errors import CliError
+from service.openapi import DEFAULT_OPENAPI
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -64,7 +65,6 @@ def _settings(args: argparse.Namespace):
     from pydantic import ValidationError
 
     from cli.common import validation_message
-    from cli.errors import CliError
     from service.settings import Settings
 
     over = {name: getattr(args, dest) for name, (dest, _) in FLAGS.items()
@@ -79,7 +79,6 @@ def _settings(args: argparse.Namespace):
 def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from cli.errors import CliError
     from model.artifact import ArtifactError
     from service.holder import load_artifact
 
@@ -169,18 +168,9 @@ def _picker_counts(settings):
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def openapi_yaml() -> str:
-    import yaml
-
-    from service.main import create_app
-    from service.settings import Settings
-
-    spec = create_app(Settings(_env_file=None)).openapi()
-    return yaml.safe_dump(spec, sort_keys=False, allow_unicode=True, width=100)
-
-
 def run_openapi(args: argparse.Namespace) -> int:
     from model.artifact import atomic_write
+    from service.openapi import openapi_yaml
 
     atomic_write(Path(args.out), openapi_yaml().encode("utf-8"))
     print(f"wrote {args.out}")

@@ -2,17 +2,17 @@
 fraction) combination, appending one dataset row per finished point.
 
 A point sends ``batch_size`` streamed requests at once. Its dataset row holds what the cost
-model predicts (``calibration.pointtimes``): ``ttft_s`` = first request sent -> the last first
+model predicts (``calibration.sweep.pointtimes``): ``ttft_s`` = first request sent -> the last first
 token (the batch's prefill), ``decode_step_s`` = the median inter-token gap while the whole batch
 decodes (no prefill in the step), ``total_s`` = wall time of the whole batch; ``tpot_s`` (the
 engines' mean per-request TPOT) is kept for comparison. Per-request samples go to
 ``samples.jsonl``, each point's wall-clock start and end to ``manifest.json`` (``points``).
 
-Every row names the served model's architecture (``calibration.served_model``: ``--preset``,
+Every row names the served model's architecture (``calibration.sweep.served_model``: ``--preset``,
 ``--hf-config`` or the engine's model id) and carries the engine's facts of its combination
-(``calibration.engine_facts``: KV capacity from ``/metrics``, server info or the start-up log;
+(``calibration.sweep.engine_facts``: KV capacity from ``/metrics``, server info or the start-up log;
 ``weights`` from ``--load-format`` or what the engine states). Before a combination's first
-timed point an untimed warm-up runs (``calibration.warmup``; ``--no-warmup`` skips it). JIT
+timed point an untimed warm-up runs (``calibration.sweep.warmup``; ``--no-warmup`` skips it). JIT
 compiles the engine logs while serving (``--launch``: its own log; ``--url``:
 ``--engine-log``) become ``jit`` events naming the point they hit.
 
@@ -31,11 +31,9 @@ Outcomes of a point:
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import itertools
-import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -44,7 +42,9 @@ from typing import Any
 
 import httpx
 
-from calibration.client import (
+from calibration.errors import CalibrationError
+from calibration.ports import free_port
+from calibration.sweep.client import (
     PromptError,
     Sample,
     check_health,
@@ -55,7 +55,7 @@ from calibration.client import (
     token_prompt,
     warm_connections,
 )
-from calibration.engine_facts import (
+from calibration.sweep.engine_facts import (
     EngineFacts,
     FactsError,
     LogTail,
@@ -63,13 +63,12 @@ from calibration.engine_facts import (
     jit_events,
     weights_of,
 )
-from calibration.honesty import overhead_warnings, resolution_of
-from calibration.jitwatch import Interval, attribute, parse_utc
-from calibration.launcher import LaunchedEngine, LaunchTemplateError, format_command
-from calibration.pointtimes import RequestTimes, point_times
-from calibration.ports import free_port
-from calibration.runstore import PointKey, RunStore, RunStoreError, utc_now
-from calibration.served_model import (
+from calibration.sweep.honesty import overhead_warnings, resolution_of
+from calibration.sweep.jitwatch import Interval, attribute, parse_utc
+from calibration.sweep.launcher import LaunchedEngine, format_command
+from calibration.sweep.pointtimes import RequestTimes, point_times
+from calibration.sweep.runstore import PointKey, RunStore, utc_now
+from calibration.sweep.served_model import (
     MODEL_CONFIG,
     ServedModel,
     ServedModelError,
@@ -77,7 +76,7 @@ from calibration.served_model import (
     config_key,
     resolve_served_model,
 )
-from calibration.warmup import long_prompt_tokens, warm_up
+from calibration.sweep.warmup import long_prompt_tokens, warm_up
 from model.artifact import atomic_write
 from model.dataset import Measurement
 
@@ -188,7 +187,7 @@ class SweepConfig:
                 "tp": self.num_gpus, "dcp_size": dcp, "mem_fraction": f"{mem:g}", "port": port}
 
 
-class SweepAbort(RuntimeError):
+class SweepAbort(CalibrationError, RuntimeError):
     """Stop the sweep (e.g. the engine cannot be reached); recorded before raising."""
 
 
@@ -754,55 +753,3 @@ def read_hf_config(path: str | None, flag: str = "--hf-config") -> dict[str, Any
     if not isinstance(config, dict):
         raise ValueError(f"{flag}: {path} is not a JSON object (a config.json)")
     return config
-
-
-def config_from_args(args: argparse.Namespace) -> SweepConfig:
-    hf_config = read_hf_config(args.hf_config)
-    return SweepConfig(
-        engine=args.engine, contexts=args.contexts, kv_bytes_per_token=args.kv_bytes_per_token,
-        out=args.out, url=args.url, launch=args.launch, model=args.model,
-        output_tokens=args.output_tokens, batch_sizes=args.batch_sizes, repeats=args.repeats,
-        dcp_sizes=args.dcp_sizes, mem_fractions=args.mem_fractions, gpu=args.gpu,
-        num_gpus=args.num_gpus, kv_shards=args.kv_shards, prompt=args.prompt, seed=args.seed,
-        request_timeout=args.request_timeout, retries=args.retries,
-        max_failed_points=args.max_failed_points, port=args.port,
-        startup_timeout=args.startup_timeout, stop_grace=args.stop_grace,
-        progress=not args.no_progress, preset=args.preset, hf_config=hf_config,
-        kv_cache_dtype=args.kv_cache_dtype, load_format=args.load_format,
-        engine_log=args.engine_log, warmup=not args.no_warmup)
-
-
-def run_from_args(args: argparse.Namespace) -> int:
-    from cli.errors import CliError
-
-    try:
-        cfg = config_from_args(args)
-        cfg.validate()
-    except (ValueError, LaunchTemplateError) as exc:
-        raise CliError(str(exc)) from None
-    try:
-        sweep = Sweep(cfg)
-    except (RunStoreError, OSError) as exc:
-        raise CliError(str(exc)) from None
-    previous = {sig: signal.signal(sig, sweep.stop.handler)
-                for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        outcomes = sweep.run()
-    except SweepAbort as exc:
-        if sweep.outcomes:
-            print(summary_table(sweep.outcomes))
-        raise CliError(str(exc)) from None
-    except KeyboardInterrupt:
-        print(f"engine-advisor: stopped; {len(sweep.store.done)} points are recorded in "
-              f"{sweep.store.dataset_path}; re-run the same command to resume", file=sys.stderr)
-        raise
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    if outcomes:
-        print(summary_table(outcomes))
-    failed = [o for o in outcomes if o.row is None]
-    print(f"\n{len(sweep.store.done)} points recorded in {sweep.store.dataset_path}"
-          + (f"; {len(failed)} failed and will be retried by the same command "
-             f"(details in {sweep.store.folder}/events.jsonl)" if failed else ""))
-    return 1 if failed else 0

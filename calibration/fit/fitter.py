@@ -1,7 +1,7 @@
 """Fit the cost model from dataset files, guard what it writes, and summarise its quality.
 
 Before fitting, every row must name its served model's architecture (a preset, or an
-``hf:`` key whose config.json lives beside the dataset: ``calibration.served_model``), unless
+``hf:`` key whose config.json lives beside the dataset: ``calibration.sweep.served_model``), unless
 the user asks for a fit on KV bytes alone (``kv_bytes_only``). After fitting, the artifact is
 written only if the fit means something (``guard``): not when most rows are faster than their
 roofline (the physics at spec-sheet peaks), and not when the held-out error is absurd. A run
@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from calibration.errors import CalibrationError
 from model.artifact import check_name, save
 from model.costmodel import MIN_CV_POINTS, CostModel, trainable
 from model.dataset import Measurement, read_csv
@@ -25,7 +26,7 @@ MANIFEST_NAME = "manifest.json"
 ABSURD_HELD_OUT = 0.5       # a level whose median held-out error is above 50 % explains nothing
 
 
-class FitRefused(ValueError):
+class FitRefused(CalibrationError, ValueError):
     """The fit would mean nothing; the message names the cause and the way out."""
 
 
@@ -49,7 +50,7 @@ def dataset_files(paths: list[str]) -> list[Path]:
 def read_all(paths: list[str]) -> tuple[list[Measurement], list[str]]:
     """The rows of every dataset, with the ``hf:`` architectures they name registered
     (``model.workload.register_row_config``) from the configs stored beside them."""
-    from calibration.served_model import resolve_row_config
+    from calibration.sweep.served_model import resolve_row_config
 
     files = dataset_files(paths)
     rows: list[Measurement] = []

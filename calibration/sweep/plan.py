@@ -17,13 +17,10 @@ intervals are wide and would otherwise crowd out the contest between calibrated 
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
-from pydantic import ValidationError
 
 from model.costmodel import CostModel
 from model.recommend import CROSSOVER_GRID, candidates, crossovers, evaluate, total_curves
@@ -134,55 +131,3 @@ def commands(points: list[PlanPoint], w: Workload) -> list[str]:
             f"{','.join(map(str, sorted(c)))} --batch-sizes {w.batch_size} --output-tokens "
             f"{w.output_tokens} --kv-bytes-per-token {kv} --gpu {gpu} --num-gpus {w.num_gpus} "
             f"--url URL --out runs/plan-{e}-dcp{d}" for (e, d), c in sorted(groups.items())]
-
-
-FLAGS = {"context_tokens": "--context-tokens", "output_tokens": "--output-tokens",
-         "batch_size": "--batch-size", "kv_bytes_per_token": "--kv-bytes-per-token",
-         "preset": "--preset", "gpu": "--gpu", "num_gpus": "--num-gpus", "engines": "--engines",
-         "dcp_sizes": "--dcp-sizes"}
-
-
-def plan_from_args(args: argparse.Namespace) -> int:
-    from cli.common import load_model, read_json_file, validation_message
-    from cli.errors import CliError
-
-    data = dict(read_json_file(args.workload, "--workload")) if args.workload else {}
-    if not isinstance(data, dict):
-        raise CliError(f"--workload {args.workload}: expected a JSON object")
-    for field in FLAGS:
-        v = getattr(args, field, None)
-        if v is not None:
-            data[field] = v
-    if getattr(args, "gpu_spec", None) is not None:
-        data["gpu"] = args.gpu_spec
-    data.setdefault("context_tokens", 65536)
-    data.setdefault("output_tokens", 256)
-    if not any(k in data for k in ("kv_bytes_per_token", "preset", "hf_config")):
-        raise CliError("give --kv-bytes-per-token, --preset or a --workload file with one")
-    data["allow_extrapolation"] = True
-    try:
-        w = Workload.model_validate(data)
-    except ValidationError as exc:
-        raise CliError(validation_message(exc, FLAGS)) from None
-    model = load_model(args.model)
-    points = plan(model, w, args.contexts, args.points, args.include_uncalibrated)
-    if args.json:
-        print(json.dumps({"model_version": model.version, "points": [asdict(p) for p in points],
-                          "commands": commands(points, w)}, indent=2))
-        return 0
-    if not points:
-        print("nothing to measure: no configuration's ranking is in doubt on this grid")
-        return 0
-    head = (f"{'engine':<8}{'dcp':>4}{'context':>10}{'batch':>6}{'out':>6}{'pred s':>10}"
-            f"{'90% interval':>20}{'P(flip)':>9}  why")
-    print(head)
-    print("-" * len(head))
-    for p in points:
-        lo, hi = p.interval_s
-        print(f"{p.engine:<8}{p.dcp_size:>4}{p.context_tokens:>10,}{p.batch_size:>6}"
-              f"{p.output_tokens:>6}{p.predicted_total_s:>10.2f}{f'[{lo:.2f}, {hi:.2f}]':>20}"
-              f"{p.flip_probability:>9.0%}  {'; '.join(p.reasons) or '-'}")
-    print("\nTo measure them:")
-    for c in commands(points, w):
-        print("  " + c)
-    return 0

@@ -27,7 +27,7 @@ One file entry (a vLLM file, a SGLang line) becomes one row:
   request's TTFT, counted from its own send, which the client's send spread (a few ms)
   shortens; p99 TTFT when there are no per-request arrays; ``tpot_s`` = mean per-request
   TPOT, computed from the arrays as (TTFT + sum(ITL) - TTFT) / (n - 1) when present;
-  ``decode_step_s`` = the pure decode step of the whole batch (``calibration.streams``: the
+  ``decode_step_s`` = the pure decode step of the whole batch (``calibration.sweep.streams``: the
   median inter-token gap while every request has its first token and none has finished),
   from the per-request ``ttfts`` and ``itls`` (and ``start_times`` when present, else every
   request counted from one send). Without per-request arrays only a single request's file
@@ -37,12 +37,12 @@ One file entry (a vLLM file, a SGLang line) becomes one row:
 - several waves: only ``tpot_s`` (a steady-state batch has no single prefill, total time or
   decode step).
 
-The served model's architecture (``calibration.served_model``): ``--preset`` / ``--hf-config``,
-else the file's ``model_id`` (vLLM) or ``server_info.served_model_name`` / ``model_path``
-(SGLang) when it names a preset or a known Hugging Face id; ``--kv-bytes-per-token`` is then
-optional (from the architecture at ``--kv-cache-dtype``). ``kv_capacity_tokens`` comes from
-``server_info.max_total_num_tokens``, ``weights`` from ``--load-format``, else
-``server_info.load_format``, else ``real``.
+The served model's architecture (``calibration.sweep.served_model``): ``--preset`` /
+``--hf-config``, else the file's ``model_id`` (vLLM) or ``server_info.served_model_name`` /
+``model_path`` (SGLang) when it names a preset or a known Hugging Face id;
+``--kv-bytes-per-token`` is then optional (from the architecture at ``--kv-cache-dtype``).
+``kv_capacity_tokens`` comes from ``server_info.max_total_num_tokens``, ``weights`` from
+``--load-format``, else ``server_info.load_format``, else ``real``.
 
 Every file is parsed before anything is written; an error names the file and line and writes
 nothing.
@@ -50,7 +50,6 @@ nothing.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -60,15 +59,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from calibration.engine_facts import EngineFacts, FactsError, weights_of
-from calibration.honesty import overhead_warnings, resolution_of
-from calibration.served_model import ServedModelError, resolve_served_model
-from calibration.streams import Stream, stream_times
+from calibration.errors import CalibrationError
+from calibration.sweep.engine_facts import EngineFacts, FactsError, weights_of
+from calibration.sweep.honesty import overhead_warnings, resolution_of
+from calibration.sweep.served_model import ServedModelError, resolve_served_model
+from calibration.sweep.streams import Stream, stream_times
 from model.artifact import atomic_write
-from model.dataset import DatasetError, Measurement, header_csv, read_csv, row_csv
+from model.dataset import Measurement, header_csv, read_csv, row_csv
 
 
-class BenchFileError(ValueError):
+class BenchFileError(CalibrationError, ValueError):
     """A malformed benchmark file: ``path:line: problem``."""
 
     def __init__(self, path: str, line: int, message: str):
@@ -358,7 +358,7 @@ def _weights(obj: dict[str, Any], d: Defaults, where: tuple[str, int]) -> str:
 
 def _decode_step(obj: dict[str, Any], ttfts: list, itls: list, ok: list[int], n: int,
                  context: int, where: tuple[str, int]) -> float | None:
-    """The batch's pure decode step from its requests' streams (``calibration.streams``)."""
+    """The batch's pure decode step from its requests' streams (``calibration.sweep.streams``)."""
     starts = _array(obj, "start_times", n, where)
     t0 = min(map(float, starts)) if starts is not None else 0.0
     streams = [Stream.of(float(starts[i]) - t0 if starts is not None else 0.0, float(ttfts[i]),
@@ -457,35 +457,3 @@ def write_rows(out: str, rows: list[Measurement], append: bool) -> None:
         existing = read_csv(p)
     data = header_csv() + "".join(row_csv(r) for r in existing + rows)
     atomic_write(p, data.encode())
-
-
-def import_from_args(args: argparse.Namespace) -> int:
-    from calibration.sweep import read_hf_config
-    from cli.errors import CliError
-
-    try:
-        hf_config = read_hf_config(args.hf_config)
-    except ValueError as exc:
-        raise CliError(str(exc)) from None
-    d = Defaults(gpu=args.gpu, num_gpus=args.num_gpus, dcp_size=args.dcp_size,
-                 mem_fraction=args.mem_fraction, kv_bytes_per_token=args.kv_bytes_per_token,
-                 kv_shards=args.kv_shards, engine=args.engine,
-                 engine_version=args.engine_version, batch_size=args.batch_size,
-                 override=args.override, preset=args.preset, hf_config=hf_config,
-                 kv_cache_dtype=args.kv_cache_dtype, load_format=args.load_format)
-    try:
-        rows = import_files(args.files, args.format, d)
-        write_rows(args.out, rows, args.append)
-    except (BenchFileError, DatasetError, FileExistsError) as exc:
-        raise CliError(str(exc)) from None
-    print(f"imported {len(rows)} rows from {len(args.files)} file(s) into {args.out}")
-    for r in rows:
-        print(f"  {r.engine} dcp {r.dcp_size} ctx {r.context_tokens} out {r.output_tokens} "
-              f"batch {r.batch_size}: TTFT {_fmt(r.ttft_s)} step "
-              f"{_fmt(r.decode_step_s, 1e3, 'ms')} TPOT {_fmt(r.tpot_s, 1e3, 'ms')} "
-              f"total {_fmt(r.total_s)} model {r.model or '(KV bytes only)'}")
-    return 0
-
-
-def _fmt(v: float | None, scale: float = 1.0, unit: str = "s") -> str:
-    return f"{v * scale:.3f} {unit}" if v is not None else "-"

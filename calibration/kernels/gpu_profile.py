@@ -25,7 +25,7 @@ FLOAT_COLS = ("flops", "seconds", "seconds_min", "seconds_max", "bandwidth_Bps")
 HOLDOUT_FRACTION = 1 / 3
 KV_READ_IMPL = "sdpa"   # fused kernels (PyTorch SDPA) define the KV-read physics
 
-# the raw measurement rows (calibration.gpu_bench writes them; fitting needs no PyTorch)
+# the raw measurement rows (calibration.kernels.gpu_bench writes them; fitting needs no PyTorch)
 ROW_COLUMNS = ("gpu", "kind", "shape", "impl", "dtype", "batch_size", "context_tokens", "q_heads",
                "kv_heads", "head_dim", "v_dim", "bytes_read", "flops", "seconds", "seconds_min",
                "seconds_max", "calls_per_replay", "timing", "bandwidth_Bps", "note")

@@ -1,7 +1,8 @@
 """``calibrate gpu`` measurements: decode attention over a grid, HBM reads, per-call overhead.
 
 Needs PyTorch with a CUDA device (and Triton for the MLA shapes). Every measurement becomes one
-row of ``calibration.gpu_profile.ROW_COLUMNS``, which turns the rows into the hardware profile.
+row of ``calibration.kernels.gpu_profile.ROW_COLUMNS``, which turns the rows into the hardware
+profile.
 Imports nothing from pydantic or the rest of the package, so it runs on a bare GPU image.
 """
 
@@ -14,7 +15,7 @@ from collections.abc import Callable, Iterable
 import torch
 import torch.nn.functional as F
 
-from calibration.gpu_timing import host_call_overhead, time_calls
+from calibration.kernels.gpu_timing import host_call_overhead, time_calls
 
 # name -> (impl, q_heads, kv_heads, head_dim, v_dim); GQA groups of 8 query heads per KV head.
 SHAPES: dict[str, tuple[str, int, int, int, int]] = {

@@ -4,7 +4,7 @@ The package ``aiconfigurator-core`` (Apache-2.0, the optional extra ``engine-adv
 ships ``aiconfigurator_core/systems/<system>.yaml`` spec sheets and, under the ``data_dir`` each
 names, tables ``<op>/<engine>/<version>/<table>.parquet`` measured by NVIDIA on that GPU: one row
 per shape, ``latency`` in milliseconds per call. This module only locates and reads them; what
-they mean is calibration/silicon.py's business. Every error names what does exist.
+they mean is calibration/silicon/importer.py's business. Every error names what does exist.
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ from pathlib import Path
 
 import numpy as np
 
+from calibration.errors import CalibrationError
+
 PACKAGE = "aiconfigurator-core"
 MODULE = "aiconfigurator_core"
 
 
-class SiliconError(ValueError):
+class SiliconError(CalibrationError, ValueError):
     """A bad or missing input, worded as ``--flag: problem`` for the command line."""
 
 

@@ -36,7 +36,7 @@ DEFAULT_BACKEND = "ag"    # the engines' default --dcp-comm-backend is ag_rs
 KV_TOKEN_BYTES = 576 * 2
 HOLDOUT_FRACTION = 1 / 3
 
-# the raw measurement rows (calibration.dcp_bench writes them; fitting needs no PyTorch)
+# the raw measurement rows (calibration.kernels.dcp_bench writes them; fitting needs no PyTorch)
 DCP_COLUMNS = ("gpu", "kind", "backend", "dcp", "batch_size", "context_tokens", "q_heads",
                "message_bytes", "recv_bytes", "attn_s", "comm_s", "merge_s", "total_s",
                "dcp1_s", "timing", "note")
@@ -206,7 +206,7 @@ def build_profile(data: dict, *, dataset_name: str, command: str,
 
 
 def write_profile(out: Path, data: dict, command: str, gpu_name: str | None = None) -> dict:
-    from calibration.gpu_profile import write_rows
+    from calibration.kernels.gpu_profile import write_rows
 
     out = Path(out)
     csv_path = out.with_suffix(".csv")

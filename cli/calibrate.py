@@ -2,7 +2,8 @@
 
 ``calibrate run`` sweeps a live (or launched) engine, ``calibrate import`` turns benchmark files
 into dataset rows, ``calibrate plan`` suggests what to measure next. The GPU engineer's
-``calibrate gpu`` / ``calibrate dcp`` register themselves through ``calibration.gpu_cli``.
+``calibrate gpu`` / ``calibrate dcp`` register themselves through ``cli.gpu``. The handlers are
+in ``cli.calibrate_commands``.
 """
 
 from __future__ import annotations
@@ -10,7 +11,16 @@ from __future__ import annotations
 import argparse
 
 from cli.args import fraction_list, int_list
+from cli.calibrate_commands import (
+    run_calibrate_import,
+    run_calibrate_model_dir,
+    run_calibrate_plan,
+    run_calibrate_rebuild,
+    run_calibrate_run,
+    run_fit,
+)
 from cli.catalogue import add_hardware_flags
+from cli.gpu import register_calibrate
 
 
 def _fraction(text: str) -> float:
@@ -65,13 +75,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _register_plan(csub)
     _register_model_dir(csub)
     _register_rebuild(csub)
-    try:
-        from calibration.gpu_cli import register_calibrate
-    except ModuleNotFoundError as exc:
-        if exc.name != "calibration.gpu_cli":
-            raise
-    else:
-        register_calibrate(csub)
+    register_calibrate(csub)
 
 
 def _register_run(csub: argparse._SubParsersAction) -> None:
@@ -260,124 +264,3 @@ def _register_rebuild(csub: argparse._SubParsersAction) -> None:
     p.add_argument("--server-info", metavar="FILE",
                    help="SGLang's /get_server_info answer (JSON)")
     p.set_defaults(handler=run_calibrate_rebuild)
-
-
-def run_calibrate_rebuild(args: argparse.Namespace) -> int:
-    import json
-    from pathlib import Path
-
-    from calibration.rebuild import RebuildError, RebuildInputs, rebuild
-    from calibration.sweep import read_hf_config
-    from cli.errors import CliError
-
-    def text(path: str | None, flag: str) -> str | None:
-        if path is None:
-            return None
-        try:
-            return Path(path).read_text(encoding="utf-8", errors="replace")
-        except OSError as exc:
-            raise CliError(f"{flag}: cannot read {path} ({exc.strerror})") from None
-
-    info = text(args.server_info, "--server-info")
-    try:
-        server_info = json.loads(info) if info is not None else None
-        hf_config = read_hf_config(args.hf_config)
-    except json.JSONDecodeError as exc:
-        raise CliError(f"--server-info: {args.server_info} is not JSON ({exc.msg})") from None
-    except ValueError as exc:
-        raise CliError(str(exc)) from None
-    if server_info is not None and not isinstance(server_info, dict):
-        raise CliError(f"--server-info: {args.server_info} is not a JSON object")
-    inputs = RebuildInputs(preset=args.preset, hf_config=hf_config,
-                           kv_cache_dtype=args.kv_cache_dtype, load_format=args.load_format,
-                           engine_log=text(args.engine_log, "--engine-log"),
-                           metrics=text(args.metrics, "--metrics"), server_info=server_info)
-    try:
-        done = rebuild(args.folders, inputs)
-    except RebuildError as exc:
-        raise CliError(str(exc)) from None
-    for r in done:
-        caps = sorted({f.kv_capacity_tokens for f, _ in r.facts.values()
-                       if f.kv_capacity_tokens})
-        weights = sorted({w for _, w in r.facts.values()})
-        print(f"rebuilt {r.folder}: {len(r.rows)} rows ({r.from_samples} from samples, "
-              f"{r.with_decode_step} with a decode step, {r.kept} kept as they were); model "
-              f"{r.served.key or '(unknown: KV bytes only)'}; weights {', '.join(weights)}; "
-              f"KV capacity {', '.join(map(str, caps)) or 'unknown'}"
-              + "".join(f"\n  JIT compile of {h.kernel} at {h.log_time} during {h.during}"
-                        for h in r.jit))
-    return 0
-
-
-def run_calibrate_model_dir(args: argparse.Namespace) -> int:
-    import json
-
-    from calibration.modeldir import ModelDirError, write_model_dir
-    from cli.errors import CliError
-    from model.arch.config import ArchConfigError
-    from model.arch.presets import preset_config
-
-    try:
-        if args.preset:
-            config = preset_config(args.preset)
-        else:
-            config = json.loads(open(args.hf_config, encoding="utf-8").read())
-            if not isinstance(config, dict):
-                raise CliError(f"--hf-config: {args.hf_config} is not a JSON object")
-        folder = write_model_dir(config, args.out, max_model_len=args.max_model_len)
-    except ArchConfigError as exc:
-        raise CliError(f"--preset: {exc}") from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise CliError(f"--hf-config: {exc}") from None
-    except ModelDirError as exc:
-        raise CliError(str(exc)) from None
-    print(f"wrote {folder} (config.json, tokenizer.json, tokenizer_config.json); serve it with "
-          "--load-format dummy")
-    return 0
-
-
-def run_fit(args: argparse.Namespace) -> int:
-    from calibration.fit import fit_files, format_fit_summary
-    from cli.errors import CliError
-    from model.dataset import DatasetError
-
-    try:
-        model, meta = fit_files(args.data, args.out, kv_bytes_only=args.kv_bytes_only,
-                                force=args.force)
-    except (DatasetError, ValueError) as exc:
-        raise CliError(str(exc)) from None
-    print(format_fit_summary(model, meta, args.out))
-    if args.report:
-        from calibration.fit import read_all
-        from calibration.report import write_report
-
-        rows, _ = read_all(args.data)
-        paths = write_report(model, rows, args.report)
-        print(f"wrote report {paths['markdown']} ({len(paths['plots'])} plots)")
-    return 0
-
-
-def run_calibrate_run(args: argparse.Namespace) -> int:
-    from calibration.sweep import run_from_args
-
-    return run_from_args(args)
-
-
-def run_calibrate_import(args: argparse.Namespace) -> int:
-    from cli.errors import CliError
-
-    if args.format == "aiconfigurator":
-        from calibration.silicon import import_from_args as import_silicon
-
-        return import_silicon(args)
-    if not args.files:
-        raise CliError(f"FILE: at least one benchmark file is required with --format {args.format}")
-    from calibration.importers import import_from_args
-
-    return import_from_args(args)
-
-
-def run_calibrate_plan(args: argparse.Namespace) -> int:
-    from calibration.plan import plan_from_args
-
-    return plan_from_args(args)

@@ -21,11 +21,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from calibration.errors import CalibrationError
+
 SPECIAL = ("<unk>", "<s>", "</s>")
 UNK, BOS, EOS = 0, 1, 2
 
 
-class ModelDirError(ValueError):
+class ModelDirError(CalibrationError, ValueError):
     """A config that cannot become a servable folder; the message names the key."""
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from calibration.errors import CalibrationError
 from model.artifact import atomic_write
 from model.dataset import DatasetError, Measurement, header_csv, parse_csv, row_csv
 
@@ -71,7 +72,7 @@ def key_of_row(m: Measurement) -> PointKey | None:
         return None
 
 
-class RunStoreError(ValueError):
+class RunStoreError(CalibrationError, ValueError):
     """A run folder that cannot be used (different sweep, corrupt dataset)."""
 
 

@@ -1,9 +1,9 @@
 """``engine-advisor calibrate gpu`` and ``calibrate dcp``: GPU kernel calibration commands.
 
-Registered into the ``calibrate`` group by calibration/cli.py through ``register_calibrate``.
+Registered into the ``calibrate`` group by cli/calibrate.py through ``register_calibrate``.
 PyTorch is the optional extra ``gpu``; without it, or without a CUDA device, the commands exit
-with a clear error. ``python -m calibration.gpu_cli gpu|dcp ...`` runs them on a bare GPU image
-(no service dependencies).
+with a clear error. ``python -m cli.gpu gpu|dcp ...`` runs them on a bare GPU image (no service
+dependencies: this module and what it imports at the top are stdlib only).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from cli.args import int_list
+from cli.errors import CliError, run_handler
 
 
 def register_calibrate(csub: argparse._SubParsersAction) -> None:
@@ -61,25 +62,19 @@ def register_calibrate(csub: argparse._SubParsersAction) -> None:
     d.set_defaults(handler=run_dcp)
 
 
-def _error(msg: str) -> Exception:
-    from cli.errors import CliError
-
-    return CliError(msg)
-
-
 def require_torch_cuda(min_devices: int = 1):
     """Import torch and check CUDA devices, or raise a CliError saying what is missing."""
     try:
         import torch
     except ImportError:
-        raise _error("PyTorch is not installed: GPU calibration needs the 'gpu' extra "
+        raise CliError("PyTorch is not installed: GPU calibration needs the 'gpu' extra "
                      "(pip install 'engine-advisor[gpu]')") from None
     if not torch.cuda.is_available():
-        raise _error(f"no CUDA device: PyTorch {torch.__version__} sees no GPU (CUDA build "
+        raise CliError(f"no CUDA device: PyTorch {torch.__version__} sees no GPU (CUDA build "
                      f"{torch.version.cuda or 'none'}); run this on a machine with an NVIDIA GPU")
     n = torch.cuda.device_count()
     if n < min_devices:
-        raise _error(f"this command needs at least {min_devices} CUDA devices; {n} visible")
+        raise CliError(f"this command needs at least {min_devices} CUDA devices; {n} visible")
     return torch
 
 
@@ -88,12 +83,12 @@ def _load_raw(path: str, keys: tuple[str, ...]) -> dict:
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
-        raise _error(f"--from-raw: cannot read {path}: {exc}") from None
+        raise CliError(f"--from-raw: cannot read {path}: {exc}") from None
     if not isinstance(data, dict) or "rows" not in data:
-        raise _error(f"--from-raw: {path} holds no raw measurements (no 'rows')")
+        raise CliError(f"--from-raw: {path} holds no raw measurements (no 'rows')")
     missing = [k for k in keys if k not in data]
     if missing:
-        raise _error(f"--from-raw: {path} lacks {', '.join(map(repr, missing))} (raw "
+        raise CliError(f"--from-raw: {path} lacks {', '.join(map(repr, missing))} (raw "
                      "measurements of the other command?)")
     return data
 
@@ -114,23 +109,23 @@ def _command(args: argparse.Namespace, name: str) -> str:
 def run_gpu(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.suffix != ".json":
-        raise _error(f"--out: {args.out!r} must be a .json path (the CSV is written beside it)")
+        raise CliError(f"--out: {args.out!r} must be a .json path (the CSV is written beside it)")
     if args.from_raw:
         data = _load_raw(args.from_raw, ("rows", "meta"))
     else:
         require_torch_cuda()
-        from calibration.gpu_bench import run
+        from calibration.kernels.gpu_bench import run
 
         data = run(args.device, args.quick)
         _save_raw(args.save_raw, data)
-    from calibration.gpu_profile import summary, write_profile
+    from calibration.kernels.gpu_profile import summary, write_profile
 
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
         prof = write_profile(out, data["rows"], data["meta"], data.get("command")
                              or _command(args, "gpu"), args.gpu_name)
     except ValueError as exc:
-        raise _error(str(exc)) from None
+        raise CliError(str(exc)) from None
     print(summary(prof))
     print(f"wrote {out} and {out.with_suffix('.csv')}")
     return 0
@@ -150,7 +145,7 @@ def _sibling_mla_config(out: Path) -> list[int] | None:
 def run_dcp(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.suffix != ".json":
-        raise _error(f"--out: {args.out!r} must be a .json path (the CSV is written beside it)")
+        raise CliError(f"--out: {args.out!r} must be a .json path (the CSV is written beside it)")
     if args.from_raw:
         data = _load_raw(args.from_raw, ("rows", "gpu", "world"))
     else:
@@ -158,43 +153,41 @@ def run_dcp(args: argparse.Namespace) -> int:
             try:
                 import torch  # noqa: F401
             except ImportError:
-                raise _error("PyTorch is not installed: calibrate dcp needs the 'gpu' extra "
+                raise CliError("PyTorch is not installed: calibrate dcp needs the 'gpu' extra "
                              "(pip install 'engine-advisor[gpu]')") from None
             world, device = args.cpu, "cpu"
         else:
             torch = require_torch_cuda()
             world, device = args.gpus or torch.cuda.device_count(), "cuda"
             if world > torch.cuda.device_count():
-                raise _error(f"--gpus: {world} requested, {torch.cuda.device_count()} visible")
+                raise CliError(f"--gpus: {world} requested, {torch.cuda.device_count()} visible")
         if world < 2:
-            raise _error(f"DCP needs at least 2 processes; {world} available "
+            raise CliError(f"DCP needs at least 2 processes; {world} available "
                          "(--gpus, --cpu)")
-        from calibration.dcp_bench import run
+        from calibration.kernels.dcp_bench import run
 
         try:
             data = run(world, device=device, quick=args.quick, dcps=args.dcp_sizes,
                        batches=args.batches, contexts=args.contexts,
                        mla_config=args.mla_config or _sibling_mla_config(out))
         except ValueError as exc:
-            raise _error(str(exc)) from None
+            raise CliError(str(exc)) from None
         _save_raw(args.save_raw, data)
-    from calibration.dcp_profile import summary, write_profile
+    from calibration.kernels.dcp_profile import summary, write_profile
 
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
         prof = write_profile(out, data, data.get("command") or _command(args, "dcp"),
                              args.gpu_name)
     except ValueError as exc:
-        raise _error(str(exc)) from None
+        raise CliError(str(exc)) from None
     print(summary(prof))
     print(f"wrote {out} and {out.with_suffix('.csv')}")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m calibration.gpu_cli gpu|dcp ...`` without the full CLI's dependencies."""
-    from cli.errors import run_handler
-
+    """``python -m cli.gpu gpu|dcp ...`` without the full CLI's dependencies."""
     parser = argparse.ArgumentParser(prog="engine-advisor calibrate")
     register_calibrate(parser.add_subparsers(dest="calibrate_command", required=True))
     return run_handler(parser.parse_args(argv))

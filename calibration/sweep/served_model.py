@@ -27,6 +27,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from calibration.errors import CalibrationError
 from model.arch import ArchConfigError, from_hf_config, preset, preset_config
 from model.arch.aliases import preset_of_model_id
 from model.arch.architecture import Architecture
@@ -40,7 +41,7 @@ KV_DTYPES = ("bf16", "fp8")
 _KEY = re.compile(r"^hf:(?P<name>[\w.\-]{1,120})@(?P<hash>[0-9a-f]{16})$")
 
 
-class ServedModelError(ValueError):
+class ServedModelError(CalibrationError, ValueError):
     """The architecture cannot be named; the message names the flag or field."""
 
 

@@ -1,4 +1,4 @@
-"""From aiconfigurator-core's per-operation tables (columns as arrays, calibration.silicon_tables)
+"""From aiconfigurator-core's per-operation tables (columns as arrays, calibration.silicon.tables)
 to the numbers of a GPU profile: read curves, achievable FLOP/s, collective fits.
 
 What the tables measure (NVIDIA's collectors, one GPU, one layer per call): each call is captured

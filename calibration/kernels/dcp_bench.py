@@ -102,7 +102,7 @@ class Rank:
              group=None) -> tuple[float, str]:
         """Median seconds per call; with ``group`` the slowest rank's median (collectives)."""
         if self.cuda:
-            from calibration.gpu_timing import time_calls
+            from calibration.kernels.gpu_timing import time_calls
 
             r = time_calls(calls, self.repeats, n_calls=n)
             med, mode = r["median_s"], r["mode"]
@@ -143,7 +143,7 @@ def attention_time(rank: Rank, batch: int, ctx: int) -> float:
     fn = rank.attention_fn(batch, ctx)
     calls = [(lambda q=q, kv=kv: fn(q, kv)) for q, kv in sets]
     if rank.cuda:
-        from calibration.gpu_timing import time_calls
+        from calibration.kernels.gpu_timing import time_calls
 
         return time_calls(calls, rank.repeats)["median_s"]
     return rank.time(calls, 2)[0]

@@ -1,0 +1,1 @@
+"""Fit the cost model from dataset rows, and its report (README.md)."""

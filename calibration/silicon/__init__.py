@@ -1,0 +1,1 @@
+"""GPU profiles from aiconfigurator-core's measured per-operation tables (README.md)."""
