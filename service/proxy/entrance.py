@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from starlette.exceptions import HTTPException
@@ -33,40 +33,21 @@ from starlette.types import Receive, Scope, Send
 
 from service.deps import model_of
 from service.errors import ApiError, envelope, internal_error
-from service.holder import LoadedModel
 from service.metrics import Metrics
 from service.middleware import REQUEST_ID, body_too_large, request_id
 from service.proxy.auth import authorization_of, authorize
-from service.proxy.decision import Choice, choose
+from service.proxy.decision import choose
 from service.proxy.generate import GENERATE, choose_generate
 from service.proxy.relay.attempts import Relay
 from service.proxy.relay.writer import AsgiWriter, LaneWriter
-from service.proxy.request import CHAT, COMPLETIONS, ProxyRequest, parse, read_body
+from service.proxy.request import CHAT, COMPLETIONS, parse, read_body
 from service.proxy.state import NO_POOLS
-from service.proxy.upstreams import Pools
 
 if TYPE_CHECKING:
     from service.proxy.state import ProxyState
     from service.transport.cycle import LaneCycle
 
-Chooser = Callable[["ProxyState", Pools, LoadedModel, bytes, str],
-                   Awaitable[tuple[ProxyRequest, Choice]]]
-
-
-async def _completion(st: ProxyState, pools: Pools, loaded: LoadedModel, raw: bytes,
-                      path: str) -> tuple[ProxyRequest, Choice]:
-    req = parse(raw, path)
-    return req, await choose(st, pools, loaded, req)
-
-
-async def _generate(st: ProxyState, pools: Pools, loaded: LoadedModel, raw: bytes,
-                    path: str) -> tuple[ProxyRequest, Choice]:
-    return await choose_generate(st, pools, loaded, raw)
-
-
-CHOOSERS: dict[str, Chooser] = {CHAT: _completion, COMPLETIONS: _completion,
-                                GENERATE: _generate}
-PATHS = frozenset(CHOOSERS)
+PATHS = frozenset({CHAT, COMPLETIONS, GENERATE})
 
 
 class _Template:
@@ -148,7 +129,12 @@ class Entrance:
             body = await read_body(receive, cap)
         elif len(body) > cap:
             raise ApiError(413, body_too_large(cap, len(body), streamed=True))
-        req, chosen = await CHOOSERS[path](st, pools, model_of(scope["app"].state), body, path)
+        loaded = model_of(scope["app"].state)
+        if path == GENERATE:
+            req, chosen = await choose_generate(st, pools, loaded, body)
+        else:
+            req = parse(body, path)
+            chosen = await choose(st, pools, loaded, req)
         return Relay(st, pools, req, chosen.decision, chosen.first, rid, chosen.prompt_tokens,
                      headers)
 

@@ -14,10 +14,10 @@ from service.proxy.breaker import HALF_OPEN, OPEN
 from service.proxy.decision import Decision
 from service.proxy.relay.attempts import Relay
 from service.proxy.relay.writer import AsgiWriter
-from service.transport.client import DONE, Connection, Http1Pool, LimitError, Limits, PoolTimeout
 from service.proxy.request import COMPLETIONS, parse
 from service.proxy.state import ProxyState
 from service.settings import Settings
+from service.transport.client import DONE, Connection, Http1Pool, LimitError, Limits, PoolTimeout
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -241,8 +241,9 @@ def test_the_probe_is_released_on_a_timeout_and_on_a_client_write_error(tmp_path
         scope = {"type": "http", "method": "POST", "path": COMPLETIONS, "headers": []}
         body = json.dumps({"model": "m", "prompt": "hi", "stream": True}).encode()
         with pytest.raises(OSError):
-            await Relay(st, pools, parse(body, COMPLETIONS), decision, up, b"rid", 1, scope["headers"]).run(
-                AsgiWriter(receive, broken_client), asyncio.current_task())
+            relay = Relay(st, pools, parse(body, COMPLETIONS), decision, up, b"rid", 1,
+                          scope["headers"])
+            await relay.run(AsgiWriter(receive, broken_client), asyncio.current_task())
         assert not up.breaker.probing and up.breaker.available()
         assert up.fast.open == 0                     # the upstream connection was closed
         await st.stop()
@@ -374,8 +375,9 @@ def test_a_failure_two_upstreams_share_is_the_requests_own(tmp_path, second, wan
         async def receive():
             await asyncio.sleep(3600)
 
-        await Relay(st, st.pools, parse(BODY, COMPLETIONS), decision, first, b"rid", 1, scope["headers"]).run(
-            AsgiWriter(receive, send_), asyncio.current_task())
+        relay = Relay(st, st.pools, parse(BODY, COMPLETIONS), decision, first, b"rid", 1,
+                      scope["headers"])
+        await relay.run(AsgiWriter(receive, send_), asyncio.current_task())
         assert sent[0]["status"] == want_status
         assert [first.breaker.failures, other.breaker.failures] == want_failures
         shared = st.metrics.request_failures.get(("status", "500"))

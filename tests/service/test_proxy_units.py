@@ -275,10 +275,10 @@ def test_the_entrance_keeps_request_ids_metrics_and_the_error_envelope(tmp_path,
         assert_error(r, 400, contains="invalid JSON")
         assert len(r.headers["x-request-id"]) == 32            # created when not given
 
-        async def broken(st, pools, loaded, raw, path):
+        def broken(raw, path):
             raise RuntimeError("boom")
 
-        monkeypatch.setitem(entrance.CHOOSERS, COMPLETIONS, broken)
+        monkeypatch.setattr(entrance, "parse", broken)
         r = c.post("/v1/completions", json={"model": "m", "prompt": "hi"})
         assert_error(r, 500, contains="internal error")
         assert "x-request-id" in r.headers
