@@ -8,8 +8,11 @@ server on aiohttp (another HTTP stack than the one the simulator shares with the
 /tmp/aiohttp-up/bin/pip install aiohttp``).
 
 - ``direct``: the upstream itself.
-- ``engine-advisor``: ``engine-advisor serve --upstreams FILE`` (one uvicorn worker); with
-  ``--workers N`` (N > 1) also ``engine-advisor xN``, the same with ``--workers N``.
+- ``engine-advisor``: ``engine-advisor serve --upstreams FILE`` (one uvicorn worker) of this
+  checkout; with ``--workers N`` (N > 1) also ``engine-advisor xN``, the same with
+  ``--workers N``; with ``--baseline DIR`` also ``engine-advisor baseline``, the same from the
+  checkout in DIR (its packages first on ``PYTHONPATH``), measured side by side in the same
+  rounds, and the ratios of req/s and CPU per request printed.
 - ``sglang-router``: the SGLang model gateway (Rust; PyPI ``sglang-router``), round robin.
 - ``litellm``: LiteLLM's proxy (PyPI ``litellm[proxy]``), one worker.
 
@@ -39,7 +42,7 @@ live child processes, so all uvicorn workers) during its wrk run, divided by the
 completed (for ``direct``: the upstream's own).
 
 Usage:  .venv/bin/python bench/bench_proxy.py [--rounds 3] [--duration 5] [--connections 32]
-        [--upstream aiohttp] [--wrk-only]
+        [--upstream aiohttp] [--wrk-only] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -324,7 +327,12 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=1,
                     help="also run engine-advisor with this many uvicorn workers (default 1: "
                          "only the one-worker target)")
+    ap.add_argument("--baseline", type=Path,
+                    help="also run engine-advisor from the checkout in this folder, side by "
+                         "side (e.g. main, to compare a change)")
     args = ap.parse_args()
+    if args.baseline is not None and not (args.baseline / "service").is_dir():
+        ap.error(f"--baseline {args.baseline}: not a checkout of engine-advisor")
     if not (1 <= args.rounds <= 10 and 1 <= args.duration <= 60
             and 1 <= args.connections <= 1024 and 1 <= args.stream_requests <= 100_000
             and 0 <= args.paced_rate <= 100_000 and 1 <= args.workers <= 16):
@@ -359,9 +367,17 @@ def main() -> int:
         p = free_port()
         procs.append(start([str(EXE), "serve", "--port", str(p), "--upstreams",
                             str(tmp / "upstreams.yaml"), "--log-level", "warning"],
-                           tmp / "proxy.log"))
+                           tmp / "proxy.log", env={"PYTHONPATH": str(ROOT)}))
         targets.append(Target("engine-advisor", f"http://127.0.0.1:{p}", procs[-1],
                               tmp / "proxy.log"))
+        if args.baseline is not None:
+            p = free_port()
+            procs.append(start([str(EXE), "serve", "--port", str(p), "--upstreams",
+                                str(tmp / "upstreams.yaml"), "--log-level", "warning"],
+                               tmp / "proxy-baseline.log",
+                               env={"PYTHONPATH": str(args.baseline.resolve())}))
+            targets.append(Target("engine-advisor baseline", f"http://127.0.0.1:{p}",
+                                  procs[-1], tmp / "proxy-baseline.log"))
         if args.workers > 1:
             p = free_port()
             name = f"engine-advisor x{args.workers}"
@@ -484,6 +500,11 @@ def main() -> int:
                   f"{'met' if ratio >= 0.8 else 'NOT met'}")
             print(f"{name}: target added p50 <= sglang-router's: {added:+.2f} ms vs "
                   f"{added_sr:+.2f} ms {'met' if added <= added_sr else 'NOT met'}")
+    if "engine-advisor baseline" in wrk_res:
+        ea, base = wrk_res["engine-advisor"], wrk_res["engine-advisor baseline"]
+        print(f"\nengine-advisor vs baseline ({args.baseline}): req/s "
+              f"{med(ea, 'rps') / med(base, 'rps'):.3f}x, CPU per request "
+              f"{med(ea, 'cpu_us') / med(base, 'cpu_us'):.3f}x")
     shutil.rmtree(tmp, ignore_errors=True)
     return 0
 

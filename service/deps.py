@@ -17,6 +17,8 @@ from service.cache import ResponseCache
 from service.errors import ApiError, is_json
 from service.holder import LoadedModel, ModelHolder
 from service.metrics import Metrics
+from service.proxy.state import NO_POOLS, ProxyState
+from service.proxy.upstreams import Pools
 from service.settings import Settings
 
 M = TypeVar("M", bound=BaseModel)
@@ -93,6 +95,14 @@ def current_model(request: Request) -> LoadedModel:
     """A snapshot of the loaded model for the whole request (reloads swap the holder); 503
     before the lifespan has loaded it."""
     return model_of(request.app.state)
+
+
+def current_pools(request: Request) -> tuple[ProxyState, Pools]:
+    """The proxy's state and its pools; 503 when it has none."""
+    st: ProxyState = request.app.state.proxy
+    if st.pools is None:
+        raise ApiError(503, NO_POOLS)
+    return st, st.pools
 
 
 def model_of(state: Any) -> LoadedModel:

@@ -17,10 +17,9 @@ from service.cache import ResponseCache
 from service.frontdoor import FrontDoor
 from service.holder import ModelHolder, load_artifact, load_default
 from service.metrics import Metrics
-from service.middleware import MetricsMiddleware, RequestIdMiddleware
-from service.proxy import route_api
-from service.proxy import routes as proxy
-from service.proxy.asgi import DIRECT_PATHS, DirectPath, ProxyMiddleware
+from service.middleware import MetricsMiddleware, ProxyBodyLimitMiddleware, RequestIdMiddleware
+from service.proxy.entrance import PATHS as ENTRANCE_PATHS
+from service.proxy.entrance import Entrance
 from service.proxy.schemas import RouteWorkload
 from service.proxy.state import ProxyState, proxy_lifespan
 from service.routes import (
@@ -32,7 +31,9 @@ from service.routes import (
     observations,
     plan,
     predict,
+    proxy,
     recommend,
+    route,
     ui,
 )
 from service.settings import Settings
@@ -40,7 +41,7 @@ from service.settings import Settings
 # Matched in this order, one router after the other (FastAPI's matching costs a few
 # microseconds per router passed over): the per-request routes of deployment tools and
 # gateways first.
-ROUTERS = (recommend.router, route_api.router, predict.router, crossover.router, plan.router,
+ROUTERS = (recommend.router, route.router, predict.router, crossover.router, plan.router,
            deploy.router, admin.router, health.router, proxy.router, observations.router,
            ui.router)
 # Request bodies a route documents by hand (``openapi_extra``) refer to these by name.
@@ -72,17 +73,18 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 class App(FastAPI):
-    """FastAPI, with ``POST /v1/chat/completions`` and ``/v1/completions`` dispatched before
-    FastAPI's own layers, to the proxy's direct path (service.proxy.asgi explains why)."""
+    """FastAPI, with ``POST /v1/chat/completions``, ``/v1/completions`` and ``/generate``
+    dispatched before FastAPI's own layers, to the proxy's entrance (service.proxy.entrance
+    explains why)."""
 
-    direct: DirectPath | None = None
-    front_door: FrontDoor | None = None     # what service.server's protocol enforces
+    entrance: Entrance | None = None
+    front_door: FrontDoor | None = None     # what service.transport.protocol enforces
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST" \
-                and scope["path"] in DIRECT_PATHS and self.direct is not None:
+                and scope["path"] in ENTRANCE_PATHS and self.entrance is not None:
             scope["app"] = self
-            await self.direct(scope, receive, send)
+            await self.entrance.asgi(scope, receive, send)
         else:
             await super().__call__(scope, receive, send)
 
@@ -109,14 +111,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
         generate_unique_id_function=operation_id,
         middleware=[Middleware(RequestIdMiddleware), Middleware(MetricsMiddleware, metrics=metrics),
-                    Middleware(ProxyMiddleware, limit=settings.max_body_bytes, proxy=proxy_state)],
+                    Middleware(ProxyBodyLimitMiddleware, limit=settings.max_body_bytes,
+                               cap=proxy_state.body_cap, paths=frozenset({"/v1/route"}))],
     )
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.recommend_cache = ResponseCache(settings.recommend_cache_size)
     app.state.holder = None
     app.state.proxy = proxy_state
-    app.direct = DirectPath(proxy_state, metrics, proxy.forward)
+    app.entrance = Entrance(proxy_state, metrics)
     app.front_door = FrontDoor.of(settings, on_refusal=lambda r: metrics.refusals.inc((r,)))
     errors.install(app)
     if settings.bench_routes:     # first: matched no later than /v1/recommend (bench_service)

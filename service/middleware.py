@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Callable
 
 from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -142,3 +143,23 @@ class BodyLimitMiddleware:
 
     def _message(self, size: int, streamed: bool = False) -> str:
         return body_too_large(self.limit, size, streamed)
+
+
+class ProxyBodyLimitMiddleware:
+    """The proxy's body cap on ``paths`` (``cap()``: ``ProxyState.body_cap``, the
+    ``proxy_max_body_bytes`` setting, else enough for the longest context the pools serve),
+    the global one (``limit``) elsewhere. A proxied prompt of a long-context model is far
+    larger than /v1/recommend's 1 MiB. (The proxy's entrance, service.proxy.entrance, checks
+    the same itself on its paths.)"""
+
+    def __init__(self, app: ASGIApp, limit: int, cap: Callable[[], int], paths: frozenset[str]):
+        self.default = BodyLimitMiddleware(app, limit)
+        self.capped = BodyLimitMiddleware(app, limit)
+        self.cap, self.paths = cap, paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] in self.paths:
+            self.capped.limit = self.cap()
+            await self.capped(scope, receive, send)
+        else:
+            await self.default(scope, receive, send)

@@ -1,10 +1,10 @@
 """The picker's only bridge to the proxy: the decision ``POST /v1/route`` makes, and the live
 upstream state that decision reads (in-flight counts, circuit breakers, Retry-After).
 
-``pick_endpoints`` runs ``service.proxy.routing.route`` (client API keys, token counting with
+``pick_endpoints`` runs ``service.proxy.decision.choose`` (client API keys, token counting with
 its cache and /tokenize, the cost model's ranking of the pools, health, breakers, the
 least-loaded upstream of the best group) and then lists the fallbacks the proxy itself would
-retry, in its order: ``service.proxy.forward.pick`` again with the upstreams already listed
+retry, in its order: ``service.proxy.decision.pick`` again with the upstreams already listed
 excluded (the chosen engine's other upstreams first, the other engine's only with
 ``retries.other_engine``), ``retries.max_attempts`` endpoints at most. Listing fallbacks does
 not advance the round-robin of ties (``Upstream.picked`` is put back).
@@ -21,21 +21,14 @@ from dataclasses import dataclass
 from service.epp import body
 from service.errors import ApiError
 from service.holder import LoadedModel
-from service.proxy.forward import pick
+from service.proxy.auth import authorize
+from service.proxy.decision import choose, pick
 from service.proxy.request import CHAT, COMPLETIONS, parse
-from service.proxy.routing import NO_POOLS, authorize, route
-from service.proxy.state import ProxyState
+from service.proxy.state import NO_POOLS, ProxyState
 from service.proxy.upstreams import Upstream
 
 ROUTED_PATHS = frozenset({CHAT, COMPLETIONS})
 RETRY_AFTER_CAP = 10      # x retries.backoff_max_s, as the proxy caps an engine's Retry-After
-
-
-class _Headers:
-    """What ``authorize`` reads of a request: its headers."""
-
-    def __init__(self, headers: Mapping[str, str]):
-        self.headers = headers
 
 
 @dataclass
@@ -67,30 +60,30 @@ async def pick_endpoints(state: ProxyState, loaded: LoadedModel, path: str, raw:
         raise ApiError(503, NO_POOLS)
     if counts is not None:
         counts.sync(pools)
-    authorize(pools, _Headers(headers))
+    authorize(pools, headers.get("authorization", ""))
     req = parse(raw, path, body.load(raw))
     try:
-        routed = await route(state, pools, loaded, req)
+        chosen = await choose(state, pools, loaded, req)
     except ApiError as exc:
         wait = _shedding(state, req.model) if exc.status == 503 else None
         if wait is None:
             raise
         raise ApiError(429, "every upstream asked to wait (Retry-After): " + exc.message,
                        headers={"Retry-After": str(max(1, round(wait)))}) from None
-    first = routed.first
+    first = chosen.first
     listed = [first]
     retries = pools.config.retries
     if retries.max_attempts > 1:
         saved = [(u, u.picked) for u in pools.serving(req.model) if u is not first]
         engine = None if retries.other_engine else first.engine
         while len(listed) < retries.max_attempts:
-            nxt = pick(pools, routed.decision, req.model, listed, engine, state.seq)
+            nxt = pick(pools, chosen.decision, req.model, listed, engine, state.seq)
             if nxt is None:
                 break
             listed.append(nxt)
         for u, picked in saved:
             u.picked = picked
-    return Picked(listed, routed.prompt_tokens, routed.method)
+    return Picked(listed, chosen.prompt_tokens, chosen.method)
 
 
 def sent(state: ProxyState, up: Upstream, counts) -> bool:

@@ -11,15 +11,16 @@ the answer (JSON, or SGLang's ``data:`` event stream ending in ``[DONE]``) passe
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fastapi import Request, Response
-
-from service.deps import current_model
 from service.errors import ApiError
-from service.proxy.forward import ProxyCall, pick
-from service.proxy.request import ProxyRequest, decode, read_body
-from service.proxy.routing import authorize, current_pools, route
+from service.holder import LoadedModel
+from service.proxy.decision import Choice, choose, pick
+from service.proxy.request import ProxyRequest, decode
+from service.proxy.upstreams import Pools
+
+if TYPE_CHECKING:
+    from service.proxy.state import ProxyState
 
 GENERATE = "/generate"
 ENGINE = "sglang"
@@ -98,21 +99,20 @@ def parse_generate(raw: bytes) -> GenerateRequest:
     return GenerateRequest(GENERATE, raw, body, model, bool(stream), out, n_ids, size)
 
 
-async def handle_generate(request: Request) -> Response:
-    st, pools = current_pools(request)
-    authorize(pools, request)
-    req = parse_generate(await read_body(request.receive))
+async def choose_generate(st: ProxyState, pools: Pools, loaded: LoadedModel,
+                          raw: bytes) -> tuple[GenerateRequest, Choice]:
+    """The request and its choice among the SGLang groups only."""
+    req = parse_generate(raw)
     if not any(u.engine == ENGINE for u in pools.serving(req.model)):
         raise ApiError(404, "/generate is SGLang's native API and no SGLang pool serves "
                             f"model {req.model or pools.models[0]!r}", param="model",
                        type="model_not_found")
-    routed = await route(st, pools, current_model(request), req)
-    ranked = [g for g in routed.decision.ranked if g[0] == ENGINE]
+    chosen = await choose(st, pools, loaded, req)
+    ranked = [g for g in chosen.decision.ranked if g[0] == ENGINE]
     ranked += sorted(g for g in pools.groups if g[0] == ENGINE and g not in ranked)
-    decision = replace(routed.decision, ranked=tuple(ranked))
-    first = routed.first if routed.first.engine == ENGINE else \
+    decision = replace(chosen.decision, ranked=tuple(ranked))
+    first = chosen.first if chosen.first.engine == ENGINE else \
         pick(pools, decision, req.model, [], ENGINE, st.seq)
     if first is None or not decision.ranked:
         raise ApiError(503, "no SGLang upstream is available for /generate")
-    rid = request.scope.get("state", {}).get("request_id") or ""
-    return ProxyCall(st, pools, req, decision, first, rid, routed.prompt_tokens)
+    return req, replace(chosen, decision=decision, first=first)

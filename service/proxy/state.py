@@ -21,7 +21,7 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry
 
 from service.proxy.deadlines import Deadlines
-from service.proxy.decide import Decider
+from service.proxy.decision import Decider
 from service.proxy.health_checker import HealthChecker
 from service.proxy.metrics import ProxyMetrics
 from service.proxy.observations import Observations
@@ -32,6 +32,8 @@ from service.settings import Settings
 
 log = logging.getLogger("engine_advisor.proxy")
 
+NO_POOLS = ("the proxy has no upstream pools: start `engine-advisor serve --upstreams FILE` "
+            "or set ENGINE_ADVISOR_UPSTREAMS")
 MIN_BODY_CAP = 32 << 20
 BYTES_PER_CONTEXT_TOKEN = 16      # a token id in JSON, or a token of escaped text, at most
 

@@ -1,1 +1,3 @@
-"""One APIRouter per feature."""
+"""The REST API's endpoints: one APIRouter per feature (a "route" is one of these; the proxy's
+choice of an upstream is its "routing decision", service.proxy.decision, which
+``POST /v1/route`` in route.py answers without proxying)."""

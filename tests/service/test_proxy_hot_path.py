@@ -13,8 +13,9 @@ from uvicorn.config import Config
 from uvicorn.server import ServerState
 
 from service.proxy.deadlines import Deadlines
-from service.proxy.forward import DisconnectWatch
-from service.server import KeepAliveClock, ServerProtocol
+from service.proxy.relay.watch import DisconnectWatch
+from service.transport.keepalive import KeepAliveClock
+from service.transport.protocol import HttpProtocol
 
 
 def run(test):
@@ -53,12 +54,12 @@ class Recorder(asyncio.Transport):
         pass
 
 
-def connect(app) -> tuple[ServerProtocol, Recorder]:
+def connect(app) -> tuple[HttpProtocol, Recorder]:
     """Our protocol on a recording transport, connected."""
     config = Config(app=app, lifespan="off", proxy_headers=False, log_level="warning",
                     access_log=False)
     config.load()
-    p = ServerProtocol(config, ServerState(), {}, _loop=asyncio.get_running_loop())
+    p = HttpProtocol(config, ServerState(), {}, _loop=asyncio.get_running_loop())
     t = Recorder()
     p.connection_made(t)
     return p, t
@@ -120,10 +121,10 @@ async def test_head_requests_100_continue_and_close_keep_their_order():
 
 # ----------------------------------------------------------------------------- the direct lane
 class LaneApp:
-    """An app with a ``direct`` entry, as service.main.App: the lane's requests go there."""
+    """An app with an ``entrance``, as service.main.App: the lane's requests go there."""
 
-    def __init__(self, direct):
-        self.direct = direct
+    def __init__(self, entrance):
+        self.entrance = entrance
         self.seen: list[str] = []
 
     async def __call__(self, scope, receive, send):
@@ -151,7 +152,7 @@ def lane(direct_app):
         assert scope["app"] is app
         await direct_app(scope, receive, send)
 
-    app.direct = direct
+    app.entrance = direct
     return app, calls
 
 
@@ -255,7 +256,7 @@ async def test_an_idle_connection_is_closed_after_the_keep_alive_timeout_never_b
         config = Config(app=respond(b"hi"), lifespan="off", proxy_headers=False,
                         log_level="warning", access_log=False, timeout_keep_alive=0.2)
         config.load()
-        p = ServerProtocol(config, ServerState(), {}, _loop=asyncio.get_running_loop())
+        p = HttpProtocol(config, ServerState(), {}, _loop=asyncio.get_running_loop())
         t = Recorder()
         p.connection_made(t)
         p.data_received(GET)
@@ -402,7 +403,7 @@ async def test_another_cancellation_stays_a_cancellation():
 
 # ----------------------------------------------------------------------------- the lane's own entry
 class OnCycle:
-    """A direct app with a ``lane`` entry (as service.proxy.asgi.DirectPath): it gets the
+    """An entrance with a ``lane`` (as service.proxy.entrance.Entrance): it gets the
     request cycle itself."""
 
     def __init__(self, answer):

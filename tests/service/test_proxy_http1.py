@@ -11,12 +11,13 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from service.proxy.breaker import HALF_OPEN, OPEN
-from service.proxy.decide import Decision
-from service.proxy.forward import ProxyCall
-from service.proxy.http1 import DONE, Connection, Http1Pool, LimitError, Limits, PoolTimeout
+from service.proxy.decision import Decision
+from service.proxy.relay.attempts import Relay
+from service.proxy.relay.writer import AsgiWriter
 from service.proxy.request import COMPLETIONS, parse
 from service.proxy.state import ProxyState
 from service.settings import Settings
+from service.transport.client import DONE, Connection, Http1Pool, LimitError, Limits, PoolTimeout
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -169,8 +170,8 @@ async def call(st: ProxyState, body: bytes, receive, sent: list):
     async def send_(message):
         sent.append(message)
 
-    await ProxyCall(st, pools, parse(body, COMPLETIONS), decision, up, "rid", 1)(
-        scope, receive, send_)
+    await Relay(st, pools, parse(body, COMPLETIONS), decision, up, b"rid", 1, scope["headers"]).run(
+        AsgiWriter(receive, send_), asyncio.current_task())
 
 
 def half_open(st: ProxyState):
@@ -240,8 +241,9 @@ def test_the_probe_is_released_on_a_timeout_and_on_a_client_write_error(tmp_path
         scope = {"type": "http", "method": "POST", "path": COMPLETIONS, "headers": []}
         body = json.dumps({"model": "m", "prompt": "hi", "stream": True}).encode()
         with pytest.raises(OSError):
-            await ProxyCall(st, pools, parse(body, COMPLETIONS), decision, up, "rid", 1)(
-                scope, receive, broken_client)
+            relay = Relay(st, pools, parse(body, COMPLETIONS), decision, up, b"rid", 1,
+                          scope["headers"])
+            await relay.run(AsgiWriter(receive, broken_client), asyncio.current_task())
         assert not up.breaker.probing and up.breaker.available()
         assert up.fast.open == 0                     # the upstream connection was closed
         await st.stop()
@@ -373,8 +375,9 @@ def test_a_failure_two_upstreams_share_is_the_requests_own(tmp_path, second, wan
         async def receive():
             await asyncio.sleep(3600)
 
-        await ProxyCall(st, st.pools, parse(BODY, COMPLETIONS), decision, first, "rid", 1)(
-            scope, receive, send_)
+        relay = Relay(st, st.pools, parse(BODY, COMPLETIONS), decision, first, b"rid", 1,
+                      scope["headers"])
+        await relay.run(AsgiWriter(receive, send_), asyncio.current_task())
         assert sent[0]["status"] == want_status
         assert [first.breaker.failures, other.breaker.failures] == want_failures
         shared = st.metrics.request_failures.get(("status", "500"))

@@ -18,8 +18,9 @@ from service.errors import ApiError
 from service.holder import LoadedModel
 from service.main import create_app
 from service.proxy.breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker
-from service.proxy.decide import Decider, bucket, representative
-from service.proxy.forward import ends_with_done, event_end, retry_after
+from service.proxy.decision import Decider, bucket, representative
+from service.proxy.relay.failure import retry_after
+from service.proxy.relay.stream import ends_with_done, event_end
 from service.proxy.request import CHAT, COMPLETIONS, parse
 from service.proxy.upstreams import Pools, Upstream, UpstreamsError, read
 from service.proxy.upstreams import parse as parse_pools
@@ -260,8 +261,10 @@ def test_proxy_body_cap_is_separate(tmp_path):
     assert create_app(Settings(_env_file=None)).state.proxy.body_cap() == 32 << 20
 
 
-def test_direct_path_keeps_request_ids_metrics_and_the_error_envelope(tmp_path, caplog):
+def test_the_entrance_keeps_request_ids_metrics_and_the_error_envelope(tmp_path, caplog,
+                                                                       monkeypatch):
     """The completion routes bypass FastAPI (service.main.App): its layers' duties still hold."""
+    from service.proxy import entrance
     app = create_app(Settings(_env_file=None, upstreams=write(tmp_path, BASE)))
     with TestClient(app, raise_server_exceptions=False) as c:
         r = c.post("/v1/completions", json={"model": "m", "prompt": 5},
@@ -272,10 +275,10 @@ def test_direct_path_keeps_request_ids_metrics_and_the_error_envelope(tmp_path, 
         assert_error(r, 400, contains="invalid JSON")
         assert len(r.headers["x-request-id"]) == 32            # created when not given
 
-        async def broken(scope, receive, path):
+        def broken(raw, path):
             raise RuntimeError("boom")
 
-        app.direct.handler = broken
+        monkeypatch.setattr(entrance, "parse", broken)
         r = c.post("/v1/completions", json={"model": "m", "prompt": "hi"})
         assert_error(r, 500, contains="internal error")
         assert "x-request-id" in r.headers
@@ -404,14 +407,15 @@ def test_new_request_ids_are_unique_safe_and_new_in_a_forked_child():
 
 
 def test_passed_headers_are_filtered_and_checked():
-    from service.proxy.forward import header_lines, passed_lines
+    from service.proxy.relay.passed import passed_lines
+    from service.transport.headers import header_lines
     assert passed_lines([(b"content-type", b"application/json"), (b"set-cookie", b"x"),
                          (b"retry-after", b"2")]) == \
         b"content-type: application/json\r\nretry-after: 2\r\n"
     for bad in (b"a\r\nset-cookie: x", b"a\nb", b"a\x00"):
-        with pytest.raises(ValueError):
+        with pytest.raises(RuntimeError):
             passed_lines([(b"content-type", bad)])
-        with pytest.raises(ValueError):
+        with pytest.raises(RuntimeError):
             header_lines([(b"x-a", bad)])
-    with pytest.raises(ValueError):
+    with pytest.raises(RuntimeError):
         header_lines([(b"bad name", b"v")])

@@ -1,21 +1,21 @@
-"""OpenAI-compatible proxy routes: POST /v1/chat/completions, POST /v1/completions,
-GET /v1/models; pool administration: GET /v1/upstreams, POST /v1/upstreams/reload (admin)."""
+"""The proxy's endpoints: GET /v1/models; pool administration: GET /v1/upstreams, POST
+/v1/upstreams/reload (admin); and the OpenAPI description of POST /v1/chat/completions,
+/v1/completions and /generate, which service.main.App hands to the proxy's entrance
+(service.proxy.entrance) before FastAPI routes anything: their handlers here are never
+called."""
 
 from __future__ import annotations
 
 import time
 
 from fastapi import APIRouter, Request, Response
-from starlette.types import Receive, Scope
 
-from service.deps import AdminDep, model_of
+from service.deps import AdminDep, current_pools
 from service.errors import ApiError, error_responses
-from service.proxy.forward import ProxyCall
-from service.proxy.generate import GENERATE_BODY, handle_generate
-from service.proxy.request import CHAT, COMPLETIONS, parse, read_body
-from service.proxy.routing import NO_POOLS, authorize, current_pools, route
+from service.proxy.auth import authorize
+from service.proxy.generate import GENERATE_BODY
 from service.proxy.schemas import ModelCard, ModelList, ReloadResult, UpstreamsStatus
-from service.proxy.state import ProxyState
+from service.proxy.state import NO_POOLS
 
 router = APIRouter(tags=["proxy"])
 
@@ -28,42 +28,23 @@ PASSED = {200: {"description": "the upstream's answer, passed through (JSON, or 
                 "content": {"application/json": {}, "text/event-stream": {}}}}
 
 
-async def handle(request: Request, path: str) -> Response:
-    """Both completion routes."""
-    return await forward(request.scope, request.receive, path)
-
-
-async def forward(scope: Scope, receive: Receive, path: str, body: bytes | None = None,
-                  st: ProxyState | None = None) -> ProxyCall:
-    """A completion request to its ``ProxyCall`` (service.proxy.asgi calls this directly);
-    ``body``: the whole request body when the caller has read it already; ``st``: the app's
-    proxy state, when the caller has it."""
-    state = scope["app"].state
-    if st is None:
-        st = state.proxy
-    pools = st.pools
-    if pools is None:
-        raise ApiError(503, NO_POOLS)
-    if pools.api_keys:
-        authorize(pools, Request(scope))
-    req = parse(body if body is not None else await read_body(receive, st.body_cap()), path)
-    routed = await route(st, pools, model_of(state), req)
-    rid = scope.get("state", {}).get("request_id") or ""
-    return ProxyCall(st, pools, req, routed.decision, routed.first, rid, routed.prompt_tokens)
+async def _entrance_only(request: Request) -> Response:
+    raise RuntimeError(f"{request.url.path} is served by service.proxy.entrance, which "
+                       "service.main.App dispatches to before FastAPI")
 
 
 @router.post("/v1/chat/completions", response_class=Response, responses={**PASSED, **PROXY_ERRORS},
              openapi_extra=OPENAI_BODY,
              summary="Chat completion, forwarded to the engine pool the cost model picks")
 async def chat_completions(request: Request) -> Response:
-    return await handle(request, CHAT)
+    return await _entrance_only(request)
 
 
 @router.post("/v1/completions", response_class=Response, responses={**PASSED, **PROXY_ERRORS},
              openapi_extra=OPENAI_BODY,
              summary="Text completion, forwarded to the engine pool the cost model picks")
 async def completions(request: Request) -> Response:
-    return await handle(request, COMPLETIONS)
+    return await _entrance_only(request)
 
 
 @router.post("/generate", response_class=Response, responses={**PASSED, **PROXY_ERRORS},
@@ -71,14 +52,14 @@ async def completions(request: Request) -> Response:
              summary="SGLang's native generate API, forwarded to the SGLang pool the cost model "
                      "picks")
 async def generate(request: Request) -> Response:
-    return await handle_generate(request)
+    return await _entrance_only(request)
 
 
 @router.get("/v1/models", response_model=ModelList, responses=error_responses(401, 503),
             summary="Models served by the upstream pools (their union)")
 async def list_models(request: Request) -> ModelList:
     st, pools = current_pools(request)
-    authorize(pools, request)
+    authorize(pools, request.headers.get("authorization", ""))
     cards = []
     for m in pools.models:
         cards.append(ModelCard(id=m, created=int(pools.loaded_at),

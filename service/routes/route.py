@@ -1,16 +1,16 @@
-"""POST /v1/route: the proxy's decision for a request, without proxying it (for gateways
-that route themselves)."""
+"""POST /v1/route: the proxy's routing decision for a request (service.proxy.decision),
+without proxying it (for gateways that route themselves)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from pydantic import ValidationError
 
-from service.deps import current_model
+from service.deps import current_model, current_pools
 from service.errors import ApiError, error_responses, validation_detail
-from service.proxy.costs import PoolCost
+from service.proxy.auth import authorize
+from service.proxy.decision import PoolCost, choose
 from service.proxy.request import CHAT, COMPLETIONS, ProxyRequest, decode, parse
-from service.proxy.routing import authorize, current_pools, route
 from service.proxy.schemas import Alternative, Predicted, RouteDecision, RouteWorkload
 
 router = APIRouter(prefix="/v1/route", tags=["route"])
@@ -48,9 +48,9 @@ def _request(raw: bytes) -> tuple[ProxyRequest, int | None]:
                                          "be routed to, with predictions, without proxying it")
 async def route_request(request: Request) -> RouteDecision:
     st, pools = current_pools(request)
-    authorize(pools, request)
+    authorize(pools, request.headers.get("authorization", ""))
     req, context = _request(await request.body())
-    r = await route(st, pools, current_model(request), req, context)
+    r = await choose(st, pools, current_model(request), req, context)
     d, up = r.decision, r.first
     alts = [Alternative(engine=g[0], dcp_size=g[1], predicted=_predicted(d.predictions.get(g)))
             for g in d.ranked if g != up.group]

@@ -1,0 +1,340 @@
+"""The routing decision: a request, its facts, the pools' predicted costs, the upstream picked.
+
+1. Facts (``choose``): the model asked for, the prompt tokens (a token-id prompt's length, the
+   local tokenizer's count, else a bytes estimate, asking an upstream's /tokenize when the
+   estimate's plausible range straddles a crossover: service.proxy.tokens), the output tokens
+   and the batch the request would join: ``max(workload.batch_size, 1 + in-flight requests of
+   the least-loaded available upstream)``, floored by the batch the operator expects an engine
+   to run.
+2. Costs (``pool_costs``): the proxy's one call into the cost model, the predicted cost of
+   each configured (engine, DCP size) group; it uses ``model.recommend.candidates`` (which
+   configurations the workload allows) and ``model.recommend.evaluate`` (their predictions,
+   one pass), nothing else: not the recommender's ranking text, launch command, memory
+   reasons or crossover scan.
+3. Decision (``Decider``): the groups ranked by those costs. That still costs far more than
+   the rest of a proxied request, so decisions are cached by bucket: context and output tokens
+   in eighth-octave buckets (each about 9 % wide, so a decision near a crossover is at most a
+   few percent of context off), the batch in quarter-octave buckets. The cost model sees the
+   bucket's representative value. The cache key includes the model version and the pools
+   generation: a model or pools reload never serves an old decision.
+4. Pick (``pick``): the available upstream with the fewest requests in flight of the
+   best-ranked group that has one (also for each retry, service.proxy.relay.attempts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from model.costmodel import CostModel
+from model.recommend import candidates, evaluate
+from model.workload import MAX_BATCH, MAX_CONTEXT, MAX_OUTPUT, Workload
+from service.errors import ApiError
+from service.holder import LoadedModel
+from service.proxy.request import ProxyRequest
+from service.proxy.tokens import MAX_BYTES_PER_TOKEN, local_count, upstream_count
+from service.proxy.upstreams import Pools, Upstream
+
+if TYPE_CHECKING:
+    from service.proxy.state import ProxyState
+
+Group = tuple[str, int]          # (engine, DCP size)
+CONTEXT_STEPS = 8     # buckets per octave
+OUTPUT_STEPS = 8
+BATCH_STEPS = 4
+CACHE_SIZE = 16_384
+LOCAL_INLINE_BYTES = 64 << 10      # larger prompts are tokenized off the event loop
+
+
+# ----------------------------------------------------------------------------- facts
+@dataclass(slots=True)
+class Choice:
+    decision: Decision
+    first: Upstream
+    prompt_tokens: int
+    method: str
+    output_tokens: int
+    batch_size: int
+
+
+def _why_unavailable(u: Upstream, now: float) -> str:
+    if not u.healthy:
+        return f"down ({u.last_error or 'failed health checks'})"
+    if now < u.not_before:
+        return f"asked to wait (Retry-After) {u.not_before - now:.1f} s more"
+    return f"circuit breaker {u.breaker.state}"
+
+
+def _unavailable(cands: list[Upstream]) -> ApiError:
+    now = time.monotonic()
+    return ApiError(503, "no upstream is available: " + "; ".join(
+        f"{u.name}: {_why_unavailable(u, now)}" for u in cands))
+
+
+async def choose(st: ProxyState, pools: Pools, loaded: LoadedModel, req: ProxyRequest,
+                 context_tokens: int | None = None) -> Choice:
+    """The request's facts (model, prompt and output tokens, the batch it would join), the
+    decision for them, and its first upstream (``pick``)."""
+    cfg = pools.config
+    if req.model is None and len(pools.models) > 1:
+        raise ApiError(400, f"model: required (served: {', '.join(pools.models)})",
+                       param="model")
+    cands = pools.serving(req.model)
+    if not cands:
+        raise ApiError(404, f"model: {req.model!r} is not served by any pool (served: "
+                            f"{', '.join(pools.models)})", param="model", type="model_not_found")
+    now = time.monotonic()
+    least = None                  # the fewest requests in flight of an available upstream
+    for u in cands:
+        if u.available(now) and (least is None or u.in_flight < least):
+            least = u.in_flight
+    if least is None:
+        raise _unavailable(cands)
+    out = req.max_tokens or cfg.workload.output_tokens
+    batch = cfg.workload.batch_size
+    if least >= batch:                  # max(batch, 1 + least); max() is a slow builtin call
+        batch = least + 1
+    decision = None
+    if context_tokens is not None:
+        n, method = context_tokens, "given"
+    elif req.prompt_token_ids is not None:
+        n, method = req.prompt_token_ids, "token_ids"
+    elif st.tokenizer is not None:
+        if req.prompt_bytes > LOCAL_INLINE_BYTES:
+            n = await asyncio.to_thread(local_count, st.tokenizer, req)
+        else:
+            n = local_count(st.tokenizer, req)
+        method = "tokenizer"
+    else:
+        size = req.prompt_bytes   # the estimate and its plausible range (service.proxy.tokens)
+        n, method = round(size / cfg.tokens.bytes_per_token) or 1, "estimate"
+        lo, hi = size // MAX_BYTES_PER_TOKEN or 1, size or 1
+        decision, differs = st.decider.estimated(loaded, pools, n, lo, hi, out, batch,
+                                                 cfg.tokens.upstream_tokenize)
+        if differs:
+            asker = min((u for u in cands if u.available(now)), key=lambda u: u.in_flight)
+            counted = await upstream_count(asker, req, cfg.tokens.tokenize_timeout_s)
+            if counted is not None:
+                n, method = counted, "upstream"
+                decision = None
+    st.metrics.token_counts.inc((method,))
+    if decision is None:
+        decision = st.decider.decide(loaded, pools, n, out, batch)
+    st.seq += 1
+    first = pick(pools, decision, req.model, [], None, st.seq)
+    if first is None:     # every available upstream went away while we counted
+        raise _unavailable(cands)
+    st.metrics.decisions.inc(first.group_labels)
+    return Choice(decision, first, n, method, out, batch)
+
+
+# ----------------------------------------------------------------------------- costs
+@dataclass(frozen=True)
+class PoolCost:
+    total_s: float               # the workload's batch, prefill and decode
+    prefill_s: float
+    tpot_s: float
+    interval_s: tuple[float, float]
+    calibrated: bool
+    transferred: bool            # calibrated hardware, another model (model.costmodel.coverage)
+    extrapolated: bool
+    fits_in_memory: bool
+    eligible: bool               # calibrated, or extrapolation allowed by the pools file
+
+
+def pool_costs(model: CostModel, workload: Workload) -> dict[Group, PoolCost]:
+    """Each allowed (engine, DCP size) of ``workload.engines`` x ``workload.dcp_sizes``."""
+    layout = workload.model_shape()
+    configs, _ = candidates(model, workload, layout)
+    out = {}
+    for e in evaluate(model, workload, layout, configs):
+        p = e.pred
+        out[(e.config.engine, e.config.dcp_size)] = PoolCost(
+            p.total_s, p.prefill_s, p.tpot_s, tuple(p.interval_s), p.calibrated,
+            p.transferred, p.extrapolated, p.fits_in_memory, e.eligible)
+    return out
+
+
+def confidence(best: PoolCost, rival: PoolCost | None) -> str:
+    """How sure the choice of ``best`` over the best other engine's ``rival`` is: low when
+    uncalibrated or the prediction intervals overlap, medium when extrapolated or the batch's
+    KV does not fit, else high (the recommender's rule, on the routed pools only)."""
+    overlap = (rival is not None and best.interval_s[0] <= rival.interval_s[1]
+               and rival.interval_s[0] <= best.interval_s[1])
+    if not (best.calibrated or best.transferred) or overlap:
+        return "low"
+    if best.extrapolated or not best.fits_in_memory:
+        return "medium"
+    return "high"
+
+
+# ----------------------------------------------------------------------------- decision
+def bucket(x: int, steps: int) -> int:
+    return round(math.log2(x if x > 1 else 1) * steps)
+
+
+def representative(k: int, steps: int, cap: int) -> int:
+    return min(cap, max(1, round(2.0 ** (k / steps))))
+
+
+@dataclass(frozen=True)
+class Decision:
+    ranked: tuple[Group, ...]                    # configured groups, best first
+    predictions: dict[Group, PoolCost] = field(hash=False)
+    confidence: str
+    context_tokens: int
+    output_tokens: int
+    batch_size: int
+    model_version: str
+    note: str | None = None
+
+    @property
+    def best(self) -> Group:
+        return self.ranked[0]
+
+
+class _Lru(OrderedDict):
+    """At most ``size`` entries, the least recently read one dropped first (an OrderedDict:
+    a hit costs a dict lookup and a C-level move, not Python-level cache bookkeeping)."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.size = size
+
+    def hit(self, key, missing=None):
+        value = self.get(key, missing)
+        if value is not missing:
+            self.move_to_end(key)
+        return value
+
+    def put(self, key, value) -> None:
+        self[key] = value
+        if len(self) > self.size:
+            self.popitem(last=False)
+
+
+_MISSING = object()
+
+
+class Decider:
+    def __init__(self, size: int = CACHE_SIZE):
+        self.size = size
+        self._cache = _Lru(size)
+        self._agree = _Lru(size)
+        self._exact = _Lru(size)      # estimated(): its exact arguments to its answer
+        self.hits = self.misses = 0
+
+    def decide(self, loaded: LoadedModel, pools: Pools, context: int, output: int,
+               batch: int) -> Decision:
+        return self._decide(loaded, pools, bucket(context, CONTEXT_STEPS),
+                            bucket(output, OUTPUT_STEPS), bucket(batch, BATCH_STEPS))
+
+    def _decide(self, loaded: LoadedModel, pools: Pools, bc: int, bo: int, bb: int) -> Decision:
+        key = (loaded.version, pools.generation, bc, bo, bb)
+        d = self._cache.hit(key)
+        if d is not None:
+            self.hits += 1
+            return d
+        self.misses += 1
+        d = self._compute(loaded, pools, representative(bc, CONTEXT_STEPS, MAX_CONTEXT),
+                          representative(bo, OUTPUT_STEPS, MAX_OUTPUT),
+                          representative(bb, BATCH_STEPS, MAX_BATCH))
+        self._cache.put(key, d)
+        return d
+
+    def agree(self, loaded: LoadedModel, pools: Pools, lo: int, hi: int, output: int,
+              batch: int, points: int = 5) -> Decision | None:
+        """The decision when it is the same for every context in [lo, hi] (checked at
+        ``points`` log-spaced contexts), else None. Remembered by buckets too."""
+        return self._agree_b(loaded, pools, lo, hi, bucket(output, OUTPUT_STEPS),
+                             bucket(batch, BATCH_STEPS), points)
+
+    def _agree_b(self, loaded: LoadedModel, pools: Pools, lo: int, hi: int, bo: int, bb: int,
+                 points: int = 5) -> Decision | None:
+        bl = bucket(lo, CONTEXT_STEPS)
+        key = (loaded.version, pools.generation, bl, bucket(hi, CONTEXT_STEPS), bo, bb)
+        first = self._agree.hit(key, _MISSING)
+        if first is not _MISSING:
+            return first
+        first = self._decide(loaded, pools, bl, bo, bb)
+        if hi > lo:
+            for i in range(1, points):
+                ctx = round(lo * (hi / lo) ** (i / (points - 1)))
+                if self._decide(loaded, pools, bucket(ctx, CONTEXT_STEPS), bo,
+                                bb).best != first.best:
+                    first = None
+                    break
+        self._agree.put(key, first)
+        return first
+
+    def estimated(self, loaded: LoadedModel, pools: Pools, context: int, lo: int, hi: int,
+                  output: int, batch: int, check: bool) -> tuple[Decision, bool]:
+        """For an estimated ``context`` (plausibly ``lo``..``hi``): its decision, and (with
+        ``check``) whether another context in the range would be decided otherwise (then the
+        count is worth asking for). One bucketing of the output and batch for both; the
+        answer is remembered for these exact arguments (repeated requests of one size skip
+        the bucketing too)."""
+        key = (loaded.version, pools.generation, context, lo, hi, output, batch, check)
+        got = self._exact.hit(key)
+        if got is not None:
+            self.hits += 1
+            return got
+        bo, bb = bucket(output, OUTPUT_STEPS), bucket(batch, BATCH_STEPS)
+        differs = check and self._agree_b(loaded, pools, lo, hi, bo, bb) is None
+        got = self._decide(loaded, pools, bucket(context, CONTEXT_STEPS), bo, bb), differs
+        self._exact.put(key, got)
+        return got
+
+    @staticmethod
+    def _compute(loaded: LoadedModel, pools: Pools, context: int, output: int,
+                 batch: int) -> Decision:
+        groups = list(pools.groups)
+        w = pools.config.workload.workload(context, output, batch, pools.engines,
+                                           pools.dcp_sizes)
+        costs = {g: c for g, c in pool_costs(loaded.model, w).items() if g in pools.groups}
+        if not any(c.eligible for c in costs.values()):
+            return Decision(tuple(groups), costs, "none", context, output, batch,
+                            loaded.version, note="the cost model ranks no configured pool (none "
+                            "holds one sequence of this request, or calibrated pools exist "
+                            "and allow_extrapolation is off); routing in configuration order")
+
+        def rank(g: Group) -> tuple[int, float]:
+            c = costs.get(g)
+            return (2, 0.0) if c is None else (0 if c.eligible else 1, c.total_s)
+
+        ranked = tuple(sorted(groups, key=rank))
+        best = ranked[0]
+        rival = next((costs[g] for g in ranked[1:] if g in costs and costs[g].eligible
+                      and g[0] != best[0]), None)
+        note = None if best in costs else "the cost model cannot predict the configured pools"
+        return Decision(ranked, {g: costs[g] for g in ranked if g in costs},
+                        confidence(costs[best], rival) if best in costs else "low",
+                        context, output, batch, loaded.version, note)
+
+
+# ----------------------------------------------------------------------------- pick
+def pick(pools: Pools, decision: Decision, model: str | None, tried: list[Upstream],
+         engine: str | None, seq: int) -> Upstream | None:
+    """The available upstream with the fewest requests in flight, of the best-ranked group
+    that has one; with ``engine`` set, that engine's groups first (then no others)."""
+    now = time.monotonic()
+    groups = decision.ranked
+    if engine is not None:
+        groups = tuple(g for g in groups if g[0] == engine)
+    for g in groups:
+        best: Upstream | None = None
+        for u in pools.groups.get(g, ()):
+            if u in tried or (model is not None and u.spec.model != model) \
+                    or not u.available(now):
+                continue
+            if best is None or u.in_flight < best.in_flight or (
+                    u.in_flight == best.in_flight and u.picked < best.picked):
+                best = u
+        if best is not None:
+            best.picked = seq
+            return best
+    return None

@@ -1,0 +1,163 @@
+"""The proxy's front door: ``POST /v1/chat/completions``, ``/v1/completions`` and ``/generate``.
+
+Two adapters over one ``Entrance.handle``:
+
+- ``lane(cycle)``: uvicorn's direct lane under ``engine-advisor serve``
+  (service.transport.protocol): a body that has all arrived is taken as it is, and whole
+  responses are written as bytes (``LaneWriter``);
+- ``asgi(scope, receive, send)``: any other server, through service.main.App, which
+  dispatches these paths here before FastAPI (``AsgiWriter``).
+
+``handle`` does for these paths what the app's middleware does around every other route (a
+request id, the request metrics, the body cap: 400 or 413 on Content-Length, 413 while the body
+streams in), then the client's API key (service.proxy.auth), the body's facts and the routing
+decision (service.proxy.decision), and hands the request to its relay (service.proxy.relay).
+Every error before the relay starts becomes the error envelope (an unexpected exception a
+logged 500); a client gone before its body arrived gets nothing. FastAPI's own layers
+(telemetry checks, server-error and exception middleware, route matching, dependency solving)
+and the middleware's wrappers around ``send`` and ``receive`` are a large share of the proxy's
+CPU per request (bench/bench_proxy.py) and are skipped. The FastAPI routes of these paths
+(service.routes.proxy) only describe them in the OpenAPI document.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
+from starlette.types import Receive, Scope, Send
+
+from service.deps import model_of
+from service.errors import ApiError, envelope, internal_error
+from service.metrics import Metrics
+from service.middleware import REQUEST_ID, body_too_large, request_id
+from service.proxy.auth import authorization_of, authorize
+from service.proxy.decision import choose
+from service.proxy.generate import GENERATE, choose_generate
+from service.proxy.relay.attempts import Relay
+from service.proxy.relay.writer import AsgiWriter, LaneWriter
+from service.proxy.request import CHAT, COMPLETIONS, parse, read_body
+from service.proxy.state import NO_POOLS
+
+if TYPE_CHECKING:
+    from service.proxy.state import ProxyState
+    from service.transport.cycle import LaneCycle
+
+PATHS = frozenset({CHAT, COMPLETIONS, GENERATE})
+
+
+class _Template:
+    """What MetricsMiddleware reads from ``scope["route"]``: the route template."""
+
+    __slots__ = ("path",)
+
+    def __init__(self, path: str):
+        self.path = path
+
+
+TEMPLATES = {p: _Template(p) for p in PATHS}
+
+
+class Entrance:
+    """See the module docstring."""
+
+    def __init__(self, proxy: ProxyState, metrics: Metrics):
+        self.proxy, self.metrics = proxy, metrics
+
+    async def asgi(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope.setdefault("state", {})
+        await self.handle(scope, AsgiWriter(receive, send), None, receive,
+                          asyncio.current_task())
+
+    async def lane(self, cycle: LaneCycle) -> None:
+        await self.handle(cycle.scope, LaneWriter(cycle), cycle.whole_body, cycle.receive,
+                          cycle.task)
+
+    async def handle(self, scope: Scope, writer: LaneWriter | AsgiWriter,
+                     whole_body: Callable[[], bytes | None] | None, receive: Receive,
+                     task: asyncio.Task) -> None:
+        """One request: ``whole_body`` gives its body when all of it has arrived (else
+        None: then it is read with ``receive``); the relay runs in ``task``."""
+        start = time.perf_counter()
+        path = scope["path"]
+        scope["route"] = TEMPLATES[path]
+        headers = scope["headers"]
+        rid, length = _id_and_length(headers)
+        scope["state"]["request_id"] = rid.decode()
+        status = 500
+        try:
+            try:
+                relay = await self._relay(scope, rid, length, whole_body, receive)
+            except ApiError as exc:
+                response = exc.response()
+            except HTTPException as exc:
+                response = envelope(exc.status_code, str(exc.detail), headers=exc.headers)
+            except ClientDisconnect:      # gone before its body arrived: nobody to answer
+                return
+            except Exception:
+                response = internal_error(scope["method"], path)
+            else:
+                try:
+                    await relay.run(writer, task)
+                finally:
+                    status = relay.status_code
+                return
+            status = response.status_code
+            response.headers[REQUEST_ID.decode()] = rid.decode()
+            await response(scope, receive, writer.send)
+        finally:
+            self.metrics.observe("POST", path, status, time.perf_counter() - start)
+
+    async def _relay(self, scope: Scope, rid: bytes, length: bytes | None,
+                     whole_body: Callable[[], bytes | None] | None, receive: Receive) -> Relay:
+        st = self.proxy
+        path, headers = scope["path"], scope["headers"]
+        cap = st.body_cap()
+        if length is not None and not (length.isdigit() and int(length) <= cap):
+            _check_length(length, cap)
+        pools = st.pools
+        if pools is None:
+            raise ApiError(503, NO_POOLS)
+        if pools.api_keys:
+            authorize(pools, authorization_of(headers))
+        body = whole_body() if whole_body is not None else None
+        if body is None:
+            body = await read_body(receive, cap)
+        elif len(body) > cap:
+            raise ApiError(413, body_too_large(cap, len(body), streamed=True))
+        loaded = model_of(scope["app"].state)
+        if path == GENERATE:
+            req, chosen = await choose_generate(st, pools, loaded, body)
+        else:
+            req = parse(body, path)
+            chosen = await choose(st, pools, loaded, req)
+        return Relay(st, pools, req, chosen.decision, chosen.first, rid, chosen.prompt_tokens,
+                     headers)
+
+
+def _check_length(length: bytes, cap: int) -> None:
+    """400 for a Content-Length that is not an integer, 413 for one over ``cap``."""
+    try:
+        declared = int(length)
+    except ValueError:
+        raise ApiError(400, "Content-Length is not an integer", param="content-length") from None
+    if declared > cap:
+        raise ApiError(413, body_too_large(cap, declared))
+
+
+def _id_and_length(headers) -> tuple[bytes, bytes | None]:
+    """(the request id: the client's first, else a new one; the first Content-Length or
+    None) of a request's headers, in one pass."""
+    rid = length = None
+    for k, v in headers:
+        if k == REQUEST_ID:
+            if rid is None:
+                rid = v
+        elif k == b"content-length":
+            if length is None:
+                length = v
+    return request_id(rid), length

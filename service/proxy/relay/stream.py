@@ -1,0 +1,117 @@
+"""A streamed answer passed on event by event, whole events only."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from service.proxy.relay.failure import Failure
+from service.proxy.relay.observe import COMPLETION, observe
+from service.proxy.relay.passed import passed
+from service.proxy.upstreams import Upstream
+from service.transport.client import LimitError, UpstreamError
+from service.transport.client import Response as Http1Response
+
+if TYPE_CHECKING:
+    from service.proxy.relay.attempts import Relay
+
+DONE = b"data: [DONE]"
+
+
+def event_end(buf: bytes) -> int:
+    """Index just past the last complete SSE event in ``buf`` (0: none)."""
+    a = buf.rfind(b"\n\n")
+    b = buf.rfind(b"\r\n\r\n")
+    return max(a + 2 if a >= 0 else 0, b + 4 if b >= 0 else 0)
+
+
+def ends_with_done(events: bytes) -> bool:
+    """Whether the last of these complete events is ``data: [DONE]`` (not a token whose text
+    happens to contain it)."""
+    body = events.rstrip(b"\r\n")
+    k = len(body) - len(DONE)
+    return body.endswith(DONE) and (k == 0 or body[k - 1] == 0x0A)
+
+
+async def stream(relay: Relay, up: Upstream, resp: Http1Response, cm, deadline: float,
+                 sent_at: float, batch: int) -> Failure | None:
+    """``resp``: a 2xx streamed answer; ``cm``: the attempt's deadline, moved on as events
+    arrive (first byte, idle, total)."""
+    t = relay.pools.config.timeouts
+    loop = relay.loop
+    send = relay.writer.send
+    pending = b""
+    last = b""
+    ttft = None
+    events = skipped = 0
+    ended = False
+    chunks = resp.body()
+    cap = relay.pools.config.limits.event_bytes
+    async for chunk in chunks:
+        buf = pending + chunk if pending else chunk
+        end = event_end(buf)
+        if len(buf) - end > cap:            # the event under way, not yet ended
+            raise LimitError(f"an event over {cap} bytes")
+        if end == 0:
+            pending = buf
+            continue
+        out, pending = (buf, b"") if end == len(buf) else (buf[:end], buf[end:])
+        cm.reschedule(None)
+        if not relay.started:
+            ttft = time.perf_counter() - sent_at
+            headers = passed(resp.headers)
+            headers.append((b"x-engine-advisor-engine", up.engine.encode()))
+            headers.append((b"x-engine-advisor-upstream", up.name.encode()))
+            if not any(k == b"content-type" for k, _ in headers):
+                headers.append((b"content-type", b"text/event-stream"))
+            headers.append((b"x-accel-buffering", b"no"))
+            headers.append((b"x-request-id", relay.rid))
+            relay.status_code = resp.status
+            await send({"type": "http.response.start", "status": resp.status,
+                        "headers": headers})
+            relay.started = True
+            relay.final = (up.engine, up.name, resp.status)
+        # [DONE] ends the client's stream in the same write (the upstream's chunked
+        # terminator is still read below, so its connection can be reused)
+        ended = ends_with_done(out)
+        await send({"type": "http.response.body", "body": out, "more_body": not ended})
+        events += out.count(b"\n\n") or out.count(b"\r\n\r\n")
+        skipped += out.count(b'"choices":[]') + out.count(b'"content":""') + out.count(DONE)
+        last = out
+        if ended:
+            break
+        relay.phase = "idle" if loop.time() + t.idle_s < deadline else "total"
+        cm.reschedule(min(loop.time() + t.idle_s, deadline))
+    if ended:
+        relay.finished, pending = True, b""
+        relay.phase = "total"
+        cm.reschedule(deadline)
+        try:                   # the chunked terminator, so the connection is reused
+            async for _ in chunks:
+                pass
+        except UpstreamError:
+            pass               # not reused: release() closes it
+    cm.reschedule(None)
+    if pending:   # an unterminated last event: pass it on as it came
+        if not relay.started:
+            return Failure("read", f"upstream {up.name} sent no complete event", True, 502)
+        await send({"type": "http.response.body", "body": pending, "more_body": True})
+        last = pending
+    if not relay.started:
+        return Failure("read", f"upstream {up.name} ended the stream without an event",
+                       True, 502)
+    if not ends_with_done(last):
+        up.breaker.failure()
+        return await relay.failed_midway(up, Failure(
+            "read", f"upstream {up.name} ended the stream before [DONE]", False, 502))
+    up.breaker.success()
+    if not ended:
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    relay.state.metrics.count(up.engine, up.name, resp.status)
+    total = time.perf_counter() - sent_at
+    n = COMPLETION.last(last)
+    if n is None:
+        n = max(events - skipped, 0)
+    if n > 0:
+        observe(relay, up, last, n, ttft, total, batch)
+    return None

@@ -1,0 +1,51 @@
+"""The transport's one dependency on another project's internals: uvicorn's protocol."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+
+from service.transport.protocol import UVICORN_TESTED, HttpProtocol, uvicorn_version_ok
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_installed_uvicorn_is_one_the_protocol_is_tested_with():
+    (lo_major, lo_minor), (hi_major, hi_minor) = UVICORN_TESTED
+    assert uvicorn_version_ok(), (
+        f"uvicorn {uvicorn.__version__} is installed, but service/transport/protocol.py "
+        f"(a subclass of uvicorn's HttpToolsProtocol that uses its internals) is tested with "
+        f">={lo_major}.{lo_minor},<{hi_major}.{hi_minor} only: install that range, or run "
+        "tests/service/test_proxy_hot_path.py and tests/service/test_e2e_serve.py against "
+        "the new uvicorn and move UVICORN_TESTED and pyproject.toml's uvicorn line together")
+
+
+def test_pyproject_pins_the_range_the_protocol_is_tested_with():
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    line = next(d for d in deps if re.match(r"uvicorn\b", d))
+    (a, b), (c, d) = UVICORN_TESTED
+    assert line.replace(" ", "") == f"uvicorn>={a}.{b},<{c}.{d}"
+
+
+def test_the_version_check_refuses_versions_outside_the_range():
+    (a, b), (c, d) = UVICORN_TESTED
+    assert uvicorn_version_ok(f"{a}.{b}.0") and uvicorn_version_ok(f"{a}.{b}.9")
+    assert not uvicorn_version_ok(f"{c}.{d}.0")
+    assert not uvicorn_version_ok(f"{a}.{b - 1}.7" if b else f"{a - 1}.99.0")
+
+
+def test_the_uvicorn_internals_the_protocol_uses_are_there():
+    """What the subclass calls or reads of uvicorn's protocol and cycle: a rename there
+    fails here, not on the first request."""
+    for name in ("_unset_keepalive_if_required", "_should_upgrade", "_start_asgi_task",
+                 "on_response_complete", "send_400_response", "handle_websocket_upgrade",
+                 "_unsupported_upgrade_warning", "on_headers_complete", "on_message_complete",
+                 "connection_made", "connection_lost", "data_received", "on_header"):
+        assert callable(getattr(HttpToolsProtocol, name, None)), name
+    for name in ("run_asgi", "send", "receive"):
+        assert callable(getattr(RequestResponseCycle, name, None)), name
+    assert issubclass(HttpProtocol, HttpToolsProtocol)
