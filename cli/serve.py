@@ -132,7 +132,7 @@ def run_serve(args: argparse.Namespace) -> int:
             os.environ.pop(key, None)
         else:
             os.environ[key] = str(value)
-    from service.server import PROTOCOL
+    from service.transport.protocol import PROTOCOL
 
     with _picker_counts(settings):
         # uvloop and httptools (dependencies) are what uvicorn's "auto" picks; PROTOCOL is
