@@ -1,4 +1,5 @@
-"""What each engine supports (model/data/capabilities.json, from the engines' documentation).
+"""What each engine supports (``Engine.capabilities`` in model/engines/, from the engines'
+documentation) and the names a requirement may use for it (model/data/capabilities.json).
 
 ``exclusions`` turns a workload's ``Requirements`` into a reason per engine that cannot serve it;
 ``prefill_factors`` gives the prefill multiplier of a prefix-reuse share per engine.
@@ -10,44 +11,23 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
+from model import engines
 from model.shape import ModelShape
 from model.workload import Requirements
 
 CAPABILITIES_JSON = Path(__file__).parent / "data" / "capabilities.json"
 
 
-class PrefixReuse(BaseModel):
-    kind: str
-    block_tokens: int = Field(ge=1, description="granularity of cache hits: a cached prefix "
-                              "counts in whole blocks of this many tokens")
-
-
-class Incompatibility(BaseModel):
-    when: list[str] = Field(min_length=2)
-    reason: str
-
-
-class EngineCapabilities(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    hardware_vendors: list[str]
-    quantization: list[str]
-    speculative_methods: list[str]
-    lora: bool
-    pipeline_parallel: bool
-    dp_attention: bool
-    prefix_reuse: PrefixReuse
-    incompatible: list[Incompatibility] = []
-
-
 class Capabilities(BaseModel):
+    """The shared vocabulary: where the engines' lists come from and the aliases of
+    quantization formats and speculative methods."""
+
     schema_version: int
     source: str
     notes: list[str] = []
     aliases: dict[str, dict[str, str]] = {}
-    engines: dict[str, EngineCapabilities]
 
     def canonical(self, kind: str, name: str) -> str:
         key = name.strip().lower()
@@ -71,9 +51,7 @@ def engine_exclusion(engine: str, req: Requirements, layout: ModelShape,
                      caps: Capabilities | None = None) -> str | None:
     """Why ``engine`` cannot meet ``req``, or None when it can."""
     caps = caps or load_capabilities()
-    c = caps.engines.get(engine)
-    if c is None:
-        return f"no capability data for engine {engine!r} in {CAPABILITIES_JSON.name}"
+    c = engines.get(engine).capabilities
     if req.hardware_vendor and req.hardware_vendor not in c.hardware_vendors:
         return (f"{engine} does not run on {req.hardware_vendor} hardware "
                 f"(supported: {', '.join(c.hardware_vendors)})")
@@ -103,12 +81,12 @@ def engine_exclusion(engine: str, req: Requirements, layout: ModelShape,
 
 
 def exclusions(req: Requirements | None, layout: ModelShape) -> dict[str, str]:
-    """engine -> reason for every engine in the capability data that cannot meet ``req``."""
+    """engine -> reason for every registered engine that cannot meet ``req``."""
     if req is None:
         return {}
     caps = load_capabilities()
     out = {}
-    for engine in caps.engines:
+    for engine in engines.names():
         reason = engine_exclusion(engine, req, layout, caps)
         if reason:
             out[engine] = reason
@@ -119,8 +97,7 @@ def effective_share(engine: str, share: float, context_tokens: float) -> float:
     """The share of a prompt an engine finds in its prefix cache when ``share`` of it could be:
     whole cache blocks only (vLLM hashes blocks of 16 tokens, SGLang's radix tree is
     token-granular), so a partial last block is recomputed."""
-    c = load_capabilities().engines.get(engine)
-    if c is None or share <= 0 or context_tokens <= 0:
+    if share <= 0 or context_tokens <= 0:
         return 0.0
-    block = c.prefix_reuse.block_tokens
+    block = engines.get(engine).capabilities.prefix_reuse.block_tokens
     return (share * context_tokens // block) * block / context_tokens

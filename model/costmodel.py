@@ -19,22 +19,18 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import NamedTuple
 
 import numpy as np
 
+from model import engines as engine_registry
 from model.dataset import Measurement, dataset_sha256
 from model.estimator import EngineCostModel
 from model.formulas import N_PREFILL, N_ROW_FIELDS, rows_into
 from model.gpus import builtin_gpu
-from model.memory import COUNTS_ACTIVATIONS, engine_reserve
 from model.shape import ModelShape
 from model.silicon import Silicon, silicon_for
 from model.terms import DECODE_TERMS, PHYSICS_TERMS, TERMS, physics_for
-from model.workload import ENGINES
-
-if TYPE_CHECKING:
-    from model.predictor import QueryFacts
 
 RANGE_DIMS = ("context_tokens", "batch_size", "output_tokens")
 UNCALIBRATED_REL_SIGMA = 0.25   # added relative sd: no data for this engine on this hardware
@@ -55,6 +51,21 @@ def efficiency_key(engine: str, gpu: str) -> str:
 
 
 # ------------------------------------------------------------------------------ features
+class QueryFacts(NamedTuple):
+    """Per configuration of a query: engine, DCP size, memory fraction and (calibration
+    status, calibrated range or None) (``CostModel.calibrated_range``); and
+    for a query of one row per configuration, the compiled code's input rows that do not
+    depend on the workload's sizes (``kernel_inputs``) and each row's engine
+    index (``engine_index``). Built and memoised by ``model.predictor.Predictor.facts``."""
+
+    engines: list[str]
+    dcps: list[float]
+    fractions: list[float]
+    ranges: list[tuple[str, dict | None]]
+    rows: np.ndarray
+    engine_index: tuple[tuple[str, ...], np.ndarray]
+
+
 @dataclass
 class Case:
     """Rows sharing one served model, GPU type and TP size: one engine name per row; the other
@@ -118,7 +129,7 @@ def engine_index(names) -> tuple[tuple[str, ...], np.ndarray]:
         return tuple(pos), np.array(idx, dtype=np.intp)
     idx = np.full(len(names), -1, dtype=np.intp)
     engines: list[str] = []
-    for e in ENGINES:                 # the usual names: no sort of the rows' names
+    for e in engine_registry.names():     # the usual names: no sort of the rows' names
         rows = names == e
         if rows.any():
             idx[rows] = len(engines)
@@ -136,11 +147,12 @@ def static_rows(index: tuple[tuple[str, ...], np.ndarray], fraction, dcp) -> np.
     ``engine_index``), memory fraction and DCP size."""
     engines, idx = index
     rows = np.empty((N_ROW_FIELDS, len(idx)))
-    rows[0] = np.array([engine_reserve(e) for e in engines])[idx]
+    records = [engine_registry.get(e) for e in engines]
+    rows[0] = np.array([r.reserve() for r in records])[idx]
     rows[1] = fraction
     rows[5] = dcp
     rows[7] = 1.0
-    rows[8] = np.array([COUNTS_ACTIVATIONS.get(e, 0.0) for e in engines])[idx]
+    rows[8] = np.array([float(r.counts_activations) for r in records])[idx]
     return rows
 
 

@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from model.workload import ENGINES
+from model import engines
 
 COLUMNS = ("engine", "engine_version", "gpu", "num_gpus", "dcp_size", "mem_fraction",
            "context_tokens", "output_tokens", "batch_size", "kv_bytes_per_token", "kv_shards",
@@ -75,8 +75,8 @@ class Measurement(BaseModel):
     @field_validator("engine")
     @classmethod
     def _engine(cls, v: str) -> str:
-        if v not in ENGINES:
-            raise ValueError(f"unknown engine {v!r}; expected one of {ENGINES}")
+        if v not in engines.REGISTRY:
+            raise ValueError(f"unknown engine {v!r}; expected one of {engines.names()}")
         return v
 
     @field_validator("gpu")

@@ -4,9 +4,8 @@ service. Pure functions (dicts and YAML text, no I/O), shared by ``engine-adviso
 
 The container runs the recommendation's own ``launch_command`` (so the engine, TP, DCP and
 memory-fraction flags are exactly the ones the recommendation prints) plus ``--host`` and
-``--port``. Engine facts used here (the engines' documented HTTP surface): both engines
-answer ``GET /health`` with 200 once serving; vLLM's OpenAI server listens on 8000 by
-default, SGLang's on 30000.
+``--port``. Engine facts used here (``model.engines``: ``image``, ``port``): the engines
+answer ``GET /health`` with 200 once serving.
 """
 
 from __future__ import annotations
@@ -17,13 +16,12 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from model import engines
 from model.schemas import Recommendation
 from model.workload import Workload
 
 Format = Literal["k8s", "compose"]
 
-IMAGES = {"vllm": "vllm/vllm-openai", "sglang": "lmsysorg/sglang"}
-PORTS = {"vllm": 8000, "sglang": 30000}
 HEALTH_PATH = "/health"
 # Kubernetes device-plugin resource per GPU vendor (Workload.requirements.hardware_vendor)
 GPU_RESOURCES = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu"}
@@ -45,8 +43,9 @@ class DeployOptions(BaseModel):
 
     format: Format = "k8s"
     image: Annotated[str, Field(pattern=REPO_PATTERN, max_length=255, description=(
-        "engine image repository without the tag (default vllm/vllm-openai or lmsysorg/sglang; "
-        "AMD GPUs need a ROCm build)"))] | None = None
+        "engine image repository without the tag (default "
+        + " or ".join(engines.get(e).image for e in engines.names())
+        + "; AMD GPUs need a ROCm build)"))] | None = None
     image_tag: Annotated[str, Field(pattern=TAG_PATTERN, description=(
         "engine image tag (default latest)"))] = "latest"
     name: Annotated[str, Field(pattern=NAME_PATTERN, description=(
@@ -72,12 +71,12 @@ def default_name(rec: Recommendation, w: Workload) -> str:
 
 
 def image_ref(rec: Recommendation, opts: DeployOptions) -> str:
-    return f"{opts.image or IMAGES[rec.engine]}:{opts.image_tag}"
+    return f"{opts.image or engines.get(rec.engine).image}:{opts.image_tag}"
 
 
 def container_command(rec: Recommendation) -> list[str]:
     """The recommendation's launch command, listening on all interfaces at the engine's port."""
-    return [*rec.launch_command, "--host", "0.0.0.0", "--port", str(PORTS[rec.engine])]
+    return [*rec.launch_command, "--host", "0.0.0.0", "--port", str(engines.get(rec.engine).port)]
 
 
 def _vendor(w: Workload) -> str:
@@ -109,7 +108,7 @@ def _annotations(rec: Recommendation) -> dict[str, str]:
 def kubernetes(rec: Recommendation, w: Workload, opts: DeployOptions) -> list[dict[str, Any]]:
     """A Deployment (one replica, all ``num_gpus`` GPUs in one pod) and a ClusterIP Service."""
     name = opts.name or default_name(rec, w)
-    port = PORTS[rec.engine]
+    port = engines.get(rec.engine).port
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/component": "llm-engine",
               "app.kubernetes.io/managed-by": "engine-advisor"}
     gpus = {GPU_RESOURCES[_vendor(w)]: w.num_gpus}
@@ -166,7 +165,7 @@ def kubernetes(rec: Recommendation, w: Workload, opts: DeployOptions) -> list[di
 def compose(rec: Recommendation, w: Workload, opts: DeployOptions) -> dict[str, Any]:
     """A compose file with one service holding ``num_gpus`` GPUs."""
     name = opts.name or default_name(rec, w)
-    port = PORTS[rec.engine]
+    port = engines.get(rec.engine).port
     vendor = _vendor(w)
     probe = (f"import urllib.request; urllib.request.urlopen("
              f"'http://127.0.0.1:{port}{HEALTH_PATH}', timeout=5)")

@@ -122,7 +122,7 @@ def kv_capacity(reserve: float, fraction: float, gpu_memory: float, weight_bytes
                 tp: float, kv_bytes_per_gpu_token: float, dcp: float,
                 state_pool_bytes: float = 0.0) -> float:
     """Tokens of KV one instance holds: the bytes per GPU its memory fraction leaves after
-    weights, the engine's ``reserve`` bytes (``model.memory.engine_reserve``) and the
+    weights, the engine's ``reserve`` bytes (``model.engines.base.Engine.reserve``) and the
     preallocated linear-attention state pool, over the KV bytes per token each GPU holds
     (``dcp`` GPUs share a token). Weights of 0 give an upper bound; a model without KV gets
     2^62."""

@@ -1,8 +1,9 @@
 """Memory fraction, KV capacity and how many sequences run at once (engine documentation).
 
-vLLM's ``--gpu-memory-utilization`` budgets the whole instance (weights, activations, KV);
-SGLang's ``--mem-fraction-static`` covers weights + KV pool, activations and CUDA graphs live
-outside it. Per GPU: ``KV budget = fraction x memory - weights / tp - reserve(engine)`` and
+Each engine's memory flag says what its fraction covers (``model.engines``: ``mem_flag``,
+``mem_covers``; vLLM's ``--gpu-memory-utilization`` budgets the whole instance, SGLang's
+``--mem-fraction-static`` weights + KV pool). Per GPU:
+``KV budget = fraction x memory - weights / tp - Engine.reserve(activation peak)`` and
 ``capacity = budget / (KV bytes per token per GPU / dcp)``; linear-attention state is held per
 running sequence. When a batch does not fit, the engine runs what fits and admits the rest as
 running sequences finish (``model.formulas.rows_into``); the simulator's scheduler admits
@@ -14,31 +15,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from model import engines
 from model.formulas import DEFAULT_MAX_RUNNING, kv_capacity
 
 if TYPE_CHECKING:
     from model.shape import ModelShape
 
-MEM_FLAGS = {"vllm": "--gpu-memory-utilization", "sglang": "--mem-fraction-static"}
 DEFAULT_FRACTION = 0.90          # used when calibration says nothing about this engine and GPU
 OOM_THRESHOLD = 0.95             # published: 0.95 gave OOM retries on B300 for both engines
 GIB = 2 ** 30
-# What an engine's memory fraction spends outside weights and KV, per GPU, from the real
-# start-up logs on one H200 (bench/data/h200-real/logs, TP 1, 8,192-token prefill chunks):
-# - vLLM 0.26.0: "Actual usage is 29.34 GiB for weight, 1.09 GiB for peak activation, 0.23 GiB
-#   for non-torch memory, and 1.2 GiB for CUDAGraph memory" (deepseek-v2-lite; llama-3.1-8b:
-#   1.1 and 0.22 GiB). Its KV budget is fraction x memory - weights - peak activation -
-#   non-torch ("Available KV cache memory: 95.16 GiB" = 0.9 x 139.8 - 29.34 - 1.09 - 0.23);
-#   the CUDA graphs are captured afterwards, outside it (hence OOM at fractions near 0.95).
-#   The activation peak is the model's (``activation_peak_bytes``), the rest is ENGINE_RESERVE.
-# - SGLang 0.5.16: its pool is fraction x memory - weights - what the process held before
-#   loading them (CUDA context and allocator: "avail mem=139.09 GB" of 139.8 at start, 0.71 GiB);
-#   activations and graphs come out of the rest.
-# NCCL buffers at TP > 1 are not counted.
-ENGINE_RESERVE = {"vllm": 0.23 * GIB, "sglang": 0.71 * GIB}
-# Whether the fraction's budget holds the activation peak (vLLM profiles it; SGLang's static
-# fraction leaves activations outside)
-COUNTS_ACTIVATIONS = {"vllm": 1.0, "sglang": 0.0}
+# What an engine's memory fraction spends outside weights and KV (its reserve, and whether its
+# budget holds the activation peak) is the engine's: model/engines/<engine>.py, read off the
+# real start-up logs on one H200 (bench/data/h200-real/logs).
 PROFILE_SEQS = 1024              # vLLM's max_num_seqs on an H200: the sampler's profiled rows
 PROFILE_TOKENS = 8192            # its max_num_batched_tokens: the profiled forward pass
 
@@ -89,17 +77,11 @@ def choose_fraction(engine: str, gpu: str, safe: list[float], unsafe: list[float
     return MemoryChoice(frac, why)
 
 
-def engine_reserve(engine: str, activation_bytes: float = 0.0) -> float:
-    """Bytes per GPU an engine's fraction spends outside weights and KV: ENGINE_RESERVE plus
-    the activation peak when its budget holds it (0 for an unknown engine)."""
-    return ENGINE_RESERVE.get(engine, 0.0) + COUNTS_ACTIVATIONS.get(engine, 0.0) * activation_bytes
-
-
 def kv_capacity_tokens(engine: str, fraction: float, gpu_memory: float, weight_bytes: float,
                        tp: int, kv_bytes_per_gpu_token: float, dcp: int,
                        state_pool_bytes: float = 0.0, activation_bytes: float = 0.0) -> int:
     """Tokens of KV one instance holds (``kv_capacity`` of one configuration, an int)."""
-    return int(kv_capacity(engine_reserve(engine, activation_bytes), float(fraction),
+    return int(kv_capacity(engines.get(engine).reserve(activation_bytes), float(fraction),
                            float(gpu_memory),
                            float(weight_bytes), float(tp), float(kv_bytes_per_gpu_token),
                            float(dcp), float(state_pool_bytes)))

@@ -13,12 +13,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from model import engines
 from model.formulas import DEFAULT_MAX_RUNNING
 from model.memory import (
-    MEM_FLAGS,
     OOM_THRESHOLD,
     activation_peak_bytes,
-    engine_reserve,
     instance_kv_capacity,
     state_pool_bytes,
 )
@@ -73,14 +72,15 @@ def explain(w: Workload, shape: ModelShape, fractions: dict[str, float],
     weights = shape.weight_bytes / n
     pool = state_pool_bytes(shape, n, _run(w))
     act = activation_peak_bytes(shape.summary, n)
-    reserve = {e: engine_reserve(e, act) for e in fractions}
+    reserve = {e: engines.get(e).reserve(act) for e in fractions}
     usable = {e: f * mem - reserve[e] for e, f in fractions.items()}
     head = f"the model does not fit on {gpu.name} x {n}: "
     state = (f" and {pool / GB:.1f} GB of linear-attention state for {_run(w)} sequences"
              if pool > 0 else "")
     if all(weights + pool >= u for u in usable.values()):
         field = "num_gpus"
-        parts = [f"{e} {u / GB:.1f} GB ({MEM_FLAGS[e]} {fractions[e]:.2f} x {mem / GB:.1f} GB"
+        parts = [f"{e} {u / GB:.1f} GB ({engines.get(e).mem_flag} {fractions[e]:.2f} x "
+                 f"{mem / GB:.1f} GB"
                  + (f" less its {reserve[e] / GB:.1f} GB reserve" if reserve[e] else "")
                  + ")" for e, u in usable.items()]
         gpus = f"{n} GPUs" if n > 1 else "1 GPU"
@@ -97,7 +97,8 @@ def explain(w: Workload, shape: ModelShape, fractions: dict[str, float],
                  f"needs {seq * per_token / GB:.2f} GB of KV per GPU ({per_token:,.0f} B per "
                  f"token per GPU with {engine} dcp {dcp}, the largest capacity), and "
                  f"{max(left, 0.0) / GB:.2f} GB is left after {weights / GB:.1f} GB of "
-                 f"weights per GPU{state} ({MEM_FLAGS[engine]} {fractions[engine]:.2f}): "
+                 f"weights per GPU{state} ({engines.get(engine).mem_flag} "
+                 f"{fractions[engine]:.2f}): "
                  f"{cap:,} tokens")
     fixes = suggestions(w, shape, fractions, dcps_for)
     tail = ("; it would fit with " + ", or ".join(fixes)) if fixes else (
@@ -155,5 +156,5 @@ def _higher_fraction(w: Workload, shape: ModelShape, fractions: dict[str, float]
     if not found:
         return None
     g, e, f = min(found)
-    return (f"{e} at {MEM_FLAGS[e]} {g:.2f} instead of the chosen {f:.2f} (out-of-memory "
-            f"retries were published at {OOM_THRESHOLD:.2f})")
+    return (f"{e} at {engines.get(e).mem_flag} {g:.2f} instead of the chosen {f:.2f} "
+            f"(out-of-memory retries were published at {OOM_THRESHOLD:.2f})")

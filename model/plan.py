@@ -24,17 +24,18 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from model import engines
 from model.costmodel import CostModel
 from model.errors import validation_message
 from model.gpus import GpuSpec
 from model.jsonnum import JsonModel
 from model.kv import KvDtype
-from model.memory import MEM_FLAGS
 from model.recommend import Evaluated, candidates, evaluate, launch_command
 from model.workload import (
     MAX_BATCH,
     MAX_CONTEXT,
     MAX_OUTPUT,
+    N_ENGINES,
     Config,
     Engine,
     Requirements,
@@ -92,7 +93,7 @@ class PlanRequest(JsonModel):
     model: Annotated[str, Field(min_length=1, max_length=256,
                                 pattern=r"^[\w./:@+-]+$")] | None = None
     slo: Slo
-    engines: Annotated[list[Engine], Field(min_length=1, max_length=2)] | None = None
+    engines: Annotated[list[Engine], Field(min_length=1, max_length=N_ENGINES)] | None = None
     dcp_sizes: Annotated[list[Annotated[int, Field(gt=0, le=64)]],
                          Field(min_length=1, max_length=16)] | None = None
     requirements: Requirements | None = None
@@ -262,13 +263,13 @@ def _plan_class(model: CostModel, req: PlanRequest, i: int,
     gpus = instances * req.gpus_per_node
     rate = b / e2e
     cmd = launch_command(e.config.engine, e.config.dcp_size, p.mem_fraction, w)
-    cmd += (["--max-num-seqs", str(b)] if e.config.engine == "vllm"
-            else ["--max-running-requests", str(b)])
+    rules = engines.get(e.config.engine)
+    cmd += [rules.max_running_flag, str(b)]
     return ClassPlan(
         index=i, name=c.name, context_tokens=c.context_tokens, output_tokens=c.output_tokens,
         requests_per_second=c.requests_per_second, engine=e.config.engine,
         dcp_size=e.config.dcp_size, mem_fraction=p.mem_fraction,
-        mem_fraction_flag=MEM_FLAGS[e.config.engine], concurrency=b, limited_by=limit,
+        mem_fraction_flag=rules.mem_flag, concurrency=b, limited_by=limit,
         instances=instances, gpus=gpus, nodes=instances, predicted_tpot_s=p.tpot_s,
         predicted_e2e_s=e2e, e2e_interval_s=p.interval_s, calibrated=p.calibrated,
         extrapolated=p.extrapolated, kv_capacity_tokens=p.kv_capacity_tokens,

@@ -9,14 +9,13 @@ on a GPU type predicts with the physical priors (``model.estimator.PRIOR``).
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
 
 from model.costmodel import (
     Case,
     CostModel,
     Prediction,
+    QueryFacts,
     efficiency_key,
     engine_index,
     kernel_inputs,
@@ -47,21 +46,6 @@ CROSSOVER_CACHE_SIZE = 1024
 FACTS_CACHE_SIZE = 1024
 
 PRIOR_COEF = np.array([PRIOR[t] for t in TERMS])
-
-
-class QueryFacts(NamedTuple):
-    """Per configuration of a query: engine, DCP size, memory fraction and (calibration
-    status, calibrated range or None) (``model.costmodel.CostModel.calibrated_range``); and
-    for a query of one row per configuration, the compiled code's input rows that do not
-    depend on the workload's sizes (``model.costmodel.kernel_inputs``) and each row's engine
-    index (``model.costmodel.engine_index``)."""
-
-    engines: list[str]
-    dcps: list[float]
-    fractions: list[float]
-    ranges: list[tuple[str, dict | None]]
-    rows: np.ndarray
-    engine_index: tuple[tuple[str, ...], np.ndarray]
 
 
 class Predictor:

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from model import nofit
+from model import engines, nofit
 from model.capabilities import effective_share
 from model.capabilities import exclusions as capability_exclusions
 from model.costmodel import (
@@ -21,13 +21,13 @@ from model.costmodel import (
     doublings_outside,
 )
 from model.formulas import DEFAULT_MAX_RUNNING, FEASIBLE, N_TABLE, PARTS
-from model.memory import MEM_FLAGS, MemoryChoice, kv_demand_tokens
+from model.memory import MemoryChoice, kv_demand_tokens
 from model.predictor import CROSSOVER_CACHE_SIZE, Predictor, predictor_for
 from model.schemas import ConfigPrediction, Exclusion, Recommendation, construct
 from model.shape import ModelShape
 from model.silicon import Silicon, silicon_for
 from model.terms import DECODE_TERMS, physics_for
-from model.workload import ENGINES, Config, Workload
+from model.workload import Config, Workload
 
 CROSSOVER_RANGE = (1024, 4 * 1024 * 1024)
 CROSSOVER_GRID = np.geomspace(*CROSSOVER_RANGE, 64)
@@ -56,23 +56,24 @@ def candidates(model: CostModel, w: Workload,
                shape: ModelShape) -> tuple[list[Config], list[Exclusion]]:
     """The configurations to evaluate and the ones excluded, with why."""
     blocked = capability_exclusions(w.requirements, shape) if w.requirements else {}
-    ok, excluded = _candidates(tuple(w.engines or ENGINES), tuple(dcp_sizes(w)), w.num_gpus,
+    ok, excluded = _candidates(tuple(w.engines or engines.names()), tuple(dcp_sizes(w)), w.num_gpus,
                                shape.attention, shape.kv_heads, tuple(sorted(blocked.items())))
     return list(ok), list(excluded)
 
 
 @lru_cache(maxsize=1024)
-def _candidates(engines: tuple[str, ...], dcps: tuple[int, ...], tp: int, attention: str,
+def _candidates(names: tuple[str, ...], dcps: tuple[int, ...], tp: int, attention: str,
                 kv_heads: int, blocked: tuple[tuple[str, str], ...]
                 ) -> tuple[tuple[Config, ...], tuple[Exclusion, ...]]:
     why = dict(blocked)
     ok, excluded = [], []
-    for engine in engines:
+    for engine in names:
         if engine in why:
             excluded.append(Exclusion(engine=engine, reason=why[engine]))
             continue
+        rules = engines.get(engine)
         for dcp in dcps:
-            reason = dcp_constraint(engine, dcp, tp, attention, kv_heads)
+            reason = rules.dcp_constraint(dcp, tp, attention, kv_heads)
             if reason:
                 excluded.append(Exclusion(engine=engine, dcp_size=dcp, reason=reason))
             else:
@@ -88,24 +89,6 @@ def dcp_sizes(w: Workload) -> list[int]:
 @lru_cache(maxsize=64)
 def _divisors(n: int) -> tuple[int, ...]:
     return tuple(d for d in range(1, n + 1) if n % d == 0)
-
-
-def dcp_constraint(engine: str, dcp: int, tp: int, attention: str,
-                   kv_heads: int) -> str | None:
-    """Why ``engine`` cannot run DCP ``dcp`` with TP ``tp`` on a model with this attention
-    (``ModelShape.attention``) and KV heads, or None."""
-    if tp % dcp:
-        return f"dcp {dcp} does not divide the tensor-parallel size {tp}"
-    if dcp == 1 or attention == "unknown":
-        return None
-    if attention in ("gqa", "mha"):
-        if engine == "sglang":
-            return "SGLang implements DCP for MLA attention only; this model uses GQA"
-        replicas = tp // kv_heads if kv_heads and kv_heads < tp else 1
-        if replicas % dcp:
-            return (f"vLLM needs (tp // kv_heads) % dcp == 0: KV heads {kv_heads} on tp "
-                    f"{tp} are replicated {replicas}x, so dcp {dcp} cannot stripe them")
-    return None
 
 
 def memory_choice(model: CostModel, engine: str, gpu: str) -> MemoryChoice:
@@ -256,27 +239,12 @@ def crossover_near(model: CostModel, w: Workload, shape: ModelShape, configs: li
 
 
 def launch_command(engine: str, dcp: int, fraction: float, w: Workload) -> list[str]:
-    name = w.model or "MODEL"
-    tp = str(w.num_gpus)
-    if engine == "vllm":
-        cmd = ["vllm", "serve", name, "--tensor-parallel-size", tp]
-        if dcp > 1:
-            cmd += ["--decode-context-parallel-size", str(dcp)]
-        cmd += ["--gpu-memory-utilization", f"{fraction:.2f}"]
-        if w.batch_size > DEFAULT_MAX_RUNNING:
-            cmd += ["--max-num-seqs", str(w.batch_size)]
-        if w.kv_cache_dtype == "fp8":
-            cmd += ["--kv-cache-dtype", "fp8"]
-    else:
-        cmd = ["python", "-m", "sglang.launch_server", "--model-path", name, "--tp", tp]
-        if dcp > 1:
-            cmd += ["--dcp-size", str(dcp)]
-        cmd += ["--mem-fraction-static", f"{fraction:.2f}"]
-        if w.batch_size > DEFAULT_MAX_RUNNING:
-            cmd += ["--max-running-requests", str(w.batch_size)]
-        if w.kv_cache_dtype == "fp8":
-            cmd += ["--kv-cache-dtype", "fp8_e4m3"]
-    return cmd
+    """``engine``'s command line for the workload's model on its GPUs
+    (``model.engines.base.Engine.launch_command``), launched for the whole batch when it
+    exceeds the engines' default of DEFAULT_MAX_RUNNING running sequences."""
+    big = w.batch_size if w.batch_size > DEFAULT_MAX_RUNNING else None
+    return engines.get(engine).launch_command(w.model or "MODEL", w.num_gpus, dcp, fraction,
+                                              big, w.kv_cache_dtype)
 
 
 def _overlap(a: ConfigPrediction, b: ConfigPrediction) -> bool:
@@ -332,7 +300,8 @@ def recommend(model: CostModel, w: Workload, version: str) -> Recommendation:
     reasons.append(mem.reason)
     return construct(Recommendation, {
         "engine": best.config.engine, "dcp_size": best.config.dcp_size,
-        "mem_fraction": bp.mem_fraction, "mem_fraction_flag": MEM_FLAGS[best.config.engine],
+        "mem_fraction": bp.mem_fraction,
+        "mem_fraction_flag": engines.get(best.config.engine).mem_flag,
         "predictions": [e.pred for e in ranked],
         "speedup": speedup, "confidence": confidence, "crossover_context_tokens": cross,
         "kv_capacity_tokens": bp.kv_capacity_tokens, "fits_in_memory": bp.fits_in_memory,
@@ -351,7 +320,8 @@ def excluded_field(w: Workload, excluded: list[Exclusion]) -> str:
 def _holds_nothing(w: Workload, p: ConfigPrediction) -> str:
     seq = w.context_tokens + w.output_tokens
     if p.kv_capacity_tokens <= 0:
-        return (f"its weights leave no KV memory at {MEM_FLAGS[p.engine]} {p.mem_fraction:.2f} "
+        return (f"its weights leave no KV memory at {engines.get(p.engine).mem_flag} "
+                f"{p.mem_fraction:.2f} "
                 f"(one sequence of {seq:,} tokens does not fit)")
     return (f"not even one sequence of {seq:,} tokens fits its KV capacity of "
             f"{p.kv_capacity_tokens:,} tokens")
@@ -362,14 +332,15 @@ def does_not_fit(model: CostModel, w: Workload, shape: ModelShape,
     """The error when no configuration holds one sequence: the cause with its numbers and what
     would fit (``model.nofit``), blaming ``num_gpus`` (weights) or ``context_tokens`` (KV)."""
     configs, _ = candidates(model, w, shape)
-    engines = list(dict.fromkeys(c.engine for c in configs))
-    fractions = {e: memory_choice(model, e, si.gpu.name).fraction for e in engines}
+    names = list(dict.fromkeys(c.engine for c in configs))
+    fractions = {e: memory_choice(model, e, si.gpu.name).fraction for e in names}
     sizes = dcp_sizes(w)
 
     def dcps_for(engine: str, n: int) -> list[int]:
         own = [d for d in sizes if n % d == 0] if w.dcp_sizes else list(_divisors(n))
+        rules = engines.get(engine)
         return [d for d in own
-                if dcp_constraint(engine, d, n, shape.attention, shape.kv_heads) is None]
+                if rules.dcp_constraint(d, n, shape.attention, shape.kv_heads) is None]
 
     why = nofit.explain(w, shape, fractions, dcps_for)
     exc = NoEligibleConfiguration(why.message)

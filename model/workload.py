@@ -9,13 +9,14 @@ from typing import Annotated, Any, Literal, NamedTuple
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from model.arch import PRESETS, ArchConfigError, from_hf_config, preset
+from model.engines import names as engine_names
 from model.gpus import BUILTIN_GPUS, GpuSpec
 from model.jsonnum import JsonModel
 from model.kv import KvDtype
 from model.shape import ModelShape, bare, from_architecture
 
-Engine = Literal["vllm", "sglang"]
-ENGINES: tuple[str, ...] = ("vllm", "sglang")
+Engine = Literal[engine_names()]      # the registered engines (model.engines)
+N_ENGINES = len(engine_names())
 
 MAX_CONTEXT = 16_777_216  # 16M tokens: beyond any model served today
 MAX_OUTPUT = 1_048_576
@@ -64,7 +65,7 @@ class Workload(JsonModel):
         Field(default=None, description="model name or path for the launch command")
     gpu: str | GpuSpec = "B300"
     num_gpus: Annotated[int, Field(gt=0, le=MAX_GPUS)] = 8
-    engines: Annotated[list[Engine], Field(min_length=1, max_length=2)] | None = None
+    engines: Annotated[list[Engine], Field(min_length=1, max_length=N_ENGINES)] | None = None
     dcp_sizes: Annotated[list[Annotated[int, Field(gt=0, le=MAX_GPUS)]],
                          Field(min_length=1, max_length=16)] | None = None
     requirements: Requirements | None = None

@@ -1,4 +1,5 @@
-"""HTTP routes of the simulator: the OpenAI endpoints plus each engine's own."""
+"""HTTP routes of the simulator: the OpenAI endpoints plus each engine's own (``sim.engines``:
+which routes, and the engine's quirks)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from sim import metrics, native, resolution
+from sim import engines, native, resolution
 from sim.config import SimConfig
 from sim.engine import EngineCore, SimRequest
 from sim.faults import FaultInjector, HeaderError, oom_message
@@ -46,6 +47,7 @@ class SimState:
                  log: Callable[[str], None], tok: Tokenizer = BUILTIN,
                  note: Callable[[str], None] | None = None):
         self.cfg = cfg
+        self.engine = engines.get(cfg.engine)
         self.tok = tok
         self.vocab = Vocab(tok)
         self.note = note or (lambda _: None)
@@ -88,7 +90,7 @@ class SimState:
 
 # ----------------------------------------------------------------------------- helpers
 def _error(state: SimState, err: ApiError) -> JSONResponse:
-    return JSONResponse(error_body(state.cfg.engine, err), status_code=err.status)
+    return JSONResponse(error_body(state.engine, err), status_code=err.status)
 
 
 class _Cut(Response):
@@ -161,7 +163,7 @@ class _Stream(Response):
 # ----------------------------------------------------------------------------- the app
 def create_app(state: SimState) -> Starlette:
     cfg = state.cfg
-    engine = cfg.engine
+    engine = state.engine
 
     async def generate(request: Request, chat: bool) -> Response:
         received = asyncio.get_running_loop().time()
@@ -242,7 +244,7 @@ def create_app(state: SimState) -> Starlette:
 
     async def models(request: Request) -> Response:
         card = {"id": cfg.model_name, "object": "model", "created": int(state.started),
-                "owned_by": engine, "root": cfg.model_name, "parent": None,
+                "owned_by": engine.name, "root": cfg.model_name, "parent": None,
                 "max_model_len": state.max_model_len}
         return JSONResponse({"object": "list", "data": [card]})
 
@@ -263,13 +265,13 @@ def create_app(state: SimState) -> Starlette:
                 ids = tok.encode(render_chat(body["messages"]))
             elif isinstance(prompt, str):
                 ids = tok.encode(prompt)
-            elif engine == "sglang" and isinstance(prompt, list) and prompt \
-                    and all(isinstance(x, str) for x in prompt):     # SGLang: a list of texts
+            elif engine.batch_tokenize and isinstance(prompt, list) and prompt \
+                    and all(isinstance(x, str) for x in prompt):     # a list of texts
                 lists = [tok.encode(x) for x in prompt]
                 return JSONResponse({"tokens": lists, "count": [len(x) for x in lists],
                                      "max_model_len": state.max_model_len})
             else:
-                what = "a string or a list of strings" if engine == "sglang" else "a string"
+                what = "a string or a list of strings" if engine.batch_tokenize else "a string"
                 raise ApiError(400, f"prompt: expected {what} (or send messages)", "prompt")
         except ApiError as err:
             return _error(state, err)
@@ -284,17 +286,16 @@ def create_app(state: SimState) -> Starlette:
         try:
             body = await object_body(request)
             ids = body.get("tokens")
-            batch = engine == "sglang" and isinstance(ids, list) and bool(ids) \
-                and all(isinstance(x, list) for x in ids)             # SGLang: lists of ids
+            batch = engine.batch_tokenize and isinstance(ids, list) and bool(ids) \
+                and all(isinstance(x, list) for x in ids)             # lists of ids
             for one in (ids if batch else [ids]):
                 why = tok.check_ids(one)
                 if why:
                     raise ApiError(400, f"tokens: {why}", "tokens")
         except ApiError as err:
             return _error(state, err)
-        if engine == "vllm":
-            return JSONResponse({"prompt": tok.decode(ids)})
-        return JSONResponse({"text": [tok.decode(x) for x in ids] if batch else tok.decode(ids)})
+        return JSONResponse({engine.detokenize_key: [tok.decode(x) for x in ids] if batch
+                             else tok.decode(ids)})
 
     async def health(request: Request) -> Response:
         return Response(status_code=200 if state.ready else 503)
@@ -314,7 +315,7 @@ def create_app(state: SimState) -> Starlette:
                 "enable_prefix_caching": str(not cfg.disable_prefix_caching),
                 "decode_context_parallel_size": str(cfg.dcp_size),
                 "tensor_parallel_size": str(cfg.num_gpus)}
-        text = metrics.render(state.core, engine, cfg.model_name, info)
+        text = engine.render_metrics(state.core, cfg.model_name, info)
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def version(request: Request) -> Response:
@@ -354,17 +355,13 @@ def create_app(state: SimState) -> Starlette:
         Route("/sim/info", sim_info, methods=["GET"]),
         Route("/sim/probe", resolution.probe, methods=["POST"]),
     ]
-    if engine == "vllm":
-        routes += [Route("/version", version, methods=["GET"]),
-                   Route("/load", load, methods=["GET"])]
-    else:
-        routes += [Route("/health_generate", health_generate, methods=["GET"]),
-                   Route("/get_model_info", model_info, methods=["GET"]),
-                   Route("/get_server_info", server_info, methods=["GET"]),
-                   Route("/server_info", server_info, methods=["GET"]),
-                   Route("/v1/tokenize", tokenize, methods=["POST"]),
-                   Route("/v1/detokenize", detokenize, methods=["POST"]),
-                   *native.routes(state)]
+    handlers = {"version": version, "load": load, "health_generate": health_generate,
+                "model_info": model_info, "server_info": server_info, "tokenize": tokenize,
+                "detokenize": detokenize}
+    routes += [Route(path, handlers[name], methods=[method])
+               for path, name, method in engine.routes]
+    if engine.native_api:
+        routes += native.routes(state)
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)

@@ -9,8 +9,8 @@ from pathlib import Path
 from model.gpus import BUILTIN_GPUS, GpuSpec
 from model.memory import OOM_THRESHOLD, instance_kv_capacity
 from model.shape import ModelShape
+from sim import engines
 
-ENGINE_VERSIONS = {"vllm": "0.11.0+sim", "sglang": "0.5.3+sim"}
 DEFAULT_KV_BYTES = 27_648        # Kimi-K3 (the default --model-name): 24 MLA layers x 576 x 2 B
 
 
@@ -45,8 +45,8 @@ class SimConfig:
     def problems(self) -> list[str]:
         """'--flag: reason' for each invalid setting."""
         p = []
-        if self.engine not in ("vllm", "sglang"):
-            p.append(f"--engine: {self.engine!r} is not vllm or sglang")
+        if self.engine not in engines.REGISTRY:
+            p.append(f"--engine: {self.engine!r} is not {' or '.join(engines.names())}")
         if not 0 < self.port < 65536:
             p.append(f"--port: {self.port} is not a TCP port (1 .. 65535)")
         if not self.model_name or len(self.model_name) > 256:
@@ -123,7 +123,7 @@ class SimConfig:
 
     @property
     def version(self) -> str:
-        return ENGINE_VERSIONS[self.engine]
+        return engines.get(self.engine).version
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -1,20 +1,16 @@
-"""Live engine statistics and their Prometheus text exposition under each engine's names.
+"""Live engine statistics and the Prometheus text exposition's pieces (each engine's names and
+lines: ``sim.engines``).
 
 The scheduler updates plain counters and histograms (``observe(value, count)`` records ``count``
 equal observations at once, so a decode step costs one call per running request, not per
-token); ``render`` reads the live gauges from the engine core at scrape time. Times are wall
-seconds as a client sees them (already scaled by --time-scale).
+token); ``SimEngine.render_metrics`` reads the live gauges from the engine core at scrape
+time. Times are wall seconds as a client sees them (already scaled by --time-scale).
 """
 
 from __future__ import annotations
 
-import time
 from bisect import bisect_left
 from collections import deque
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from sim.engine import EngineCore
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
                 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
@@ -84,7 +80,7 @@ class Stats:
         return (self.generation_tokens - n0) / max(now - t0, 0.05)
 
 
-def _gauge(out: list[str], name: str, labels: str, value: float, help_: str,
+def gauge(out: list[str], name: str, labels: str, value: float, help_: str,
            kind: str = "gauge") -> None:
     out.append(f"# HELP {name} {help_}")
     out.append(f"# TYPE {name} {kind}")
@@ -92,77 +88,7 @@ def _gauge(out: list[str], name: str, labels: str, value: float, help_: str,
                else f"{name}{{{labels}}} {value}")
 
 
-def _histogram(out: list[str], name: str, labels: str, h: Histogram, help_: str) -> None:
+def histogram(out: list[str], name: str, labels: str, h: Histogram, help_: str) -> None:
     out.append(f"# HELP {name} {help_}")
     out.append(f"# TYPE {name} histogram")
     out.extend(h.lines(name, labels))
-
-
-def render(core: EngineCore, engine: str, model_name: str, info: dict[str, str]) -> str:
-    """The /metrics text of ``engine`` ('vllm' or 'sglang')."""
-    s = core.stats
-    now = time.monotonic()
-    safe_name = model_name.replace("\\", "\\\\").replace('"', '\\"')
-    labels = f'model_name="{safe_name}"'
-    out: list[str] = []
-    if engine == "vllm":
-        labels += ',engine="0"'
-        _gauge(out, "vllm:num_requests_running", labels, core.num_running,
-               "Number of requests in model execution batches.")
-        _gauge(out, "vllm:num_requests_waiting", labels, core.num_waiting,
-               "Number of requests waiting to be processed.")
-        _gauge(out, "vllm:kv_cache_usage_perc", labels, core.kv_usage(),
-               "KV-cache usage. 1 means 100 percent usage.")
-        _gauge(out, "vllm:gpu_cache_usage_perc", labels, core.kv_usage(),
-               "GPU KV-cache usage (older name). 1 means 100 percent usage.")
-        _gauge(out, "vllm:prompt_tokens_total", labels, s.prompt_tokens,
-               "Number of prefill tokens processed.", "counter")
-        _gauge(out, "vllm:generation_tokens_total", labels, s.generation_tokens,
-               "Number of generation tokens processed.", "counter")
-        _gauge(out, "vllm:prefix_cache_queries_total", labels, s.prompt_tokens,
-               "Prefix cache queries, in terms of number of queried tokens.", "counter")
-        _gauge(out, "vllm:prefix_cache_hits_total", labels, s.cached_prompt_tokens,
-               "Prefix cache hits, in terms of number of cached tokens.", "counter")
-        out.append("# HELP vllm:request_success_total Count of successfully processed requests.")
-        out.append("# TYPE vllm:request_success_total counter")
-        for reason, n in s.finished.items():
-            out.append(f'vllm:request_success_total{{{labels},finished_reason="{reason}"}} {n}')
-        _histogram(out, "vllm:time_to_first_token_seconds", labels, s.ttft,
-                   "Histogram of time to first token in seconds.")
-        _histogram(out, "vllm:inter_token_latency_seconds", labels, s.itl,
-                   "Histogram of inter-token latency in seconds.")
-        _histogram(out, "vllm:e2e_request_latency_seconds", labels, s.e2e,
-                   "Histogram of end to end request latency in seconds.")
-        _histogram(out, "vllm:request_queue_time_seconds", labels, s.queue,
-                   "Histogram of time spent in WAITING phase for request.")
-        info_labels = ",".join(f'{k}="{v}"' for k, v in sorted(info.items()))
-        out.append("# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig")
-        out.append("# TYPE vllm:cache_config_info gauge")
-        out.append(f"vllm:cache_config_info{{{labels},{info_labels}}} 1.0")
-    else:
-        _gauge(out, "sglang:num_running_reqs", labels, core.num_running,
-               "The number of running requests.")
-        _gauge(out, "sglang:num_queue_reqs", labels, core.num_waiting,
-               "The number of requests in the waiting queue.")
-        _gauge(out, "sglang:num_used_tokens", labels, core.kv_used_tokens(),
-               "The number of used tokens.")
-        _gauge(out, "sglang:token_usage", labels, core.kv_usage(), "The token usage.")
-        _gauge(out, "sglang:gen_throughput", labels, s.gen_throughput(now),
-               "The generation throughput (token/s).")
-        hit = s.cached_prompt_tokens / s.prompt_tokens if s.prompt_tokens else 0.0
-        _gauge(out, "sglang:cache_hit_rate", labels, float(hit), "The prefix cache hit rate.")
-        _gauge(out, "sglang:prompt_tokens_total", labels, s.prompt_tokens,
-               "Number of prefill tokens processed.", "counter")
-        _gauge(out, "sglang:generation_tokens_total", labels, s.generation_tokens,
-               "Number of generation tokens processed.", "counter")
-        _gauge(out, "sglang:num_requests_total", labels, sum(s.finished.values()),
-               "Number of requests processed.", "counter")
-        _histogram(out, "sglang:time_to_first_token_seconds", labels, s.ttft,
-                   "Histogram of time to first token in seconds.")
-        _histogram(out, "sglang:time_per_output_token_seconds", labels, s.tpot,
-                   "Histogram of time per output token in seconds.")
-        _histogram(out, "sglang:inter_token_latency_seconds", labels, s.itl,
-                   "Histogram of inter-token latency in seconds.")
-        _histogram(out, "sglang:e2e_request_latency_seconds", labels, s.e2e,
-                   "Histogram of End-to-end request latency in seconds")
-    return "\n".join(out) + "\n"

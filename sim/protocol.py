@@ -10,10 +10,13 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sim.textgen import OutputPlan
 from sim.tokenizer import BUILTIN, Tokenizer
+
+if TYPE_CHECKING:
+    from sim.engines import SimEngine
 
 ERROR_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError",
                404: "NotFoundError", 408: "TimeoutError", 409: "ConflictError",
@@ -36,10 +39,11 @@ class ApiError(Exception):
                                                 else "BadRequestError")
 
 
-def error_body(engine: str, err: ApiError, *, stream: bool = False) -> dict[str, Any]:
-    """vLLM: {"error": {...}}; SGLang non-stream: the flat {"object": "error", ...}."""
+def error_body(engine: SimEngine, err: ApiError, *, stream: bool = False) -> dict[str, Any]:
+    """{"error": {...}} (vLLM); the flat {"object": "error", ...} of an engine with
+    ``flat_errors`` (SGLang) when not streaming."""
     info = {"message": err.message, "type": err.type, "param": err.param, "code": err.status}
-    if engine == "sglang" and not stream:
+    if engine.flat_errors and not stream:
         return {"object": "error", **info}
     return {"error": info}
 
@@ -82,12 +86,12 @@ def _get_bool(body: dict, name: str, default: bool = False) -> bool:
     return v
 
 
-def check_model(body: dict, served: str, engine: str) -> None:
+def check_model(body: dict, served: str, engine: SimEngine) -> None:
     name = body.get("model")
     if name is not None and not isinstance(name, str):
         raise ApiError(400, f"model: expected a string, got {name!r}", "model")
     # vLLM refuses names it does not serve; SGLang serves its one model whatever the name.
-    if engine == "vllm" and name is not None and name != served:
+    if engine.checks_model_name and name is not None and name != served:
         raise ApiError(404, f"The model `{name}` does not exist.", "model")
 
 
@@ -206,9 +210,9 @@ def usage(prompt: int, completion: int) -> dict[str, int]:
             "completion_tokens": completion}
 
 
-def new_id(engine: str, chat: bool) -> str:
+def new_id(engine: SimEngine, chat: bool) -> str:
     hexid = uuid.uuid4().hex
-    if engine == "sglang":
+    if not engine.prefixed_ids:
         return hexid
     return f"{'chatcmpl' if chat else 'cmpl'}-{hexid}"
 

@@ -7,6 +7,7 @@ import sys
 import time
 
 from model.costmodel import CostModel
+from sim import engines
 from sim.app import SimState, create_app
 from sim.config import SimConfig
 from sim.faults import oom_message
@@ -14,62 +15,32 @@ from sim.timing import StepTimer
 from sim.tokenizer import BUILTIN, Tokenizer
 
 
-def _logger(engine: str):
+def _logger(engine: engines.SimEngine):
     def log(message: str, level: str = "INFO", where: str = "simulator") -> None:
-        now = dt.datetime.now()
-        if engine == "vllm":
-            line = f"{level} {now:%m-%d %H:%M:%S} [{where}] {message}"
-        else:
-            line = f"[{now:%Y-%m-%d %H:%M:%S} TP0] {message}"
-        print(line, flush=True)
+        print(engine.log_line(dt.datetime.now(), level, where, message), flush=True)
     return log
 
 
 def serve(cfg: SimConfig, model: CostModel, tok: Tokenizer = BUILTIN) -> int:
     """Run until interrupted; the exit status is non-zero when startup fails like an engine."""
-    log = _logger(cfg.engine)
+    engine = engines.get(cfg.engine)
+    log = _logger(engine)
     gib = 1024**3
     gpu = cfg.gpu_spec
     capacity = cfg.kv_capacity()
     kv_gib = capacity * cfg.kv_bytes_per_gpu_token / cfg.dcp_size / gib
-    if cfg.engine == "vllm":
-        log(f"vLLM API server version {cfg.version}", where="api_server.py")
-        log(f"non-default args: {{'model': '{cfg.model_name}', 'tensor_parallel_size': "
-            f"{cfg.num_gpus}, 'decode_context_parallel_size': {cfg.dcp_size}, "
-            f"'gpu_memory_utilization': {cfg.mem_fraction}, 'max_num_seqs': {cfg.max_running}}}",
-            where="utils.py")
-        log(f"Available KV cache memory: {kv_gib:.2f} GiB", where="gpu_worker.py")
-        log(f"GPU KV cache size: {capacity:,} tokens", where="kv_cache_utils.py")
-    else:
-        log(f"server_args=ServerArgs(model_path='{cfg.model_name}', tp_size={cfg.num_gpus}, "
-            f"dcp_size={cfg.dcp_size}, mem_fraction_static={cfg.mem_fraction}, "
-            f"max_running_requests={cfg.max_running}, random_seed={cfg.seed})")
-        log(f"KV Cache is allocated. #tokens: {capacity}, KV size: {kv_gib:.2f} GB")
+    engine.startup(log, cfg, capacity, kv_gib)
     if capacity <= 0:
         log("No available memory for the cache blocks. Try increasing the memory fraction "
             "when initializing the engine.", level="ERROR")
         return 1
     max_model_len = cfg.max_model_len
     if capacity < max_model_len:
-        if cfg.engine == "vllm":
-            need = max_model_len * cfg.kv_bytes_per_gpu_token / cfg.dcp_size / gib
-            log(f"ValueError: To serve at least one request with the models's max seq len "
-                f"({max_model_len}), {need:.2f}"
-                f" GiB KV cache is needed, which is larger than the available KV cache memory "
-                f"({kv_gib:.2f} GiB). Try increasing `gpu_memory_utilization` or decreasing "
-                f"`max_model_len` when initializing the engine.", level="ERROR")
+        clamped = engine.too_long(log, cfg, capacity, kv_gib)
+        if clamped is None:
             return 1
-        log(f"context_len={max_model_len} exceeds max_total_num_tokens={capacity}; "
-            f"clamping context_len to {capacity}")
-        max_model_len = capacity
-    if cfg.engine == "vllm":
-        log(f"Maximum concurrency for {max_model_len:,} tokens per request: "
-            f"{capacity / max_model_len:.2f}x", where="kv_cache_utils.py")
-    else:
-        free = gpu.memory_bytes * (1 - cfg.mem_fraction) / gib
-        log(f"max_total_num_tokens={capacity}, chunked_prefill_size=8192, max_prefill_tokens=16384,"
-            f" max_running_requests={cfg.max_running}, context_len={max_model_len}, "
-            f"available_gpu_mem={free:.2f} GB")
+        max_model_len = clamped
+    engine.limits(log, cfg, capacity, max_model_len)
     if cfg.oom_active and cfg.oom_on_startup:
         log("Capturing CUDA graphs (mixed prefill-decode, FULL) ...", where="gpu_model_runner.py")
         time.sleep(cfg.startup_seconds)
@@ -88,10 +59,7 @@ def serve(cfg: SimConfig, model: CostModel, tok: Tokenizer = BUILTIN) -> int:
             f"{cfg.oom_rate:.0%} of requests will fail with CUDA out of memory", level="WARNING")
 
     def ready_log(_: str) -> None:
-        if cfg.engine == "vllm":
-            log(f"Starting vLLM API server on http://{cfg.host}:{cfg.port}", where="launcher.py")
-        else:
-            log("The server is fired up and ready to roll!")
+        engine.ready(log, cfg)
 
     if tok is not BUILTIN:
         log(f"tokenizer: {tok.name} ({tok.vocab_size} tokens)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from model import engines
 from model.capabilities import effective_share, engine_exclusion, exclusions, load_capabilities
 from model.default import default_model
 from model.recommend import NoEligibleConfiguration, recommend
@@ -16,15 +17,15 @@ GQA = bare(262144, attention="gqa", kv_heads=8)
 SEED = dict(context_tokens=204_800, output_tokens=2048, batch_size=64, kv_bytes_per_token=70272)
 
 
-def test_data_file_names_its_source_and_both_engines():
+def test_data_file_names_its_source_and_each_engine_its_capabilities():
     caps = load_capabilities()
     assert "official documentation" in caps.source
-    assert set(caps.engines) == {"vllm", "sglang"}
-    for c in caps.engines.values():
-        assert c.prefix_reuse.block_tokens >= 1
+    assert set(engines.names()) == {"vllm", "sglang"}
+    for name in engines.names():
+        assert engines.get(name).capabilities.prefix_reuse.block_tokens >= 1
     # the radix tree is token-granular, vLLM's prefix cache block-granular
-    assert (caps.engines["sglang"].prefix_reuse.block_tokens
-            < caps.engines["vllm"].prefix_reuse.block_tokens)
+    assert (engines.get("sglang").capabilities.prefix_reuse.block_tokens
+            < engines.get("vllm").capabilities.prefix_reuse.block_tokens)
 
 
 def test_no_requirements_excludes_nothing():

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from model import engines
 from model.costmodel import UNCALIBRATED_REL_SIGMA
 from model.default import default_model
-from model.memory import MEM_FLAGS, instance_kv_capacity
+from model.memory import instance_kv_capacity
 from model.recommend import NoEligibleConfiguration, recommend
 from model.workload import Workload
 
@@ -88,7 +89,7 @@ def test_deepseek_v3_on_8_h100_names_the_weights_and_what_would_fit():
                           f"{per_gpu:.1f} GB per GPU ({shape.weight_bytes / 1e9:.1f} GB over 8 "
                           "GPUs)")
     for engine in ("vllm", "sglang"):
-        assert MEM_FLAGS[engine] + " 0.90 x 85.9 GB" in msg
+        assert engines.get(engine).mem_flag + " 0.90 x 85.9 GB" in msg
     assert "allow_extrapolation" not in msg and "context_tokens" not in msg
     # each suggestion holds: more GPUs, and a 4-bit checkpoint of the same parameters
     gpus = int(re.search(r"num_gpus (\d+)", msg).group(1))
@@ -138,7 +139,7 @@ def test_a_higher_memory_fraction_is_suggested_when_it_would_hold_the_model():
                       str(exc))
     assert found, str(exc)
     engine, flag, higher, chosen = found.groups()
-    assert flag == MEM_FLAGS[engine] and float(higher) > float(chosen)
+    assert flag == engines.get(engine).mem_flag and float(higher) > float(chosen)
     shape = Workload(**kw).model_shape()
     mem = 80 * (1 << 30)
     need = 4096 + 128

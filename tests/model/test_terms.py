@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from model.costmodel import Case, case_features
+from model.engines import get as engine
 from model.formulas import CHUNK_TOKENS, sequences_at_once
 from model.gpus import GpuSpec
-from model.memory import ENGINE_RESERVE, kv_capacity_tokens
+from model.memory import kv_capacity_tokens
 from model.shape import bare
 from model.silicon import SPEC_EFFICIENCY, Silicon
 from model.terms import (
@@ -137,11 +138,11 @@ def test_prefill_flops_attention_and_prefix_reuse():
 def test_capacity_counts_weights_and_vllm_reserve():
     cap_v = kv_capacity_tokens("vllm", 0.9, 100e9, 40e9, 4, 1000.0, 2)
     cap_s = kv_capacity_tokens("sglang", 0.9, 100e9, 40e9, 4, 1000.0, 2)
-    assert cap_v == int((0.9 * 100e9 - ENGINE_RESERVE["vllm"] - 10e9) / 500.0)
-    assert cap_s == int((0.90 * 100e9 - ENGINE_RESERVE["sglang"] - 10e9) / 500.0)
+    assert cap_v == int((0.9 * 100e9 - engine("vllm").reserve_bytes - 10e9) / 500.0)
+    assert cap_s == int((0.90 * 100e9 - engine("sglang").reserve_bytes - 10e9) / 500.0)
     act = 1.2e9        # vLLM's budget also holds the model's activation peak; SGLang's does not
     assert kv_capacity_tokens("vllm", 0.9, 100e9, 40e9, 4, 1000.0, 2, activation_bytes=act) == \
-        int((0.9 * 100e9 - ENGINE_RESERVE["vllm"] - act - 10e9) / 500.0)
+        int((0.9 * 100e9 - engine("vllm").reserve_bytes - act - 10e9) / 500.0)
     assert kv_capacity_tokens("sglang", 0.9, 100e9, 40e9, 4, 1000.0, 2,
                               activation_bytes=act) == cap_s
     assert kv_capacity_tokens("sglang", 0.1, 100e9, 400e9, 4, 1000.0, 1) == 0

@@ -1,0 +1,54 @@
+"""SGLang (``python -m sglang.launch_server``), from its documentation and a real 0.5.16 on one
+H200.
+
+Memory: ``--mem-fraction-static`` covers weights + the KV pool; activations and CUDA graphs
+come out of the rest. Its pool is fraction x memory - weights - what the process held before
+loading them (CUDA context and allocator: "avail mem=139.09 GB" of 139.8 at start, 0.71 GiB):
+that is the reserve. NCCL buffers at TP > 1 are not counted.
+
+DCP (``--dcp-size``): the TP group divisible by dcp, MLA attention only. Capabilities as the
+architecture comparison of vLLM and SGLang summarises the official documentation.
+"""
+
+from model.engines.base import GIB, Engine, EngineCapabilities, Metrics, PrefixReuse
+
+ENGINE = Engine(
+    name="sglang",
+    label="SGLang",
+    program=("python", "-m", "sglang.launch_server"),
+    model_flag="--model-path",
+    tp_flag="--tp",
+    dcp_flag="--dcp-size",
+    max_running_flag="--max-running-requests",
+    kv_dtype_flag="--kv-cache-dtype",
+    kv_dtype_values={"fp8": "fp8_e4m3"},
+    mem_flag="--mem-fraction-static",
+    mem_covers="weights and the KV pool; activations and CUDA graphs live outside it",
+    reserve_bytes=0.71 * GIB,
+    counts_activations=False,
+    dcp_attention=frozenset({"mla"}),
+    capabilities=EngineCapabilities(
+        hardware_vendors=["nvidia", "amd", "ascend"],
+        quantization=["fp8", "awq", "gptq", "gptq_marlin", "int8", "mxfp4", "w8a8_fp8",
+                      "w8a8_int8", "blockwise_int8", "mxfp8", "compressed_tensors", "quark",
+                      "auto_round"],
+        speculative_methods=["eagle", "eagle3", "draft_model", "mtp"],
+        lora=True,
+        pipeline_parallel=True,
+        dp_attention=True,
+        prefix_reuse=PrefixReuse(kind="RadixAttention: radix tree, token-granular, automatic",
+                                 block_tokens=1)),
+    metrics=Metrics(
+        running="sglang:num_running_reqs",
+        waiting="sglang:num_queue_reqs",
+        kv_usage="sglang:token_usage",
+        ttft="sglang:time_to_first_token_seconds",
+        inter_token="sglang:inter_token_latency_seconds",
+        e2e="sglang:e2e_request_latency_seconds",
+        prompt_tokens="sglang:prompt_tokens_total",
+        generation_tokens="sglang:generation_tokens_total",
+        prefixes=("sglang:", "sglang_")),
+    info_paths=("/get_server_info", "/server_info"),
+    image="lmsysorg/sglang",
+    port=30000,
+)

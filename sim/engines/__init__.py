@@ -1,0 +1,19 @@
+"""The engines the simulator imitates, one module each (model/engines/README.md: how to add
+one). ``get(name)`` returns its ``SimEngine``."""
+
+from __future__ import annotations
+
+from sim.engines import sglang, vllm
+from sim.engines.base import SimEngine
+
+__all__ = ["SimEngine", "get", "names"]
+
+REGISTRY: dict[str, SimEngine] = {e.name: e for e in (vllm.ENGINE, sglang.ENGINE)}
+
+
+def get(name: str) -> SimEngine:
+    return REGISTRY[name]
+
+
+def names() -> tuple[str, ...]:
+    return tuple(REGISTRY)

@@ -1,0 +1,69 @@
+"""How the simulator imitates one engine: its version string, HTTP quirks, log lines and
+``/metrics`` text. The engine's own facts (name, label, flags, metric names) come from its
+``model.engines`` record; what is here is only what the simulator needs to look like it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import TYPE_CHECKING
+
+from model.engines.base import Engine
+
+if TYPE_CHECKING:
+    from sim.config import SimConfig
+    from sim.engine import EngineCore
+
+
+
+
+class SimEngine:
+    """One imitated engine. Subclasses set the data and write the engine-specific lines."""
+
+    engine: Engine                  # the model.engines record
+    version: str                    # what /version, /get_server_info and the log report
+    flat_errors: bool               # non-stream errors as {"object": "error", ...} (else nested)
+    prefixed_ids: bool              # response ids "chatcmpl-..." / "cmpl-..." (else bare hex)
+    checks_model_name: bool         # 404 for a "model" other than the served one
+    batch_tokenize: bool            # /tokenize takes a list of texts, /detokenize lists of ids
+    detokenize_key: str             # the /detokenize answer's text field
+    # extra GET/POST routes: (path, handler name in sim.app.create_app, method)
+    routes: tuple[tuple[str, str, str], ...]
+    native_api: bool                # the engine's native API (sim.native: /generate ...)
+
+    @property
+    def name(self) -> str:
+        return self.engine.name
+
+    # ---------------------------------------------------------------- logs
+    def log_line(self, now: dt.datetime, level: str, where: str, message: str) -> str:
+        raise NotImplementedError
+
+    def startup(self, log, cfg: SimConfig, capacity: int, kv_gib: float) -> None:
+        """The lines an engine prints once it has sized its KV cache."""
+        raise NotImplementedError
+
+    def too_long(self, log, cfg: SimConfig, capacity: int, kv_gib: float) -> int | None:
+        """When ``cfg.max_model_len`` exceeds the KV capacity: the context length the engine
+        clamps to, or None when it refuses to start (after logging why)."""
+        raise NotImplementedError
+
+    def limits(self, log, cfg: SimConfig, capacity: int, max_model_len: int) -> None:
+        """The line stating how much the instance holds at once."""
+        raise NotImplementedError
+
+    def ready(self, log, cfg: SimConfig) -> None:
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- metrics
+    def metric_lines(self, out: list[str], core: EngineCore, labels: str,
+                     info: dict[str, str], now: float) -> None:
+        raise NotImplementedError
+
+    def render_metrics(self, core: EngineCore, model_name: str, info: dict[str, str]) -> str:
+        """The /metrics text: Prometheus exposition under the engine's names."""
+        safe_name = model_name.replace("\\", "\\\\").replace('"', '\\"')
+        out: list[str] = []
+        self.metric_lines(out, core, f'model_name="{safe_name}"', info, time.monotonic())
+        return "\n".join(out) + "\n"
