@@ -21,6 +21,7 @@ from cli.calibrate_commands import (
 )
 from cli.catalogue import add_hardware_flags
 from cli.gpu import register_calibrate
+from model import engines
 
 
 def _fraction(text: str) -> float:
@@ -85,7 +86,7 @@ def _register_run(csub: argparse._SubParsersAction) -> None:
                     "(DCP size, memory fraction) combination (--launch) over contexts x batch "
                     "sizes x repeats; append one dataset row per finished point to "
                     "OUT/dataset.csv. Re-running the same command resumes.")
-    p.add_argument("--engine", required=True, choices=("vllm", "sglang"))
+    p.add_argument("--engine", required=True, choices=engines.names())
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--url", help="base URL of a running engine, e.g. http://127.0.0.1:8000")
     where.add_argument("--launch", metavar="TEMPLATE",
@@ -169,7 +170,7 @@ def _register_import(csub: argparse._SubParsersAction) -> None:
                         "measured per-op tables (needs --system; no FILE)")
     p.add_argument("--out", required=True, metavar="CSV",
                    help="dataset CSV to write (aiconfigurator: the GPU profile JSON)")
-    p.add_argument("--engine", choices=("vllm", "sglang"),
+    p.add_argument("--engine", choices=engines.names(),
                    help="engine (default: vllm for vllm-bench, else from the file's backend; "
                         "aiconfigurator: whose tables, default sglang)")
     p.add_argument("--engine-version",

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from cli.catalogue import add_hardware_flags
+from sim import engines as sim_engines
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -13,7 +14,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "sim", help="run an engine simulator (OpenAI-compatible, vLLM or SGLang flavoured)",
         description="Run an OpenAI-compatible server that behaves like vLLM or SGLang (endpoints, "
                     "metrics, errors, startup logs) with timing from the cost model.")
-    p.add_argument("--engine", choices=("vllm", "sglang"), required=True)
+    p.add_argument("--engine", choices=sim_engines.names(), required=True)
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     p.add_argument("--model-name", default="kimi-k3", help="served model name (default kimi-k3)")

@@ -214,7 +214,10 @@ class EngineCore:
         delay = self._clock - loop.time()
         if delay > 0:
             await asyncio.sleep(delay)
-        now = loop.time()
+        # the event's time: the simulated clock, unless the loop is already past it (late). An
+        # event loop's time can be coarse (uvloop's: whole milliseconds, cached per iteration),
+        # which would stamp sub-millisecond requests with a latency of 0.
+        now = max(loop.time(), self._clock)
         stats = self.stats
         stats.prompt_tokens += prompt
         stats.cached_prompt_tokens += cached
@@ -251,7 +254,7 @@ class EngineCore:
             n = max(1, min(int((now - self._clock) / step) if step > 0 else remaining,
                            remaining, MAX_STEPS_PER_ITERATION))
         self._clock += n * step
-        now = loop.time()
+        now = max(loop.time(), self._clock)     # as in _prefill
         b = len(running)                # some may have been aborted while we slept
         if not b:
             return

@@ -19,10 +19,11 @@ from typing import Any
 import httpx
 
 from calibration.errors import CalibrationError
+from calibration.sweep.engine_facts import SERVER_INFO_PARSERS
+from model import engines
 
 OOM_PATTERN = re.compile(r"out of memory|outofmemory|\boom\b|cuda error: out of memory",
                          re.IGNORECASE)
-INFO_PATHS = {"vllm": ("/version",), "sglang": ("/get_server_info", "/server_info")}
 TOKEN_ID_RANGE = (1000, 20000)   # ordinary vocabulary ids: no special tokens, any model
 MAX_ERROR_TEXT = 300
 
@@ -69,7 +70,7 @@ def error_message(body: bytes | str) -> str:
 async def engine_info(client: httpx.AsyncClient, engine: str) -> dict[str, Any]:
     """Version and server arguments where the engine exposes them; ``{}`` parts when not."""
     info: dict[str, Any] = {"version": "", "server_info": None}
-    for path in INFO_PATHS[engine]:
+    for path in engines.get(engine).info_paths:
         try:
             r = await client.get(path)
         except httpx.HTTPError:
@@ -82,7 +83,7 @@ async def engine_info(client: httpx.AsyncClient, engine: str) -> dict[str, Any]:
             continue
         if isinstance(obj, dict):
             info["version"] = str(obj.get("version", ""))
-            info["server_info"] = obj if engine == "sglang" else None
+            info["server_info"] = obj if engine in SERVER_INFO_PARSERS else None
             info["info_path"] = path
             break
     try:

@@ -268,11 +268,9 @@ def parse_sglang_log(text: str, source: str = "log") -> EngineFacts:
 
 
 def parse_log(engine: str, text: str, source: str = "log") -> EngineFacts:
-    if engine == "vllm":
-        return parse_vllm_log(text, source)
-    if engine == "sglang":
-        return parse_sglang_log(text, source)
-    raise ValueError(f"unknown engine {engine!r}")
+    if engine not in LOG_PARSERS:
+        raise ValueError(f"unknown engine {engine!r}")
+    return LOG_PARSERS[engine](text, source)
 
 
 def parse_sglang_server_info(info: Any, source: str = "server_info") -> EngineFacts:
@@ -304,6 +302,12 @@ def parse_sglang_server_info(info: Any, source: str = "server_info") -> EngineFa
     if isinstance(v, int | float) and not isinstance(v, bool) and 0 < v <= 1:
         f._set("mem_fraction", float(v), source)
     return f
+
+
+# What each engine's start-up log and settings endpoint say, by engine name (an engine added to
+# model/engines gets its parsers here: its log lines are this job's knowledge, not the model's)
+LOG_PARSERS = {"vllm": parse_vllm_log, "sglang": parse_sglang_log}
+SERVER_INFO_PARSERS = {"sglang": parse_sglang_server_info}
 
 
 # ----------------------------------------------------------------------------- /metrics
@@ -416,8 +420,8 @@ def gather(engine: str, *, metrics: str | None = None, server_info: Any = None,
     facts = EngineFacts()
     if metrics:
         facts = facts.merged(parse_metrics(metrics))
-    if server_info is not None and engine == "sglang":
-        facts = facts.merged(parse_sglang_server_info(server_info))
+    if server_info is not None and engine in SERVER_INFO_PARSERS:
+        facts = facts.merged(SERVER_INFO_PARSERS[engine](server_info))
     if command:
         cmd = EngineFacts()
         for i, part in enumerate(command):

@@ -165,3 +165,10 @@ def test_log_tail_reads_whole_lines_only(tmp_path):
         f.write("ne\n")
     assert tail.read() == "half a line\n"
     assert LogTail(tmp_path / "missing.log").read() == ""
+
+
+def test_every_engine_has_a_log_parser():
+    from calibration.sweep.engine_facts import LOG_PARSERS, SERVER_INFO_PARSERS
+    from model import engines
+    assert set(LOG_PARSERS) == set(engines.names())
+    assert set(SERVER_INFO_PARSERS) <= set(engines.names())
