@@ -1,6 +1,6 @@
 """The proxy's hot-path pieces in-process: uvicorn's protocol writing head and body at once
-(service/server.py), the client-disconnect watch without a task and the shared-clock timeouts
-(service/proxy/forward.py, service/proxy/deadlines.py)."""
+(service/transport/protocol.py), the client-disconnect watch without a task and the shared-clock
+timeouts (service/proxy/relay/watch.py, service/proxy/deadlines.py)."""
 
 from __future__ import annotations
 
