@@ -36,8 +36,10 @@ def _script():
 
 
 def run_cmd(engine: str, url: str, out: Path) -> list[str]:
+    # 64 output tokens: a batch's decode-step window (every request decoding, none finished)
+    # stays open on a loaded machine, where the client stamps the streams late and unevenly
     return ["calibrate", "run", "--engine", engine, "--url", url, "--contexts", "2048,8192",
-            "--batch-sizes", "1,4", "--output-tokens", "24", "--gpu", "H200", "--num-gpus", "1",
+            "--batch-sizes", "1,4", "--output-tokens", "64", "--gpu", "H200", "--num-gpus", "1",
             "--out", str(out), "--no-progress"]
 
 
