@@ -192,27 +192,30 @@ class SweepAbort(CalibrationError, RuntimeError):
 
 
 class StopRequest:
-    """Ctrl-C and SIGTERM for a sweep, never lost.
+    """Ctrl-C and SIGTERM for a sweep, never lost and never raised inside asyncio's machinery.
 
-    ``asyncio.run`` installs its own SIGINT handler, which only cancels the running batch: when
-    the signal lands after the batch's task has finished (or the cancellation is absorbed on
-    the way out of a stream), it is dropped and the sweep runs on. This handler records the
-    request first. Inside a batch it cancels the batch's task (the point is not recorded);
-    anywhere else it raises ``KeyboardInterrupt`` at once, except while a point is being
-    written (``writing``), where the raise waits for the write to end. ``check`` raises after
-    a batch or a write when a stop was asked for meanwhile.
+    Installed as the SIGINT/SIGTERM handler (so ``asyncio.run`` does not add its own), it
+    records the request first. While an event loop runs a batch it cancels the batch's task
+    (the point is not recorded); while a loop is being built or torn down around it (no task
+    to cancel yet, or any more) it only records, and ``run_batch`` raises once the loop is
+    closed: a ``KeyboardInterrupt`` raised inside the loop's constructor left a half-built
+    loop behind (a traceback from its ``__del__``, a coroutine never awaited). While a point
+    is being written (``writing``) the raise waits for the write to end. Anywhere else it
+    raises ``KeyboardInterrupt`` at once. ``check`` raises after a batch or a write when a
+    stop was asked for meanwhile.
     """
 
     def __init__(self) -> None:
         self.requested = False
         self._cancel = None          # cancels the running batch (set inside asyncio.run)
         self._writing = 0
+        self._in_loop = 0            # inside asyncio.run: never raise there
 
     def handler(self, signum, frame) -> None:  # noqa: ARG002
         self.requested = True
         if self._cancel is not None:
             self._cancel()
-        elif not self._writing:
+        elif not (self._writing or self._in_loop):
             raise KeyboardInterrupt
 
     def check(self) -> None:
@@ -220,20 +223,27 @@ class StopRequest:
             raise KeyboardInterrupt
 
     def run_batch(self, coro_fn):
-        """``asyncio.run`` of ``coro_fn()`` with this handler able to cancel it."""
+        """``asyncio.run`` of ``coro_fn()`` with this handler able to cancel it; every event
+        loop of a sweep runs through here."""
         async def main():
             loop, task = asyncio.get_running_loop(), asyncio.current_task()
             self._cancel = lambda: loop.call_soon_threadsafe(task.cancel)
             try:
+                if self.requested:   # asked while the loop was being built
+                    raise asyncio.CancelledError
                 return await coro_fn()
             finally:
                 self._cancel = None
+        self.check()
+        self._in_loop += 1
         try:
             result = asyncio.run(main())
         except asyncio.CancelledError:
             if self.requested:
                 raise KeyboardInterrupt from None
             raise
+        finally:
+            self._in_loop -= 1
         self.check()                 # asked during the batch but absorbed: the point is dropped
         return result
 
@@ -385,7 +395,7 @@ class Sweep:
             async with self._client(url, 10.0) as client:
                 return await check_health(client)
 
-        problem = asyncio.run(probe())
+        problem = self.stop.run_batch(probe)
         if problem:
             self.store.event("unreachable", problem, url=url)
             raise SweepAbort(f"{problem} (recorded in {self.store.folder}/events.jsonl)")
@@ -412,7 +422,7 @@ class Sweep:
                     info["sim_time_resolution"] = resolution_of(sim)
                 return info
 
-        info = asyncio.run(get())
+        info = self.stop.run_batch(get)
         self.resolution = info.get("sim_time_resolution")
         if not self.model:
             models = info.get("models") or []
@@ -479,7 +489,7 @@ class Sweep:
             except OSError as exc:
                 raise SweepAbort(f"--engine-log: cannot read {self.cfg.engine_log} "
                                  f"({exc.strerror})") from None
-        facts = gather(self.cfg.engine, metrics=asyncio.run(metrics()),
+        facts = gather(self.cfg.engine, metrics=self.stop.run_batch(metrics),
                        server_info=info.get("server_info"), log=log,
                        command=engine.argv if engine is not None else None)
         try:

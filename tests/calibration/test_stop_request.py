@@ -1,11 +1,15 @@
-"""Ctrl-C during a sweep is never lost (calibration.sweep.driver.StopRequest): the cases in which
-``asyncio.run``'s own SIGINT handler dropped it."""
+"""Ctrl-C during a sweep is never lost and never breaks asyncio (calibration.sweep.driver.
+StopRequest): the cases in which ``asyncio.run``'s own SIGINT handler dropped it, and the ones
+in which a ``KeyboardInterrupt`` raised inside an event loop's construction left a half-built
+loop behind."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
+import warnings
 
 import pytest
 
@@ -68,3 +72,64 @@ def test_no_request_returns_the_batch_result():
     assert stop.run_batch(batch) == 42
     with stop.writing():
         pass
+
+
+class _SignalledPolicy(asyncio.DefaultEventLoopPolicy):
+    """Delivers a real SIGINT while ``asyncio.run`` builds its loop (``when="build"``) or
+    while it closes it (``when="close"``)."""
+
+    def __init__(self, when: str) -> None:
+        super().__init__()
+        self.when = when
+
+    def new_event_loop(self):
+        if self.when == "build":
+            os.kill(os.getpid(), signal.SIGINT)   # handled at the next bytecode: mid-build
+        loop = super().new_event_loop()
+        if self.when == "close":
+            close = loop.close
+
+            def signalled_close():
+                os.kill(os.getpid(), signal.SIGINT)
+                close()
+            loop.close = signalled_close
+        return loop
+
+
+@pytest.mark.parametrize("when", ["build", "close"])
+def test_a_signal_while_the_loop_is_built_or_closed_stops_cleanly(when):
+    stop = StopRequest()
+    ran = []
+
+    async def batch():
+        ran.append(True)
+        return "samples"
+
+    previous = signal.signal(signal.SIGINT, stop.handler)
+    old_policy = asyncio.get_event_loop_policy()
+    asyncio.set_event_loop_policy(_SignalledPolicy(when))
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with pytest.raises(KeyboardInterrupt):
+                stop.run_batch(batch)
+            gc.collect()                          # a half-built loop would complain here
+    finally:
+        asyncio.set_event_loop_policy(old_policy)
+        signal.signal(signal.SIGINT, previous)
+    assert stop.requested
+    assert ran == ([] if when == "build" else [True])   # a batch asked to stop never starts
+    assert not [w for w in caught if "never awaited" in str(w.message)]
+
+
+def test_a_stop_asked_before_a_batch_never_starts_it():
+    stop = StopRequest()
+    stop.requested = True
+    ran = []
+
+    async def batch():
+        ran.append(True)
+
+    with pytest.raises(KeyboardInterrupt):
+        stop.run_batch(batch)
+    assert ran == []
