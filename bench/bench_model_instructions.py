@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = """
 import sys
 import numpy as np
-from model.default import default_model
+from model.fit.default import default_model
 from model.recommend import recommend
 from model.workload import Workload
 SEED = {"output_tokens": 2048, "batch_size": 64, "preset": "kimi-k3", "gpu": "B300",

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import ValidationError
 
-from model.default import default_model
+from model.fit.default import default_model
 from model.recommend import recommend
 from model.workload import Workload
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from model.default import default_model, real_rows  # noqa: E402
+from model.fit.default import default_model, real_rows  # noqa: E402
 from model.validation import NAMES, markdown, summary  # noqa: E402
 
 

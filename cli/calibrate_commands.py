@@ -77,7 +77,7 @@ def run_calibrate_model_dir(args: argparse.Namespace) -> int:
 
 def run_fit(args: argparse.Namespace) -> int:
     from calibration.fit.fitter import fit_files, format_fit_summary
-    from model.dataset import DatasetError
+    from model.fit.dataset import DatasetError
 
     try:
         model, meta = fit_files(args.data, args.out, kv_bytes_only=args.kv_bytes_only,
@@ -158,7 +158,7 @@ def run_calibrate_import(args: argparse.Namespace) -> int:
         raise CliError(f"FILE: at least one benchmark file is required with --format {args.format}")
     from calibration.sweep.driver import read_hf_config
     from calibration.sweep.importers import Defaults, import_files, write_rows
-    from model.dataset import DatasetError
+    from model.fit.dataset import DatasetError
 
     try:
         hf_config = read_hf_config(args.hf_config)

@@ -50,11 +50,11 @@ class _List(argparse.Action):
 
 
 def gpu_spec(text: str):
-    """``--gpu-spec``: a ``model.gpus.GpuSpec`` from inline JSON or a JSON / YAML file."""
+    """``--gpu-spec``: a ``model.hardware.gpus.GpuSpec`` from inline JSON or a JSON / YAML file."""
     from pydantic import ValidationError
 
     from model.errors import validation_message
-    from model.gpus import GpuSpec
+    from model.hardware.gpus import GpuSpec
 
     raw = text.strip()
     if raw.startswith("{"):
@@ -102,8 +102,8 @@ def _tflops(x: float | None) -> str:
 
 
 def gpu_table() -> str:
-    """The built-in GPU catalogue (``model.gpus.BUILTIN_GPUS``), one line per GPU."""
-    from model.gpus import BUILTIN_GPUS, GIB
+    """The built-in GPU catalogue (``model.hardware.gpus.BUILTIN_GPUS``), one line per GPU."""
+    from model.hardware.gpus import BUILTIN_GPUS, GIB
 
     head = (f"{'GPU':<8}{'vendor':<8}{'memory':>20}{'HBM':>11}{'NVLink/dir':>12}"
             f"  {'dense TFLOPS bf16 / fp8 / fp4'}")
@@ -121,7 +121,7 @@ def gpu_table() -> str:
 def preset_table() -> str:
     """The built-in model presets (``model.arch.PRESETS``), one line per preset."""
     from model.arch import PRESETS
-    from model.workload import preset_shape
+    from model.physics.shape import preset_shape
 
     head = (f"{'preset':<18}{'attention':<10}{'layers (full / linear)':>23}"
             f"{'KV B/token bf16':>17}{'weights':>12}  source")

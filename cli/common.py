@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from cli.errors import CliError
-from model.artifact import ArtifactError, load
-from model.costmodel import CostModel
-from model.default import default_model
 from model.errors import validation_message  # noqa: F401 - the commands import it from here
+from model.fit.artifact import ArtifactError, load
+from model.fit.costmodel import CostModel
+from model.fit.default import default_model
 
 
 def load_model(path: str | None) -> CostModel:

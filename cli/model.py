@@ -1,5 +1,5 @@
 """``engine-advisor model convert OLD NEW``: a joblib artifact (schema 2) the user trusts, into
-the JSON + ``.npz`` format (model.artifact) that every other command loads."""
+the JSON + ``.npz`` format (model.fit.artifact) that every other command loads."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_convert(args: argparse.Namespace) -> int:
     from cli.errors import CliError
-    from model.artifact import ArtifactError, save
-    from model.legacy import read_trusted_joblib
+    from model.fit.artifact import ArtifactError, save
+    from model.fit.legacy import read_trusted_joblib
 
     try:
         model = read_trusted_joblib(args.old)

@@ -67,7 +67,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from cli.common import load_model, read_json_file, validation_message
     from cli.errors import CliError
-    from model.recommend import NoEligibleConfiguration, recommend
+    from model.errors import NoEligibleConfiguration
+    from model.recommend import recommend
     from model.workload import Workload
 
     data = {k: getattr(args, k) for k in FLAGS if k not in ("hf_config", "model")
@@ -121,7 +122,7 @@ def deploy_options(args: argparse.Namespace):
     """The --emit options, validated before the model loads; None without --emit."""
     from cli.common import validation_message
     from cli.errors import CliError
-    from model.deploy import DeployOptions
+    from model.presentation.deploy import DeployOptions
 
     given = {k: getattr(args, dest) for k, (dest, _) in DEPLOY_FLAGS.items()
              if getattr(args, dest) is not None}
@@ -138,7 +139,7 @@ def deploy_options(args: argparse.Namespace):
 
 def emit(rec, workload, opts) -> str:
     from cli.errors import CliError
-    from model.deploy import DeployError, render
+    from model.presentation.deploy import DeployError, render
 
     try:
         return render(rec, workload, opts)

@@ -79,7 +79,7 @@ def _settings(args: argparse.Namespace):
 def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from model.artifact import ArtifactError
+    from model.fit.artifact import ArtifactError
     from service.holder import load_artifact
 
     settings = _settings(args)
@@ -169,7 +169,7 @@ def _picker_counts(settings):
 
 
 def run_openapi(args: argparse.Namespace) -> int:
-    from model.artifact import atomic_write
+    from model.fit.artifact import atomic_write
     from service.openapi import openapi_yaml
 
     atomic_write(Path(args.out), openapi_yaml().encode("utf-8"))

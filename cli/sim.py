@@ -89,14 +89,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"engine-advisor: error: {'; '.join(problems)}", file=sys.stderr)
         return 2
     if args.model:
-        from model.artifact import ArtifactError, load
+        from model.fit.artifact import ArtifactError, load
         try:
             model = load(args.model)[0]
         except ArtifactError as exc:
             print(f"engine-advisor: error: --model: {exc}", file=sys.stderr)
             return 2
     else:
-        from model.default import default_model
+        from model.fit.default import default_model
         model = default_model()
     if cfg.engine not in model.engine_names:
         print(f"engine-advisor: error: --model: the cost model has no coefficients for "

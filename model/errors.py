@@ -16,3 +16,10 @@ def validation_message(exc: ValidationError, names: dict[str, str] | None = None
         msg = err["msg"].removeprefix("Value error, ")
         out.append(f"{name}: {msg}" if name else msg)
     return "; ".join(out)
+
+
+class NoEligibleConfiguration(ValueError):
+    """No configuration may be recommended (none calibrated, all excluded, or none holds one
+    sequence); ``field`` names the workload field to blame."""
+
+    field = "allow_extrapolation"

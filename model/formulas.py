@@ -5,14 +5,15 @@ few rows and a training grid of 80,000 rows run the same code (microseconds for 
 milliseconds for the second). The modules that own each quantity document it and pack its
 constants into the arrays these functions read:
 
-- ``read_s``: one decode-attention call's seconds on a read curve (``model.hwprofile``);
-- ``collective_s``: one collective (``model.silicon.Collective``);
-- ``kv_capacity``, ``sequences_at_once``, ``max_running``: memory (``model.memory``);
-- ``batch_terms``, ``decode_into``, ``prefill_into``: the terms (``model.terms``; ``K`` packed by
-  ``model.terms.Physics``, positions below);
-- ``rows_into``: a case's rows, waves included (``model.costmodel.case_features``);
+- ``read_s``: one decode-attention call's seconds on a read curve (``model.hardware.profiles``);
+- ``collective_s``: one collective (``model.hardware.silicon.Collective``);
+- ``kv_capacity``, ``sequences_at_once``, ``max_running``: memory (``model.physics.memory``);
+- ``batch_terms``, ``decode_into``, ``prefill_into``: the terms (``model.physics.terms``; ``K``
+packed by
+  ``model.physics.terms.Physics``, positions below);
+- ``rows_into``: a case's rows, waves included (``model.physics.features.case_features``);
 - ``predict_into``: coefficients x features, intervals; ``predict_rows`` both passes in one
-  call (``model.predictor``).
+  call (``model.predict.predictor``).
 
 They share one file because numba's on-disk cache is invalidated by the source file of the
 function it compiled, not by the files of the functions it calls. ``NUMBA_DISABLE_JIT=1`` runs
@@ -37,13 +38,23 @@ STEP = N_TERMS + N_PREFILL
 ROW_FIELDS = ("reserve", "fraction", "batch", "context", "output", "dcp", "share", "diversity",
               "activations")
 N_ROW_FIELDS = len(ROW_FIELDS)
+
+
+def fill_sizes(rows, batch, context, output, share, diversity) -> None:
+    """Write a query's sizes into the ``ROW_FIELDS`` rows its configurations' fields were
+    filled in (``model.physics.features.static_rows``)."""
+    rows[2] = batch
+    rows[3] = context
+    rows[4] = output
+    rows[6] = share
+    rows[7] = diversity
 CHUNK_TOKENS = 8192          # chunked-prefill budget per forward pass (both engines' default)
 # Both engines preallocate the constant per-sequence state of linear-attention layers (vLLM's
 # mamba/KDA state cache, SGLang's state pool) for their maximum running sequences: 256 by
 # default (--max-num-seqs / --max-running-requests), or the batch when it is set higher.
 DEFAULT_MAX_RUNNING = 256
 
-# Positions in model.terms.Physics.K, the constants of one model on one GPU and TP size (a
+# Positions in model.physics.terms.Physics.K, the constants of one model on one GPU and TP size (a
 # tuple of floats: unlike an array, passing it on costs no reference counting)
 (W_DENSE, LOG_Q_MISS, W_EXPERTS, MM, N_FULL, KV_CALL, ATTN_CALL, STATE, N_LAYERS, ACT, Q_GATHER,
  O_GATHER, WEIGHTS_PASS, ATTN_PF, ATTN_PF_LINEAR, MEMORY, WEIGHT_BYTES, TP, KV_GPU_TOKEN,
@@ -134,6 +145,12 @@ def kv_capacity(reserve: float, fraction: float, gpu_memory: float, weight_bytes
     return np.floor(budget / (kv_bytes_per_gpu_token / dcp))
 
 
+def kv_demand_tokens(batch, context, output, share=0.0):
+    """KV tokens a whole batch holds when all of it runs at once (shared prefix once)."""
+    shared = share * context
+    return shared + batch * (context - shared + output)
+
+
 @njit(cache=True, inline="always")
 def sequences_at_once(capacity_tokens: float, batch: float, context: float, output: float,
                       share: float = 0.0) -> float:
@@ -150,7 +167,7 @@ def batch_terms(K, coll, b, rho=1.0):
     """(gemm, moe, tp_comm) of a decode step of ``b`` sequences: the terms that do not depend
     on the context. ``rho`` is the batch's routing diversity: its tokens route like
     ``1 + rho (b - 1)`` independent tokens (1 for a trained router; a random-weight checkpoint
-    can route far fewer apart, ``model.costmodel``)."""
+    can route far fewer apart, ``model.fit.costmodel``)."""
     gemm = max(K[W_DENSE], b * K[MM])
     # expected share of a layer's experts the batch touches: 1 - q^t, q = 1 - k / E
     t = 1.0 + rho * (b - 1.0)
@@ -221,7 +238,7 @@ def prefill_into(K, coll, b, L, s, warm, out, r, at):
 
 @njit(cache=True)
 def rows_into(K, coll, curve, rows, X, facts):
-    """Each row's features into ``X`` (``model.costmodel.Features``) and, into ``facts``
+    """Each row's features into ``X`` (``model.physics.features.Features``) and, into ``facts``
     (3, n), its sequences at once, KV capacity and whether one sequence fits, from ``rows``
     (N_ROW_FIELDS, n): engine reserve bytes, memory fraction, batch, context, output, DCP
     size, prefix share, routing diversity and whether the engine's budget holds the model's

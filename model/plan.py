@@ -25,12 +25,13 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from model import engines
-from model.costmodel import CostModel
 from model.errors import validation_message
-from model.gpus import GpuSpec
+from model.fit.costmodel import CostModel
+from model.hardware.gpus import GpuSpec
 from model.jsonnum import JsonModel
 from model.kv import KvDtype
-from model.recommend import Evaluated, candidates, evaluate, launch_command
+from model.predict.query import Evaluated, candidates, evaluate
+from model.presentation.launch import launch_command
 from model.workload import (
     MAX_BATCH,
     MAX_CONTEXT,
@@ -233,7 +234,7 @@ def _plan_class(model: CostModel, req: PlanRequest, i: int,
                 c: TrafficClass) -> ClassPlan | Unserved:
     w = req.workload(c)
     layout = w.model_shape()
-    configs, excluded = candidates(model, w, layout)
+    configs, excluded = candidates(w, layout)
     reasons = [x.describe() for x in excluded]
     options = []
     for e1 in evaluate(model, w, layout, configs):

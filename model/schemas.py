@@ -56,7 +56,7 @@ class ConfigPrediction(BaseModel):
     kv_read_source: str
     step_terms_s: dict[str, float] = Field(
         default_factory=dict, description="seconds of each physical term of one decode step "
-        "at the workload's mean context (model.terms.DECODE_TERMS)")
+        "at the workload's mean context (model.physics.terms.DECODE_TERMS)")
 
 
 class Exclusion(BaseModel):

@@ -1,7 +1,7 @@
 """How the fitted model holds against the real-engine rows it was fitted on, point by point.
 
 Every figure here is held out: ``CostModel.held_out`` predicts each point from a fit without it
-(``model.fitting``), next to what the uncalibrated physics prior predicts. ``summary`` gives the
+(``model.fit.fitting``), next to what the uncalibrated physics prior predicts. ``summary`` gives the
 acceptance figures the docs quote (``docs/validation.md``, ``bench/validate_real.py``):
 
 - the median held-out error per engine, GPU and quantity (total, the batch's prefill, one
@@ -19,9 +19,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from model.costmodel import CostModel
-from model.dataset import Measurement
-from model.recommend import TIE
+from model.decision.choose import TIE
+from model.fit.costmodel import CostModel
+from model.fit.dataset import Measurement
+from model.fit.rows import row_case
+from model.physics.features import case_features
 
 
 def _rel(pred: float, meas: float) -> float:
@@ -86,9 +88,9 @@ def choice_scores(pairs: Sequence[dict], prefix: str = "_pred") -> dict:
 
 
 def capacity_table(rows: Sequence[Measurement]) -> list[dict]:
-    """Predicted KV capacity (``model.memory`` through the compiled formulas, at the row's own
+    """Predicted KV capacity (``model.physics.memory`` through the compiled formulas, at the row's
+    own
     memory fraction) against each (engine, model, fraction)'s logged figure."""
-    from model.costmodel import case_features, row_case
 
     seen, out = set(), []
     for r in rows:

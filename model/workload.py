@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-from functools import lru_cache
 from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from model.arch import PRESETS, ArchConfigError, from_hf_config, preset
+from model.arch import PRESETS, ArchConfigError, from_hf_config
 from model.engines import names as engine_names
-from model.gpus import BUILTIN_GPUS, GpuSpec
+from model.hardware.gpus import BUILTIN_GPUS, GpuSpec
 from model.jsonnum import JsonModel
 from model.kv import KvDtype
-from model.shape import ModelShape, bare, from_architecture
+from model.physics.shape import ModelShape, bare, from_architecture, preset_shape
 
 Engine = Literal[engine_names()]      # the registered engines (model.engines)
 N_ENGINES = len(engine_names())
@@ -120,7 +119,7 @@ class Workload(JsonModel):
         return BUILTIN_GPUS[self.gpu.upper()] if isinstance(self.gpu, str) else self.gpu
 
     def model_shape(self) -> ModelShape:
-        """The served model's physics at this workload's KV dtype (model.shape)."""
+        """The served model's physics at this workload's KV dtype (model.physics.shape)."""
         if self.preset is not None:
             shape = preset_shape(self.preset, self.kv_cache_dtype)
         elif self.hf_config is not None:
@@ -132,63 +131,6 @@ class Workload(JsonModel):
             shape = dataclasses.replace(shape, weight_bytes=self.model_weight_bytes,
                                         weights_known=True)
         return shape
-
-
-@lru_cache(maxsize=64)
-def preset_shape(name: str, kv_dtype: str) -> ModelShape:
-    return from_architecture(preset(name), kv_dtype)
-
-
-def served_preset(model: str | None, kv_bytes_per_token: int) -> tuple[str, str]:
-    """(preset, KV dtype) when a served model's name is a preset whose KV bytes per token at
-    bf16 or fp8 equal the measured ones, else ("", "bf16"): what a dataset row records."""
-    name = (model or "").rsplit("/", 1)[-1].lower()
-    if name in PRESETS:
-        for dtype in ("bf16", "fp8"):
-            if abs(preset_shape(name, dtype).kv_bytes_per_token - kv_bytes_per_token) < 0.5:
-                return name, dtype
-    return "", "bf16"
-
-
-# config.json contents of the rows' ``hf:NAME@HASH`` architectures (calibration.sweep.served_model),
-# registered by whoever read them from the run folders (``register_row_config``)
-ROW_CONFIGS: dict[str, dict] = {}
-
-
-def register_row_config(key: str, config: dict) -> None:
-    """Make a row's ``hf:`` architecture key resolvable by ``shape_of``."""
-    ROW_CONFIGS[key] = config
-    _row_shape.cache_clear()
-
-
-@lru_cache(maxsize=64)
-def _row_shape(key: str, kv_dtype: str) -> ModelShape:
-    return from_architecture(from_hf_config(ROW_CONFIGS[key], name=key.split("@")[0][3:]),
-                             kv_dtype)
-
-
-def shape_of(model: str, kv_dtype: str, kv_bytes_per_token: int, kv_shards: int = 1) -> ModelShape:
-    """The served model of a dataset row: its preset when ``model`` names one, its registered
-    config.json for an ``hf:`` key (its KV bytes must agree either way), else a bare shape from
-    the KV bytes (``kv_shards`` > 1: GQA heads split)."""
-    if model.startswith("hf:"):
-        if model not in ROW_CONFIGS:
-            raise ValueError(f"model: {model!r} names a config.json that is not loaded (fit reads "
-                             "it from the run folder's model-config.json)")
-        shape = _row_shape(model, kv_dtype)
-        if abs(shape.kv_bytes_per_token - kv_bytes_per_token) > 0.5:
-            raise ValueError(f"kv_bytes_per_token: {kv_bytes_per_token} disagrees with {model!r} "
-                             f"at {kv_dtype} ({shape.kv_bytes_per_token:.0f})")
-        return shape
-    if model in PRESETS:
-        shape = preset_shape(model, kv_dtype)
-        if abs(shape.kv_bytes_per_token - kv_bytes_per_token) > 0.5:
-            raise ValueError(f"kv_bytes_per_token: {kv_bytes_per_token} disagrees with preset "
-                             f"{model!r} at {kv_dtype} ({shape.kv_bytes_per_token:.0f})")
-        return shape
-    if kv_shards > 1:
-        return bare(kv_bytes_per_token, kv_dtype, "gqa", kv_shards)
-    return bare(kv_bytes_per_token, kv_dtype)
 
 
 class Config(NamedTuple):

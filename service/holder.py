@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from model.artifact import build_metadata, load
-from model.costmodel import CostModel
-from model.default import REFERENCE_CSV, default_model
+from model.fit.artifact import build_metadata, load
+from model.fit.costmodel import CostModel
+from model.fit.default import REFERENCE_CSV, default_model
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ def load_default() -> LoadedModel:
 
 
 def load_artifact(path: Path) -> LoadedModel:
-    """Raises model.artifact.ArtifactError with the reason when the file is refused."""
+    """Raises model.fit.artifact.ArtifactError with the reason when the file is refused."""
     model, meta = load(path)
     return LoadedModel(model, meta, str(path))
 

@@ -7,8 +7,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from model.decision.crossover import CROSSOVER_RANGE
 from model.jsonnum import JsonModel
-from model.recommend import CROSSOVER_RANGE
 from model.schemas import ConfigPrediction, Exclusion, Recommendation
 from model.workload import MAX_CONTEXT, MAX_GPUS, Engine, Workload
 from service.errors import ErrorDetail
@@ -46,7 +46,7 @@ class PredictRequest(JsonModel):
 
 
 class StepSeconds(BaseModel):
-    """Seconds of each physical term of one decode step (model.terms)."""
+    """Seconds of each physical term of one decode step (model.physics.terms)."""
 
     gemm: float
     moe: float

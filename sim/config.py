@@ -6,9 +6,9 @@ import dataclasses
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from model.gpus import BUILTIN_GPUS, GpuSpec
-from model.memory import OOM_THRESHOLD, instance_kv_capacity
-from model.shape import ModelShape
+from model.hardware.gpus import BUILTIN_GPUS, GpuSpec
+from model.physics.memory import OOM_THRESHOLD, instance_kv_capacity
+from model.physics.shape import ModelShape
 from sim import engines
 
 DEFAULT_KV_BYTES = 27_648        # Kimi-K3 (the default --model-name): 24 MLA layers x 576 x 2 B
@@ -104,7 +104,7 @@ class SimConfig:
     def shape(self) -> ModelShape:
         """The served model: the preset --model-name names when its KV bytes per token match
         --kv-bytes-per-token (weights and FLOPs known), else the KV bytes alone."""
-        from model.workload import shape_of
+        from model.physics.shape import shape_of
 
         try:
             return shape_of(self.model_name, "bf16", self.kv_bytes_per_token, self.kv_shards)
@@ -113,7 +113,7 @@ class SimConfig:
 
     def kv_capacity(self) -> int:
         """KV tokens the instance holds: the recommender's capacity of this configuration
-        (``model.memory.instance_kv_capacity``: weights, the engine's reserve and the
+        (``model.physics.memory.instance_kv_capacity``: weights, the engine's reserve and the
         linear-attention state pool of --max-running sequences subtracted)."""
         shape = self.shape()
         if self.weight_bytes is not None:

@@ -6,7 +6,7 @@ import datetime as dt
 import sys
 import time
 
-from model.costmodel import CostModel
+from model.fit.costmodel import CostModel
 from sim import engines
 from sim.app import SimState, create_app
 from sim.config import SimConfig

@@ -1,17 +1,18 @@
 """Step durations from the cost model: prefill of a batch and one decode step of the running set.
 
-The same physical terms (``model.terms``) and fitted engine coefficients the recommender uses;
+The same physical terms (``model.physics.terms``) and fitted engine coefficients the recommender
+uses;
 the scheduler asks once per step, never per token or per request.
 """
 
 from __future__ import annotations
 
-from model.costmodel import CostModel
-from model.gpus import GpuSpec
-from model.predictor import predictor_for
-from model.shape import ModelShape
-from model.silicon import silicon_for
-from model.terms import N_PREFILL, Hardware, decode_terms, prefill_terms
+from model.fit.costmodel import CostModel
+from model.hardware.gpus import GpuSpec
+from model.hardware.silicon import silicon_for
+from model.physics.shape import ModelShape
+from model.physics.terms import N_PREFILL, Hardware, decode_terms, prefill_terms
+from model.predict.predictor import predictor_for
 
 
 class StepTimer:

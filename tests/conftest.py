@@ -7,7 +7,7 @@ def pytest_sessionstart(session) -> None:
     """Compile the cost model's formulas once (model.formulas; numba writes them to its cache
     beside the module), so that the services and simulators the tests start load them instead
     of each compiling them while a readiness timeout runs."""
-    from model.default import default_model
+    from model.fit.default import default_model
     from model.recommend import warm_up
 
     warm_up(default_model())

@@ -1,11 +1,11 @@
 """The published benchmark's workload under the reference data's assumptions: the batch,
 output tokens and prompt sharing of model/data/b300_reference.csv's rows (the ones
-model.seedcheck's rule chose). One place for every test that asks the seed's question."""
+model.fit.seedcheck's rule chose). One place for every test that asks the seed's question."""
 
 from __future__ import annotations
 
-from model.dataset import read_csv
-from model.default import REFERENCE_CSV
+from model.fit.dataset import read_csv
+from model.fit.default import REFERENCE_CSV
 from model.workload import Workload
 
 _ROW = next(r for r in read_csv(REFERENCE_CSV) if r.total_s)

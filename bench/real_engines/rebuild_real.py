@@ -29,8 +29,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from calibration.sweep.rebuild import RebuildInputs, rebuild  # noqa: E402
-from model.artifact import atomic_write  # noqa: E402
-from model.dataset import header_csv, read_csv, row_csv  # noqa: E402
+from model.fit.artifact import atomic_write  # noqa: E402
+from model.fit.dataset import header_csv, read_csv, row_csv  # noqa: E402
 
 DATA = REPO / "bench" / "data" / "h200-real"
 COMBINED = REPO / "model" / "data" / "h200_real.csv"

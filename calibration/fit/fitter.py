@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from calibration.errors import CalibrationError
-from model.artifact import check_name, save
-from model.costmodel import MIN_CV_POINTS, CostModel, trainable
-from model.dataset import Measurement, read_csv
-from model.workload import register_row_config
+from model.fit.artifact import check_name, save
+from model.fit.costmodel import MIN_CV_POINTS, CostModel
+from model.fit.dataset import Measurement, read_csv
+from model.fit.rows import trainable
+from model.physics.shape import register_row_config
 
 DATASET_NAME = "dataset.csv"
 MANIFEST_NAME = "manifest.json"
@@ -49,7 +50,7 @@ def dataset_files(paths: list[str]) -> list[Path]:
 
 def read_all(paths: list[str]) -> tuple[list[Measurement], list[str]]:
     """The rows of every dataset, with the ``hf:`` architectures they name registered
-    (``model.workload.register_row_config``) from the configs stored beside them."""
+    (``model.physics.shape.register_row_config``) from the configs stored beside them."""
     from calibration.sweep.served_model import resolve_row_config
 
     files = dataset_files(paths)

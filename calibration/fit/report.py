@@ -1,7 +1,8 @@
 """The fit report: cross-validated error per engine and DCP size, interval coverage, calibrated
 ranges, crossovers, and plots (``fit --report DIR``).
 
-The held-out predictions are the fit's own (``CostModel.held_out``, ``model.fitting``): each grid
+The held-out predictions are the fit's own (``CostModel.held_out``, ``model.fit.fitting``): each
+grid
 point (all its repeats and memory fractions together, so a repeat cannot vouch for its twin) is
 predicted by the fit without it, for its total time, the batch's prefill and one decode step,
 with its level's held-out 90 % interval, next to what the uncalibrated prior predicts for it.
@@ -21,18 +22,19 @@ from typing import Any
 import numpy as np
 
 from model.arch import PRESETS
-from model.artifact import atomic_write
-from model.costmodel import (
+from model.decision.crossover import crossovers
+from model.fit.artifact import atomic_write
+from model.fit.costmodel import (
     EXTRAPOLATION_REL_SIGMA,
     TRANSFERRED_REL_SIGMA,
     UNCALIBRATED_REL_SIGMA,
     CostModel,
     efficiency_key,
-    trainable,
 )
-from model.dataset import Measurement
-from model.predictor import predictor_for
-from model.recommend import build_case, crossovers
+from model.fit.dataset import Measurement
+from model.fit.rows import trainable
+from model.predict.predictor import predictor_for
+from model.predict.query import build_case, coverage
 from model.workload import Config, Workload
 
 CURVE_POINTS = 96
@@ -124,8 +126,8 @@ def curves(model: CostModel, ref: dict[str, Any], contexts: np.ndarray) -> dict[
     extra = []
     for c in configs:
         for ctx in contexts:
-            status, dist = model.coverage(c.engine, ref["gpu"], ref["num_gpus"], c.dcp_size,
-                                          layout.key, {"context_tokens": ctx,
+            status, dist = coverage(model, c.engine, ref["gpu"], ref["num_gpus"], c.dcp_size,
+                                    layout.key, {"context_tokens": ctx,
                                                        "batch_size": ref["batch_size"],
                                                        "output_tokens": ref["output_tokens"]})
             extra.append({"calibrated": EXTRAPOLATION_REL_SIGMA * dist,
@@ -346,7 +348,8 @@ def markdown(report: dict[str, Any]) -> str:
     if not cv:
         lines.append("| (fewer than two grid points per engine: no cross-validation) | | | | | | |")
     lines += ["", "## What the data moved", "",
-              "Terms freed from their prior, per pooling level (model.fitting); the rest keep it.",
+              "Terms freed from their prior, per pooling level (model.fit.fitting); the rest "
+              "keep it.",
               ""]
     for key, free in sorted(report["free_terms"].items()):
         lines.append(f"- {key}: {', '.join(free) if free else 'none (the prior holds)'}")

@@ -2,7 +2,8 @@
 
 Per backend (``ag``, ``a2a``) the profile fits what DCP adds to one layer step,
 ``latency * log2(dcp) + received bytes / bandwidth + merge_per_elem * dcp * batch * heads``
-(model.hwprofile.eval_dcp_layer), plus a read curve of the split-KV attention kernel. It records
+(model.hardware.profiles.eval_dcp_layer), plus a read curve of the split-KV attention kernel. It
+records
 where DCP starts paying off (measured layer-step time with DCP below the single-GPU full-context
 time) per batch size, and a hold-out check: a third of the layer-step points predicted from fits
 on the rest.
@@ -18,8 +19,8 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import nnls
 
-from model.gpus import BUILTIN_GPUS
-from model.hwprofile import (
+from model.hardware.gpus import BUILTIN_GPUS
+from model.hardware.profiles import (
     KIND_DCP,
     dcp_recv_bytes,
     eval_dcp_layer,

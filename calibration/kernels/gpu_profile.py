@@ -1,6 +1,6 @@
 """Turn ``calibrate gpu`` measurements into a hardware profile (JSON) and its dataset (CSV).
 
-The profile holds, per KV shape, a monotone read curve t(bytes) (model.hwprofile), a pooled
+The profile holds, per KV shape, a monotone read curve t(bytes) (model.hardware.profiles), a pooled
 ``kv_read`` curve over the fused GQA attention rows (what the cost model uses as its physics),
 plain HBM read bandwidth, the per-call overheads, and a hold-out check: a third of the attention
 points predicted from curves fitted on the rest.
@@ -16,8 +16,14 @@ from pathlib import Path
 
 import numpy as np
 
-from model.gpus import BUILTIN_GPUS
-from model.hwprofile import KIND_GPU, eval_read_curve, fit_read_curve, gpu_key, median_rel_error
+from model.hardware.gpus import BUILTIN_GPUS
+from model.hardware.profiles import (
+    KIND_GPU,
+    eval_read_curve,
+    fit_read_curve,
+    gpu_key,
+    median_rel_error,
+)
 
 INT_COLS = ("batch_size", "context_tokens", "q_heads", "kv_heads", "head_dim", "v_dim",
             "bytes_read", "calls_per_replay")

@@ -43,7 +43,7 @@ from calibration.silicon.tables import (
     package_version,
     read_table,
 )
-from model.hwprofile import KIND_GPU
+from model.hardware.profiles import KIND_GPU
 
 SCHEMA_VERSION = 2
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from model.hwprofile import fit_linear_pos, fit_read_curve, median_rel_error
+from model.hardware.profiles import fit_linear_pos, fit_read_curve, median_rel_error
 
 MS = 1e-3
 MLA_KV_DIM = 576                      # kv_lora_rank 512 + qk_rope_head_dim 64

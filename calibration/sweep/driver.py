@@ -77,8 +77,8 @@ from calibration.sweep.served_model import (
     resolve_served_model,
 )
 from calibration.sweep.warmup import long_prompt_tokens, warm_up
-from model.artifact import atomic_write
-from model.dataset import Measurement
+from model.fit.artifact import atomic_write
+from model.fit.dataset import Measurement
 
 IDENTITY = ("engine", "model", "contexts", "output_tokens", "batch_sizes", "repeats",
             "dcp_sizes", "mem_fractions", "gpu", "num_gpus", "kv_bytes_per_token", "kv_shards",
@@ -175,7 +175,7 @@ class SweepConfig:
         self.served_upfront()
         if self.launch:
             format_command(self.launch, **self._placeholders(1, 0.9, 8000))
-        from model.gpus import builtin_gpu
+        from model.hardware.gpus import builtin_gpu
         try:
             builtin_gpu(self.gpu)
         except KeyError:

@@ -64,8 +64,8 @@ from calibration.sweep.engine_facts import EngineFacts, FactsError, weights_of
 from calibration.sweep.honesty import overhead_warnings, resolution_of
 from calibration.sweep.served_model import ServedModelError, resolve_served_model
 from calibration.sweep.streams import Stream, stream_times
-from model.artifact import atomic_write
-from model.dataset import Measurement, header_csv, read_csv, row_csv
+from model.fit.artifact import atomic_write
+from model.fit.dataset import Measurement, header_csv, read_csv, row_csv
 
 
 class BenchFileError(CalibrationError, ValueError):

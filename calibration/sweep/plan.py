@@ -1,6 +1,6 @@
 """``calibrate plan``: the points whose measurement would most settle the recommendation.
 
-For each candidate context the recommender's own predictions (``model.recommend.evaluate``,
+For each candidate context the recommender's own predictions (``model.predict.query.evaluate``,
 intervals widened outside the calibrated range and for uncalibrated configurations) give every
 configuration a total time with a 90 % interval, read as a normal distribution. The chance that
 a configuration beats the predicted best is ``P(k < best)``; a point (configuration, context)
@@ -22,8 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from model.costmodel import CostModel
-from model.recommend import CROSSOVER_GRID, candidates, crossovers, evaluate, total_curves
+from model.decision.crossover import CROSSOVER_GRID, crossovers
+from model.fit.costmodel import CostModel
+from model.predict.query import candidates, coverage, evaluate, total_curves
 from model.workload import Workload
 
 Z90 = 1.645
@@ -63,11 +64,11 @@ def candidate_contexts(w: Workload, given: list[int] | None) -> list[int]:
 def plan(model: CostModel, w: Workload, contexts: list[int] | None = None,
          n_points: int = 8, include_uncalibrated: bool = False) -> list[PlanPoint]:
     layout = w.model_shape()
-    configs, _ = candidates(model, w, layout)
+    configs, _ = candidates(w, layout)
     if not include_uncalibrated:
         gpu = w.gpu_spec().name
-        configs = [c for c in configs if model.coverage(c.engine, gpu, w.num_gpus, c.dcp_size,
-                                                        layout.key, {})[0] != "uncalibrated"]
+        configs = [c for c in configs if coverage(model, c.engine, gpu, w.num_gpus, c.dcp_size,
+                                                 layout.key, {})[0] != "uncalibrated"]
     if not configs:
         return []
     cross = [x for x, _, _ in crossovers(CROSSOVER_GRID, total_curves(model, w, layout, configs,

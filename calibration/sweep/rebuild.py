@@ -52,8 +52,8 @@ from calibration.sweep.served_model import (
     config_key,
     resolve_served_model,
 )
-from model.artifact import atomic_write
-from model.dataset import DatasetError, Measurement, header_csv, read_csv, row_csv
+from model.fit.artifact import atomic_write
+from model.fit.dataset import DatasetError, Measurement, header_csv, read_csv, row_csv
 
 
 class RebuildError(CalibrationError, ValueError):

@@ -11,7 +11,7 @@ Durability rules:
 - ``samples.jsonl`` (per-request measurements) is written before the point's dataset row; on
   opening, lines of points without a dataset row are dropped, so a point re-run after a kill
   never appears twice.
-- ``manifest.json`` is replaced atomically (``model.artifact.atomic_write``).
+- ``manifest.json`` is replaced atomically (``model.fit.artifact.atomic_write``).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from calibration.errors import CalibrationError
-from model.artifact import atomic_write
-from model.dataset import DatasetError, Measurement, header_csv, parse_csv, row_csv
+from model.fit.artifact import atomic_write
+from model.fit.dataset import DatasetError, Measurement, header_csv, parse_csv, row_csv
 
 DATASET = "dataset.csv"
 MANIFEST = "manifest.json"

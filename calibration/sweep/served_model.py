@@ -32,7 +32,7 @@ from model.arch import ArchConfigError, from_hf_config, preset, preset_config
 from model.arch.aliases import preset_of_model_id
 from model.arch.architecture import Architecture
 from model.arch.presets import PRESETS
-from model.shape import from_architecture
+from model.physics.shape import from_architecture
 
 KEY_PREFIX = "hf:"
 MODEL_CONFIG = "model-config.json"       # in a run folder

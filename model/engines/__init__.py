@@ -28,3 +28,13 @@ def get(name: str) -> Engine:
 
 def names() -> tuple[str, ...]:
     return tuple(REGISTRY)
+
+
+def effective_share(engine: str, share: float, context_tokens: float) -> float:
+    """The share of a prompt an engine finds in its prefix cache when ``share`` of it could be:
+    whole cache blocks only (vLLM hashes blocks of 16 tokens, SGLang's radix tree is
+    token-granular), so a partial last block is recomputed."""
+    if share <= 0 or context_tokens <= 0:
+        return 0.0
+    block = get(engine).capabilities.prefix_reuse.block_tokens
+    return (share * context_tokens // block) * block / context_tokens

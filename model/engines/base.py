@@ -27,7 +27,7 @@ class Incompatibility(BaseModel):
 
 class EngineCapabilities(BaseModel):
     """What an engine supports, as its documentation lists it; anything absent is unsupported
-    (``model.capabilities`` turns a workload's requirements into exclusions with it)."""
+    (``model.predict.capabilities`` turns a workload's requirements into exclusions with it)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -5,7 +5,7 @@ weight, 1.09 GiB for peak activation, 0.23 GiB for non-torch memory, and 1.2 GiB
 memory" (deepseek-v2-lite; llama-3.1-8b: 1.1 and 0.22 GiB): the KV budget is fraction x memory
 - weights - peak activation - non-torch ("Available KV cache memory: 95.16 GiB" = 0.9 x 139.8 -
 29.34 - 1.09 - 0.23). The CUDA graphs are captured afterwards, outside it (hence OOM near
-0.95). The activation peak is the model's (``model.memory.activation_peak_bytes``); the
+0.95). The activation peak is the model's (``model.physics.memory.activation_peak_bytes``); the
 non-torch memory is the reserve. NCCL buffers at TP > 1 are not counted.
 
 DCP (``--decode-context-parallel-size``): tp % dcp == 0, and on GQA models

@@ -7,8 +7,8 @@
    the least-loaded available upstream)``, floored by the batch the operator expects an engine
    to run.
 2. Costs (``pool_costs``): the proxy's one call into the cost model, the predicted cost of
-   each configured (engine, DCP size) group; it uses ``model.recommend.candidates`` (which
-   configurations the workload allows) and ``model.recommend.evaluate`` (their predictions,
+   each configured (engine, DCP size) group; it uses ``model.predict.query.candidates`` (which
+   configurations the workload allows) and ``model.predict.query.evaluate`` (their predictions,
    one pass), nothing else: not the recommender's ranking text, launch command, memory
    reasons or crossover scan.
 3. Decision (``Decider``): the groups ranked by those costs. That still costs far more than
@@ -30,8 +30,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from model.costmodel import CostModel
-from model.recommend import candidates, evaluate
+from model.fit.costmodel import CostModel
+from model.predict.query import candidates, evaluate
 from model.workload import MAX_BATCH, MAX_CONTEXT, MAX_OUTPUT, Workload
 from service.errors import ApiError
 from service.holder import LoadedModel
@@ -140,7 +140,7 @@ class PoolCost:
     tpot_s: float
     interval_s: tuple[float, float]
     calibrated: bool
-    transferred: bool            # calibrated hardware, another model (model.costmodel.coverage)
+    transferred: bool            # calibrated hardware, another model (model.fit.costmodel.coverage)
     extrapolated: bool
     fits_in_memory: bool
     eligible: bool               # calibrated, or extrapolation allowed by the pools file
@@ -149,7 +149,7 @@ class PoolCost:
 def pool_costs(model: CostModel, workload: Workload) -> dict[Group, PoolCost]:
     """Each allowed (engine, DCP size) of ``workload.engines`` x ``workload.dcp_sizes``."""
     layout = workload.model_shape()
-    configs, _ = candidates(model, workload, layout)
+    configs, _ = candidates(workload, layout)
     out = {}
     for e in evaluate(model, workload, layout, configs):
         p = e.pred

@@ -1,4 +1,4 @@
-"""Observed requests as calibration rows (model/dataset.py's schema), in a bounded ring.
+"""Observed requests as calibration rows (model/fit/dataset.py's schema), in a bounded ring.
 
 One row per successful proxied request: the upstream's engine, DCP size and memory fraction,
 the workload's GPU and KV layout, the prompt and output tokens (the response's usage when it
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import deque
 from typing import NamedTuple
 
-from model.dataset import Measurement, header_csv, row_csv
+from model.fit.dataset import Measurement, header_csv, row_csv
 
 
 class Observation(NamedTuple):

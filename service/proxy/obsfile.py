@@ -1,6 +1,6 @@
 """Observations on disk, so that a crash does not lose what the drift loop and ``fit`` need.
 
-``DATA_DIR/observations.csv`` is ``model/dataset.py``'s CSV (``engine-advisor fit`` reads it
+``DATA_DIR/observations.csv`` is ``model/fit/dataset.py``'s CSV (``engine-advisor fit`` reads it
 as it is), one row per observed request, appended by ``ObservationFile.append``:
 
 - when: the proxy buffers new rows and a background task writes them once a second
@@ -25,7 +25,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from model.dataset import DatasetError, Measurement, header_csv, parse_csv
+from model.fit.dataset import DatasetError, Measurement, header_csv, parse_csv
 
 log = logging.getLogger("engine_advisor.proxy")
 

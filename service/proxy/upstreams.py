@@ -43,7 +43,7 @@ from pydantic import (
 )
 
 from model.errors import validation_message
-from model.gpus import GpuSpec
+from model.hardware.gpus import GpuSpec
 from model.kv import KvDtype
 from model.workload import MAX_CONTEXT, MAX_GPUS, Engine, Workload
 from service.proxy.breaker import CircuitBreaker

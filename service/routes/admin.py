@@ -6,7 +6,7 @@ from pathlib import Path
 
 from fastapi import APIRouter
 
-from model.artifact import ArtifactError
+from model.fit.artifact import ArtifactError
 from service.deps import AdminDep, HolderDep, JsonRoute, MetricsDep, ModelDep, SettingsDep
 from service.errors import ApiError, error_responses
 from service.schemas import ModelInfo, ReloadRequest, ReloadResponse

@@ -5,15 +5,10 @@ from __future__ import annotations
 import numpy as np
 from fastapi import APIRouter
 
-from model.recommend import (
-    candidates,
-    crossovers,
-    does_not_fit,
-    evaluate,
-    excluded_field,
-    total_curves,
-)
-from model.silicon import silicon_for
+from model.decision.choose import does_not_fit
+from model.decision.crossover import crossovers
+from model.hardware.silicon import silicon_for
+from model.predict.query import candidates, evaluate, excluded_field, total_curves
 from service.deps import JsonRoute, ModelDep
 from service.errors import ApiError, error_responses
 from service.schemas import ConfigRef, Crossing, CrossoverRequest, CrossoverResponse, Curve
@@ -40,7 +35,7 @@ async def crossover(body: CrossoverRequest, loaded: ModelDep) -> CrossoverRespon
     lo, hi = body.context_range
     w = body.model_copy(update={"context_tokens": lo})
     layout = w.model_shape()
-    configs, excluded = candidates(model, w, layout)
+    configs, excluded = candidates(w, layout)
     if not configs:
         field = excluded_field(w, excluded)
         raise ApiError(422, f"{field}: no configuration to compare: "

@@ -1,4 +1,4 @@
-"""POST /v1/deploy: the recommendation as deployment files (model/deploy.py), YAML."""
+"""POST /v1/deploy: the recommendation as deployment files (model/presentation/deploy.py), YAML."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
-from model.deploy import DeployError, DeployOptions, default_name, render
+from model.presentation.deploy import DeployError, DeployOptions, default_name, render
 from model.workload import Workload
 from service.deps import JsonRoute, ModelDep
 from service.errors import ApiError, error_responses

@@ -11,7 +11,7 @@ router = APIRouter(prefix="/v1/observations", tags=["proxy"])
 
 
 @router.get("", response_class=Response, responses={
-    200: {"description": "model/dataset.py's CSV, one row per observed request (the most "
+    200: {"description": "model/fit/dataset.py's CSV, one row per observed request (the most "
                          "recent, up to the pools file's observations setting)",
           "content": {"text/csv": {}}}, **error_responses(401, 403)},
     summary="Observed context, output tokens, TTFT and TPOT per engine and upstream, as "

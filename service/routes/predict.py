@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from model.recommend import candidates, evaluate
+from model.predict.query import candidates, evaluate
 from service.deps import JsonRoute, ModelDep
 from service.errors import ApiError, error_responses
 from service.schemas import PredictRequest, PredictResponse, StepSeconds
@@ -17,7 +17,7 @@ router = APIRouter(prefix="/v1/predict", tags=["predict"], route_class=JsonRoute
 async def predict(body: PredictRequest, loaded: ModelDep) -> PredictResponse:
     w = body.workload.model_copy(update={"engines": [body.engine], "dcp_sizes": [body.dcp_size]})
     layout = w.model_shape()
-    configs, excluded = candidates(loaded.model, w, layout)
+    configs, excluded = candidates(w, layout)
     if not configs:
         x = excluded[0]
         raise ApiError(422, f"{body.engine} dcp {body.dcp_size} cannot serve this workload: "

@@ -6,7 +6,8 @@ from fastapi import APIRouter, Request, Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from model.recommend import NoEligibleConfiguration, recommend
+from model.errors import NoEligibleConfiguration
+from model.recommend import recommend
 from model.schemas import Recommendation, to_json
 from model.workload import Workload
 from service.cache import cache_key

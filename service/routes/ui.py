@@ -16,7 +16,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from model.arch import PRESETS
-from model.gpus import BUILTIN_GPUS
+from model.hardware.gpus import BUILTIN_GPUS
 from model.kv import KvDtype
 from model.workload import Requirements
 from service.errors import ApiError

@@ -6,10 +6,11 @@ import itertools
 
 import numpy as np
 
-from model.costmodel import case_features, row_case
-from model.dataset import Measurement
-from model.estimator import PRIOR
-from model.terms import TERMS
+from model.fit.dataset import Measurement
+from model.fit.estimator import PRIOR
+from model.fit.rows import row_case
+from model.physics.features import case_features
+from model.physics.terms import TERMS
 
 KV = 2_000_000   # large KV bytes per token: KV reads dominate already at a few K tokens
 

@@ -10,7 +10,7 @@ import pytest
 from calib_helpers import cli_in_process
 
 from calibration.sweep.importers import BenchFileError, Defaults, import_files
-from model.dataset import read_csv
+from model.fit.dataset import read_csv
 
 DATA = Path(__file__).parent / "data"
 VLLM = DATA / "vllm_bench_8k_c8.json"

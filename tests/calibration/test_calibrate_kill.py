@@ -12,7 +12,7 @@ import pytest
 from calib_helpers import BIN, REPO, cli_in_process
 
 from calibration.sweep.runstore import PointKey
-from model.dataset import read_csv
+from model.fit.dataset import read_csv
 
 CONTEXTS = [1024, 2048, 3072, 4096]
 BATCHES = [1, 2]

@@ -10,10 +10,12 @@ from calib_helpers import cli_in_process
 from calib_synth import KV, rows
 
 from calibration.sweep.plan import plan
-from model.artifact import save
-from model.costmodel import CostModel
-from model.hwprofile import PROFILES_ENV
-from model.recommend import crossover_near
+from model.decision.crossover import crossover_near
+from model.fit.artifact import save
+from model.fit.costmodel import CostModel
+from model.hardware.profiles import PROFILES_ENV
+from model.hardware.silicon import silicon_for
+from model.predict.predictor import predictor_for
 from model.workload import Config, Workload
 
 
@@ -37,7 +39,8 @@ def workload(ctx: int = 8192) -> Workload:
 
 def test_top_suggestions_sit_at_the_crossover(model):
     w = workload()
-    cross = crossover_near(model, w, w.model_shape(), [Config("vllm", 1), Config("sglang", 8)])
+    cross = crossover_near(predictor_for(model), w, w.model_shape(),
+                           [Config("vllm", 1), Config("sglang", 8)], silicon_for(w.gpu_spec()))
     points = plan(model, w, n_points=4)
     top = points[:2]
     assert {(p.engine, p.dcp_size) for p in top} == {("vllm", 1), ("sglang", 8)}

@@ -16,7 +16,7 @@ import pytest
 from calib_helpers import BIN, REPO, cli_in_process
 
 from calibration.sweep.rebuild import RebuildError, RebuildInputs, plan
-from model.dataset import COLUMNS, read_csv
+from model.fit.dataset import COLUMNS, read_csv
 
 OLD_COLUMNS = COLUMNS[:COLUMNS.index("decode_step_s")]   # before decode_step_s & co. existed
 REAL = REPO / "bench" / "data" / "h200-real"

@@ -10,9 +10,10 @@ import pytest
 from calib_helpers import cli_in_process
 from calib_synth import KV, rows
 
-from model.costmodel import CostModel
-from model.dataset import write_csv
-from model.recommend import crossovers, total_curves
+from model.decision.crossover import crossovers
+from model.fit.costmodel import CostModel
+from model.fit.dataset import write_csv
+from model.predict.query import total_curves
 from model.workload import Config, Workload
 
 

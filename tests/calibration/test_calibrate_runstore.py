@@ -7,7 +7,7 @@ import json
 import pytest
 
 from calibration.sweep.runstore import PointKey, RunStore, RunStoreError
-from model.dataset import Measurement, read_csv
+from model.fit.dataset import Measurement, read_csv
 
 PARAMS = {"engine": "vllm", "contexts": [1024, 2048], "batch_sizes": [1]}
 

@@ -18,7 +18,7 @@ from calibration.sweep.served_model import MODEL_CONFIG, resolve_row_config
 from calibration.sweep.streams import Stream, stream_times
 from calibration.sweep.warmup import OUTPUT_TOKENS, SHORT_PROMPT_TOKENS
 from model.arch.presets import preset_config
-from model.dataset import read_csv
+from model.fit.dataset import read_csv
 
 VLLM_METRICS = ('vllm:cache_config_info{block_size="16",enable_prefix_caching="True",'
                 'gpu_memory_utilization="0.9",kv_cache_size_tokens="123456",'

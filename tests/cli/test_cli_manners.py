@@ -15,8 +15,8 @@ from proc import Proc
 from cli.catalogue import gpu_table, preset_table
 from cli.main import build_parser, main
 from model.arch import PRESETS
-from model.default import default_model
-from model.gpus import BUILTIN_GPUS, GpuSpec
+from model.fit.default import default_model
+from model.hardware.gpus import BUILTIN_GPUS, GpuSpec
 from model.recommend import recommend
 from model.workload import Workload
 from sim.config import SimConfig

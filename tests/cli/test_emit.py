@@ -14,8 +14,8 @@ import seedload
 import yaml
 
 from cli.main import main
-from model.default import default_model
-from model.deploy import DeployError, DeployOptions, compose, kubernetes
+from model.fit.default import default_model
+from model.presentation.deploy import DeployError, DeployOptions, compose, kubernetes
 from model.recommend import recommend
 from model.workload import Workload
 

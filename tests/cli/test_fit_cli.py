@@ -3,8 +3,8 @@ import json
 import seedload
 
 from cli.main import main
-from model.artifact import arrays_path, load
-from model.default import REFERENCE_CSV
+from model.fit.artifact import arrays_path, load
+from model.fit.default import REFERENCE_CSV
 
 
 def test_fit_writes_a_loadable_artifact_and_prints_quality(tmp_path, capsys):

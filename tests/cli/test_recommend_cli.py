@@ -7,7 +7,7 @@ import pytest
 import seedload
 
 from cli.main import main
-from model.default import default_model
+from model.fit.default import default_model
 from model.recommend import recommend
 
 # the published benchmark under the reference data's assumptions (model/data/b300_reference.csv)

@@ -41,7 +41,7 @@ from proc import Proc, start_all
 
 from calibration.sweep.honesty import overhead_warnings, resolution_of
 from calibration.sweep.importers import Defaults, import_files
-from model.dataset import read_csv
+from model.fit.dataset import read_csv
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(600)]
 

@@ -126,7 +126,7 @@ def _first_difference(doc: str, want: str) -> str:
 def consistency(argv: list[str]) -> list[str]:
     """A command that names a preset model and its KV bytes must quote that preset's."""
     from model.arch import PRESETS
-    from model.workload import preset_shape
+    from model.physics.shape import preset_shape
 
     def value(flag: str) -> str | None:
         for k, t in enumerate(argv):

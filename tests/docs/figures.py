@@ -43,7 +43,7 @@ def _billions(x: float) -> str:
 @cache
 def _rec(preset: str, context: int, output: int, batch: int, gpu: str = "B300",
          num_gpus: int = 8):
-    from model.default import default_model
+    from model.fit.default import default_model
     from model.recommend import recommend
     from model.workload import Workload
 
@@ -71,7 +71,7 @@ def _rival(rec):
 @figure("validation.real")
 def validation_real(ctx) -> str:
     """The held-out tables of the real H200 runs (model.validation)."""
-    from model.default import default_model, real_rows
+    from model.fit.default import default_model, real_rows
     from model.validation import markdown, summary
 
     return markdown(summary(default_model(), real_rows()))
@@ -79,8 +79,8 @@ def validation_real(ctx) -> str:
 
 @figure("costmodel.seed")
 def seed_table(ctx) -> str:
-    """The assumptions consistent with the published B300 times (model.seedcheck)."""
-    from model.seedcheck import choose, scan
+    """The assumptions consistent with the published B300 times (model.fit.seedcheck)."""
+    from model.fit.seedcheck import choose, scan
 
     verdicts = scan()
     best = choose(verdicts)
@@ -134,8 +134,9 @@ def proxy_crossover(ctx) -> str:
 @figure("cost.nofit.dsv3")
 def nofit_dsv3(ctx) -> str:
     """The quoted parts of the refusal for DeepSeek-V3 on 8 x H100."""
-    from model.default import default_model
-    from model.recommend import NoEligibleConfiguration, recommend
+    from model.errors import NoEligibleConfiguration
+    from model.fit.default import default_model
+    from model.recommend import recommend
     from model.workload import Workload
 
     m = default_model()
@@ -184,7 +185,7 @@ def presets_table(ctx) -> str:
 
 @figure("arch.gpus")
 def gpu_table(ctx) -> str:
-    from model.gpus import BUILTIN_GPUS
+    from model.hardware.gpus import BUILTIN_GPUS
 
     def tf(x):
         return _g(x / 1e12) if x else "–"
@@ -224,9 +225,9 @@ for _name, _fn in (
 # ---------------------------------------------------------------- silicon-profiles.md
 @figure("silicon.sources")
 def silicon_sources(ctx) -> str:
-    """Where each built-in GPU's physics comes from (``model.silicon.silicon_for``)."""
-    from model.gpus import BUILTIN_GPUS
-    from model.silicon import silicon_for
+    """Where each built-in GPU's physics comes from (``model.hardware.silicon.silicon_for``)."""
+    from model.hardware.gpus import BUILTIN_GPUS
+    from model.hardware.silicon import silicon_for
 
     parts = ("kv_read", "gemm", "attn_flops", "collectives", "dcp_collectives")
     out = ["| GPU | KV read | GEMM | prefill attention | collectives | DCP collectives |",

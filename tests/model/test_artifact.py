@@ -8,13 +8,14 @@ import zipfile
 import numpy as np
 import pytest
 
-from model import artifact
-from model.artifact import SCHEMA_VERSION, ArtifactError, arrays_path, load, save
-from model.costmodel import CostModel
-from model.default import default_model
-from model.legacy import read_trusted_joblib
-from model.predictor import predictor_for
-from model.recommend import build_case, recommend
+from model.fit import artifact
+from model.fit.artifact import SCHEMA_VERSION, ArtifactError, arrays_path, load, save
+from model.fit.costmodel import CostModel
+from model.fit.default import default_model
+from model.fit.legacy import read_trusted_joblib
+from model.predict.predictor import predictor_for
+from model.predict.query import build_case
+from model.recommend import recommend
 from model.workload import Workload
 
 W = Workload(context_tokens=131072, output_tokens=2048, batch_size=64, kv_bytes_per_token=70272)
@@ -35,8 +36,8 @@ def test_fit_save_load_gives_identical_predictions(tmp_path):
     a, b = recommend(m, W, "v"), recommend(loaded, W, "v")
     assert a.model_dump() == b.model_dump()
     layout = W.model_shape()
-    from model.recommend import candidates
-    cfgs, _ = candidates(m, W, layout)
+    from model.predict.query import candidates
+    cfgs, _ = candidates(W, layout)
     pa = predictor_for(m).predict(build_case(m, W, layout, cfgs))
     pb = predictor_for(loaded).predict(build_case(loaded, W, layout, cfgs))
     np.testing.assert_array_equal(pa.total, pb.total)

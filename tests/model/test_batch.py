@@ -2,9 +2,9 @@
 
 import numpy as np
 
-from model.batch import predict_grid
-from model.default import default_model
-from model.recommend import evaluate
+from model.fit.default import default_model
+from model.predict.batch import predict_grid
+from model.predict.query import evaluate
 from model.workload import Config, Workload
 
 

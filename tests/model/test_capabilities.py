@@ -6,10 +6,14 @@ import numpy as np
 import pytest
 
 from model import engines
-from model.capabilities import effective_share, engine_exclusion, exclusions, load_capabilities
-from model.default import default_model
-from model.recommend import NoEligibleConfiguration, recommend
-from model.shape import bare
+from model.engines import effective_share
+from model.errors import NoEligibleConfiguration
+from model.fit.default import default_model
+from model.hardware.silicon import silicon_for
+from model.physics.shape import bare
+from model.predict.capabilities import engine_exclusion, exclusions, load_capabilities
+from model.predict.predictor import predictor_for
+from model.recommend import recommend
 from model.workload import Requirements, Workload
 
 MLA = bare(70272, attention="mla")
@@ -127,7 +131,8 @@ def test_prefix_reuse_also_moves_the_crossover_curves():
     kimi = {**SEED, "kv_bytes_per_token": None, "preset": "kimi-k3"}
     kimi = {k: v for k, v in kimi.items() if v is not None}
     w = Workload.model_validate({**kimi, "requirements": {"prefix_reuse_share": 0.9}})
-    from model.recommend import CROSSOVER_GRID, crossover_near, total_curves
+    from model.decision.crossover import CROSSOVER_GRID, crossover_near
+    from model.predict.query import total_curves
     from model.workload import Config
     cfgs = [Config("vllm", 1), Config("sglang", 8)]
     curves = total_curves(m, w, w.model_shape(), cfgs, CROSSOVER_GRID)
@@ -137,4 +142,5 @@ def test_prefix_reuse_also_moves_the_crossover_curves():
     assert both.sum() > 100 and (curves[both] < before[both]).all()
     assert np.isfinite(curves).sum() >= np.isfinite(before).sum()   # sharing frees KV
     rec = recommend(m, w, m.version)
-    assert rec.crossover_context_tokens == crossover_near(m, w, w.model_shape(), cfgs)
+    assert rec.crossover_context_tokens == crossover_near(predictor_for(m), w, w.model_shape(),
+                                                         cfgs, silicon_for(w.gpu_spec()))

@@ -1,6 +1,6 @@
 import pytest
 
-from model.dataset import (
+from model.fit.dataset import (
     COLUMNS,
     DatasetError,
     Measurement,
@@ -9,7 +9,7 @@ from model.dataset import (
     read_csv,
     write_csv,
 )
-from model.default import REFERENCE_CSV
+from model.fit.default import REFERENCE_CSV
 
 ROW = Measurement(engine="vllm", gpu="b300", num_gpus=8, dcp_size=1, mem_fraction=0.92,
                   context_tokens=65536, output_tokens=2048, batch_size=64,
@@ -19,7 +19,7 @@ ROW = Measurement(engine="vllm", gpu="b300", num_gpus=8, dcp_size=1, mem_fractio
 def test_reference_data_states_its_assumptions_and_parses():
     text = REFERENCE_CSV.read_text()
     for fact in ("65,536", "204,800", "27,648", "8 distinct prompts x 4,096 output tokens",
-                 "model.seedcheck", "roofline", "tensor parallel 8", "0.95", "0.92",
+                 "model.fit.seedcheck", "roofline", "tensor parallel 8", "0.95", "0.92",
                  "Kimi-K3"):
         assert fact in text
     rows = read_csv(REFERENCE_CSV)

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from model import engines
-from model.default import default_model
 from model.engines import vllm
 from model.engines.base import Engine
-from model.recommend import launch_command, recommend
+from model.fit.default import default_model
+from model.presentation.launch import launch_command
+from model.recommend import recommend
 from model.workload import Workload
 from sim import engines as sim_engines
 

@@ -10,13 +10,15 @@ import sys
 import numpy as np
 import pytest
 
-from model.costmodel import Case, case_features
-from model.default import default_model
-from model.recommend import NoEligibleConfiguration, evaluate, recommend
+from model.errors import NoEligibleConfiguration
+from model.fit.default import default_model
+from model.hardware.silicon import silicon_for
+from model.physics.features import Case, case_features
+from model.physics.shape import bare, preset_shape
+from model.predict.query import evaluate
+from model.recommend import recommend
 from model.schemas import ConfigPrediction, Exclusion, Recommendation, construct, to_json
-from model.shape import bare
-from model.silicon import silicon_for
-from model.workload import Config, Workload, preset_shape
+from model.workload import Config, Workload
 
 SHAPES = {"kimi-k3": lambda: preset_shape("kimi-k3", "bf16"),
           "llama-70b-fp8": lambda: preset_shape("llama-3.1-70b", "fp8"),

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from model import engines
-from model.costmodel import UNCALIBRATED_REL_SIGMA
-from model.default import default_model
-from model.memory import instance_kv_capacity
-from model.recommend import NoEligibleConfiguration, recommend
+from model.errors import NoEligibleConfiguration
+from model.fit.costmodel import UNCALIBRATED_REL_SIGMA
+from model.fit.default import default_model
+from model.physics.memory import instance_kv_capacity
+from model.recommend import recommend
 from model.workload import Workload
 
 QWEN = json.loads((Path(__file__).parents[1] / "data" / "qwen2.5-72b-config.json").read_text())

@@ -7,9 +7,9 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from model.default import default_model
+from model.fit.default import default_model
 from model.plan import PlanRequest, plan
-from model.recommend import evaluate
+from model.predict.query import evaluate
 from model.workload import Config
 
 BASE = {"kv_bytes_per_token": 70272, "gpu": "B300", "gpus_per_node": 8}

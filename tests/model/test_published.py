@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from model.default import default_model
+from model.fit.default import default_model
 from model.recommend import recommend
 from model.workload import Workload
 

@@ -3,7 +3,7 @@ with (model/data/h200_real.csv): every figure held out (model.validation)."""
 
 import pytest
 
-from model.default import default_model, real_rows
+from model.fit.default import default_model, real_rows
 from model.validation import summary
 
 

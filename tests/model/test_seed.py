@@ -1,14 +1,14 @@
-"""The seed's workload is the rule's choice (model.seedcheck), and the seed's own question has
+"""The seed's workload is the rule's choice (model.fit.seedcheck), and the seed's own question has
 the same answer under every assumption consistent with the published times."""
 
 import pytest
 import seedload
 
-from model.costmodel import CostModel
-from model.dataset import read_csv
-from model.default import REFERENCE_CSV, real_rows
+from model.fit.costmodel import CostModel
+from model.fit.dataset import read_csv
+from model.fit.default import REFERENCE_CSV, real_rows
+from model.fit.seedcheck import Assumption, choose, scan, with_assumption
 from model.recommend import recommend
-from model.seedcheck import Assumption, choose, scan, with_assumption
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def test_the_seed_question_has_one_answer_under_every_consistent_assumption(verd
 
 
 def test_an_inconsistent_assumption_is_named_so():
-    from model.seedcheck import judge
+    from model.fit.seedcheck import judge
 
     v = judge(Assumption(512, 8192, "distinct"))      # the prefill alone beats the times
     assert not v.consistent

@@ -1,4 +1,5 @@
-"""GPU physics (model.silicon): measured profiles per quantity, the spec-sheet fallback, and
+"""GPU physics (model.hardware.silicon): measured profiles per quantity, the spec-sheet fallback,
+and
 what predictions say about where their physics came from."""
 
 from __future__ import annotations
@@ -12,17 +13,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from model.default import default_model
-from model.gpus import builtin_gpu
-from model.hwprofile import (
+from model.fit.default import default_model
+from model.hardware.gpus import builtin_gpu
+from model.hardware.profiles import (
     DEFAULT_PROFILES_DIR,
     PROFILES_ENV,
     clear_profile_cache,
     eval_read_curve,
     fit_read_curve,
 )
-from model.recommend import evaluate, recommend
-from model.silicon import SPEC_EFFICIENCY, Silicon, roofline_silicon, silicon_for
+from model.hardware.silicon import SPEC_EFFICIENCY, Silicon, roofline_silicon, silicon_for
+from model.predict.query import evaluate
+from model.recommend import recommend
 from model.workload import Config, Workload
 
 H200 = builtin_gpu("H200")
@@ -153,6 +155,6 @@ def test_imported_profiles_cover_the_nvidia_catalogue():
         assert si.sources["gemm"] == f"profile:{name.lower()}.json"
         assert si.sources["collectives"] == f"profile:{name.lower()}.json"
         assert 0.3 < si.asymptotic_read_Bps("mla", "bf16") / si.gpu.hbm_bandwidth < 1.0
-    from model.gpus import GpuSpec
+    from model.hardware.gpus import GpuSpec
     other = silicon_for(GpuSpec(name="X100", memory_bytes=96e9, hbm_bandwidth=4e12))
     assert other.read_source("mla", "bf16") == "spec" and other.sources["gemm"] == "spec"

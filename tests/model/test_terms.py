@@ -1,24 +1,18 @@
-"""Each physical term of model.terms in seconds, against hand-computed values."""
+"""Each physical term of model.physics.terms in seconds, against hand-computed values."""
 
 import dataclasses
 
 import numpy as np
 import pytest
 
-from model.costmodel import Case, case_features
 from model.engines import get as engine
 from model.formulas import CHUNK_TOKENS, sequences_at_once
-from model.gpus import GpuSpec
-from model.memory import kv_capacity_tokens
-from model.shape import bare
-from model.silicon import SPEC_EFFICIENCY, Silicon
-from model.terms import (
-    DECODE_TERMS,
-    PREFILL_TERMS,
-    Hardware,
-    decode_terms,
-    prefill_terms,
-)
+from model.hardware.gpus import GpuSpec
+from model.hardware.silicon import SPEC_EFFICIENCY, Silicon
+from model.physics.features import Case, case_features
+from model.physics.memory import kv_capacity_tokens
+from model.physics.shape import bare
+from model.physics.terms import DECODE_TERMS, PREFILL_TERMS, Hardware, decode_terms, prefill_terms
 
 GPU = GpuSpec(name="TESTGPU", memory_bytes=100e9, hbm_bandwidth=4e12, nvlink_bandwidth=800e9,
               flops_bf16=1e15, flops_fp8=2e15)

@@ -3,7 +3,7 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from model.gpus import GpuSpec
+from model.hardware.gpus import GpuSpec
 from model.workload import Workload
 
 BASE = {"context_tokens": 65536, "output_tokens": 2048, "batch_size": 64,

@@ -24,8 +24,8 @@ from proc import wait_for
 from rel_helpers import AUTH, TOKEN, Proc, serve_proc, start_all
 from svc_helpers import fit_artifact
 
-from model.artifact import arrays_path, content_sha256
-from model.dataset import parse_csv
+from model.fit.artifact import arrays_path, content_sha256
+from model.fit.dataset import parse_csv
 from service.proxy.obsfile import FILE, ROW_BYTES
 
 pytestmark = pytest.mark.timeout(240)

@@ -11,10 +11,10 @@ import seedload
 from fastapi.testclient import TestClient
 from proc import Proc
 
-from model.artifact import save
-from model.costmodel import CostModel
-from model.dataset import read_csv
-from model.default import REFERENCE_CSV
+from model.fit.artifact import save
+from model.fit.costmodel import CostModel
+from model.fit.dataset import read_csv
+from model.fit.default import REFERENCE_CSV
 from service.main import create_app
 from service.settings import Settings
 

@@ -6,8 +6,8 @@ import pytest
 import yaml
 from svc_helpers import SEED, assert_error
 
-from model.default import default_model
-from model.deploy import DeployOptions, render
+from model.fit.default import default_model
+from model.presentation.deploy import DeployOptions, render
 from model.recommend import recommend
 from model.workload import Workload
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from svc_helpers import assert_error
 
-from model.default import default_model
+from model.fit.default import default_model
 from model.plan import PlanRequest, plan
 
 BODY = {"classes": [{"name": "chat", "context_tokens": 65_536, "output_tokens": 2048,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from svc_helpers import SEED, assert_error
 
-from model.default import default_model
-from model.recommend import evaluate
+from model.fit.default import default_model
+from model.predict.query import evaluate
 from model.workload import Config, Workload
 
 NO_CTX = {k: v for k, v in SEED.items() if k != "context_tokens"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from svc_helpers import SEED, assert_error, make_client
 
-from model.default import default_model
+from model.fit.default import default_model
 from model.recommend import recommend
 from model.workload import Workload
 

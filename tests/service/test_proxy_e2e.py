@@ -19,8 +19,8 @@ import pytest
 import yaml
 from proc import Proc, start_all, wait_for
 
-from model.dataset import parse_csv
-from model.default import default_model
+from model.fit.dataset import parse_csv
+from model.fit.default import default_model
 from model.recommend import recommend
 from model.workload import Workload
 

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from proc import wait_for
 from svc_helpers import assert_error
 
-from model.default import default_model
+from model.fit.default import default_model
 from service.errors import ApiError
 from service.holder import LoadedModel
 from service.main import create_app

@@ -9,9 +9,9 @@ import openai
 import pytest
 from simproc import SimProcess
 
-from model.gpus import builtin_gpu
-from model.memory import instance_kv_capacity
-from model.shape import bare
+from model.hardware.gpus import builtin_gpu
+from model.physics.memory import instance_kv_capacity
+from model.physics.shape import bare
 from sim import tokenizer
 
 

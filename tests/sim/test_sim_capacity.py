@@ -1,5 +1,5 @@
 """One capacity: the simulator's KV capacity is the recommender's
-(``model.memory.instance_kv_capacity``), linear-attention state pool included, for presets,
+(``model.physics.memory.instance_kv_capacity``), linear-attention state pool included, for presets,
 engines, DCP sizes, GPUs and batches."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import httpx
 import pytest
 from simproc import SimProcess
 
-from model.default import default_model
-from model.recommend import candidates, evaluate
+from model.fit.default import default_model
+from model.predict.query import candidates, evaluate
 from model.workload import Workload
 from sim.config import SimConfig
 
@@ -31,7 +31,7 @@ def recommender_capacities(preset: str, gpu: str, num_gpus: int, batch: int):
     w = Workload(context_tokens=8192, output_tokens=256, batch_size=batch, preset=preset,
                  gpu=gpu, num_gpus=num_gpus)
     shape = w.model_shape()
-    configs, _ = candidates(model, w, shape)
+    configs, _ = candidates(w, shape)
     return [(e.config.engine, e.config.dcp_size, e.pred.mem_fraction, e.pred.kv_capacity_tokens)
             for e in evaluate(model, w, shape, configs)]
 

@@ -10,7 +10,7 @@ from simproc import SimProcess
 
 from calibration.sweep.honesty import overhead_warnings, resolution_of
 from cli.main import main
-from model.dataset import Measurement
+from model.fit.dataset import Measurement
 
 
 def _row(**kw) -> Measurement:

@@ -12,11 +12,10 @@ import httpx
 import pytest
 from simproc import SimProcess, make_artifact
 
-from model.artifact import load
-from model.default import default_model
-from model.gpus import builtin_gpu
-from model.shape import bare
-from model.workload import preset_shape
+from model.fit.artifact import load
+from model.fit.default import default_model
+from model.hardware.gpus import builtin_gpu
+from model.physics.shape import bare, preset_shape
 from sim.timing import StepTimer
 
 SCALE = 1.5

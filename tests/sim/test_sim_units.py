@@ -6,10 +6,9 @@ import asyncio
 
 import pytest
 
-from model.default import default_model
-from model.gpus import builtin_gpu
-from model.shape import bare
-from model.workload import preset_shape
+from model.fit.default import default_model
+from model.hardware.gpus import builtin_gpu
+from model.physics.shape import bare, preset_shape
 from sim import tokenizer
 from sim.engine import EngineCore
 from sim.textgen import WORDS, plan_output

@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from model.arch import PRESETS
-from model.gpus import BUILTIN_GPUS
+from model.hardware.gpus import BUILTIN_GPUS
 from service.main import create_app
 from service.routes.ui import STATIC, UI_DIR
 from service.settings import Settings

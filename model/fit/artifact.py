@@ -3,7 +3,8 @@ run code.
 
 ``NAME.json`` holds the metadata (schema version, versions, sha256s, a readable summary: fit
 metrics, calibrated ranges, coefficients per term) and, under ``model``, the fitted model's
-state (``model.codec``): every ``CostModel`` field, and per engine the estimator's parameters and
+state (``model.fit.codec``): every ``CostModel`` field, and per engine the estimator's parameters
+and
 fitted attributes. ``NAME.npz`` beside it holds the arrays, read with ``allow_pickle=False``.
 
 - ``arrays_sha256`` pins the ``.npz``'s bytes; ``artifact_sha256`` (whose first 12 digits are
@@ -14,7 +15,7 @@ fitted attributes. ``NAME.npz`` beside it holds the arrays, read with ``allow_pi
   killed between the two renames leaves the old arrays with a document that still vouches for
   them, and ``load`` loads the old model; never neither.
 - joblib (pickle) artifacts of schema 2 are refused; ``engine-advisor model convert`` turns
-  one the user trusts into this format (``model.legacy``).
+  one the user trusts into this format (``model.fit.legacy``).
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ from typing import Any
 import numpy as np
 import sklearn
 
-from model.codec import CodecError, decode_model, encode_model
-from model.costmodel import CostModel
+from model.fit.codec import CodecError, decode_model, encode_model
+from model.fit.costmodel import CostModel
 
 SCHEMA_VERSION = 3   # 3: JSON + .npz (2: joblib, refused; 1: refused)
 FORMAT = "engine-advisor cost model"
@@ -197,7 +198,7 @@ def _parse(raw: bytes) -> Any:
 def load(path: str | Path) -> tuple[CostModel, dict[str, Any]]:
     """Load an artifact after checking its schema version and sha256s; returns the model and
     its metadata. Nothing in the files can run code: the document is JSON, the arrays are
-    read with ``allow_pickle=False`` and only ``model.codec``'s classes are built."""
+    read with ``allow_pickle=False`` and only ``model.fit.codec``'s classes are built."""
     p = Path(path)
     if p.suffix == ".joblib" or p.name.endswith(".joblib.json"):
         old = p if p.suffix == ".joblib" else p.with_suffix("")

@@ -1,9 +1,9 @@
 """Physical terms of prefill and decode, in seconds on one GPU of a tensor-parallel group.
 
 Every term is a named feature: the time one part of the work takes on the silicon at its
-achievable rate (``model.silicon``), or a count (layers, sequences, forward passes) for the
+achievable rate (``model.hardware.silicon``), or a count (layers, sequences, forward passes) for the
 engines' fixed costs. An engine's time is ``sum(coef[t] * feature[t])`` with non-negative
-coefficients fitted per engine (``model.estimator``): physics terms start at coefficient 1
+coefficients fitted per engine (``model.fit.estimator``): physics terms start at coefficient 1
 (the silicon's achievable rate), count terms at a prior cost per unit.
 
 Decode step of ``B`` sequences at context ``c`` on ``tp`` GPUs with DCP ``d``:
@@ -29,7 +29,7 @@ Prefill of ``B`` prompts of ``L`` tokens, a share ``s`` of each found in the pre
 - ``pf_batch`` (count: 1 per prefilled batch: scheduling, tokenisation, first sampling).
 
 The formulas are compiled by numba (``model.formulas``: ``decode_into``, ``prefill_into`` and
-the rows of ``model.costmodel.case_features`` that call them): one recommendation evaluates
+the rows of ``model.physics.features.case_features`` that call them): one recommendation evaluates
 its rows in microseconds and a grid of 80,000 rows in milliseconds, with no second
 implementation.
 ``Physics`` packs one model's constants on one GPU and TP size into the arrays they read.
@@ -78,9 +78,9 @@ from model.formulas import (
     decode_into,
     prefill_into,
 )
-from model.memory import activation_peak_bytes
-from model.shape import ModelShape
-from model.silicon import Silicon
+from model.hardware.silicon import Silicon
+from model.physics.memory import activation_peak_bytes
+from model.physics.shape import ModelShape
 
 TERMS = PREFILL_TERMS + DECODE_TERMS
 PHYSICS_TERMS = ("pf_gemm", "pf_moe", "pf_attn", "pf_comm", "gemm", "moe", "kv_read", "mla_read",
@@ -102,8 +102,8 @@ class Physics:
     (``physics_for``) and packed for the compiled formulas:
 
     - ``K``: the scalars, a tuple (positions ``W_DENSE`` ... ``READ_BPS``);
-    - ``curve``: the silicon's per-call KV read curve (``model.hwprofile.ReadCurve.table``);
-    - ``collectives(d)``: rows of ``model.silicon.Collective.params``: row 0 the TP
+    - ``curve``: the silicon's per-call KV read curve (``model.hardware.profiles.ReadCurve.table``);
+    - ``collectives(d)``: rows of ``model.hardware.silicon.Collective.params``: row 0 the TP
       all-reduce, row ``k`` the all-gather over ``k`` DCP ranks.
     """
 
@@ -113,6 +113,8 @@ class Physics:
         self.family = "gqa" if shape.attention in ("gqa", "mha") else "mla"
         read = si.read_curve(self.family, shape.kv_dtype)
         self.curve = read.table
+        # where the read curve came from: a measured table's name, or "spec"
+        self.read_source = si.read_source(self.family, shape.kv_dtype)
         heads = max(shape.q_heads, 1) / t        # per rank, times dcp after the gather
         K = np.zeros(N_CONSTANTS)
         # gemm: the dense weights or their FLOPs; moe: E (1 - q^B) routed experts per MoE
@@ -142,7 +144,7 @@ class Physics:
         K[WEIGHTS_PASS] = K[W_DENSE]      # a prefill pass reads the dense weights once
         K[ATTN_PF] = shape.attn_prefill_coef / (t * si.attn_flops)
         K[ATTN_PF_LINEAR] = shape.attn_prefill_linear / (t * si.attn_flops)
-        # capacity (model.memory.kv_capacity)
+        # capacity (model.physics.memory.kv_capacity)
         K[MEMORY] = si.gpu.memory_bytes
         K[WEIGHT_BYTES] = shape.weight_bytes
         K[TP] = t
@@ -151,21 +153,23 @@ class Physics:
         K[READ_T0], K[READ_ASYM], K[READ_BPS] = read.t0, read.asym, read.bps
         K[ACT_PEAK] = activation_peak_bytes(shape.summary, tp)
         self.K = tuple(K.tolist())    # a tuple: the compiled code reads it without reference counts
-        self._coll = np.array([si.collective("all_reduce", t).params])
+        # the collective table: row 0 the TP all-reduce, row k the all-gather over k DCP ranks
+        # (``collectives`` grows it; ``len(coll) - 1`` is the largest DCP size it covers)
+        self.coll = np.array([si.collective("all_reduce", t).params])
 
     def collectives(self, max_dcp: float) -> np.ndarray:
         """The collective table covering DCP sizes up to ``max_dcp`` (grown on demand)."""
-        have = len(self._coll) - 1
+        have = len(self.coll) - 1
         if max_dcp > have:
             rows = [self.silicon.collective("all_gather", float(k)).params
                     for k in range(have + 1, int(max_dcp) + 1)]
-            self._coll = np.concatenate([self._coll, np.array(rows)])
-        return self._coll
+            self.coll = np.concatenate([self.coll, np.array(rows)])
+        return self.coll
 
     def decode(self, b: float, c: float, d: float) -> tuple[float, ...]:
         """The ``DECODE_TERMS`` of one step of ``b`` sequences at context ``c``, DCP ``d``."""
         out = np.empty((1, N_DECODE))
-        gemm, moe, tp_comm = batch_terms(self.K, self._coll, float(b))
+        gemm, moe, tp_comm = batch_terms(self.K, self.coll, float(b))
         decode_into(self.K, self.collectives(d), self.curve, float(b), float(c), float(d),
                     gemm, moe, tp_comm, out, 0, 0)
         return tuple(out[0].tolist())
@@ -175,7 +179,7 @@ class Physics:
         """The ``PREFILL_TERMS`` of prefilling ``b`` prompts of ``L`` tokens, a share ``s``
         of each cached (``prefill_into``)."""
         out = np.empty((1, N_PREFILL))
-        prefill_into(self.K, self._coll, float(b), float(L), float(s), bool(warm), out, 0, 0)
+        prefill_into(self.K, self.coll, float(b), float(L), float(s), bool(warm), out, 0, 0)
         return tuple(out[0].tolist())
 
 

@@ -19,7 +19,7 @@ from model import engines
 from model.formulas import DEFAULT_MAX_RUNNING, kv_capacity
 
 if TYPE_CHECKING:
-    from model.shape import ModelShape
+    from model.physics.shape import ModelShape
 
 DEFAULT_FRACTION = 0.90          # used when calibration says nothing about this engine and GPU
 OOM_THRESHOLD = 0.95             # published: 0.95 gave OOM retries on B300 for both engines
@@ -89,7 +89,8 @@ def kv_capacity_tokens(engine: str, fraction: float, gpu_memory: float, weight_b
 
 def state_pool_bytes(shape: ModelShape, tp: int, max_running: int) -> float:
     """Bytes per GPU of the linear-attention state an engine preallocates for
-    ``max_running`` sequences (``model.terms.Physics`` packs the same per-sequence share)."""
+    ``max_running`` sequences (``model.physics.terms.Physics`` packs the same per-sequence
+    share)."""
     return shape.state_bytes_per_seq / float(tp) * float(max_running)
 
 
@@ -104,9 +105,3 @@ def instance_kv_capacity(engine: str, fraction: float, gpu_memory: float, shape:
                               shape.kv_gpu_token_bytes(tp), dcp,
                               state_pool_bytes(shape, tp, max_running),
                               activation_peak_bytes(shape.summary, tp))
-
-
-def kv_demand_tokens(batch, context, output, share=0.0):
-    """KV tokens a whole batch holds when all of it runs at once (shared prefix once)."""
-    shared = share * context
-    return shared + batch * (context - shared + output)

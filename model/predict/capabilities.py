@@ -2,7 +2,6 @@
 documentation) and the names a requirement may use for it (model/data/capabilities.json).
 
 ``exclusions`` turns a workload's ``Requirements`` into a reason per engine that cannot serve it;
-``prefill_factors`` gives the prefill multiplier of a prefix-reuse share per engine.
 """
 
 from __future__ import annotations
@@ -14,10 +13,10 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from model import engines
-from model.shape import ModelShape
+from model.physics.shape import ModelShape
 from model.workload import Requirements
 
-CAPABILITIES_JSON = Path(__file__).parent / "data" / "capabilities.json"
+CAPABILITIES_JSON = Path(__file__).parents[1] / "data" / "capabilities.json"
 
 
 class Capabilities(BaseModel):
@@ -91,13 +90,3 @@ def exclusions(req: Requirements | None, layout: ModelShape) -> dict[str, str]:
         if reason:
             out[engine] = reason
     return out
-
-
-def effective_share(engine: str, share: float, context_tokens: float) -> float:
-    """The share of a prompt an engine finds in its prefix cache when ``share`` of it could be:
-    whole cache blocks only (vLLM hashes blocks of 16 tokens, SGLang's radix tree is
-    token-granular), so a partial last block is recomputed."""
-    if share <= 0 or context_tokens <= 0:
-        return 0.0
-    block = engines.get(engine).capabilities.prefix_reuse.block_tokens
-    return (share * context_tokens // block) * block / context_tokens

@@ -7,10 +7,11 @@ from operator import attrgetter
 
 import numpy as np
 
-from model.capabilities import effective_share
-from model.costmodel import Case, CostModel, Prediction
-from model.predictor import predictor_for
-from model.silicon import silicon_for
+from model.engines import effective_share
+from model.fit.costmodel import CostModel, Prediction
+from model.hardware.silicon import silicon_for
+from model.physics.features import Case
+from model.predict.predictor import predictor_for
 from model.workload import Config, Workload
 
 FIELDS = ("total", "total_lo", "total_hi", "prefill", "prefill_all", "tpot", "running",

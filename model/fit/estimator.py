@@ -1,7 +1,8 @@
 """One engine's efficiencies on one level of the pooling: a scikit-learn regressor with
 non-negative coefficients that moves only the terms the data can support.
 
-Each row of ``X`` is one measured time broken into the physical terms of ``model.terms.TERMS``
+Each row of ``X`` is one measured time broken into the physical terms of
+``model.physics.terms.TERMS``
 (columns in that order): seconds at the silicon's achievable rates for the physics terms, counts
 for the fixed-cost terms. The prediction is ``X @ coef_``:
 
@@ -37,7 +38,7 @@ from scipy.optimize import nnls
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from model.terms import PHYSICS_TERMS, TERMS
+from model.physics.terms import PHYSICS_TERMS, TERMS
 
 # Prior coefficient per term: physics at the silicon's achievable rate; counts in seconds.
 PRIOR: dict[str, float] = {
@@ -61,7 +62,8 @@ COUNT_CEILING: dict[str, float] = {
     "step_fixed": 50e-3, "dcp_fixed": 1e-3,
 }
 # Physics coefficients cannot fall below this: faster than the silicon's achievable rate by more
-# than the spec-sheet derating (model.silicon.SPEC_EFFICIENCY, 60-85 %) would beat the peak.
+# than the spec-sheet derating (model.hardware.silicon.SPEC_EFFICIENCY, 60-85 %) would beat the
+# peak.
 PHYSICS_FLOOR = 0.85
 # Ridge weight of (coef / prior - 1)^2 relative to one observation's squared relative error:
 # a free term moved 30 % from its prior costs as much as one observation 1 % off (which terms

@@ -1,7 +1,7 @@
 """Measured hardware profiles: the JSON files ``engine-advisor calibrate gpu|dcp`` writes.
 
 The curve fits used both to build a profile (in calibration/) and to evaluate one
-(model/silicon.py; the evaluation itself is ``model.formulas.read_s``), and the loader that
+(model/hardware/silicon.py; the evaluation itself is ``model.formulas.read_s``), and the loader that
 finds a GPU's profile by path. The profiles directory is ``$ENGINE_ADVISOR_PROFILES_DIR`` or,
 by default, ``calibration/profiles`` beside this package; a missing directory means "no
 profiles" (the spec sheet is used). Each directory is read once per process
@@ -28,7 +28,7 @@ from sklearn.isotonic import isotonic_regression
 from model.formulas import read_many, read_s
 
 PROFILES_ENV = "ENGINE_ADVISOR_PROFILES_DIR"
-DEFAULT_PROFILES_DIR = Path(__file__).resolve().parent.parent / "calibration" / "profiles"
+DEFAULT_PROFILES_DIR = Path(__file__).resolve().parents[2] / "calibration" / "profiles"
 KIND_GPU = "gpu-profile"
 KIND_DCP = "dcp-profile"
 BINS_PER_OCTAVE = 2

@@ -4,7 +4,7 @@ The pooling has two levels per engine, and DCP > 1 apart:
 
 - **engine x GPU family** (``vllm/@hopper``): every row of the engine on GPUs of one family
   (``GPU_FAMILIES``: Hopper, Blackwell; the engines run the same kernels on a family's GPUs),
-  starting from the physics priors (``model.estimator.PRIOR``). What an engine's implementation
+  starting from the physics priors (``model.fit.estimator.PRIOR``). What an engine's implementation
   does there (its MoE kernels, its MLA decode path, its fixed costs) carries over from the GPUs
   it was measured on to the family's others. Another family starts from the priors.
 - **engine x GPU** (``vllm/H200``): that GPU's rows, starting from the family level fitted on
@@ -15,7 +15,7 @@ The pooling has two levels per engine, and DCP > 1 apart:
   decode says nothing about the engine's decode at DCP 1. Prefill terms move on either (DCP
   splits decode attention only).
 
-On each level ``model.estimator.select_terms`` frees a term only when that lowers the
+On each level ``model.fit.estimator.select_terms`` frees a term only when that lowers the
 leave-one-point-out error, so the fit is never worse than its prior on the points it is given.
 
 Rows measured on random weights (``weights`` = dummy) route a decode batch's tokens as an engine's
@@ -35,8 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from model.dataset import Measurement
-from model.estimator import (
+from model.fit.dataset import Measurement
+from model.fit.estimator import (
     PRIOR,
     EngineCostModel,
     held_out_error,
@@ -45,7 +45,9 @@ from model.estimator import (
     prior_vector,
     select_terms,
 )
-from model.terms import PREFILL_TERMS, TERMS
+from model.fit.rows import row_case, row_shape
+from model.physics.features import case_features
+from model.physics.terms import PREFILL_TERMS, TERMS
 
 DCP_TERMS = ("dcp_read", "dcp_comm", "dcp_fixed")
 # GPUs whose engines run the same kernels (FlashMLA / FA3 builds, CUTLASS paths) share a family
@@ -82,11 +84,9 @@ class Observations:
 
 
 def observations(rows: Sequence[Measurement], rho: float = 1.0) -> Observations:
-    """The fitted quantities of each row (``model.dataset.Measurement``): total, the batch's
+    """The fitted quantities of each row (``model.fit.dataset.Measurement``): total, the batch's
     prefill, one decode step (``decode_step_s``, or at batch 1 the engines' TPOT, which is the
     same thing there). ``rho`` is the routing diversity applied to random-weight rows."""
-    from model.costmodel import case_features, row_case
-
     Xs, ys, rs, qs = [], [], [], []
     for i, r in enumerate(rows):
         f = case_features(row_case(r, rho if r.weights == "dummy" else 1.0))
@@ -143,8 +143,6 @@ def fit_level(rows: Sequence[Measurement], prior, rho: float) -> LevelFit | None
 
 def has_routing(rows: Sequence[Measurement]) -> bool:
     """Whether the routing diversity can matter: random-weight MoE rows decoding a batch."""
-    from model.costmodel import row_shape
-
     return any(r.weights == "dummy" and r.batch_size > 1 and row_shape(r).n_experts
                for r in rows)
 

@@ -4,25 +4,16 @@
 lives). It stacks the engines' coefficients and covariances once and predicts every row of a
 ``Case`` in one pass: totals with 90 % intervals, prefill, TPOT, the seconds of each decode
 term, how many sequences run at once and the KV capacity. An engine without calibration data
-on a GPU type predicts with the physical priors (``model.estimator.PRIOR``).
+on a GPU type predicts with the physical priors (``model.fit.estimator.PRIOR``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from model.costmodel import (
-    Case,
-    CostModel,
-    Prediction,
-    QueryFacts,
-    efficiency_key,
-    engine_index,
-    kernel_inputs,
-    static_rows,
-)
-from model.estimator import PRIOR
-from model.fitting import family_key
+from model.fit.costmodel import CostModel, Prediction, efficiency_key
+from model.fit.estimator import PRIOR
+from model.fit.fitting import family_key
 from model.formulas import (
     CAPACITY,
     FEASIBLE,
@@ -35,10 +26,12 @@ from model.formulas import (
     TOTAL_LO,
     TPOT,
     TTFT,
+    fill_sizes,
     predict_rows,
 )
-from model.memory import MemoryChoice, choose_fraction
-from model.terms import TERMS
+from model.physics.features import Case, QueryFacts, engine_index, kernel_inputs, static_rows
+from model.physics.memory import MemoryChoice, choose_fraction
+from model.physics.terms import TERMS
 from model.workload import Config
 
 N_TERMS = len(TERMS)
@@ -54,7 +47,7 @@ class Predictor:
         self._coef: dict[str, tuple[np.ndarray, np.ndarray, float]] = {}
         for name, est in model.engines.items():
             self._coef[name] = (est.coef_, est.coef_cov_, est.relative_noise_)
-        # the recommender's crossover scans (model.recommend.crossover_near), per workload
+        # the recommender's crossover scans (model.decision.crossover.crossover_near), per workload
         # without its context (emptied when full)
         self.crossovers: dict = {}
         self._memory: dict[tuple[str, str], MemoryChoice] = {}
@@ -62,7 +55,8 @@ class Predictor:
         self._stacks: dict[tuple, tuple] = {}
 
     def memory(self, engine: str, gpu: str) -> MemoryChoice:
-        """The memory fraction for ``engine`` on ``gpu`` (``model.memory.choose_fraction`` on
+        """The memory fraction for ``engine`` on ``gpu`` (``model.physics.memory.choose_fraction``
+        on
         the fractions the calibration saw safe and unsafe)."""
         hit = self._memory.get((engine, gpu))
         if hit is None:
@@ -84,7 +78,7 @@ class Predictor:
             dcps = [float(c.dcp_size) for c in configs]
             fractions = [self.memory(c.engine, gpu).fraction for c in configs]
             hit = self._facts[key] = QueryFacts(
-                engines, dcps, fractions,
+                engines, dcps, max(dcps, default=1.0), fractions,
                 [self.model.calibrated_range(c.engine, gpu, num_gpus, c.dcp_size, model_key)
                  for c in configs],
                 static_rows(index, fractions, dcps), index)
@@ -109,7 +103,7 @@ class Predictor:
 
     def coefficients(self, engine: str, gpu: str) -> tuple[np.ndarray, np.ndarray, float]:
         """(coef, covariance, relative noise) of an engine on a GPU type: its own fit, else
-        the engine's pooled over the GPUs of its family it was measured on (``model.fitting``),
+        the engine's pooled over the GPUs of its family it was measured on (``model.fit.fitting``),
         else the physical priors."""
         key = efficiency_key(engine, gpu)
         hit = self._coef.get(key)
@@ -124,7 +118,17 @@ class Predictor:
         """The prediction table (n, ``model.formulas.N_TABLE``) of every row of a case: its
         features times its engine's efficiencies, with ``z``-sd intervals, its sequences at
         once, KV capacity, feasibility and decode terms (``model.formulas.predict_rows``)."""
-        K, coll, curve, rows, (engines, idx) = kernel_inputs(case)
+        facts, ph = case.facts, case.physics
+        if facts is not None and ph is not None and len(facts.engines) == len(case.engine):
+            # a query of one row per configuration (model.predict.query.build_case): its
+            # configurations' rows are memoised in its facts
+            rows = facts.rows.copy()
+            fill_sizes(rows, case.batch, case.context, case.output, case.share, case.diversity)
+            engines, idx = facts.engine_index
+            coll = ph.coll if len(ph.coll) > facts.max_dcp else ph.collectives(facts.max_dcp)
+            K, curve = ph.K, ph.curve
+        else:
+            K, coll, curve, rows, (engines, idx) = kernel_inputs(case)
         n = rows.shape[1]
         coef, factors, noise = self._stacked(engines, case.silicon.name)
         if rel_extra is None:

@@ -1,7 +1,7 @@
 """The embedded default model: fitted deterministically from the shipped measurements.
 
 - ``b300_reference.csv``: the published 8 x B300 benchmark of Kimi-K3 (four times, two OOM
-  points) under the assumptions ``model.seedcheck`` chooses;
+  points) under the assumptions ``model.fit.seedcheck`` chooses;
 - ``h200_real.csv``: real vLLM 0.26.0 and SGLang 0.5.16 on one H200 (two architectures, random
   weights, contexts 1K-130K x batches 1-64).
 """
@@ -11,10 +11,10 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from model.costmodel import CostModel
-from model.dataset import Measurement, read_csv
+from model.fit.costmodel import CostModel
+from model.fit.dataset import Measurement, read_csv
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 REFERENCE_CSV = DATA / "b300_reference.csv"
 REAL_CSV = DATA / "h200_real.csv"
 

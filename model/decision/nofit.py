@@ -3,7 +3,8 @@
 Called when no candidate configuration holds even one sequence. The cause is either the
 weights (with the linear-attention state pool) filling the memory an engine may use on each
 GPU, or one sequence's KV exceeding what is left. Every suggestion is checked with the
-recommender's own capacity (``model.memory.instance_kv_capacity``) before it is offered: more
+recommender's own capacity (``model.physics.memory.instance_kv_capacity``) before it is offered:
+more
 GPUs, a quantized checkpoint, a higher memory fraction, an fp8 KV cache, a shorter sequence;
 none repeats a setting the workload already has.
 """
@@ -15,13 +16,13 @@ from collections.abc import Callable
 
 from model import engines
 from model.formulas import DEFAULT_MAX_RUNNING
-from model.memory import (
+from model.physics.memory import (
     OOM_THRESHOLD,
     activation_peak_bytes,
     instance_kv_capacity,
     state_pool_bytes,
 )
-from model.shape import ModelShape
+from model.physics.shape import ModelShape
 from model.workload import MAX_GPUS, Workload
 
 GB = 1e9

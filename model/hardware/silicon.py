@@ -11,7 +11,7 @@ A ``Silicon`` answers, in seconds, the questions the cost model's terms ask:
 Each answer comes from a measured profile when one covers it (``calibration/profiles/*.json``:
 the project's own kernel measurements, or NVIDIA's per-op tables imported from aiconfigurator)
 and from the spec sheet otherwise; ``sources`` says which, per quantity, and predictions quote it.
-Spec-sheet values are peaks: the engines' fitted efficiencies (model.estimator) scale them.
+Spec-sheet values are peaks: the engines' fitted efficiencies (model.fit.estimator) scale them.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from functools import lru_cache
 import numpy as np
 
 from model.formulas import collective_many, collective_s
-from model.gpus import GpuSpec
-from model.hwprofile import (
+from model.hardware.gpus import GpuSpec
+from model.hardware.profiles import (
     KIND_DCP,
     KIND_GPU,
     PROFILES_ENV,
@@ -234,7 +234,7 @@ class Silicon:
         return spec * self.eff["gemm"]
 
     def spec_flops(self, dtype: str) -> float:
-        """Dense spec-sheet FLOP/s of ``dtype`` math (model.gpus: assumed from the memory
+        """Dense spec-sheet FLOP/s of ``dtype`` math (model.hardware.gpus: assumed from the memory
         bandwidth where a custom GPU gives none)."""
         math_dtype = {"fp4": "fp4", "nvfp4": "fp4", "mxfp4": "fp4", "fp8": "fp8",
                       "fp8_block": "fp8"}.get(dtype, "bf16")

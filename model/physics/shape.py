@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
+
+from model.arch import PRESETS, from_hf_config, preset
 
 if TYPE_CHECKING:
     from model.arch import Architecture
@@ -51,7 +54,8 @@ class ModelShape:
     # the routed experts' share of matmul_flops, by compute dtype (their own kernels)
     moe_matmul_flops: tuple[tuple[str, float], ...] = ()
     summary: dict = field(default_factory=dict, compare=False, hash=False)
-    # model.terms.Physics per (silicon, tp), built on first use; a replaced copy starts empty
+    # model.physics.terms.Physics per (silicon, tp), built on first use; a replaced copy starts
+    # empty
     physics: dict = field(init=False, default_factory=dict, compare=False, hash=False,
                           repr=False)
 
@@ -176,3 +180,49 @@ def bare(kv_bytes_per_token: float, kv_dtype: str = "bf16", attention: Attention
         n_experts=0, experts_per_token=0, expert_bytes=0.0, matmul_flops=(),
         attn_flops_per_ctx_token=0.0, attn_prefill_coef=0.0,
         weights_known=weight_bytes is not None)
+
+
+@lru_cache(maxsize=64)
+def preset_shape(name: str, kv_dtype: str) -> ModelShape:
+    return from_architecture(preset(name), kv_dtype)
+
+
+# config.json contents of the rows' ``hf:NAME@HASH`` architectures (calibration.sweep.served_model),
+# registered by whoever read them from the run folders (``register_row_config``)
+ROW_CONFIGS: dict[str, dict] = {}
+
+
+def register_row_config(key: str, config: dict) -> None:
+    """Make a row's ``hf:`` architecture key resolvable by ``shape_of``."""
+    ROW_CONFIGS[key] = config
+    _row_shape.cache_clear()
+
+
+@lru_cache(maxsize=64)
+def _row_shape(key: str, kv_dtype: str) -> ModelShape:
+    return from_architecture(from_hf_config(ROW_CONFIGS[key], name=key.split("@")[0][3:]),
+                             kv_dtype)
+
+
+def shape_of(model: str, kv_dtype: str, kv_bytes_per_token: int, kv_shards: int = 1) -> ModelShape:
+    """The served model of a dataset row: its preset when ``model`` names one, its registered
+    config.json for an ``hf:`` key (its KV bytes must agree either way), else a bare shape from
+    the KV bytes (``kv_shards`` > 1: GQA heads split)."""
+    if model.startswith("hf:"):
+        if model not in ROW_CONFIGS:
+            raise ValueError(f"model: {model!r} names a config.json that is not loaded (fit reads "
+                             "it from the run folder's model-config.json)")
+        shape = _row_shape(model, kv_dtype)
+        if abs(shape.kv_bytes_per_token - kv_bytes_per_token) > 0.5:
+            raise ValueError(f"kv_bytes_per_token: {kv_bytes_per_token} disagrees with {model!r} "
+                             f"at {kv_dtype} ({shape.kv_bytes_per_token:.0f})")
+        return shape
+    if model in PRESETS:
+        shape = preset_shape(model, kv_dtype)
+        if abs(shape.kv_bytes_per_token - kv_bytes_per_token) > 0.5:
+            raise ValueError(f"kv_bytes_per_token: {kv_bytes_per_token} disagrees with preset "
+                             f"{model!r} at {kv_dtype} ({shape.kv_bytes_per_token:.0f})")
+        return shape
+    if kv_shards > 1:
+        return bare(kv_bytes_per_token, kv_dtype, "gqa", kv_shards)
+    return bare(kv_bytes_per_token, kv_dtype)

@@ -1,0 +1,124 @@
+"""The choice among a workload's evaluated configurations: the fastest that may be recommended,
+its closest rival (another engine where there is one), how sure the choice is, and where the
+best configuration changes with context."""
+
+from __future__ import annotations
+
+from operator import attrgetter
+from typing import NamedTuple
+
+from model import engines
+from model.decision import nofit
+from model.decision.crossover import crossover_near
+from model.errors import NoEligibleConfiguration
+from model.fit.costmodel import CostModel
+from model.hardware.silicon import Silicon
+from model.physics.shape import ModelShape
+from model.predict.predictor import Predictor
+from model.predict.query import (
+    Evaluated,
+    candidates,
+    dcp_sizes,
+    divisors,
+    memory_choice,
+)
+from model.schemas import ConfigPrediction, Exclusion
+from model.workload import Workload
+
+TIE = 0.05          # two engines predicted within 5 % of each other tie (model.validation)
+_total = attrgetter("pred.total_s")
+
+
+class Decision(NamedTuple):
+    """What the decision stage hands to the presentation: every evaluation ranked by total
+    time, the chosen one, its rival and speed-up over it, the confidence, the crossover near
+    the workload's context, the fastest configuration that may not be chosen (when it beats
+    the choice), why the answer is the physics prior's (or None), and the exclusions."""
+
+    ranked: list[Evaluated]
+    best: Evaluated
+    rival: Evaluated | None
+    speedup: float | None
+    confidence: str
+    crossover: int | None
+    unmeasured: Evaluated | None
+    prior_why: str | None
+    excluded: list[Exclusion]
+
+
+def decide(pred: Predictor, w: Workload, shape: ModelShape, si: Silicon,
+           evals: list[Evaluated], excluded: list[Exclusion]) -> Decision:
+    """Rank ``evals`` and choose; raises ``NoEligibleConfiguration`` (``does_not_fit``) when no
+    configuration holds one sequence. ``excluded`` gains every configuration that holds none."""
+    for e in evals:
+        if e.pred.running_sequences == 0:
+            excluded.append(Exclusion(engine=e.config.engine, dcp_size=e.config.dcp_size,
+                                      reason=holds_nothing(w, e.pred)))
+    ranked = sorted(evals, key=_total)
+    eligible = [e for e in ranked if e.eligible]
+    if not eligible:    # evaluate() makes every configuration holding a sequence eligible
+        raise does_not_fit(pred.model, w, shape, si)
+    best = eligible[0]
+    bp = best.pred
+    others = [e for e in eligible[1:] if e.config.engine != best.config.engine] or eligible[1:]
+    rival = others[0] if others else None
+    speedup = rival.pred.total_s / bp.total_s if rival else None
+    prior = not any(e.pred.calibrated or e.pred.transferred for e in eligible)
+    if prior:
+        confidence = "prior"
+    elif not (bp.calibrated or bp.transferred) or (rival and _overlap(bp, rival.pred)):
+        confidence = "low"
+    elif (bp.extrapolated or not bp.fits_in_memory or not shape.weights_known):
+        confidence = "medium"
+    else:
+        confidence = "high"
+    cross = crossover_near(pred, w, shape, [e.config for e in eligible], si)
+    # ranked before the best are configurations not measured or holding no sequence
+    unmeasured = (None if ranked[0] is best else
+                  next((e for e in ranked if e is not best and e.pred.running_sequences
+                        and e.pred.total_s < bp.total_s), None))
+    prior_why = None
+    if prior:
+        where = f"{si.gpu.name} x {w.num_gpus}"
+        prior_why = (f"the configurations calibrated on {where} hold no sequence of this "
+                     "workload" if any(e.pred.calibrated or e.pred.transferred for e in evals)
+                     else f"no configuration is calibrated on {where}")
+    return Decision(ranked, best, rival, speedup, confidence, cross, unmeasured, prior_why,
+                    excluded)
+
+
+def _overlap(a: ConfigPrediction, b: ConfigPrediction) -> bool:
+    return a.interval_s[0] <= b.interval_s[1] and b.interval_s[0] <= a.interval_s[1]
+
+
+def holds_nothing(w: Workload, p: ConfigPrediction) -> str:
+    """Why a configuration holds no sequence of the workload."""
+    seq = w.context_tokens + w.output_tokens
+    if p.kv_capacity_tokens <= 0:
+        return (f"its weights leave no KV memory at {engines.get(p.engine).mem_flag} "
+                f"{p.mem_fraction:.2f} "
+                f"(one sequence of {seq:,} tokens does not fit)")
+    return (f"not even one sequence of {seq:,} tokens fits its KV capacity of "
+            f"{p.kv_capacity_tokens:,} tokens")
+
+
+def does_not_fit(model: CostModel, w: Workload, shape: ModelShape,
+                 si: Silicon) -> NoEligibleConfiguration:
+    """The error when no configuration holds one sequence: the cause with its numbers and what
+    would fit (``model.decision.nofit``), blaming ``num_gpus`` (weights) or
+    ``context_tokens`` (KV)."""
+    configs, _ = candidates(w, shape)
+    names = list(dict.fromkeys(c.engine for c in configs))
+    fractions = {e: memory_choice(model, e, si.gpu.name).fraction for e in names}
+    sizes = dcp_sizes(w)
+
+    def dcps_for(engine: str, n: int) -> list[int]:
+        own = [d for d in sizes if n % d == 0] if w.dcp_sizes else list(divisors(n))
+        rules = engines.get(engine)
+        return [d for d in own
+                if rules.dcp_constraint(d, n, shape.attention, shape.kv_heads) is None]
+
+    why = nofit.explain(w, shape, fractions, dcps_for)
+    exc = NoEligibleConfiguration(why.message)
+    exc.field = why.field
+    return exc

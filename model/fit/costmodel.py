@@ -1,0 +1,152 @@
+"""The fitted cost model of all engines: data, not code.
+
+Pipeline: architecture (``model.physics.shape``) + GPU (``model.hardware.silicon``) -> physical
+terms (``model.physics.terms``, per query ``model.physics.features``) -> engine efficiencies
+(``model.fit.estimator``, fitted by ``model.fit.fitting``) -> predictions
+(``model.predict.predictor``).
+
+``CostModel`` is data: one ``EngineCostModel`` per engine and GPU type, the calibrated ranges per
+(engine, GPU, GPU count, DCP, served model), the memory fractions seen safe, fit metrics, the
+data hash. Caches live in ``model.predict.predictor.Predictor``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from model.fit.dataset import Measurement, dataset_sha256
+from model.fit.estimator import EngineCostModel
+from model.fit.fitting import fit_engine
+from model.fit.rows import gpu_or_none, roofline_check, row_shape, trainable
+from model.hardware.silicon import silicon_for
+
+RANGE_DIMS = ("context_tokens", "batch_size", "output_tokens")
+UNCALIBRATED_REL_SIGMA = 0.25   # added relative sd: no data for this engine on this hardware
+TRANSFERRED_REL_SIGMA = 0.10    # added relative sd: data for this hardware, another model
+EXTRAPOLATION_REL_SIGMA = 0.05  # added relative sd per doubling outside the calibrated range
+MIN_CV_POINTS = 5
+
+
+def config_key(engine: str, gpu: str, num_gpus: int, dcp: int) -> str:
+    return f"{engine}/{gpu.upper()}/{num_gpus}/{dcp}"
+
+
+def efficiency_key(engine: str, gpu: str) -> str:
+    """Efficiencies are fitted per engine and GPU type: an engine's kernels, schedulers and
+    collectives perform differently on each GPU. A GPU without data gets the priors."""
+    return f"{engine}/{gpu.upper()}"
+
+
+@dataclass
+class Prediction:
+    total: np.ndarray
+    total_lo: np.ndarray
+    total_hi: np.ndarray
+    prefill: np.ndarray        # the batch's TTFT: prefill of the first wave
+    prefill_all: np.ndarray    # seconds spent prefilling, all waves
+    tpot: np.ndarray
+    step_parts: np.ndarray     # (n, len(DECODE_TERMS)) seconds of each term of a decode step
+    running: np.ndarray
+    capacity: np.ndarray
+    feasible: np.ndarray
+
+
+@dataclass(eq=False)
+class CostModel:
+    engines: dict[str, EngineCostModel] = field(default_factory=dict)
+    ranges: dict[str, dict[str, dict[str, list[float]]]] = field(default_factory=dict)
+    points: dict[str, int] = field(default_factory=dict)
+    memory: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    metrics: dict[str, dict[str, float | int | None]] = field(default_factory=dict)
+    data_sha256: str = ""
+    sources: list[str] = field(default_factory=list)
+    hardware: dict[str, dict[str, str]] = field(default_factory=dict)
+    roofline_warnings: list[str] = field(default_factory=list)
+    version: str = ""
+
+    # routing diversity of each engine's random-weight rows (model.fit.fitting): 1 elsewhere
+    diversity: dict[str, float] = field(default_factory=dict)
+    # every fitted point's held-out prediction next to its prior's (model.fit.fitting.fit_engine)
+    held_out: list[dict] = field(default_factory=list)
+
+    @classmethod
+    def fit(cls, rows: Sequence[Measurement], *, sources: Sequence[str] = ()) -> CostModel:
+        """Fit every engine's efficiencies (``model.fit.fitting``: pooled per GPU family, then
+        per GPU; terms freed only where the held-out error falls; every point's held-out
+        prediction kept in ``held_out``)."""
+        if not rows:
+            raise ValueError("no calibration rows to fit")
+        self = cls(data_sha256=dataset_sha256(rows), sources=list(sources))
+        by_engine: dict[str, list[Measurement]] = defaultdict(list)
+        for r in rows:
+            mem = self.memory.setdefault(f"{r.engine}/{r.gpu}", {"safe": [], "unsafe": []})
+            bucket = "unsafe" if r.unsafe else "safe"
+            if r.mem_fraction not in mem[bucket]:
+                mem[bucket].append(r.mem_fraction)
+            if not trainable(r):
+                continue
+            by_engine[r.engine].append(r)
+            key = config_key(r.engine, r.gpu, r.num_gpus, r.dcp_size)
+            per_model = self.ranges.setdefault(key, {})
+            rng = per_model.setdefault(row_shape(r).key,
+                                       {d: [math.inf, -math.inf] for d in RANGE_DIMS})
+            for d in RANGE_DIMS:
+                v = float(getattr(r, d))
+                rng[d] = [min(rng[d][0], v), max(rng[d][1], v)]
+            self.points[key] = self.points.get(key, 0) + 1
+        for mem in self.memory.values():
+            mem["safe"].sort()
+            mem["unsafe"].sort()
+        if not by_engine:
+            raise ValueError("no row has a measured time (total_s, ttft_s, decode_step_s or "
+                             "tpot_s)")
+        for engine, erows in sorted(by_engine.items()):
+            ef = fit_engine(engine, erows)
+            self.engines.update(ef.estimators)
+            self.metrics.update(ef.metrics)
+            self.held_out.extend(ef.records)
+            if ef.diversity != 1.0:
+                self.diversity[engine] = ef.diversity
+        self.roofline_warnings = roofline_check(rows)
+        self.version = f"fit-{self.data_sha256[:12]}"
+        for r in rows:
+            gpu = gpu_or_none(r.gpu)
+            if gpu is not None:
+                self.hardware[r.gpu] = dict(silicon_for(gpu).sources)
+        return self
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        # caches (model.predict.predictor) are not part of the model
+        state.pop("_predictor", None)
+        return state
+
+    @property
+    def engine_names(self) -> list[str]:
+        """Engines with calibration data (on any GPU)."""
+        return sorted({k.split("/")[0] for k in self.engines})
+
+    def calibrated_range(self, engine: str, gpu: str, num_gpus: int, dcp: int,
+                         model_key: str) -> tuple[str, dict[str, list[float]] | None]:
+        """("calibrated" | "transferred" | "uncalibrated", the calibrated range of
+        ``RANGE_DIMS`` or None).
+
+        calibrated: data for this engine, GPU, GPU count, DCP and served model (the same
+        architecture hash, whatever its name); transferred: data for the hardware configuration
+        but only for other models."""
+        per_model = self.ranges.get(config_key(engine, gpu, num_gpus, dcp))
+        if not per_model:
+            return "uncalibrated", None
+        rng = per_model.get(model_key)
+        if rng is None:   # the same architecture under another name (a config.json of a preset)
+            arch = model_key.rpartition("@")[2]
+            rng = next((v for k, v in per_model.items() if k.rpartition("@")[2] == arch), None)
+        return ("transferred", None) if rng is None else ("calibrated", rng)
+
+    def safe_fractions(self, engine: str, gpu: str) -> dict[str, list[float]]:
+        return self.memory.get(f"{engine}/{gpu.upper()}", {"safe": [], "unsafe": []})

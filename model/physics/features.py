@@ -1,0 +1,165 @@
+"""A query as physics: the rows of a ``Case`` turned into the seconds of every physical term.
+
+A ``Case`` is a set of rows that share the served model, the GPU type and the TP size: one
+workload on several configurations, or one configuration over a grid of contexts.
+``case_features`` is the only place that builds features: prefill, decode steps, and the
+sequences running at once when the batch's KV does not fit (``model.formulas.rows_into``).
+``roofline_total_s`` is the same at spec-sheet peaks: the floor no measurement may beat.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from model import engines as engine_registry
+from model.formulas import N_PREFILL, N_ROW_FIELDS, fill_sizes, rows_into
+from model.hardware.silicon import Silicon, roofline_silicon
+from model.physics.shape import ModelShape
+from model.physics.terms import PHYSICS_TERMS, TERMS, Physics, physics_for
+
+N_TERMS = len(TERMS)
+
+
+class QueryFacts(NamedTuple):
+    """Per configuration of a query: engine, DCP size, memory fraction and (calibration
+    status, calibrated range or None) (``CostModel.calibrated_range``); and
+    for a query of one row per configuration, the compiled code's input rows that do not
+    depend on the workload's sizes (``kernel_inputs``) and each row's engine
+    index (``engine_index``). Built and memoised by ``model.predict.predictor.Predictor.facts``."""
+
+    engines: list[str]
+    dcps: list[float]
+    max_dcp: float
+    fractions: list[float]
+    ranges: list[tuple[str, dict | None]]
+    rows: np.ndarray
+    engine_index: tuple[tuple[str, ...], np.ndarray]
+
+
+@dataclass
+class Case:
+    """Rows sharing one served model, GPU type and TP size: one engine name per row; the other
+    row fields are arrays or lists of that length, or one value for every row."""
+
+    shape: ModelShape
+    silicon: Silicon
+    tp: int
+    engine: np.ndarray | list  # engine names, one per row
+    batch: np.ndarray | list
+    context: np.ndarray | list
+    output: np.ndarray | list
+    dcp: np.ndarray | list
+    fraction: np.ndarray | list  # memory fraction per row
+    share: np.ndarray | list | float = 0.0   # prefix-cache share of each prompt
+    facts: QueryFacts | None = None    # the query's per-configuration facts
+    physics: Physics | None = None     # physics_for(shape, silicon, tp), when the caller has it
+    # routing diversity of a decode batch's tokens (model.formulas.batch_terms): 1 for a trained
+    # router; below 1 for what an engine measured on random weights (CostModel.diversity)
+    diversity: np.ndarray | list | float = 1.0
+
+    def __len__(self) -> int:
+        return len(self.engine)
+
+
+@dataclass
+class Features:
+    """Features of every row: ``X`` holds, per row, the ``TERMS`` of the whole batch (waves
+    included), then the ``PREFILL_TERMS`` of the first wave (the batch's TTFT), then the
+    ``DECODE_TERMS`` of one step of the running sequences."""
+
+    X: np.ndarray              # (n, len(TERMS) + len(TERMS)): total | prefill | decode step
+    running: np.ndarray        # sequences running at once
+    capacity: np.ndarray       # KV capacity in tokens
+    feasible: np.ndarray       # at least one sequence fits
+
+    @property
+    def total(self) -> np.ndarray:
+        """(n, len(TERMS)) the whole batch."""
+        return self.X[:, :N_TERMS]
+
+    @property
+    def prefill(self) -> np.ndarray:
+        """(n, len(TERMS)): the first wave's prefill terms, zeros elsewhere."""
+        out = np.zeros((len(self.X), N_TERMS))
+        out[:, :N_PREFILL] = self.X[:, N_TERMS:N_TERMS + N_PREFILL]
+        return out
+
+    @property
+    def tpot(self) -> np.ndarray:
+        """(n, len(TERMS)): one decode step's terms, zeros elsewhere."""
+        out = np.zeros((len(self.X), N_TERMS))
+        out[:, N_PREFILL:] = self.X[:, N_TERMS + N_PREFILL:]
+        return out
+
+
+def engine_index(names) -> tuple[tuple[str, ...], np.ndarray]:
+    """(the engines of a case's rows in order of appearance, each row's index into them)."""
+    if not isinstance(names, np.ndarray):
+        pos: dict[str, int] = {}
+        idx = [pos.setdefault(e, len(pos)) for e in names]
+        return tuple(pos), np.array(idx, dtype=np.intp)
+    idx = np.full(len(names), -1, dtype=np.intp)
+    engines: list[str] = []
+    for e in engine_registry.names():     # the usual names: no sort of the rows' names
+        rows = names == e
+        if rows.any():
+            idx[rows] = len(engines)
+            engines.append(e)
+    if (idx < 0).any():
+        for e in np.unique(names[idx < 0]).tolist():
+            idx[names == e] = len(engines)
+            engines.append(e)
+    return tuple(engines), idx
+
+
+def static_rows(index: tuple[tuple[str, ...], np.ndarray], fraction, dcp) -> np.ndarray:
+    """The rows ``model.formulas.rows_into`` reads (ROW_FIELDS) with the configurations'
+    fields filled: engine reserve and whether it holds the activation peak (from each row's
+    ``engine_index``), memory fraction and DCP size."""
+    engines, idx = index
+    rows = np.empty((N_ROW_FIELDS, len(idx)))
+    records = [engine_registry.get(e) for e in engines]
+    rows[0] = np.array([r.reserve() for r in records])[idx]
+    rows[1] = fraction
+    rows[5] = dcp
+    rows[7] = 1.0
+    rows[8] = np.array([float(r.counts_activations) for r in records])[idx]
+    return rows
+
+
+def kernel_inputs(case: Case) -> tuple:
+    """(K, collectives, read curve, rows, engine index) of a case: what
+    ``model.formulas.predict_rows`` reads (the model's constants on its GPU and TP size, one
+    column per row) and each row's ``engine_index``. A one-row-per-configuration query carries
+    its ``facts`` and ``physics`` and is packed by the predictor itself
+    (``model.predict.predictor.Predictor.table``)."""
+    ph = case.physics or physics_for(case.shape, case.silicon, case.tp)
+    n = len(case.engine)
+    index = engine_index(case.engine)
+    rows = static_rows(index, case.fraction, case.dcp)
+    max_dcp = float(rows[5].max()) if n else 1.0
+    fill_sizes(rows, case.batch, case.context, case.output, case.share, case.diversity)
+    return ph.K, ph.collectives(max_dcp), ph.curve, rows, index
+
+
+def case_features(case: Case) -> Features:
+    """Features of every row of a case, in one compiled pass (``model.formulas.rows_into``)."""
+    K, coll, curve, rows, _ = kernel_inputs(case)
+    n = rows.shape[1]
+    X = np.empty((n, 2 * N_TERMS))
+    facts = np.empty((3, n))
+    rows_into(K, coll, curve, rows, X, facts)
+    return Features(X, facts[0], facts[1], facts[2] > 0.0)
+
+
+def roofline_total_s(case: Case) -> np.ndarray:
+    """Lower bound of each row's total time: the physics terms at spec-sheet peaks."""
+    peak = Case(case.shape, roofline_silicon(case.silicon.gpu), case.tp, case.engine,
+                case.batch, case.context, case.output, case.dcp, case.fraction, case.share,
+                diversity=case.diversity)
+    f = case_features(peak).total
+    physics = [i for i, t in enumerate(TERMS) if t in PHYSICS_TERMS]
+    return f[:, physics].sum(axis=1)

@@ -1,0 +1,123 @@
+"""A decision in sentences: what was chosen and why, in the bytes and seconds of its decode
+step, what the answer rests on, and how sure it is."""
+
+from __future__ import annotations
+
+from operator import itemgetter
+
+from model.decision.choose import TIE, Decision
+from model.fit.costmodel import UNCALIBRATED_REL_SIGMA
+from model.physics.shape import ModelShape
+from model.predict.query import Evaluated
+from model.workload import Workload
+
+
+def _label(e: Evaluated) -> str:
+    return f"{e.config.engine} dcp {e.config.dcp_size}"
+
+
+def _share(x: float) -> str:
+    """'37%', or 'under 1%' / 'over 99%' where rounding would say 0 % or 100 % of a part that
+    is there."""
+    if 0.0 < x < 0.005:
+        return "under 1%"
+    if 0.995 <= x < 1.0:
+        return "over 99%"
+    return f"{x:.0%}"
+
+
+def _ms(x: float) -> str:
+    return f"{x * 1e3:.1f} ms"
+
+
+_second = itemgetter(1)
+
+STEP_NAMES = {"gemm": "dense weights/GEMMs", "moe": "routed experts", "kv_read": "KV reads",
+              "mla_read": "MLA latent reads", "dcp_read": "DCP attention reads",
+              "state": "linear-attention state", "tp_comm": "TP all-reduce",
+              "dcp_comm": "DCP collectives", "dcp_fixed": "DCP merge fixed",
+              "layer_fixed": "per-layer fixed", "seq_fixed": "per-sequence",
+              "step_fixed": "per-step fixed"}
+
+
+def step_story(parts: dict[str, float]) -> str:
+    """'weights 12.0 ms, KV reads 4.1 ms, ...' of one decode step, largest first."""
+    items = sorted(parts.items(), key=_second, reverse=True)
+    return ", ".join([f"{STEP_NAMES[k]} {v * 1e3:.1f} ms" for k, v in items if v > 0])
+
+
+
+
+def reasons(w: Workload, shape: ModelShape, gpu: str, d: Decision, provenance: str) -> list[str]:
+    """The decision ``d`` in sentences, in order: the choice against its rival, a faster
+    configuration that may not be chosen (``d.unmeasured``: no calibration data, and
+    ``allow_extrapolation`` is false), where the decode step's time goes, queueing, the
+    crossover, what the answer rests on (``d.prior_why``: why it is the physics prior's), a tie,
+    low confidence, and where the GPU's physics came from (``provenance``)."""
+    best, rival, speedup, cross = d.best, d.rival, d.speedup, d.crossover
+    unmeasured, prior_why, confidence = d.unmeasured, d.prior_why, d.confidence
+    bp = best.pred
+    best_l = _label(best)
+    rival_l = _label(rival) if rival else ""
+    r = [f"{best_l} is predicted fastest{' of the measured configurations' if unmeasured else ''}"
+         f": {bp.total_s:.1f} s for {w.batch_size} sequences "
+         f"of {w.context_tokens:,} + {w.output_tokens:,} tokens"
+         + (f", {speedup:.2f}x faster than {rival_l} ({rival.pred.total_s:.1f} s)"
+            if rival and speedup else "")]
+    if unmeasured:
+        u = unmeasured.pred.total_s
+        r.append(f"{_label(unmeasured)}, not measured on {gpu} x {w.num_gpus}, "
+                 f"is predicted {bp.total_s / u:.2f}x faster ({u:.1f} s) by the physics prior: "
+                 "calibrate it, or set allow_extrapolation to let it be chosen")
+    step = sum(best.pred.step_terms_s.values()) or 1e-12
+    r.append(f"decode is {_share(bp.decode_s / max(bp.total_s, 1e-12))} of the time; one decode "
+             f"step of {bp.running_sequences} sequences takes {_ms(step)}: "
+             f"{step_story(best.pred.step_terms_s)}")
+    if rival:
+        rstep = sum(rival.pred.step_terms_s.values())
+        r.append(f"{rival_l}: {_ms(rstep)} per step of {rival.pred.running_sequences} "
+                 f"sequences: {step_story(rival.pred.step_terms_s)}")
+    if bp.running_sequences < w.batch_size:
+        r.append(f"KV capacity {bp.kv_capacity_tokens:,} tokens holds {bp.running_sequences} of "
+                 f"the {w.batch_size} sequences at once: the engine queues the rest and admits "
+                 "each as a running one finishes, which the prediction includes")
+    if rival and rival.pred.running_sequences < w.batch_size and rival.pred.running_sequences:
+        r.append(f"{rival_l} holds {rival.pred.running_sequences} of {w.batch_size} "
+                 f"sequences at once ({rival.pred.kv_capacity_tokens:,} KV tokens)")
+    if cross:
+        r.append(f"the best engine changes near {cross:,} context tokens")
+    if not shape.weights_known:
+        r.append("only KV bytes per token are known (no preset or config.json): weights, "
+                 "FLOPs and per-layer costs are not modelled, so KV capacity is an upper bound "
+                 "and the interval is widened")
+    if bp.transferred:
+        r.append(f"{best_l} is calibrated on {gpu} x {w.num_gpus} for other "
+                 f"models: this model's physics with the engine's fitted efficiencies "
+                 "(transferred; interval widened)")
+    elif prior_why:
+        names = best_l + (f" and {rival_l}" if rival else "")
+        r.append(f"answered from the physics prior: {prior_why}, so every prediction uses the "
+                 f"engines' prior efficiencies and their intervals are widened "
+                 f"(+{UNCALIBRATED_REL_SIGMA:.0%} relative sd); calibrate {names} on "
+                 f"{gpu} x {w.num_gpus} near "
+                 f"{w.context_tokens:,} context tokens (engine-advisor calibrate run, then fit) "
+                 "to replace it")
+        if rival and speedup is not None and speedup < 1.005:
+            r.append("the prior gives both engines the same efficiencies: only their memory "
+                     "(KV capacity, reserve) tells them apart here, so the choice between them "
+                     "is not informed by measurements")
+    elif not bp.calibrated:
+        r.append(f"{best_l} has no calibration data on {gpu} x {w.num_gpus}: "
+                 "extrapolated from the physics prior (allow_extrapolation)")
+    elif bp.extrapolated:
+        r.append("the workload lies outside the calibrated range: the interval is widened")
+    if rival and speedup is not None and rival.config.engine != best.config.engine \
+            and speedup < 1.0 + TIE:
+        r.append(f"{best.config.engine} and {rival.config.engine} tie: {best_l} is predicted "
+                 f"only {speedup:.2f}x faster than {rival_l}, within the {TIE:.0%} the engines' "
+                 "measured efficiencies can tell apart; choose on other needs")
+    if confidence == "low" and rival:
+        r.append(f"low confidence: the prediction intervals of {best_l} and "
+                 f"{rival_l} overlap")
+    r.append(provenance)
+    return r
