@@ -178,7 +178,8 @@ def batch_terms(K, coll, b, rho=1.0):
 @njit(cache=True, inline="always")
 def decode_into(K, coll, curve, b, c, d, gemm, moe, tp_comm, out, r, at):
     """Write the ``DECODE_TERMS`` of one step of ``b`` sequences at context ``c``, DCP ``d``
-    into ``out[r, at:at + N_DECODE]``, given its ``batch_terms``. The KV read goes to
+    into ``out[r, at:at + N_DECODE]``, given its ``batch_terms``; ``curve`` (levels, 4, m)
+    holds a read curve per DCP size (``model.physics.terms.dcp_read_levels``). The KV read goes to
     ``kv_read`` (GQA / MHA) or ``mla_read`` (MLA's latent) without DCP, to ``dcp_read`` with
     it: each engine's DCP attention kernel is its own term."""
     d = max(d, 1.0)
@@ -187,9 +188,11 @@ def decode_into(K, coll, curve, b, c, d, gemm, moe, tp_comm, out, r, at):
     dcp_fixed = 0.0
     if K[N_FULL] > 0.0:
         # per rank: 1 / d of the context's bytes; the queries of all d ranks' heads are
-        # gathered, so its FLOPs do not fall with d
-        kv = K[N_FULL] * max(read_s(b * c / d * K[KV_CALL], curve, K[READ_T0], K[READ_ASYM],
-                                    K[READ_BPS]), b * c * K[ATTN_CALL])
+        # gathered, so its FLOPs do not fall with d and its read is the curve of d x the
+        # heads (level d of ``curve``, model.physics.terms.dcp_read_levels)
+        level = min(int(d), curve.shape[0] - 1)
+        kv = K[N_FULL] * max(read_s(b * c / d * K[KV_CALL], curve[level], K[READ_T0],
+                                    K[READ_ASYM], K[READ_BPS]), b * c * K[ATTN_CALL])
         if d > 1.0:
             # all-gather the queries of the group's heads, then the partial outputs and
             # log-sum-exps to combine them; one merge (and its launches) per layer

@@ -182,6 +182,33 @@ class Silicon:
                                                 else ReadCurve.spec(bps))
             return fn
 
+    def heads_ratio(self, family: str, dtype: str, heads_from: float, heads_to: float,
+                    nbytes) -> np.ndarray | None:
+        """How much longer one decode-attention call reading ``nbytes`` (array) takes with
+        ``heads_to`` query heads per GPU than with ``heads_from``: the ratio of the measured
+        per-head-count curves (``by_heads`` of an engine-kernel table), each count between two
+        measured ones interpolated in log heads, clamped to the measured range. None when the
+        profile measured one head count only (the project's kernels, the spec sheet): the read
+        then does not depend on the heads."""
+        key = self._curve_key(family, dtype)
+        by = (self._curves[key].get("by_heads") or {}) if key else {}
+        counts = sorted(int(h) for h in by)
+        if len(counts) < 2:
+            return None
+        x = np.atleast_1d(np.asarray(nbytes, dtype=float))
+
+        def at(h: float) -> np.ndarray:
+            h = min(max(float(h), counts[0]), counts[-1])
+            hi = next(c for c in counts if c >= h)
+            lo = max(c for c in counts if c <= h)
+            t_hi = ReadCurve(by[str(hi)])(x)
+            if hi == lo:
+                return t_hi
+            w = math.log(h / lo) / math.log(hi / lo)
+            return np.exp((1.0 - w) * np.log(ReadCurve(by[str(lo)])(x)) + w * np.log(t_hi))
+
+        return at(heads_to) / at(heads_from)
+
     def asymptotic_read_Bps(self, family: str, dtype: str) -> float:
         key = self._curve_key(family, dtype)
         return (float(self._curves[key]["asymptotic_Bps"]) if key

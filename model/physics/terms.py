@@ -102,7 +102,9 @@ class Physics:
     (``physics_for``) and packed for the compiled formulas:
 
     - ``K``: the scalars, a tuple (positions ``W_DENSE`` ... ``READ_BPS``);
-    - ``curve``: the silicon's per-call KV read curve (``model.hardware.profiles.ReadCurve.table``);
+    - ``curve``: the silicon's per-call KV read curves (``model.hardware.profiles.ReadCurve.
+      table``), one per DCP size (``dcp_read_levels``: level ``d`` at ``d x`` the heads per
+      rank);
     - ``collectives(d)``: rows of ``model.hardware.silicon.Collective.params``: row 0 the TP
       all-reduce, row ``k`` the all-gather over ``k`` DCP ranks.
     """
@@ -112,10 +114,10 @@ class Physics:
         self.shape, self.silicon, self.tp = shape, si, tp
         self.family = "gqa" if shape.attention in ("gqa", "mha") else "mla"
         read = si.read_curve(self.family, shape.kv_dtype)
-        self.curve = read.table
         # where the read curve came from: a measured table's name, or "spec"
         self.read_source = si.read_source(self.family, shape.kv_dtype)
         heads = max(shape.q_heads, 1) / t        # per rank, times dcp after the gather
+        self.curve = dcp_read_levels(si, self.family, shape.kv_dtype, read.table, heads, tp)
         K = np.zeros(N_CONSTANTS)
         # gemm: the dense weights or their FLOPs; moe: E (1 - q^B) routed experts per MoE
         # layer, or their FLOPs
@@ -181,6 +183,31 @@ class Physics:
         out = np.empty((1, N_PREFILL))
         prefill_into(self.K, self.coll, float(b), float(L), float(s), bool(warm), out, 0, 0)
         return tuple(out[0].tolist())
+
+
+def dcp_read_levels(si: Silicon, family: str, dtype: str, table: np.ndarray, heads: float,
+                    tp: int) -> np.ndarray:
+    """The read curves a decode step looks up, stacked (levels, 4, knots): level ``d`` is
+    the call of one rank under DCP ``d``, which runs ``d x heads`` query heads (the gathered
+    queries of the group) over ``1 / d`` of the context. Its seconds are the base curve's
+    (``table``, the call at ``heads`` per rank) times the measured slowdown of ``d x heads``
+    over ``heads`` at the same bytes (``Silicon.heads_ratio``: the engine-kernel tables
+    measure 64-128 heads per call reading 15-25 % slower than 8-16); above the last knot a
+    level grows at the base curve's asymptotic bandwidth. Levels 0 and 1 are the base curve;
+    one level only when the profile measured no head counts (then heads do not matter)."""
+    levels = [table, table]
+    if table.shape[1] >= 2:
+        for d in range(2, tp + 1):
+            ratio = si.heads_ratio(family, dtype, heads, heads * d, table[0])
+            if ratio is None:
+                break
+            sec = table[1] * ratio
+            for i in range(1, len(sec)):        # strictly increasing, as read_s needs
+                sec[i] = max(sec[i], sec[i - 1] * (1.0 + 1e-9))
+            levels.append(np.stack([table[0], sec, table[2], np.log(sec)]))
+    if len(levels) == 2:
+        levels = [table]
+    return np.ascontiguousarray(np.stack(levels))
 
 
 DENSE_PARTS = ("attention", "linear_attention", "dense_mlp", "shared_experts", "lm_head", "other")

@@ -172,3 +172,37 @@ def test_a_batch_that_does_not_fit_is_admitted_as_running_sequences_finish():
     assert more.total[0, -1] == pytest.approx(100 * 65 / run)
 
 
+
+
+def test_dcp_read_is_looked_up_at_the_gathered_heads():
+    """Under DCP d each rank runs d x the query heads (the gathered queries) over c / d
+    tokens: its read is the per-call curve at d x the heads per rank, the engine-kernel
+    tables' measured slowdown of 128 heads over 16 (DeepSeek-V3: 128 heads, TP 8, DCP 8, on
+    B200, where the read, not the FLOPs, bounds the call at 64 x 128K)."""
+    from model.formulas import ATTN_CALL, KV_CALL, N_FULL
+    from model.hardware.gpus import builtin_gpu
+    from model.hardware.profiles import ReadCurve
+    from model.hardware.silicon import silicon_for
+    from model.physics.shape import preset_shape
+    from model.physics.terms import physics_for
+
+    shape = preset_shape("deepseek-v3", "bf16")
+    si = silicon_for(builtin_gpu("B200"))
+    ph = physics_for(shape, si, 8)
+    by_heads = si._curves[si._curve_key("mla", "bf16")]["by_heads"]
+    b, c, d = 64, 131072.0, 8
+    x = b * c / d * ph.K[KV_CALL]                       # bytes one rank reads per layer
+    measured = ReadCurve(by_heads["128"])(x) / ReadCurve(by_heads["16"])(x)
+    assert measured > 1.15                              # 128 heads read slower than 16
+    ratio = float(si.heads_ratio("mla", "bf16", 128 / 8, 128, np.array([x]))[0])
+    assert ratio == pytest.approx(measured, rel=1e-9)
+    base = si.read_curve("mla", "bf16")(x)              # the curve at 16 heads per rank
+    assert b * c * ph.K[ATTN_CALL] < base * ratio       # the read, not the FLOPs, bounds it
+    dcp_read = col(ph.decode(b, c, d), "dcp_read")
+    assert float(dcp_read) == pytest.approx(ph.K[N_FULL] * base * ratio, rel=0.03)
+    # without DCP the same bytes at 16 heads per rank: the base curve, no slowdown
+    mla = col(ph.decode(b, c / d, 1), "mla_read")
+    assert float(mla) == pytest.approx(ph.K[N_FULL] * base, rel=1e-9)
+    # a profile that measured one head count only: heads do not matter, one level
+    assert ph.curve.shape[0] == 9 and physics_for(shape, silicon_for(builtin_gpu("H20")),
+                                                  8).curve.shape[0] == 1
