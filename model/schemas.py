@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 M = TypeVar("M", bound=BaseModel)
 _setattr = object.__setattr__
 _new = object.__new__
+_FIELDS_SET: dict[type, set[str]] = {}
 
 
 def construct(cls: type[M], values: dict) -> M:
@@ -20,7 +21,12 @@ def construct(cls: type[M], values: dict) -> M:
     the result equals validation's)."""
     m = _new(cls)
     _setattr(m, "__dict__", values)
-    _setattr(m, "__pydantic_fields_set__", set(values))
+    # every field is set: one set per model class, shared (a set of all fields that a later
+    # assignment would only add a member of)
+    fields = _FIELDS_SET.get(cls)
+    if fields is None or len(fields) != len(values):
+        fields = _FIELDS_SET[cls] = set(values)
+    _setattr(m, "__pydantic_fields_set__", fields)
     _setattr(m, "__pydantic_extra__", None)
     _setattr(m, "__pydantic_private__", None)
     return m

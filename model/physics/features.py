@@ -37,6 +37,10 @@ class QueryFacts(NamedTuple):
     ranges: list[tuple[str, dict | None]]
     rows: np.ndarray
     engine_index: tuple[tuple[str, ...], np.ndarray]
+    # per configuration, what its prediction reports that does not depend on the workload's
+    # sizes: (engine, DCP size, calibrated, transferred, memory fraction, calibrated range or
+    # None, added relative sd without calibration data) (``model.predict.query.evaluate``)
+    per_config: list[tuple] = []
 
 
 @dataclass

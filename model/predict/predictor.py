@@ -11,7 +11,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from model.fit.costmodel import CostModel, Prediction, efficiency_key
+from model.fit.costmodel import (
+    TRANSFERRED_REL_SIGMA,
+    UNCALIBRATED_REL_SIGMA,
+    CostModel,
+    Prediction,
+    efficiency_key,
+)
 from model.fit.estimator import PRIOR
 from model.fit.fitting import family_key
 from model.formulas import (
@@ -35,6 +41,11 @@ from model.physics.terms import TERMS
 from model.workload import Config
 
 N_TERMS = len(TERMS)
+# Added relative sd of a prediction by its calibration status: without data for its model
+# (transferred) or hardware (uncalibrated); a calibrated one adds EXTRAPOLATION_REL_SIGMA per
+# doubling outside its calibrated range (model.predict.query.evaluate)
+COVERAGE_REL_SIGMA = {"calibrated": 0.0, "transferred": TRANSFERRED_REL_SIGMA,
+                      "uncalibrated": UNCALIBRATED_REL_SIGMA}
 CROSSOVER_CACHE_SIZE = 1024
 FACTS_CACHE_SIZE = 1024
 
@@ -77,11 +88,16 @@ class Predictor:
             index = engine_index(engines)
             dcps = [float(c.dcp_size) for c in configs]
             fractions = [self.memory(c.engine, gpu).fraction for c in configs]
+            ranges = [self.model.calibrated_range(c.engine, gpu, num_gpus, c.dcp_size,
+                                                  model_key) for c in configs]
+            per_config = [(c.engine, c.dcp_size, status == "calibrated",
+                           status == "transferred", f, rng if status == "calibrated" else None,
+                           COVERAGE_REL_SIGMA[status])
+                          for c, f, (status, rng) in zip(configs, fractions, ranges,
+                                                         strict=True)]
             hit = self._facts[key] = QueryFacts(
-                engines, dcps, max(dcps, default=1.0), fractions,
-                [self.model.calibrated_range(c.engine, gpu, num_gpus, c.dcp_size, model_key)
-                 for c in configs],
-                static_rows(index, fractions, dcps), index)
+                engines, dcps, max(dcps, default=1.0), fractions, ranges,
+                static_rows(index, fractions, dcps), index, per_config)
         return hit
 
     def _stacked(self, engines: tuple[str, ...], gpu: str):

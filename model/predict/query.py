@@ -19,8 +19,6 @@ from model import engines
 from model.engines import effective_share
 from model.fit.costmodel import (
     EXTRAPOLATION_REL_SIGMA,
-    TRANSFERRED_REL_SIGMA,
-    UNCALIBRATED_REL_SIGMA,
     CostModel,
 )
 from model.formulas import FEASIBLE, N_TABLE, PARTS, kv_demand_tokens
@@ -162,56 +160,44 @@ def evaluate(model: CostModel, w: Workload, shape: ModelShape, configs: list[Con
     if not configs:
         return []
     case = build_case(model, w, shape, configs, si=si, ph=ph)
-    facts = case.facts
-    values = {"context_tokens": w.context_tokens, "batch_size": w.batch_size,
-              "output_tokens": w.output_tokens}
+    per_config = case.facts.per_config
+    sizes = {"context_tokens": w.context_tokens, "batch_size": w.batch_size,
+             "output_tokens": w.output_tokens}
     bare_sigma = 0.0 if shape.weights_known else BARE_REL_SIGMA
-    dists = [doublings_outside(rng, values) if status == "calibrated" else 0.0
-             for status, rng in facts.ranges]
-    extra = np.array([(EXTRAPOLATION_REL_SIGMA * d if status == "calibrated"
-                       else _EXTRA_SIGMA[status]) + bare_sigma
-                      for (status, _), d in zip(facts.ranges, dists, strict=True)])
-    table = predictor_for(model).table(case, extra)
+    # doublings outside the calibrated range (calibrated configurations only) and the
+    # relative sd they and the calibration status add
+    dists = [doublings_outside(p[5], sizes) if p[5] is not None else 0.0 for p in per_config]
+    extra = np.array([p[6] + EXTRAPOLATION_REL_SIGMA * d + bare_sigma
+                      for p, d in zip(per_config, dists, strict=True)])
+    rows = predictor_for(model).table(case, extra).tolist()
     demand = float(kv_demand_tokens(w.batch_size, w.context_tokens, w.output_tokens,
                                     w.requirements.prefix_reuse_share if w.requirements else 0))
     source = case.physics.read_source
     # the physics prior answers when no configuration holding a sequence has calibration
     # data for this hardware; allow_extrapolation matters only when one has
-    anyway = w.allow_extrapolation or not measured_fits(facts.ranges, table[:, FEASIBLE])
+    anyway = w.allow_extrapolation or not any(
+        (p[2] or p[3]) and t[FEASIBLE] > 0.0 for p, t in zip(per_config, rows, strict=True))
     out = []
-    for c, (status, _), dist, fraction, t in zip(configs, facts.ranges, dists, facts.fractions,
-                                                 table.tolist(), strict=True):
+    for c, (engine, dcp, calibrated, transferred, fraction, _, _), dist, t in zip(
+            configs, per_config, dists, rows, strict=True):
         # the table's columns (model.formulas: TOTAL ... FEASIBLE, then the decode terms in
         # DECODE_TERMS' order, checked below the imports)
-        total, lo, hi, _, pf, tpot, run, cap, ok = t[:PARTS]
-        calibrated = status == "calibrated"
+        total, lo, hi, _, pf, tpot, run, cap, ok, *terms = t
         out.append(_evaluated((c, construct(ConfigPrediction, {
-            "engine": c.engine, "dcp_size": c.dcp_size, "total_s": total,
+            "engine": engine, "dcp_size": dcp, "total_s": total,
             "prefill_s": pf, "decode_s": total - pf if total > pf else 0.0, "tpot_s": tpot,
             "interval_s": (lo, hi), "calibrated": calibrated,
             "extrapolated": not calibrated or dist > 0,
-            "transferred": status == "transferred", "mem_fraction": fraction,
+            "transferred": transferred, "mem_fraction": fraction,
             "kv_capacity_tokens": int(cap) if cap < 2 ** 62 else 2 ** 62,
             "fits_in_memory": demand <= cap, "running_sequences": int(run) if ok else 0,
             "kv_read_source": source,
-            "step_terms_s": dict(zip(DECODE_TERMS, t[PARTS:], strict=True))}),
-            (anyway or status != "uncalibrated") and ok > 0.0)))
+            "step_terms_s": dict(zip(DECODE_TERMS, terms, strict=True))}),
+            (anyway or calibrated or transferred) and ok > 0.0)))
     return out
 
 
-def measured_fits(ranges: list[tuple[str, dict | None]], feasible) -> bool:
-    """Whether a configuration that holds one sequence (``feasible`` > 0) has calibration data
-    for the hardware (calibrated or transferred)."""
-    return any(status != "uncalibrated" and ok > 0.0
-               for (status, _), ok in zip(ranges, feasible, strict=True))
-
-
 _evaluated = partial(tuple.__new__, Evaluated)    # Evaluated((...)) without its Python __new__
-
-
-# Added relative sd of a prediction without calibration data for its model or hardware (a
-# calibrated one adds EXTRAPOLATION_REL_SIGMA per doubling outside the calibrated range)
-_EXTRA_SIGMA = {"transferred": TRANSFERRED_REL_SIGMA, "uncalibrated": UNCALIBRATED_REL_SIGMA}
 
 
 def total_curves(model: CostModel, w: Workload, shape: ModelShape, configs: list[Config],
