@@ -27,7 +27,8 @@ import math
 import numpy as np
 from numba import njit
 
-PREFILL_TERMS = ("pf_gemm", "pf_moe", "pf_attn", "pf_comm", "pf_fixed", "pf_batch")
+PREFILL_TERMS = ("pf_gemm", "pf_moe", "pf_attn", "pf_comm", "pf_fixed", "pf_moe_fixed",
+                 "pf_batch")
 DECODE_TERMS = ("gemm", "moe", "kv_read", "mla_read", "dcp_read", "state", "tp_comm", "dcp_comm",
                 "dcp_fixed", "layer_fixed", "seq_fixed", "step_fixed")
 N_PREFILL = len(PREFILL_TERMS)
@@ -58,8 +59,8 @@ DEFAULT_MAX_RUNNING = 256
 # tuple of floats: unlike an array, passing it on costs no reference counting)
 (W_DENSE, LOG_Q_MISS, W_EXPERTS, MM, N_FULL, KV_CALL, ATTN_CALL, STATE, N_LAYERS, ACT, Q_GATHER,
  O_GATHER, WEIGHTS_PASS, ATTN_PF, ATTN_PF_LINEAR, MEMORY, WEIGHT_BYTES, TP, KV_GPU_TOKEN,
- STATE_GPU, READ_T0, READ_ASYM, READ_BPS, MM_MOE, IS_MLA, ACT_PEAK) = range(26)
-N_CONSTANTS = 26
+ STATE_GPU, READ_T0, READ_ASYM, READ_BPS, MM_MOE, IS_MLA, ACT_PEAK, N_MOE_LAYERS) = range(27)
+N_CONSTANTS = 27
 # Columns of the decode terms (offsets into DECODE_TERMS) that decode_into writes
 (D_GEMM, D_MOE, D_KV, D_MLA, D_DCP_READ, D_STATE, D_TP, D_DCP_COMM, D_DCP_FIXED, D_LAYER, D_SEQ,
  D_STEP) = range(12)
@@ -224,7 +225,8 @@ def prefill_into(K, coll, b, L, s, warm, out, r, at):
     """Write the ``PREFILL_TERMS`` of prefilling ``b`` prompts of ``L`` tokens, a share ``s``
     of each cached, into ``out[r, at:at + N_PREFILL]``: the shared prefix is computed once, by
     the first prompt, unless ``warm`` (an earlier wave left it in the cache). Each chunk's
-    dense GEMMs and routed experts are read- or compute-bound on their own."""
+    dense GEMMs and routed experts are read- or compute-bound on their own; each chunk calls
+    the fused-MoE path once per MoE layer (``pf_moe_fixed``)."""
     first = 0.0 if warm else 1.0    # the prompt that computes the shared prefix
     new = max(L * (b * (1.0 - s) + first * s), 1.0)
     chunks = np.ceil(new / CHUNK_TOKENS)
@@ -236,7 +238,9 @@ def prefill_into(K, coll, b, L, s, warm, out, r, at):
                       + K[ATTN_PF_LINEAR] * new)
     out[r, at + 3] = chunks * (2.0 * K[N_LAYERS]) * collective_s(chunk * K[ACT], coll, 0)
     out[r, at + 4] = chunks * K[N_LAYERS]
-    out[r, at + 5] = 1.0
+    # the fused-MoE path's fixed cost of one call: per MoE layer and forward pass
+    out[r, at + 5] = chunks * K[N_MOE_LAYERS]
+    out[r, at + 6] = 1.0
 
 
 @njit(cache=True)

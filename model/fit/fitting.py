@@ -194,7 +194,7 @@ def fit_engine(engine: str, rows: Sequence[Measurement]) -> EngineFit:
     for family, frows in sorted(by_family.items()):
         top = fit_level(frows, PRIOR, rho)
         if top is not None:
-            _finish(top, rho)
+            _finish(top, _routing(frows, rho))
             key = f"{engine}/@{family}"
             estimators[key] = top.estimator
             metrics[key] = _metrics(top, frows)
@@ -204,12 +204,13 @@ def fit_engine(engine: str, rows: Sequence[Measurement]) -> EngineFit:
         for gpu, grows in sorted(by_gpu.items()):
             others = [r for r in frows if r.gpu != gpu]
             parent = fit_level(others, PRIOR, rho) if others else None
-            prior = (_set_apart(parent.estimator, rho).coef_ if parent is not None
+            prior = (_set_apart(parent.estimator, _routing(others, rho)).coef_
+                     if parent is not None
                      else prior_vector(PRIOR))
             lf = fit_level(grows, prior, rho)
             if lf is None:
                 continue
-            _finish(lf, rho)
+            _finish(lf, _routing(grows, rho))
             key = f"{engine}/{gpu}"
             estimators[key] = lf.estimator
             metrics[key] = _metrics(lf, grows)
@@ -224,6 +225,13 @@ def fit_engine(engine: str, rows: Sequence[Measurement]) -> EngineFit:
                     "held_out": float(lf.held_out[j]), "parent": float(lf.prior[j]),
                     "prior": float(physics[j])})
     return EngineFit(estimators, rho, metrics, records)
+
+
+def _routing(rows: Sequence[Measurement], rho: float) -> float:
+    """The routing diversity a level's fitted ``moe`` was seen at: the engine's ``rho`` when
+    the level has random-weight MoE rows decoding a batch, else 1 (real checkpoints route as a
+    trained router does, and their ``moe`` efficiency holds for predictions)."""
+    return rho if has_routing(rows) else 1.0
 
 
 def _finish(lf: LevelFit, rho: float = 1.0) -> None:

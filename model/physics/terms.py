@@ -26,6 +26,8 @@ Prefill of ``B`` prompts of ``L`` tokens, a share ``s`` of each found in the pre
 - ``pf_attn``: causal attention FLOPs ``coef L^2 (1 + (B - 1)(1 - s^2))`` / tp / attention FLOP/s;
 - ``pf_comm``: two all-reduces of the chunk's activations per layer and chunk;
 - ``pf_fixed`` (count: layers x forward passes);
+- ``pf_moe_fixed`` (count: MoE layers x forward passes: the fused-MoE path's fixed cost per
+  call: routing, token permutation into expert order and back, the grouped GEMMs' launches);
 - ``pf_batch`` (count: 1 per prefilled batch: scheduling, tokenisation, first sampling).
 
 The formulas are compiled by numba (``model.formulas``: ``decode_into``, ``prefill_into`` and
@@ -60,6 +62,7 @@ from model.formulas import (
     N_DECODE,
     N_FULL,
     N_LAYERS,
+    N_MOE_LAYERS,
     N_PREFILL,
     O_GATHER,
     PREFILL_TERMS,
@@ -139,6 +142,7 @@ class Physics:
                         / si.attn_flops) if shape.n_full_layers else 0.0
         K[STATE] = 2.0 * shape.state_bytes_per_seq / t / si.gpu.hbm_bandwidth
         K[N_LAYERS] = shape.n_layers
+        K[N_MOE_LAYERS] = shape.n_moe_layers if shape.n_experts else 0
         K[ACT] = shape.hidden_size * ACT_BYTES
         K[Q_GATHER] = heads * shape.qk_dim * ACT_BYTES
         K[O_GATHER] = heads * (shape.v_dim * ACT_BYTES + LSE_BYTES)

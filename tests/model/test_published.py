@@ -164,18 +164,6 @@ KNOWN_MISSES = {
                             "the int4 MoE path (Marlin kernels, per-expert launches) is an "
                             "engine efficiency only calibration on such a checkpoint captures",
     "dsr1awq-h100-8k-tpot": "as dsr1awq-h100-1k-tpot at 8K input",
-    "r1-b200-sgl-1k-c1-ttft": "one short prompt of DeepSeek-R1 at TP 8 takes ~120 ms more than "
-                              "its bytes and FLOPs at the silicon's rates plus the prior fixed "
-                              "costs (33 ms): ~2 ms per layer and prefill pass, where pf_fixed's "
-                              "prior is 60 us. The real H200 runs show such a cost on the MoE "
-                              "model only (DeepSeek-V2-Lite: 35-50 ms over physics for one 4K "
-                              "prompt over 27 layers; Llama-3.1-8B: ~6 ms): the fused-MoE "
-                              "prefill path's fixed cost per layer (routing, token permutation, "
-                              "per-expert launches), which no term carries yet",
-    "r1-b200-sgl-8k-c1-ttft": "as r1-b200-sgl-1k-c1-ttft at 4K mean input (~97 ms missing)",
-    "r1-b200-sgl-1k-c16-ttft": "as r1-b200-sgl-1k-c1-ttft: the prompts of a wave (16 x 496 "
-                               "tokens) share one or two passes, so the same per-pass cost is "
-                               "missing",
     "dsr1-h200-sgl-c64-ttft": "the model's mean TTFT has every wave's 64 prompts arrive together "
                               "and queue (8 passes of 8,192 tokens); in a closed loop of many "
                               "requests they desynchronise after the first wave, so most "
