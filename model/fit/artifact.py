@@ -36,6 +36,7 @@ import sklearn
 
 from model.fit.codec import CodecError, decode_model, encode_model
 from model.fit.costmodel import CostModel
+from model.physics.terms import TERMS
 
 SCHEMA_VERSION = 3   # 3: JSON + .npz (2: joblib, refused; 1: refused)
 FORMAT = "engine-advisor cost model"
@@ -252,5 +253,23 @@ def load(path: str | Path) -> tuple[CostModel, dict[str, Any]]:
         model = decode_model(doc["model"], arrays)
     except CodecError as exc:
         raise ArtifactError(f"artifact {p}: {exc}") from None
+    _check_terms(p, model, doc)
     model.version = doc.get("model_version", doc["artifact_sha256"][:12])
     return model, {**_metadata(doc), "arrays_sha256": actual}
+
+
+def _check_terms(p: Path, model: CostModel, doc: dict) -> None:
+    """Refuse a model fitted over other cost terms than this version's (``TERMS``): its
+    coefficients would be read against the wrong terms."""
+    for name, est in model.engines.items():
+        if len(est.coef_) == len(TERMS):
+            continue
+        theirs = (doc.get("coefficients") or {}).get(name) or {}
+        new = [t for t in TERMS if t not in theirs]
+        gone = [t for t in theirs if t not in TERMS]
+        what = "; ".join(x for x in (f"new: {', '.join(new)}" if new else "",
+                                     f"removed: {', '.join(gone)}" if gone else "") if x)
+        raise ArtifactError(f"artifact {p}: fitted over {len(est.coef_)} cost terms, this "
+                            f"engine-advisor's cost model has {len(TERMS)}"
+                            + (f" ({what})" if what else "")
+                            + "; refit it from its dataset with `engine-advisor fit`")

@@ -44,6 +44,17 @@ def test_fit_save_load_gives_identical_predictions(tmp_path):
     np.testing.assert_array_equal(pa.total_hi, pb.total_hi)
 
 
+def test_a_model_fitted_over_other_cost_terms_is_refused(tmp_path, monkeypatch):
+    """An artifact of a version with another term list (a term added since) would be read
+    against the wrong terms: it is refused at load, naming the difference and the fix."""
+    path = tmp_path / "m.json"
+    save(default_model(), path)
+    monkeypatch.setattr(artifact, "TERMS", (*artifact.TERMS, "pf_new_fixed"))
+    with pytest.raises(ArtifactError, match=r"fitted over \d+ cost terms, this engine-advisor's "
+                       r"cost model has \d+ \(new: pf_new_fixed\); refit it"):
+        load(path)
+
+
 def test_every_field_and_fitted_attribute_round_trips(tmp_path):
     m = default_model()
     save(m, tmp_path / "m.json")
