@@ -38,7 +38,7 @@ def pools(vllm: str, sglang: str) -> str:
     return yaml.safe_dump({
         "pools": {"vllm": [{"url": vllm, "model": MODEL, "dcp_size": 1}],
                   "sglang": [{"url": sglang, "model": MODEL, "dcp_size": 8}]},
-        "workload": {"kv_bytes_per_token": 70272, "gpu": "B300", "num_gpus": 8,
+        "workload": {"preset": MODEL, "gpu": "B300", "num_gpus": 8,
                      "batch_size": 64, "output_tokens": 2048},
         # slow health checks: the picker still lists a killed engine first, so the fallback
         # is Envoy's doing, down the picker's list
@@ -120,7 +120,7 @@ def test_each_request_lands_where_route_says(gateway, client, text, stream, mode
         "model": MODEL, "messages": messages, "max_tokens": 2048}).json()
     target = decided["engine"]
     other = "sglang" if target == "vllm" else "vllm"
-    assert target == ("sglang" if text is LONG else "vllm")     # the crossover is ~123K
+    assert target == ("sglang" if text is LONG else "vllm")     # the crossover is ~30K
     before = prompts(sims)
     c = client(gateway["envoys"][mode].url)
     raw = c.chat.completions.with_raw_response.create(

@@ -99,11 +99,11 @@ def test_short_prompt_to_vllm_long_to_sglang_as_the_model_says(cluster):
     assert usage.completion_tokens == 2048
     assert usage.prompt_tokens > 160_000           # counted by the simulator itself
 
-    # The model agrees: the same workloads through POST /v1/recommend.
+    # The model agrees: the pools' workload at these contexts through POST /v1/recommend.
     for ctx, engine in ((usage.prompt_tokens, "sglang"), (body.usage.prompt_tokens, "vllm")):
         rec = httpx.post(proxy.url + "/v1/recommend", json={
             "context_tokens": ctx, "output_tokens": 2048, "batch_size": 64,
-            "kv_bytes_per_token": 70272}).json()
+            "preset": "kimi-k3", "gpu": "B300", "num_gpus": 8}).json()
         assert (rec["engine"], rec["dcp_size"]) == (engine, 8 if engine == "sglang" else 1)
 
 
