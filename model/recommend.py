@@ -26,7 +26,7 @@ from model.presentation.answer import answer
 from model.schemas import Recommendation
 from model.workload import Workload
 
-__all__ = ["NoEligibleConfiguration", "recommend", "warm_up"]
+__all__ = ["recommend", "warm_up"]
 
 
 def recommend(model: CostModel, w: Workload, version: str) -> Recommendation:

@@ -40,7 +40,7 @@ class QueryFacts(NamedTuple):
     # per configuration, what its prediction reports that does not depend on the workload's
     # sizes: (engine, DCP size, calibrated, transferred, memory fraction, calibrated range or
     # None, added relative sd without calibration data) (``model.predict.query.evaluate``)
-    per_config: list[tuple] = []
+    per_config: list[tuple]
 
 
 @dataclass
