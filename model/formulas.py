@@ -27,8 +27,8 @@ import math
 import numpy as np
 from numba import njit
 
-PREFILL_TERMS = ("pf_gemm", "pf_moe", "pf_attn", "pf_comm", "pf_fixed", "pf_moe_fixed",
-                 "pf_batch")
+PREFILL_TERMS = ("pf_gemm", "pf_moe", "pf_attn", "pf_mla", "pf_comm", "pf_fixed",
+                 "pf_moe_fixed", "pf_batch")
 DECODE_TERMS = ("gemm", "moe", "kv_read", "mla_read", "dcp_read", "state", "tp_comm", "dcp_comm",
                 "dcp_fixed", "layer_fixed", "seq_fixed", "step_fixed")
 N_PREFILL = len(PREFILL_TERMS)
@@ -61,6 +61,8 @@ DEFAULT_MAX_RUNNING = 256
  O_GATHER, WEIGHTS_PASS, ATTN_PF, ATTN_PF_LINEAR, MEMORY, WEIGHT_BYTES, TP, KV_GPU_TOKEN,
  STATE_GPU, READ_T0, READ_ASYM, READ_BPS, MM_MOE, IS_MLA, ACT_PEAK, N_MOE_LAYERS) = range(27)
 N_CONSTANTS = 27
+# Columns of the prefill terms (offsets into PREFILL_TERMS) that prefill_into writes
+(P_GEMM, P_MOE, P_ATTN, P_MLA, P_COMM, P_FIXED, P_MOE_FIXED, P_BATCH) = range(8)
 # Columns of the decode terms (offsets into DECODE_TERMS) that decode_into writes
 (D_GEMM, D_MOE, D_KV, D_MLA, D_DCP_READ, D_STATE, D_TP, D_DCP_COMM, D_DCP_FIXED, D_LAYER, D_SEQ,
  D_STEP) = range(12)
@@ -231,16 +233,25 @@ def prefill_into(K, coll, b, L, s, warm, out, r, at):
     new = max(L * (b * (1.0 - s) + first * s), 1.0)
     chunks = np.ceil(new / CHUNK_TOKENS)
     chunk = new / chunks
-    out[r, at] = chunks * max(chunk * K[MM], K[WEIGHTS_PASS])
-    out[r, at + 1] = chunks * max(chunk * K[MM_MOE],
-                                  -K[W_EXPERTS] * math.expm1(chunk * K[LOG_Q_MISS]))
-    out[r, at + 2] = (K[ATTN_PF] * L * L * (first + (b - first) * (1.0 - s * s))
-                      + K[ATTN_PF_LINEAR] * new)
-    out[r, at + 3] = chunks * (2.0 * K[N_LAYERS]) * collective_s(chunk * K[ACT], coll, 0)
-    out[r, at + 4] = chunks * K[N_LAYERS]
+    out[r, at + P_GEMM] = chunks * max(chunk * K[MM], K[WEIGHTS_PASS])
+    out[r, at + P_MOE] = chunks * max(chunk * K[MM_MOE],
+                                      -K[W_EXPERTS] * math.expm1(chunk * K[LOG_Q_MISS]))
+    # the full-attention layers' causal FLOPs: MLA's prefill path (its own kernels: the
+    # latent's up-projection, the MHA-form attention over the chunk's context) or GQA / MHA's;
+    # window-bounded and linear-attention layers are GQA-style kernels
+    quad = K[ATTN_PF] * L * L * (first + (b - first) * (1.0 - s * s))
+    linear = K[ATTN_PF_LINEAR] * new
+    if K[IS_MLA] > 0.0:
+        out[r, at + P_ATTN] = linear
+        out[r, at + P_MLA] = quad
+    else:
+        out[r, at + P_ATTN] = quad + linear
+        out[r, at + P_MLA] = 0.0
+    out[r, at + P_COMM] = chunks * (2.0 * K[N_LAYERS]) * collective_s(chunk * K[ACT], coll, 0)
+    out[r, at + P_FIXED] = chunks * K[N_LAYERS]
     # the fused-MoE path's fixed cost of one call: per MoE layer and forward pass
-    out[r, at + 5] = chunks * K[N_MOE_LAYERS]
-    out[r, at + 6] = 1.0
+    out[r, at + P_MOE_FIXED] = chunks * K[N_MOE_LAYERS]
+    out[r, at + P_BATCH] = 1.0
 
 
 @njit(cache=True)

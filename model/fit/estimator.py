@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from itertools import combinations
 
 import numpy as np
 from scipy.optimize import nnls
@@ -200,6 +201,13 @@ class EngineCostModel(RegressorMixin, BaseEstimator):
             raise ValueError("y: every observed time must be positive")
         if np.any(X < 0):
             raise ValueError("X: term features must be non-negative")
+        if sample_weight is not None:
+            sw = np.asarray(sample_weight, dtype=float)
+            if sw.shape != y.shape or np.any(sw < 0) or not np.all(np.isfinite(sw)):
+                raise ValueError("sample_weight: one non-negative finite weight per "
+                                 "observation expected")
+            if not np.any(sw > 0):
+                raise ValueError("sample_weight: every weight is zero, nothing to fit")
         if self.noise_floor < 0 or self.ridge < 0:
             raise ValueError("noise_floor and ridge must be >= 0")
         prior = prior_vector(self.prior)
@@ -354,6 +362,10 @@ def select_terms(X, y, groups, prior, candidates: Sequence[str], *, ridge: float
     def per_stratum(err):                 # the median: what the fit report states
         return np.array([np.median(err[labels == k]) for k in range(labels.max() + 1)])
 
+    def strata_hold(err) -> bool:         # no stratum worse than its prior
+        return bool(np.all(per_stratum(err) <= np.maximum(
+            prior_strata * (1 + STRATUM_TOLERANCE), prior_strata + STRATUM_SLACK)))
+
     if in_sample:
         best = _least_departure(X, y, prior, pool, limit, ridge, noise_floor)
         return best, best.loo_predictions(X, y, groups), base_pred
@@ -379,9 +391,7 @@ def select_terms(X, y, groups, prior, candidates: Sequence[str], *, ridge: float
             noise = 0.0 if in_sample else NOISE_SE * float(gain.std(ddof=1)) / math.sqrt(
                 len(gain))
             if gain.mean() > max(MIN_GAIN * best_err.mean(), noise):
-                holds = bool(np.all(per_stratum(err) <= np.maximum(
-                    prior_strata * (1 + STRATUM_TOLERANCE), prior_strata + STRATUM_SLACK)))
-                accepted = (t, trial, trial_loo, per_point(err), holds)
+                accepted = (t, trial, trial_loo, per_point(err), strata_hold(err))
                 break
         if accepted is None:
             break
@@ -390,8 +400,25 @@ def select_terms(X, y, groups, prior, candidates: Sequence[str], *, ridge: float
         pool.remove(t)
         path.append((best, best_loo, holds))
     # the furthest step of the path on which no stratum is worse than its prior: a term that
-    # helps one part of the data only by hurting another is not kept (nor what came after)
+    # helps one part of the data only by hurting another is not kept (nor what came after)...
     best, best_loo, _ = next(p for p in reversed(path) if p[2])
+    if not path[-1][2] and len(chosen) < limit:
+        # ...unless one or two more terms bring every stratum back, keeping more of the
+        # path's gain: a greedy step cannot see that the part of the data an earlier term
+        # hurt needs two terms to recover (one more GPU kernel's efficiency and a count)
+        repairs = []
+        for k in (1, 2):
+            for extra in combinations(pool, k) if len(chosen) + k <= limit else ():
+                trial = EngineCostModel(prior=prior.tolist(), free=[*chosen, *extra],
+                                        ridge=ridge, noise_floor=noise_floor).fit(X, y)
+                trial_loo = trial.loo_predictions(X, y, groups)
+                err = clipped(trial_loo)
+                if strata_hold(err):
+                    repairs.append((float(per_point(err).mean()), k, trial, trial_loo))
+        if repairs:
+            score, _, trial, trial_loo = min(repairs, key=lambda r: (r[0], r[1]))
+            if score < float(per_point(clipped(best_loo)).mean()):
+                best, best_loo = trial, trial_loo
     return best, best_loo, base_pred
 
 
@@ -418,8 +445,6 @@ def _least_departure(X, y, prior, pool, limit, ridge, noise_floor) -> EngineCost
     explains every observation (within ``IN_SAMPLE_FIT``) with count terms within their
     ceilings, the one that departs least from physics (``departure``); when none does, the set
     with the smallest error."""
-    from itertools import combinations
-
     fits = []
     for k in range(0, limit + 1):
         for free in combinations(pool, k):

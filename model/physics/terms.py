@@ -23,7 +23,10 @@ Prefill of ``B`` prompts of ``L`` tokens, a share ``s`` of each found in the pre
 (the shared part computed once), in chunks of ``CHUNK_TOKENS``:
 
 - ``pf_gemm``: per chunk max(chunk FLOPs / GEMM FLOP/s, weights / tp / bandwidth);
-- ``pf_attn``: causal attention FLOPs ``coef L^2 (1 + (B - 1)(1 - s^2))`` / tp / attention FLOP/s;
+- ``pf_attn``: causal attention FLOPs ``coef L^2 (1 + (B - 1)(1 - s^2))`` / tp / attention FLOP/s
+  of GQA / MHA layers, and of window-bounded and linear-attention layers (``x L``);
+- ``pf_mla``: the same FLOPs of MLA's full-attention layers: the engines prefill MLA on kernels
+  of its own (the latent up-projected per chunk, MHA-form attention), as ``mla_read`` decodes it;
 - ``pf_comm``: two all-reduces of the chunk's activations per layer and chunk;
 - ``pf_fixed`` (count: layers x forward passes);
 - ``pf_moe_fixed`` (count: MoE layers x forward passes: the fused-MoE path's fixed cost per
@@ -86,8 +89,8 @@ from model.physics.memory import activation_peak_bytes
 from model.physics.shape import ModelShape
 
 TERMS = PREFILL_TERMS + DECODE_TERMS
-PHYSICS_TERMS = ("pf_gemm", "pf_moe", "pf_attn", "pf_comm", "gemm", "moe", "kv_read", "mla_read",
-                 "dcp_read", "state", "tp_comm", "dcp_comm")
+PHYSICS_TERMS = ("pf_gemm", "pf_moe", "pf_attn", "pf_mla", "pf_comm", "gemm", "moe", "kv_read",
+                 "mla_read", "dcp_read", "state", "tp_comm", "dcp_comm")
 ACT_BYTES = 2                # bf16 activations on the wire
 LSE_BYTES = 4                # one fp32 log-sum-exp per head and sequence
 

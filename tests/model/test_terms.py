@@ -119,14 +119,33 @@ def test_prefill_flops_attention_and_prefix_reuse():
     gemm = chunks * max(new / chunks * 6e9 / 4 / FLOPS, 20e9 / 4 / HBM)
     assert float(col(f, "pf_gemm", PREFILL_TERMS)[()]) == pytest.approx(gemm, rel=1e-9)
     attn = SHAPE.attn_prefill_coef * L ** 2 * b / 4 / (1e15 * SPEC_EFFICIENCY["attn"])
-    assert float(col(f, "pf_attn", PREFILL_TERMS)[()]) == pytest.approx(attn, rel=1e-9)
+    # an MLA model's full-attention prefill is MLA's own term
+    assert float(col(f, "pf_mla", PREFILL_TERMS)[()]) == pytest.approx(attn, rel=1e-9)
+    assert float(col(f, "pf_attn", PREFILL_TERMS)[()]) == 0.0
     # half of each prompt cached (computed once): attention of the others scales as 1 - s^2
     g = prefill_terms(SHAPE, hw, b, L, 0.5)
-    ratio = float(col(g, "pf_attn", PREFILL_TERMS)[()]) / float(col(f, "pf_attn",
-                                                                      PREFILL_TERMS)[()])
+    ratio = float(col(g, "pf_mla", PREFILL_TERMS)[()]) / float(col(f, "pf_mla",
+                                                                     PREFILL_TERMS)[()])
     assert ratio == pytest.approx((1 + (b - 1) * (1 - 0.25)) / b)
     assert float(col(g, "pf_fixed", PREFILL_TERMS)[()]) < float(col(f, "pf_fixed",
                                                                       PREFILL_TERMS)[()])
+
+
+def test_prefill_attention_of_gqa_and_of_windows_is_pf_attn():
+    """The same FLOPs on a GQA model land in ``pf_attn``; an MLA model's window-bounded or
+    linear-attention layers (``x L``) stay there too: only MLA's own layers are ``pf_mla``."""
+    hw = Hardware(SI, 4)
+    L, b = 32_768.0, 4.0
+    gqa = dataclasses.replace(SHAPE, attention="gqa", key="toy-gqa@0")
+    f = prefill_terms(gqa, hw, b, L, 0.0)
+    attn = SHAPE.attn_prefill_coef * L ** 2 * b / 4 / (1e15 * SPEC_EFFICIENCY["attn"])
+    assert float(col(f, "pf_attn", PREFILL_TERMS)[()]) == pytest.approx(attn, rel=1e-9)
+    assert float(col(f, "pf_mla", PREFILL_TERMS)[()]) == 0.0
+    windows = dataclasses.replace(SHAPE, key="toy-win@0", attn_prefill_linear=1e6)
+    w = prefill_terms(windows, hw, b, L, 0.0)
+    assert float(col(w, "pf_attn", PREFILL_TERMS)[()]) == pytest.approx(
+        1e6 * b * L / 4 / (1e15 * SPEC_EFFICIENCY["attn"]), rel=1e-9)
+    assert float(col(w, "pf_mla", PREFILL_TERMS)[()]) == pytest.approx(attn, rel=1e-9)
 
 
 def test_capacity_counts_weights_and_vllm_reserve():
