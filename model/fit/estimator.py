@@ -13,8 +13,8 @@ for the fixed-cost terms. The prediction is ``X @ coef_``:
 ``fit`` starts from ``prior`` (the level above: the physics priors ``PRIOR``, an engine's pooled
 efficiencies, ...) and moves only the terms named in ``free``: non-negative least squares on
 relative error, a ridge pulling each free term towards its prior (``RIDGE``, the same weight for
-physics terms, none to speak of for count terms, whose priors are guesses at a size; the fewer
-the points the stronger the pull), and Huber weights that
+every term, physics or count: a count term is at least as hard to move as a physics term; the
+fewer the points the stronger the pull), and Huber weights that
 keep a point spoiled by a one-off stall (a JIT compile, say) from dragging the rest.
 
 Which terms are free is decided by the data (``select_terms``): forward selection on the
@@ -62,8 +62,8 @@ PRIOR: dict[str, float] = {
                             # partial outputs (a small kernel and its launch)
 }
 # The most a count term can plausibly cost (seconds per unit): a fit that needs more has found
-# something the terms do not describe. A count's prior is a guess at its size, not physics, so
-# moving it within this range is no departure from physics (``departure``).
+# something the terms do not describe (``departure`` is then infinite). Within it, moving a
+# count from its prior departs from physics as much as moving a physics term by the same factor.
 COUNT_CEILING: dict[str, float] = {
     "pf_fixed": 1e-3, "pf_moe_fixed": 5e-3, "pf_batch": 0.5, "layer_fixed": 500e-6,
     "seq_fixed": 500e-6, "step_fixed": 50e-3, "dcp_fixed": 1e-3,
@@ -76,7 +76,6 @@ PHYSICS_FLOOR = 0.85
 # a free term moved 30 % from its prior costs as much as one observation 1 % off (which terms
 # move at all is the selection's business; the ridge steadies the ones that do).
 RIDGE = 1e-3
-COUNT_RIDGE = 1e-9        # a count term's share of the ridge weight (EngineCostModel)
 # A term is freed only when that lowers the held-out score by at least this share, and by more
 # than NOISE_SE standard errors of its per-point gains (a gain the noise could give is none)
 MIN_GAIN = 0.01
@@ -160,19 +159,12 @@ class EngineCostModel(RegressorMixin, BaseEstimator):
         s = np.sqrt(w) / y
         A = X[:, idx] * prior[idx][None, :] * s[:, None]
         b = (y - base) * s - A @ floor
-        lam = np.sqrt(self._ridge_weights()[idx])
+        lam = np.full(idx.size, math.sqrt(self.ridge))
         A = np.vstack([A, np.diag(lam)])
         b = np.concatenate([b, lam * (1.0 - floor)])
         theta, _ = nnls(A, b, maxiter=50 * idx.size + 50)
         coef[idx] = (theta + floor) * prior[idx]
         return coef
-
-    def _ridge_weights(self) -> np.ndarray:
-        """Each term's ridge weight: ``ridge`` for physics terms; a count term's prior is a
-        guess at its size, not physics, so it is held only as far as the selection holds it
-        (``COUNT_RIDGE`` of the weight)."""
-        return np.array([self.ridge * (1.0 if t in PHYSICS_TERMS else COUNT_RIDGE)
-                         for t in TERMS])
 
     def _robust_weights(self, X, y, coef) -> np.ndarray:
         rel = (y - X @ coef) / y
@@ -286,7 +278,7 @@ class EngineCostModel(RegressorMixin, BaseEstimator):
             return pred
         s = np.sqrt(self.weights_) / y
         Z = X[:, active] * prior[active][None, :] * s[:, None]       # in theta units
-        G = Z.T @ Z + np.diag(self._ridge_weights()[active])
+        G = Z.T @ Z + self.ridge * np.eye(active.size)
         try:
             Ginv = np.linalg.inv(G)
         except np.linalg.LinAlgError:
@@ -426,17 +418,17 @@ IN_SAMPLE_FIT = 0.03      # a few points "are explained" when the fit is this cl
 
 
 def departure(est: EngineCostModel) -> float:
-    """How far a fit moved from physics: the largest |log(coef / prior)| of its free physics
-    terms; infinite when a count term went past its ``COUNT_CEILING``."""
+    """How far a fit moved from physics: the sum of |log(coef / prior)| over its free terms,
+    count terms as much as physics terms (two terms moved 3 x each depart as far as one moved
+    9 x); infinite when a count term went past its ``COUNT_CEILING``."""
     out = 0.0
     for i, t in enumerate(TERMS):
         if t not in est.free_:
             continue
-        if t in COUNT_CEILING:
-            if est.coef_[i] > COUNT_CEILING[t]:
-                return math.inf
-        elif est.prior_[i] > 0:
-            out = max(out, abs(math.log(max(est.coef_[i] / est.prior_[i], 1e-6))))
+        if t in COUNT_CEILING and est.coef_[i] > COUNT_CEILING[t]:
+            return math.inf
+        if est.prior_[i] > 0:
+            out += abs(math.log(max(est.coef_[i] / est.prior_[i], 1e-6)))
     return out
 
 

@@ -9,10 +9,11 @@ points may move one term; SGLang's DCP-8 points only its DCP terms), then report
 
 - ``consistent``: every published time is reproduced within 5 % by that fit, and none is faster
   than its roofline (the physics terms at spec-sheet peaks);
-- ``distance``: how far the fit had to move from physics, the largest |log(efficiency / its
-  prior)| over the two engines' freed physics terms (``model.fit.estimator.departure``: count terms
-  such as SGLang's per-layer DCP merge cost may take any value up to their plausible ceiling;
-  0 = the published times need no engine slower or faster than physics).
+- ``distance``: how far the fit had to move from physics, the sum of |log(coefficient / its
+  prior)| over the two engines' freed terms (``model.fit.estimator.departure``: a count term
+  such as SGLang's per-layer DCP merge cost counts as much as a physics term, and may not pass
+  its plausible ceiling; 0 = the published times need no engine slower or faster than its
+  prior).
 
 The rule: the default model uses the consistent assumption with the smallest distance (ties: the
 smaller batch, then the shorter output).
@@ -120,7 +121,7 @@ def judge(a: Assumption) -> Verdict:
             i = TERMS.index(t)
             freed[f"{engine} {t}"] = float(lf.estimator.coef_[i] / prior[i])
         if lf:
-            distance = max(distance, departure(lf.estimator))
+            distance += departure(lf.estimator)
     err = max(abs(predicted[k] / published[k] - 1) for k in published)
     return Verdict(a, predicted, published, roofline, freed, err, distance)
 

@@ -8,7 +8,6 @@ quote an endpoint. A figure whose premise no longer holds (another engine wins, 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from functools import cache
 
@@ -84,7 +83,7 @@ def seed_table(ctx) -> str:
 
     verdicts = scan()
     best = choose(verdicts)
-    out = ["| prompts | batch × output | departure | what the fit needs (efficiency / prior) |",
+    out = ["| prompts | batch × output | departure | what the fit needs (coefficient / prior) |",
            "|---|---|---|---|"]
     ok = sorted((v for v in verdicts if v.consistent), key=lambda v: v.distance)
     for v in ok[:8]:
@@ -93,9 +92,9 @@ def seed_table(ctx) -> str:
         if v is best:
             size = f"**{size}** (used)"
         needs = ", ".join(f"{k} {r:.2f} ×" for k, r in sorted(v.freed.items()))
-        out.append(f"| {a.prompts} | {size} | {math.exp(v.distance):.1f} × | {needs} |")
+        out.append(f"| {a.prompts} | {size} | {v.distance:.2f} | {needs} |")
     if len(ok) > 8:
-        out.append(f"| ({len(ok) - 8} more) | | over {math.exp(ok[8].distance):.0f} × | |")
+        out.append(f"| ({len(ok) - 8} more) | | {ok[8].distance:.2f} and more | |")
     return "\n".join(out)
 
 

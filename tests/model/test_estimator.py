@@ -9,9 +9,11 @@ from sklearn.base import clone
 from sklearn.utils.estimator_checks import check_estimator
 
 from model.fit.estimator import (
+    COUNT_CEILING,
     PHYSICS_FLOOR,
     PRIOR,
     EngineCostModel,
+    departure,
     interval_halfwidth,
     log_errors,
     select_terms,
@@ -51,6 +53,35 @@ def test_only_free_terms_move_and_the_rest_keep_their_prior():
     for t in TERMS:
         if t != "gemm":
             assert est.coefficients_[t] == PRIOR[t], t
+
+
+def test_count_terms_are_as_hard_to_move_as_physics_terms():
+    """The ridge pulls a count term towards its prior exactly as hard as a physics term whose
+    data ask for the same factor, and ``departure`` counts both alike (summed), a count past
+    its ceiling without end."""
+    moved = {}
+    for t in ("gemm", "step_fixed"):
+        X = np.zeros((3, len(TERMS)))
+        X[:, TERMS.index(t)] = [1.0, 2.0, 3.0]
+        y = 3.0 * X @ np.array([PRIOR[u] for u in TERMS])     # the data ask for 3 x the prior
+        est = EngineCostModel(free=[t], ridge=0.5, robust=False).fit(X, y)
+        moved[t] = est.coefficients_[t] / PRIOR[t]
+    assert 1.0 < moved["gemm"] < 3.0                            # the ridge held it back
+    assert moved["step_fixed"] == pytest.approx(moved["gemm"], rel=1e-9)
+
+    X, y = synthetic(TRUE)
+    est = EngineCostModel(free=["gemm", "step_fixed"]).fit(X, y)
+    g, s = TERMS.index("gemm"), TERMS.index("step_fixed")
+    est.coef_ = est.prior_.copy()
+    assert departure(est) == 0.0
+    est.coef_[g] = 10 * est.prior_[g]
+    assert departure(est) == pytest.approx(math.log(10))
+    est.coef_[g], est.coef_[s] = est.prior_[g], 10 * est.prior_[s]
+    assert departure(est) == pytest.approx(math.log(10))
+    est.coef_[g] = est.prior_[g] / 10
+    assert departure(est) == pytest.approx(2 * math.log(10))
+    est.coef_[s] = 2 * COUNT_CEILING["step_fixed"]
+    assert departure(est) == math.inf
 
 
 def test_selection_frees_the_terms_the_data_inform_and_no_others():
