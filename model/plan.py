@@ -7,10 +7,13 @@ Queueing assumption (also returned in every plan's ``assumptions``):
   is the cost model's predicted wall time of a batch of ``B`` such sequences (``total_s``): every
   request is charged the prefill of all ``B`` sequences plus ``output_tokens - 1`` decode steps at
   concurrency ``B``. For continuous batching this is conservative.
-- ``B`` is the largest concurrency whose predicted TPOT and end-to-end time meet the SLO and
+- ``B`` is the largest concurrency whose predicted TPOT, TTFT and end-to-end time meet the SLO and
   whose KV demand ``B x (context + output)`` fits in the instance's KV capacity (and at most
   ``max_concurrency``). Larger ``B`` amortises each decode step's fixed cost, so it maximises
   throughput per GPU within the SLO.
+- TTFT: a request arrives alone beside the ``B - 1`` others in flight (continuous batching
+  admits it as another finishes): half a decode step's wait, the queue of the other arrivals'
+  prefills, and its own prefill (``model.predict.arrivals``). ``max_ttft_s`` bounds it.
 - Little's law: requests in flight = ``rps x E2E(B)``. An instance holds ``B`` of them, kept at
   an average utilisation of ``headroom`` (< 1 leaves room for bursts), so
   ``instances = ceil(rps x E2E(B) / (B x headroom))``.
@@ -30,6 +33,7 @@ from model.fit.costmodel import CostModel
 from model.hardware.gpus import GpuSpec
 from model.jsonnum import JsonModel
 from model.kv import KvDtype
+from model.predict.arrivals import arrival_ttft_s
 from model.predict.query import Evaluated, candidates, evaluate
 from model.presentation.launch import launch_command
 from model.workload import (
@@ -44,12 +48,15 @@ from model.workload import (
 )
 
 MAX_CLASSES = 64
+MAX_INSTANCES = 10 ** 9      # a pool beyond this is no plan (a headroom near 0, say)
 ASSUMPTIONS = [
     "one instance per node, tensor parallel over the node's GPUs",
     "an instance runs at a steady concurrency B; a request's end-to-end time is the predicted "
     "wall time of a batch of B such sequences (conservative for continuous batching)",
-    "B is the largest concurrency meeting the SLO (predicted TPOT and end-to-end) whose KV demand "
-    "B x (context + output) fits in the instance's KV capacity, at most max_concurrency",
+    "B is the largest concurrency meeting the SLO (predicted TPOT, TTFT and end-to-end) whose KV "
+    "demand B x (context + output) fits in the instance's KV capacity, at most max_concurrency",
+    "TTFT: a request arrives alone beside the B - 1 others in flight: half a decode step's wait, "
+    "the queue of the other arrivals' prefills (M/D/1) and its own prefill",
     "Little's law: in flight = rps x E2E(B); instances = ceil(rps x E2E(B) / (B x headroom))",
     "each class runs in its own pool of nodes; total_nodes is the sum over classes",
 ]
@@ -72,11 +79,15 @@ class Slo(JsonModel):
     max_e2e_s: Annotated[float, Field(
         gt=0, le=1e7, allow_inf_nan=False,
         description="max end-to-end seconds per request")] | None = None
+    max_ttft_s: Annotated[float, Field(
+        gt=0, le=3600, allow_inf_nan=False,
+        description="max mean time to first token of a request arriving beside the others in "
+                    "flight")] | None = None
 
     @model_validator(mode="after")
     def _one(self) -> Slo:
-        if self.max_tpot_s is None and self.max_e2e_s is None:
-            raise ValueError("give max_tpot_s and/or max_e2e_s")
+        if self.max_tpot_s is None and self.max_e2e_s is None and self.max_ttft_s is None:
+            raise ValueError("give max_tpot_s, max_ttft_s and/or max_e2e_s")
         return self
 
 
@@ -129,6 +140,7 @@ class Option(BaseModel):
     concurrency: int
     instances: int
     predicted_tpot_s: float
+    predicted_ttft_s: float | None
     predicted_e2e_s: float
     limited_by: str
 
@@ -149,6 +161,10 @@ class ClassPlan(BaseModel):
     gpus: int
     nodes: int
     predicted_tpot_s: float
+    predicted_ttft_s: float | None = Field(
+        description="mean time to first token of a request arriving beside the others in "
+                    "flight; null when prefills at this concurrency cannot keep up with the "
+                    "arrivals (no steady state)")
     predicted_e2e_s: float
     e2e_interval_s: tuple[float, float]
     calibrated: bool
@@ -183,10 +199,21 @@ def _at(model: CostModel, w: Workload, layout, config: Config, batch: int) -> Ev
     return evaluate(model, w.model_copy(update={"batch_size": batch}), layout, [config])[0]
 
 
-def _violation(e: Evaluated, slo: Slo) -> str | None:
+def _ttft(e: Evaluated, e1: Evaluated, w: Workload, batch: int) -> float:
+    """Mean TTFT at concurrency ``batch`` (``e``) of a request arriving alone
+    (``model.predict.arrivals``): one prompt's prefill is ``e1``'s (the same configuration at
+    batch 1)."""
+    return arrival_ttft_s(e1.pred.prefill_s, e.pred.tpot_s, w.output_tokens, batch)
+
+
+def _violation(e: Evaluated, slo: Slo, ttft: float) -> str | None:
     p = e.pred
     if slo.max_tpot_s is not None and p.tpot_s > slo.max_tpot_s:
         return f"TPOT {p.tpot_s * 1e3:.1f} ms > {slo.max_tpot_s * 1e3:.1f} ms"
+    if slo.max_ttft_s is not None and ttft > slo.max_ttft_s:
+        shown = "unbounded (prefills cannot keep up)" if math.isinf(ttft) else \
+            f"{ttft * 1e3:.1f} ms"
+        return f"TTFT {shown} > {slo.max_ttft_s * 1e3:.1f} ms"
     if slo.max_e2e_s is not None and p.total_s > slo.max_e2e_s:
         return f"end-to-end {p.total_s:.2f} s > {slo.max_e2e_s:.2f} s"
     return None
@@ -201,7 +228,10 @@ def _best_concurrency(model: CostModel, w: Workload, layout, e1: Evaluated, req:
     if kv_max < 1:
         return (f"{label}: one sequence needs {per_seq:,} KV tokens, the instance holds "
                 f"{e1.pred.kv_capacity_tokens:,}")
-    why = _violation(e1, req.slo)
+    def violation(e: Evaluated, batch: int) -> str | None:
+        return _violation(e, req.slo, _ttft(e, e1, w, batch))
+
+    why = violation(e1, 1)
     if why:
         return f"{label}: even one sequence at a time misses the SLO ({why})"
     cap = min(kv_max, req.max_concurrency)
@@ -209,14 +239,14 @@ def _best_concurrency(model: CostModel, w: Workload, layout, e1: Evaluated, req:
     step = 1
     while lo + step < hi:  # grow geometrically, then bisect
         e = _at(model, w, layout, e1.config, lo + step)
-        if _violation(e, req.slo):
+        if violation(e, lo + step):
             hi = lo + step
             break
         lo, best, step = lo + step, e, step * 2
     while hi - lo > 1:
         mid = (lo + hi) // 2
         e = _at(model, w, layout, e1.config, mid)
-        if _violation(e, req.slo):
+        if violation(e, mid):
             hi = mid
         else:
             lo, best = mid, e
@@ -225,8 +255,8 @@ def _best_concurrency(model: CostModel, w: Workload, layout, e1: Evaluated, req:
     elif lo == req.max_concurrency:
         limit = "max_concurrency"
     else:
-        nxt = _violation(_at(model, w, layout, e1.config, lo + 1), req.slo) or ""
-        limit = "slo_tpot" if nxt.startswith("TPOT") else "slo_e2e"
+        nxt = violation(_at(model, w, layout, e1.config, lo + 1), lo + 1) or ""
+        limit = {"TPOT": "slo_tpot", "TTFT": "slo_ttft"}.get(nxt[:4], "slo_e2e")
     return best, lo, limit
 
 
@@ -253,13 +283,20 @@ def _plan_class(model: CostModel, req: PlanRequest, i: int,
             continue
         e, b, limit = found
         e2e = max(e.pred.total_s, 1e-9)  # a degenerate fit must not divide by zero
-        instances = max(1, math.ceil(c.requests_per_second * e2e / (b * req.headroom)))
-        options.append((instances, e2e, e, b, limit))
+        need = c.requests_per_second * e2e / (b * req.headroom)
+        if not need <= MAX_INSTANCES:       # also NaN / inf (a headroom near 0)
+            reasons.append(f"{label}: would need more than {MAX_INSTANCES:,} instances "
+                           f"({c.requests_per_second:g} req/s x {e2e:.3g} s end-to-end / "
+                           f"({b} in flight x headroom {req.headroom:g}))")
+            continue
+        instances = max(1, math.ceil(need))
+        ttft = _ttft(e, e1, w, b)
+        options.append((instances, e2e, e, b, limit, None if math.isinf(ttft) else ttft))
     if not options:
         return Unserved(index=i, name=c.name, reason="no configuration meets the SLO: "
                         + ("; ".join(reasons) or "no candidate configuration"))
     options.sort(key=lambda o: (o[0], o[1]))
-    instances, e2e, e, b, limit = options[0]
+    instances, e2e, e, b, limit, ttft = options[0]
     p = e.pred
     gpus = instances * req.gpus_per_node
     rate = b / e2e
@@ -272,7 +309,8 @@ def _plan_class(model: CostModel, req: PlanRequest, i: int,
         dcp_size=e.config.dcp_size, mem_fraction=p.mem_fraction,
         mem_fraction_flag=rules.mem_flag, concurrency=b, limited_by=limit,
         instances=instances, gpus=gpus, nodes=instances, predicted_tpot_s=p.tpot_s,
-        predicted_e2e_s=e2e, e2e_interval_s=p.interval_s, calibrated=p.calibrated,
+        predicted_ttft_s=ttft, predicted_e2e_s=e2e, e2e_interval_s=p.interval_s,
+        calibrated=p.calibrated,
         extrapolated=p.extrapolated, kv_capacity_tokens=p.kv_capacity_tokens,
         instance_requests_per_s=rate, requests_per_s_per_gpu=rate / req.gpus_per_node,
         output_tokens_per_s_per_gpu=rate * c.output_tokens / req.gpus_per_node,
@@ -280,7 +318,8 @@ def _plan_class(model: CostModel, req: PlanRequest, i: int,
         alternatives=[Option(engine=o[2].config.engine, dcp_size=o[2].config.dcp_size,
                              mem_fraction=o[2].pred.mem_fraction, concurrency=o[3],
                              instances=o[0], predicted_tpot_s=o[2].pred.tpot_s,
-                             predicted_e2e_s=o[1], limited_by=o[4]) for o in options[1:]])
+                             predicted_ttft_s=o[5], predicted_e2e_s=o[1], limited_by=o[4])
+                      for o in options[1:]])
 
 
 def plan(model: CostModel, req: PlanRequest, version: str) -> PlanResult:

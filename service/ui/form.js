@@ -9,8 +9,8 @@ const FIELDS = {context_tokens: "int", output_tokens: "int", batch_size: "int",
 const REQUIREMENTS = {hardware_vendor: "str", quantization: "str",
                       speculative_method: "str", prefix_reuse_share: "num",
                       pipeline_parallel: "bool", lora: "bool", dp_attention: "bool"};
-const PLAN_FIELDS = {max_tpot_ms: "num", max_e2e_s: "num", headroom: "num",
-                     max_concurrency: "int"};
+const PLAN_FIELDS = {max_tpot_ms: "num", max_ttft_ms: "num", max_e2e_s: "num",
+                     headroom: "num", max_concurrency: "int"};
 
 export const state = {view: "recommend", workload: null};
 
@@ -99,6 +99,8 @@ export function planRequest() {
   const slo = {};
   const tpot = read("max_tpot_ms", "num");
   if (tpot !== undefined) slo.max_tpot_s = typeof tpot === "number" ? tpot / 1000 : tpot;
+  const ttft = read("max_ttft_ms", "num");
+  if (ttft !== undefined) slo.max_ttft_s = typeof ttft === "number" ? ttft / 1000 : ttft;
   const e2e = read("max_e2e_s", "num");
   if (e2e !== undefined) slo.max_e2e_s = e2e;
   out.slo = slo;

@@ -13,6 +13,7 @@ const PLAN_COLS = [
   ["concurrency", "concurrency", (c) => int(c.concurrency)],
   ["limited_by", "limited by", (c) => label(c.limited_by)],
   ["predicted_tpot_s", "TPOT ms", (c) => (c.predicted_tpot_s * 1000).toFixed(1)],
+  ["predicted_ttft_s", "TTFT ms", (c) => c.predicted_ttft_s === null ? "unbounded" : (c.predicted_ttft_s * 1000).toFixed(0)],
   ["predicted_e2e_s", "E2E s", (c) => secs(c.predicted_e2e_s)],
   ["e2e_interval_s", "E2E 90 % s", (c) => `${secs(c.e2e_interval_s[0])} – ${secs(c.e2e_interval_s[1])}`],
   ["context_tokens", "context", (c) => int(c.context_tokens)],

@@ -98,6 +98,30 @@ def seed_table(ctx) -> str:
     return "\n".join(out)
 
 
+@figure("validation.published")
+def validation_published(ctx) -> str:
+    """Every published row with the default model's predicted / published ratio
+    (tests/model/test_published.py computes both)."""
+    from tests.model import test_published as tp
+
+    out = ["| id | source | model | GPU | engine | TP / DCP | context | batch | metric | "
+           "published | predicted / published |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in tp.ROWS:
+        source = f"[{r['source']}]({r['url']})" if r["url"] else r["source"]
+        try:
+            ratio = f"{tp.predicted(r['id']) / r['value']:.2f}"
+            if r["id"] in tp.KNOWN_MISSES:
+                ratio += " (known miss)"
+            elif r["id"] in tp.DIRECTION_MISSES:
+                ratio += " (DCP's direction: known miss)"
+        except tp.Unsupported as exc:
+            ratio = f"not evaluated: {exc}"
+        out.append(f"| {r['id']} | {source} | {r['model']} | {r['gpu']} | {r['engine']} "
+                   f"{r['engine_version']} | {r['tp']} / {r['dcp']} | {r['context_tokens']:,} | "
+                   f"{r['batch']} | {r['metric']} | {_g(r['value'], 3)} | {ratio} |")
+    return "\n".join(out)
+
+
 # ---------------------------------------------------------------- README
 @figure("readme.rival_running")
 def readme_rival_running(ctx) -> str:

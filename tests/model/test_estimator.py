@@ -56,19 +56,9 @@ def test_only_free_terms_move_and_the_rest_keep_their_prior():
 
 
 def test_count_terms_are_as_hard_to_move_as_physics_terms():
-    """The ridge pulls a count term towards its prior exactly as hard as a physics term whose
-    data ask for the same factor, and ``departure`` counts both alike (summed), a count past
-    its ceiling without end."""
-    moved = {}
-    for t in ("gemm", "step_fixed"):
-        X = np.zeros((3, len(TERMS)))
-        X[:, TERMS.index(t)] = [1.0, 2.0, 3.0]
-        y = 3.0 * X @ np.array([PRIOR[u] for u in TERMS])     # the data ask for 3 x the prior
-        est = EngineCostModel(free=[t], ridge=0.5, robust=False).fit(X, y)
-        moved[t] = est.coefficients_[t] / PRIOR[t]
-    assert 1.0 < moved["gemm"] < 3.0                            # the ridge held it back
-    assert moved["step_fixed"] == pytest.approx(moved["gemm"], rel=1e-9)
-
+    """``departure`` counts a count term's move as a physics term's (summed |ln|), a count past
+    its ceiling without end; so of two explanations of two points, the selection takes the
+    smaller move, whichever kind of term it is."""
     X, y = synthetic(TRUE)
     est = EngineCostModel(free=["gemm", "step_fixed"]).fit(X, y)
     g, s = TERMS.index("gemm"), TERMS.index("step_fixed")
@@ -82,6 +72,19 @@ def test_count_terms_are_as_hard_to_move_as_physics_terms():
     assert departure(est) == pytest.approx(2 * math.log(10))
     est.coef_[s] = 2 * COUNT_CEILING["step_fixed"]
     assert departure(est) == math.inf
+
+    # two points, each explained by gemm at 5 x or by step_fixed at 10 x its prior
+    prior = np.array([PRIOR[t] for t in TERMS])
+    X = np.zeros((2, len(TERMS)))
+    X[:, TERMS.index("pf_batch")] = 1.0
+    X[:, g] = [0.01, 0.02]
+    X[:, s] = 4 * X[:, g] / (9 * PRIOR["step_fixed"])
+    y = X @ prior + 4 * X[:, g]
+    for count_first in (False, True):
+        pool = ["step_fixed", "gemm"] if count_first else ["gemm", "step_fixed"]
+        est, _, _ = select_terms(X, y, np.array([0, 1]), prior, pool, limit=1)
+        assert est.free_ == ["gemm"]
+        assert est.coefficients_["gemm"] == pytest.approx(5.0, rel=1e-3)
 
 
 def test_selection_frees_the_terms_the_data_inform_and_no_others():

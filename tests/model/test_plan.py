@@ -118,3 +118,38 @@ def test_bad_requests(patch, text):
     with pytest.raises(ValidationError, match=text):
         PlanRequest.model_validate({**BASE, "classes": [SHORT], "slo": {"max_tpot_s": 0.05},
                                     **patch})
+
+
+def test_ttft_slo_bounds_concurrency_by_the_arrival_queue():
+    """TTFT of a request arriving beside the others grows with the concurrency (a longer step
+    to wait for, more prefills queued ahead): a tight bound lowers B, names TTFT as the limit,
+    and B + 1 would miss it."""
+    from model.plan import _ttft
+    from model.predict.query import evaluate as ev
+
+    _, _, loose = run(classes=[SHORT], slo={"max_tpot_s": 0.05})
+    lc = loose.classes[0]
+    assert lc.predicted_ttft_s > 0
+    bound = lc.predicted_ttft_s * 0.8
+    m, req, out = run(classes=[SHORT], slo={"max_tpot_s": 0.05, "max_ttft_s": bound})
+    c = out.classes[0]
+    assert c.predicted_ttft_s <= bound
+    if (c.engine, c.dcp_size) == (lc.engine, lc.dcp_size):
+        assert c.concurrency < lc.concurrency
+    assert c.limited_by in ("slo_ttft", "kv_capacity", "slo_tpot")
+    w = req.workload(req.classes[0])
+    e1 = ev(m, w, w.model_shape(), [Config(c.engine, c.dcp_size)])[0]
+    w2 = w.model_copy(update={"batch_size": c.concurrency + 1})
+    e2 = ev(m, w2, w2.model_shape(), [Config(c.engine, c.dcp_size)])[0]
+    if c.limited_by == "slo_ttft":
+        assert _ttft(e2, e1, w, c.concurrency + 1) > bound
+    # below one prompt's prefill nothing can serve it
+    _, _, none = run(classes=[SHORT], slo={"max_ttft_s": 1e-4})
+    assert none.classes == [] and "TTFT" in none.unserved[0].reason
+
+
+def test_a_pool_beyond_any_size_is_unserved_not_an_overflow():
+    """A headroom near 0 (any positive value is valid) asks for an astronomic pool: the class
+    is unserved with the arithmetic, not an OverflowError."""
+    _, _, out = run(classes=[SHORT], slo={"max_tpot_s": 0.05}, headroom=5e-324)
+    assert out.classes == [] and "instances" in out.unserved[0].reason

@@ -26,9 +26,9 @@ from model.workload import Workload
 
 CSV_PATH = Path(__file__).resolve().parents[2] / "model" / "data" / "published.csv"
 COLUMNS = ["id", "source", "url", "model", "gpu", "engine", "engine_version", "tp", "dcp",
-           "kv_cache_dtype", "context_tokens", "output_tokens", "batch", "metric", "value",
-           "tolerance", "conditions"]
-METRICS = {"tpot_ms", "itl_ms", "ttft_ms", "output_tok_s", "total_tok_s",
+           "kv_cache_dtype", "context_tokens", "output_tokens", "batch", "prompts", "metric",
+           "value", "tolerance", "conditions"]
+METRICS = {"tpot_ms", "itl_ms", "ttft_ms", "ttft_median_ms", "output_tok_s", "total_tok_s",
            "kv_capacity_tokens", "request_s"}
 INT_COLUMNS = ("tp", "dcp", "context_tokens", "output_tokens", "batch")
 
@@ -39,6 +39,8 @@ def _load() -> list[dict]:
     for r in rows:
         for k in INT_COLUMNS:
             r[k] = int(r[k])
+        # the requests the benchmark sent, in a closed loop at concurrency ``batch``
+        r["prompts"] = int(r["prompts"]) if r["prompts"] else None
         r["value"] = float(r["value"])
         r["tolerance"] = float(r["tolerance"])
     return rows
@@ -72,17 +74,42 @@ def _served(model: str) -> dict:
 def predicted(row_id: str) -> float:
     """The model's figure for the row's metric, in the row's unit."""
     r = BY_ID[row_id]
+    if r["metric"] == "ttft_median_ms":
+        return arrival_ttft_ms(row_id)
     if r["metric"] == "ttft_ms" and r["batch"] != 1:
         return mean_ttft_ms(row_id)
     return _figure(row_id, r["batch"])
 
 
+def arrival_ttft_ms(row_id: str) -> float:
+    """TTFT of a request arriving alone beside the N - 1 others in flight
+    (``model.predict.arrivals``): after a closed loop's first wave, requests arrive one by one
+    as others finish."""
+    from model.predict.arrivals import arrival_ttft_s
+
+    r = BY_ID[row_id]
+    n = r["batch"]
+    return 1e3 * arrival_ttft_s(_figure(row_id, 1, "ttft_ms") / 1e3,
+                                _figure(row_id, n, "tpot_ms") / 1e3, r["output_tokens"], n)
+
+
 def mean_ttft_ms(row_id: str) -> float:
-    """Mean TTFT at concurrency N: the N requests of a wave arrive together and are prefilled
-    in order, in passes of ``CHUNK_TOKENS``; request i has its first token when the pass
-    holding its prompt's last token ends, that is after the prefill of every prompt ahead of
-    it and of those sharing its last pass (``n_i`` prompts). The mean over the wave of the
-    prefill of ``n_i`` prompts (each the model's batch TTFT, its fixed costs included)."""
+    """Mean TTFT at concurrency N over the benchmark's P prompts: the first N arrive together
+    (``wave_ttft_ms``), the other P - N one by one as others finish (``arrival_ttft_ms``); P
+    not stated: the first wave alone."""
+    r = BY_ID[row_id]
+    n, prompts = r["batch"], r["prompts"]
+    if not prompts or prompts <= n:
+        return wave_ttft_ms(row_id)
+    return (n * wave_ttft_ms(row_id) + (prompts - n) * arrival_ttft_ms(row_id)) / prompts
+
+
+def wave_ttft_ms(row_id: str) -> float:
+    """Mean TTFT of a wave of N requests arriving together, prefilled in order in passes of
+    ``CHUNK_TOKENS``: request i has its first token when the pass holding its prompt's last
+    token ends, that is after the prefill of every prompt ahead of it and of those sharing its
+    last pass (``n_i`` prompts). The mean over the wave of the prefill of ``n_i`` prompts (each
+    the model's batch TTFT, its fixed costs included)."""
     from model.formulas import CHUNK_TOKENS
 
     r = BY_ID[row_id]
@@ -112,7 +139,7 @@ def _figure(row_id: str, batch: int, metric: str | None = None) -> float:
     m = default_model()
     p = recommend(m, w, m.version).predictions[0]
     assert (p.engine, p.dcp_size) == (r["engine"], r["dcp"])
-    if metric in ("tpot_ms", "itl_ms") and p.running_sequences < r["batch"]:
+    if metric in ("tpot_ms", "itl_ms") and p.running_sequences < batch:
         raise Unsupported(f"the batch does not fit the KV cache ({p.running_sequences} of "
                           f"{r['batch']} run at once): the measured TPOT includes preemption "
                           "and recompute, the model predicts the running sequences' step")
@@ -147,6 +174,7 @@ def test_table_is_well_formed():
         assert r["value"] > 0 and math.isfinite(r["value"]), r["id"]
         assert 1.0 < r["tolerance"] <= 3.0, r["id"]
         assert r["tp"] % r["dcp"] == 0, r["id"]
+        assert r["prompts"] is None or r["prompts"] >= r["batch"], r["id"]
         assert r["source"] and r["conditions"], r["id"]
         assert r["url"] == "" or r["url"].startswith("https://"), r["id"]
 
@@ -164,12 +192,6 @@ KNOWN_MISSES = {
                             "the int4 MoE path (Marlin kernels, per-expert launches) is an "
                             "engine efficiency only calibration on such a checkpoint captures",
     "dsr1awq-h100-8k-tpot": "as dsr1awq-h100-1k-tpot at 8K input",
-    "dsr1-h200-sgl-c64-ttft": "the model's mean TTFT has every wave's 64 prompts arrive together "
-                              "and queue (8 passes of 8,192 tokens); in a closed loop of many "
-                              "requests they desynchronise after the first wave, so most "
-                              "arrive alone beside a decoding batch (published p99 2.74 s is "
-                              "the first wave's queue, the mean 0.42 s): a queue model of "
-                              "staggered arrivals is not built yet",
 }
 # Known misses of a DCP pair's direction
 DIRECTION_MISSES = {

@@ -38,7 +38,7 @@ def test_plan_reports_unservable_class(client):
 
 
 @pytest.mark.parametrize("patch, param, contains", [
-    ({"slo": {}}, "slo", "max_tpot_s and/or max_e2e_s"),
+    ({"slo": {}}, "slo", "max_tpot_s, max_ttft_s and/or max_e2e_s"),
     ({"slo": {"max_tpot_s": -1}}, "slo.max_tpot_s", "greater than 0"),
     ({"classes": []}, "classes", "at least 1"),
     ({"classes": [{"context_tokens": 10, "output_tokens": 10}]}, "classes.0.requests_per_second",

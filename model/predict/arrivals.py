@@ -1,0 +1,42 @@
+"""Time to first token when requests arrive one by one beside a running batch.
+
+``prefill_s`` of a prediction is the batch's TTFT: every prompt of the batch arrives at once and
+the last one's first token waits for all of them (an offline batch, or the first wave of a
+benchmark). An online instance that keeps ``B`` sequences in flight admits a request as another
+finishes (continuous batching), so after the first wave requests arrive one at a time. Such a
+request, on average:
+
+1. waits for the decode step in flight to end: half a step (``tpot(B) / 2``) when other
+   sequences are decoding, none when it is alone (``B = 1``);
+2. waits for the prefills of requests that arrived before it: the instance's prefill work is a
+   queue with deterministic service ``p`` (one prompt's prefill at batch 1, its fixed costs
+   included) and arrivals at the rate the other ``B - 1`` sequences finish,
+   ``lam = (B - 1) / (p + (output - 1) tpot(B))``; the mean wait of an M/D/1 queue is
+   ``rho p / (2 (1 - rho))`` with ``rho = lam p`` (arrivals of a closed loop are smoother than
+   Poisson, so this errs long);
+3. is prefilled: ``p``.
+
+When ``rho >= 1`` prefills alone would keep the instance busy: no steady state, an infinite
+TTFT. The engines' own schedulers differ in whether the prompt's chunk rides in a decode step
+(vLLM) or in a prefill pass of its own (SGLang); both cost about ``p`` on top of the decode work.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def arrival_ttft_s(prefill_one_s: float, tpot_s: float, output_tokens: int,
+                   concurrency: int) -> float:
+    """Mean seconds to the first token of a request arriving alone at an instance holding
+    ``concurrency`` sequences in flight (module docstring); ``inf`` when its prefills cannot
+    keep up."""
+    p = max(prefill_one_s, 0.0)
+    others = max(concurrency - 1, 0)
+    if others == 0:
+        return p
+    cycle = p + max(output_tokens - 1, 0) * tpot_s
+    rho = others * p / cycle if cycle > 0 else math.inf
+    if rho >= 1.0:
+        return math.inf
+    return tpot_s / 2.0 + rho * p / (2.0 * (1.0 - rho)) + p
