@@ -1,4 +1,5 @@
-"""Time to first token when requests arrive one by one beside a running batch.
+"""Time to first token, and time per output token, when requests arrive one by one beside a
+running batch.
 
 ``prefill_s`` of a prediction is the batch's TTFT: every prompt of the batch arrives at once and
 the last one's first token waits for all of them (an offline batch, or the first wave of a
@@ -17,8 +18,17 @@ request, on average:
 3. is prefilled: ``p``.
 
 When ``rho >= 1`` prefills alone would keep the instance busy: no steady state, an infinite
-TTFT. The engines' own schedulers differ in whether the prompt's chunk rides in a decode step
-(vLLM) or in a prefill pass of its own (SGLang); both cost about ``p`` on top of the decode work.
+TTFT. The engines' schedulers differ in whether an arriving prompt's chunk rides in a decode
+step (vLLM) or in a prefill pass of its own (SGLang); both cost about ``p`` on top of the decode
+work.
+
+The same arrivals stretch a request's decode: benchmark clients measure TPOT as
+``(E2E - TTFT) / (output - 1)``, and the prefills of the requests that arrive while it decodes
+hold its steps back (SGLang runs them as passes of their own; vLLM folds their chunks into the
+steps, which then take as long). Over its decode span ``D`` the ``B - 1`` others, each
+finishing once per cycle ``p + D``, bring ``(B - 1) D / (p + D)`` prefills of ``p`` each:
+``D = (output - 1) tpot(B) + (B - 1) p D / (p + D)``, a quadratic in ``D``; the measured TPOT is
+``D / (output - 1)``.
 """
 
 from __future__ import annotations
@@ -40,3 +50,22 @@ def arrival_ttft_s(prefill_one_s: float, tpot_s: float, output_tokens: int,
     if rho >= 1.0:
         return math.inf
     return tpot_s / 2.0 + rho * p / (2.0 * (1.0 - rho)) + p
+
+
+def arrival_tpot_s(prefill_one_s: float, tpot_s: float, output_tokens: int,
+                   concurrency: int) -> float:
+    """Time per output token a benchmark client measures for a request decoding beside
+    ``concurrency - 1`` others that arrive one by one: the decode step ``tpot_s`` plus the
+    share of the others' prefills that land in its decode span (module docstring)."""
+    steps = max(output_tokens - 1, 0)
+    others = max(concurrency - 1, 0)
+    p = max(prefill_one_s, 0.0)
+    if steps == 0:
+        return tpot_s
+    s = steps * tpot_s
+    if others == 0 or p == 0.0:
+        return tpot_s
+    # D^2 + (p - others p - s) D - s p = 0, the positive root
+    b = p - others * p - s
+    span = (-b + math.sqrt(b * b + 4.0 * s * p)) / 2.0
+    return span / steps

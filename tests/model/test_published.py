@@ -78,7 +78,21 @@ def predicted(row_id: str) -> float:
         return arrival_ttft_ms(row_id)
     if r["metric"] == "ttft_ms" and r["batch"] != 1:
         return mean_ttft_ms(row_id)
+    if r["metric"] == "tpot_ms" and r["batch"] > 1 and r["prompts"] and r["prompts"] > r["batch"]:
+        return arrival_tpot_ms(row_id)
     return _figure(row_id, r["batch"])
+
+
+def arrival_tpot_ms(row_id: str) -> float:
+    """TPOT as a closed loop's client measures it, (E2E - TTFT) / (output - 1), for a request
+    decoding beside N - 1 others that arrive one by one: the decode step and the others'
+    prefills landing in its decode span (``model.predict.arrivals.arrival_tpot_s``)."""
+    from model.predict.arrivals import arrival_tpot_s
+
+    r = BY_ID[row_id]
+    n = r["batch"]
+    return 1e3 * arrival_tpot_s(_figure(row_id, 1, "ttft_ms") / 1e3,
+                                _figure(row_id, n, "tpot_ms") / 1e3, r["output_tokens"], n)
 
 
 def arrival_ttft_ms(row_id: str) -> float:
