@@ -14,6 +14,8 @@ Queueing assumption (also returned in every plan's ``assumptions``):
 - TTFT: a request arrives alone beside the ``B - 1`` others in flight (continuous batching
   admits it as another finishes): half a decode step's wait, the queue of the other arrivals'
   prefills, and its own prefill (``model.predict.arrivals``). ``max_ttft_s`` bounds it.
+- TPOT as a client measures it, ``(E2E - TTFT) / (output - 1)``: the decode step at ``B`` and
+  the prefills of the requests that arrive while the request decodes. ``max_tpot_s`` bounds it.
 - Little's law: requests in flight = ``rps x E2E(B)``. An instance holds ``B`` of them, kept at
   an average utilisation of ``headroom`` (< 1 leaves room for bursts), so
   ``instances = ceil(rps x E2E(B) / (B x headroom))``.
@@ -33,7 +35,7 @@ from model.fit.costmodel import CostModel
 from model.hardware.gpus import GpuSpec
 from model.jsonnum import JsonModel
 from model.kv import KvDtype
-from model.predict.arrivals import arrival_ttft_s
+from model.predict.arrivals import arrival_tpot_s, arrival_ttft_s
 from model.predict.query import Evaluated, candidates, evaluate
 from model.presentation.launch import launch_command
 from model.workload import (
@@ -57,6 +59,8 @@ ASSUMPTIONS = [
     "demand B x (context + output) fits in the instance's KV capacity, at most max_concurrency",
     "TTFT: a request arrives alone beside the B - 1 others in flight: half a decode step's wait, "
     "the queue of the other arrivals' prefills (M/D/1) and its own prefill",
+    "TPOT as a client measures it, (E2E - TTFT) / (output - 1): the decode step at B plus the "
+    "prefills of the requests arriving while it decodes",
     "Little's law: in flight = rps x E2E(B); instances = ceil(rps x E2E(B) / (B x headroom))",
     "each class runs in its own pool of nodes; total_nodes is the sum over classes",
 ]
@@ -199,17 +203,20 @@ def _at(model: CostModel, w: Workload, layout, config: Config, batch: int) -> Ev
     return evaluate(model, w.model_copy(update={"batch_size": batch}), layout, [config])[0]
 
 
-def _ttft(e: Evaluated, e1: Evaluated, w: Workload, batch: int) -> float:
-    """Mean TTFT at concurrency ``batch`` (``e``) of a request arriving alone
-    (``model.predict.arrivals``): one prompt's prefill is ``e1``'s (the same configuration at
-    batch 1)."""
-    return arrival_ttft_s(e1.pred.prefill_s, e.pred.tpot_s, w.output_tokens, batch)
+def _latencies(e: Evaluated, e1: Evaluated, w: Workload, batch: int) -> tuple[float, float]:
+    """(TPOT, TTFT) at concurrency ``batch`` (``e``) of a request arriving beside the others in
+    flight (``model.predict.arrivals``), as a client measures them: its decode carries the
+    prefills of the requests arriving meanwhile. One prompt's prefill is ``e1``'s (the same
+    configuration at batch 1)."""
+    p, step = e1.pred.prefill_s, e.pred.tpot_s
+    return (arrival_tpot_s(p, step, w.output_tokens, batch),
+            arrival_ttft_s(p, step, w.output_tokens, batch))
 
 
-def _violation(e: Evaluated, slo: Slo, ttft: float) -> str | None:
+def _violation(e: Evaluated, slo: Slo, tpot: float, ttft: float) -> str | None:
     p = e.pred
-    if slo.max_tpot_s is not None and p.tpot_s > slo.max_tpot_s:
-        return f"TPOT {p.tpot_s * 1e3:.1f} ms > {slo.max_tpot_s * 1e3:.1f} ms"
+    if slo.max_tpot_s is not None and tpot > slo.max_tpot_s:
+        return f"TPOT {tpot * 1e3:.1f} ms > {slo.max_tpot_s * 1e3:.1f} ms"
     if slo.max_ttft_s is not None and ttft > slo.max_ttft_s:
         shown = "unbounded (prefills cannot keep up)" if math.isinf(ttft) else \
             f"{ttft * 1e3:.1f} ms"
@@ -229,7 +236,7 @@ def _best_concurrency(model: CostModel, w: Workload, layout, e1: Evaluated, req:
         return (f"{label}: one sequence needs {per_seq:,} KV tokens, the instance holds "
                 f"{e1.pred.kv_capacity_tokens:,}")
     def violation(e: Evaluated, batch: int) -> str | None:
-        return _violation(e, req.slo, _ttft(e, e1, w, batch))
+        return _violation(e, req.slo, *_latencies(e, e1, w, batch))
 
     why = violation(e1, 1)
     if why:
@@ -290,13 +297,13 @@ def _plan_class(model: CostModel, req: PlanRequest, i: int,
                            f"({b} in flight x headroom {req.headroom:g}))")
             continue
         instances = max(1, math.ceil(need))
-        ttft = _ttft(e, e1, w, b)
-        options.append((instances, e2e, e, b, limit, None if math.isinf(ttft) else ttft))
+        tpot, ttft = _latencies(e, e1, w, b)
+        options.append((instances, e2e, e, b, limit, None if math.isinf(ttft) else ttft, tpot))
     if not options:
         return Unserved(index=i, name=c.name, reason="no configuration meets the SLO: "
                         + ("; ".join(reasons) or "no candidate configuration"))
     options.sort(key=lambda o: (o[0], o[1]))
-    instances, e2e, e, b, limit, ttft = options[0]
+    instances, e2e, e, b, limit, ttft, tpot = options[0]
     p = e.pred
     gpus = instances * req.gpus_per_node
     rate = b / e2e
@@ -308,7 +315,7 @@ def _plan_class(model: CostModel, req: PlanRequest, i: int,
         requests_per_second=c.requests_per_second, engine=e.config.engine,
         dcp_size=e.config.dcp_size, mem_fraction=p.mem_fraction,
         mem_fraction_flag=rules.mem_flag, concurrency=b, limited_by=limit,
-        instances=instances, gpus=gpus, nodes=instances, predicted_tpot_s=p.tpot_s,
+        instances=instances, gpus=gpus, nodes=instances, predicted_tpot_s=tpot,
         predicted_ttft_s=ttft, predicted_e2e_s=e2e, e2e_interval_s=p.interval_s,
         calibrated=p.calibrated,
         extrapolated=p.extrapolated, kv_capacity_tokens=p.kv_capacity_tokens,
@@ -317,7 +324,7 @@ def _plan_class(model: CostModel, req: PlanRequest, i: int,
         utilisation=c.requests_per_second * e2e / (instances * b), launch_command=cmd,
         alternatives=[Option(engine=o[2].config.engine, dcp_size=o[2].config.dcp_size,
                              mem_fraction=o[2].pred.mem_fraction, concurrency=o[3],
-                             instances=o[0], predicted_tpot_s=o[2].pred.tpot_s,
+                             instances=o[0], predicted_tpot_s=o[6],
                              predicted_ttft_s=o[5], predicted_e2e_s=o[1], limited_by=o[4])
                       for o in options[1:]])
 

@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from model.fit.default import default_model
 from model.plan import PlanRequest, plan
+from model.predict.arrivals import arrival_tpot_s
 from model.predict.query import evaluate
 from model.workload import Config
 
@@ -42,13 +43,18 @@ def test_littles_law_and_maximal_concurrency():
         assert c.instance_requests_per_s == pytest.approx(c.concurrency / c.predicted_e2e_s)
         assert c.output_tokens_per_s_per_gpu == pytest.approx(
             c.instance_requests_per_s * c.output_tokens / 8)
-        # B meets the SLO and fits in KV; B + 1 does not (or hits the KV capacity)
+        # B meets the SLO and fits in KV; B + 1 does not (or hits the KV capacity). The TPOT is
+        # a client's: the step and the prefills of requests arriving while it decodes
+        p1 = at(m, req, c.index, c.engine, c.dcp_size, 1)
         p = at(m, req, c.index, c.engine, c.dcp_size, c.concurrency)
-        assert p.tpot_s <= 0.05 and p.tpot_s == pytest.approx(c.predicted_tpot_s)
+        tpot = arrival_tpot_s(p1.prefill_s, p.tpot_s, c.output_tokens, c.concurrency)
+        assert tpot <= 0.05 and tpot == pytest.approx(c.predicted_tpot_s)
+        assert c.predicted_tpot_s >= p.tpot_s
         assert c.concurrency * (c.context_tokens + c.output_tokens) <= c.kv_capacity_tokens
         nxt = at(m, req, c.index, c.engine, c.dcp_size, c.concurrency + 1)
         over_kv = (c.concurrency + 1) * (c.context_tokens + c.output_tokens) > c.kv_capacity_tokens
-        assert nxt.tpot_s > 0.05 or over_kv
+        assert arrival_tpot_s(p1.prefill_s, nxt.tpot_s, c.output_tokens,
+                              c.concurrency + 1) > 0.05 or over_kv
         assert c.limited_by == ("kv_capacity" if over_kv else "slo_tpot")
         assert c.engine in c.launch_command[0] + " ".join(c.launch_command)
         assert str(c.concurrency) in c.launch_command
@@ -124,7 +130,7 @@ def test_ttft_slo_bounds_concurrency_by_the_arrival_queue():
     """TTFT of a request arriving beside the others grows with the concurrency (a longer step
     to wait for, more prefills queued ahead): a tight bound lowers B, names TTFT as the limit,
     and B + 1 would miss it."""
-    from model.plan import _ttft
+    from model.plan import _latencies
     from model.predict.query import evaluate as ev
 
     _, _, loose = run(classes=[SHORT], slo={"max_tpot_s": 0.05})
@@ -142,7 +148,7 @@ def test_ttft_slo_bounds_concurrency_by_the_arrival_queue():
     w2 = w.model_copy(update={"batch_size": c.concurrency + 1})
     e2 = ev(m, w2, w2.model_shape(), [Config(c.engine, c.dcp_size)])[0]
     if c.limited_by == "slo_ttft":
-        assert _ttft(e2, e1, w, c.concurrency + 1) > bound
+        assert _latencies(e2, e1, w, c.concurrency + 1)[1] > bound
     # below one prompt's prefill nothing can serve it
     _, _, none = run(classes=[SHORT], slo={"max_ttft_s": 1e-4})
     assert none.classes == [] and "TTFT" in none.unserved[0].reason
