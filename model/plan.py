@@ -25,7 +25,7 @@ Queueing assumption (also returned in every plan's ``assumptions``):
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -167,8 +167,8 @@ class ClassPlan(BaseModel):
     predicted_tpot_s: float
     predicted_ttft_s: float | None = Field(
         description="mean time to first token of a request arriving beside the others in "
-                    "flight; null when prefills at this concurrency cannot keep up with the "
-                    "arrivals (no steady state)")
+                    "flight; null for a single-token output beside others (no decode, no "
+                    "steady state)")
     predicted_e2e_s: float
     e2e_interval_s: tuple[float, float]
     calibrated: bool
@@ -199,6 +199,18 @@ class PlanResult(BaseModel):
     model_version: str
 
 
+class _Candidate(NamedTuple):
+    """One configuration's answer for a class: its pool and latencies at concurrency B."""
+
+    instances: int
+    e2e: float
+    ev: Evaluated              # the evaluation at B
+    batch: int                 # B
+    limit: str
+    tpot: float
+    ttft: float | None
+
+
 def _at(model: CostModel, w: Workload, layout, config: Config, batch: int) -> Evaluated:
     return evaluate(model, w.model_copy(update={"batch_size": batch}), layout, [config])[0]
 
@@ -218,7 +230,7 @@ def _violation(e: Evaluated, slo: Slo, tpot: float, ttft: float) -> str | None:
     if slo.max_tpot_s is not None and tpot > slo.max_tpot_s:
         return f"TPOT {tpot * 1e3:.1f} ms > {slo.max_tpot_s * 1e3:.1f} ms"
     if slo.max_ttft_s is not None and ttft > slo.max_ttft_s:
-        shown = "unbounded (prefills cannot keep up)" if math.isinf(ttft) else \
+        shown = "unbounded (no decode to absorb the arrivals)" if math.isinf(ttft) else \
             f"{ttft * 1e3:.1f} ms"
         return f"TTFT {shown} > {slo.max_ttft_s * 1e3:.1f} ms"
     if slo.max_e2e_s is not None and p.total_s > slo.max_e2e_s:
@@ -298,12 +310,13 @@ def _plan_class(model: CostModel, req: PlanRequest, i: int,
             continue
         instances = max(1, math.ceil(need))
         tpot, ttft = _latencies(e, e1, w, b)
-        options.append((instances, e2e, e, b, limit, None if math.isinf(ttft) else ttft, tpot))
+        options.append(_Candidate(instances, e2e, e, b, limit, tpot,
+                                  None if math.isinf(ttft) else ttft))
     if not options:
         return Unserved(index=i, name=c.name, reason="no configuration meets the SLO: "
                         + ("; ".join(reasons) or "no candidate configuration"))
-    options.sort(key=lambda o: (o[0], o[1]))
-    instances, e2e, e, b, limit, ttft, tpot = options[0]
+    options.sort(key=lambda o: (o.instances, o.e2e))
+    instances, e2e, e, b, limit, tpot, ttft = options[0]
     p = e.pred
     gpus = instances * req.gpus_per_node
     rate = b / e2e
@@ -322,10 +335,11 @@ def _plan_class(model: CostModel, req: PlanRequest, i: int,
         instance_requests_per_s=rate, requests_per_s_per_gpu=rate / req.gpus_per_node,
         output_tokens_per_s_per_gpu=rate * c.output_tokens / req.gpus_per_node,
         utilisation=c.requests_per_second * e2e / (instances * b), launch_command=cmd,
-        alternatives=[Option(engine=o[2].config.engine, dcp_size=o[2].config.dcp_size,
-                             mem_fraction=o[2].pred.mem_fraction, concurrency=o[3],
-                             instances=o[0], predicted_tpot_s=o[6],
-                             predicted_ttft_s=o[5], predicted_e2e_s=o[1], limited_by=o[4])
+        alternatives=[Option(engine=o.ev.config.engine, dcp_size=o.ev.config.dcp_size,
+                             mem_fraction=o.ev.pred.mem_fraction, concurrency=o.batch,
+                             instances=o.instances, predicted_tpot_s=o.tpot,
+                             predicted_ttft_s=o.ttft, predicted_e2e_s=o.e2e,
+                             limited_by=o.limit)
                       for o in options[1:]])
 
 

@@ -12,15 +12,16 @@ request, on average:
 2. waits for the prefills of requests that arrived before it: the instance's prefill work is a
    queue with deterministic service ``p`` (one prompt's prefill at batch 1, its fixed costs
    included) and arrivals at the rate the other ``B - 1`` sequences finish,
-   ``lam = (B - 1) / (p + (output - 1) tpot(B))``; the mean wait of an M/D/1 queue is
-   ``rho p / (2 (1 - rho))`` with ``rho = lam p`` (arrivals of a closed loop are smoother than
-   Poisson, so this errs long);
+   ``lam = (B - 1) / (p + D)`` with ``D`` the decode span below; the mean wait of an M/D/1
+   queue is ``rho p / (2 (1 - rho))`` with ``rho = lam p`` (arrivals of a closed loop are
+   smoother than Poisson, so this errs long);
 3. is prefilled: ``p``.
 
-When ``rho >= 1`` prefills alone would keep the instance busy: no steady state, an infinite
-TTFT. The engines' schedulers differ in whether an arriving prompt's chunk rides in a decode
-step (vLLM) or in a prefill pass of its own (SGLang); both cost about ``p`` on top of the decode
-work.
+In a closed loop ``rho = 1 - (output - 1) tpot(B) / D < 1``: more arrivals stretch the decode
+rather than outrun the prefills. Only a single-token output (no decode) has no steady state, an
+infinite TTFT. The engines' schedulers differ in whether an arriving prompt's chunk rides in
+a decode step (vLLM) or in a prefill pass of its own (SGLang); both cost about ``p`` on top of
+the decode work.
 
 The same arrivals stretch a request's decode: benchmark clients measure TPOT as
 ``(E2E - TTFT) / (output - 1)``, and the prefills of the requests that arrive while it decodes
@@ -36,6 +37,16 @@ from __future__ import annotations
 import math
 
 
+def _decode_span_s(p: float, tpot_s: float, steps: int, others: int) -> float:
+    """A request's decode span ``D`` beside ``others`` arriving one by one (module docstring):
+    the positive root of ``D^2 + (p - others p - s) D - s p = 0`` with ``s = steps tpot``."""
+    s = steps * tpot_s
+    if others == 0 or p == 0.0 or steps == 0:
+        return s
+    b = p - others * p - s
+    return (-b + math.sqrt(b * b + 4.0 * s * p)) / 2.0
+
+
 def arrival_ttft_s(prefill_one_s: float, tpot_s: float, output_tokens: int,
                    concurrency: int) -> float:
     """Mean seconds to the first token of a request arriving alone at an instance holding
@@ -45,7 +56,7 @@ def arrival_ttft_s(prefill_one_s: float, tpot_s: float, output_tokens: int,
     others = max(concurrency - 1, 0)
     if others == 0:
         return p
-    cycle = p + max(output_tokens - 1, 0) * tpot_s
+    cycle = p + _decode_span_s(p, tpot_s, max(output_tokens - 1, 0), others)
     rho = others * p / cycle if cycle > 0 else math.inf
     if rho >= 1.0:
         return math.inf
@@ -58,14 +69,7 @@ def arrival_tpot_s(prefill_one_s: float, tpot_s: float, output_tokens: int,
     ``concurrency - 1`` others that arrive one by one: the decode step ``tpot_s`` plus the
     share of the others' prefills that land in its decode span (module docstring)."""
     steps = max(output_tokens - 1, 0)
-    others = max(concurrency - 1, 0)
-    p = max(prefill_one_s, 0.0)
     if steps == 0:
         return tpot_s
-    s = steps * tpot_s
-    if others == 0 or p == 0.0:
-        return tpot_s
-    # D^2 + (p - others p - s) D - s p = 0, the positive root
-    b = p - others * p - s
-    span = (-b + math.sqrt(b * b + 4.0 * s * p)) / 2.0
-    return span / steps
+    return _decode_span_s(max(prefill_one_s, 0.0), tpot_s, steps,
+                          max(concurrency - 1, 0)) / steps

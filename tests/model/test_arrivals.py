@@ -14,16 +14,26 @@ def test_alone_it_is_one_prefill():
 
 
 def test_beside_others_half_a_step_and_the_md1_queue():
+    from model.predict.arrivals import arrival_tpot_s
+
     p, tpot, out, b = 0.1, 0.02, 1001, 11
-    rho = 10 * p / (p + 1000 * tpot)
+    span = arrival_tpot_s(p, tpot, out, b) * (out - 1)     # the decode span others stretch
+    rho = 10 * p / (p + span)
     want = tpot / 2 + rho * p / (2 * (1 - rho)) + p
     assert arrival_ttft_s(p, tpot, out, b) == pytest.approx(want)
     assert arrival_ttft_s(p, tpot, out, b) > arrival_ttft_s(p, tpot, out, b - 5) > p
 
 
-def test_prefills_that_cannot_keep_up_have_no_steady_state():
-    # 100 others finishing every 1.1 s, each needing 0.1 s of prefill: rho = 9
-    assert math.isinf(arrival_ttft_s(0.1, 0.001, 1001, 101))
+def test_a_closed_loop_stretches_its_decode_rather_than_outrun_its_prefills():
+    # 100 others, each needing 0.1 s of prefill against a 1 s decode: the decode stretches,
+    # rho stays below 1 and the TTFT is long but finite; with no decode at all there is no
+    # steady state
+    from model.predict.arrivals import arrival_tpot_s
+
+    ttft = arrival_ttft_s(0.1, 0.001, 1001, 101)
+    assert math.isfinite(ttft) and ttft > 0.5
+    assert arrival_tpot_s(0.1, 0.001, 1001, 101) > 0.005
+    assert math.isinf(arrival_ttft_s(0.1, 0.001, 1, 101))
 
 
 def test_tpot_alone_is_the_step_and_beside_others_carries_their_prefills():
