@@ -89,10 +89,7 @@ def arrival_tpot_ms(row_id: str) -> float:
     prefills landing in its decode span (``model.predict.arrivals.arrival_tpot_s``)."""
     from model.predict.arrivals import arrival_tpot_s
 
-    r = BY_ID[row_id]
-    n = r["batch"]
-    return 1e3 * arrival_tpot_s(_figure(row_id, 1, "ttft_ms") / 1e3,
-                                _figure(row_id, n, "tpot_ms") / 1e3, r["output_tokens"], n)
+    return 1e3 * arrival_tpot_s(*_arrival_inputs(row_id))
 
 
 def arrival_ttft_ms(row_id: str) -> float:
@@ -101,10 +98,16 @@ def arrival_ttft_ms(row_id: str) -> float:
     as others finish."""
     from model.predict.arrivals import arrival_ttft_s
 
+    return 1e3 * arrival_ttft_s(*_arrival_inputs(row_id))
+
+
+def _arrival_inputs(row_id: str) -> tuple[float, float, int, int]:
+    """(one prompt's prefill s, the decode step s at concurrency N, output tokens, N) of a
+    row: what ``model.predict.arrivals`` takes."""
     r = BY_ID[row_id]
     n = r["batch"]
-    return 1e3 * arrival_ttft_s(_figure(row_id, 1, "ttft_ms") / 1e3,
-                                _figure(row_id, n, "tpot_ms") / 1e3, r["output_tokens"], n)
+    return (_figure(row_id, 1, "ttft_ms") / 1e3, _figure(row_id, n, "tpot_ms") / 1e3,
+            r["output_tokens"], n)
 
 
 def mean_ttft_ms(row_id: str) -> float:
