@@ -108,6 +108,22 @@ def capacity_table(rows: Sequence[Measurement]) -> list[dict]:
 NAMES = {"total": "total", "ttft": "batch prefill", "step": "decode step"}
 
 
+def prior_ratios(model: CostModel, gpu: str) -> dict:
+    """The uncalibrated prior's predicted / measured ratio over every figure on ``gpu``: its
+    geometric mean, the share within 2x, and the range of the batch prefill (TTFT) ratios."""
+    recs = [r for r in model.held_out if r["gpu"] == gpu]
+    ratio = np.array([r["prior"] / r["measured"] for r in recs])
+    ttft = np.array([r["prior"] / r["measured"] for r in recs if r["quantity"] == "ttft"])
+    out = {"figures": len(ratio)}
+    if len(ratio):
+        out.update(geomean=float(np.exp(np.log(ratio).mean())),
+                   within_2x=float(np.mean((ratio >= 0.5) & (ratio <= 2.0))))
+    if len(ttft):
+        out.update(ttft_min=float(ttft.min()), ttft_max=float(ttft.max()),
+                   ttft_outside_2x=int(np.sum((ttft < 0.5) | (ttft > 2.0))))
+    return out
+
+
 def markdown(s: dict) -> str:
     """The tables of ``summary`` as the docs show them (docs/validation.md)."""
     out = ["| engine | quantity | points | prior (median error) | calibrated, held out |",
@@ -133,6 +149,12 @@ def markdown(s: dict) -> str:
                 f"{c['ratio_median_factor']:.3f}x the measured one in the median (prior "
                 f"{p['ratio_median_factor']:.3f}x). Held-out 90 % intervals cover "
                 + ", ".join(f"{v:.0%} ({k})" for k, v in s["coverage"].items()) + "."]
+    r = s["prior_ratios"]
+    if "geomean" in r:
+        out += ["", f"The uncalibrated prior over all {r['figures']} figures: predicted / measured "
+                    f"{r['geomean']:.3f} in the geometric mean, {r['within_2x']:.0%} within 2x"
+                    + (f"; batch prefill {r['ttft_min']:.2f}-{r['ttft_max']:.2f}x, "
+                       f"{r['ttft_outside_2x']} outside 2x" if "ttft_min" in r else "") + "."]
     return "\n".join(out)
 
 
@@ -153,5 +175,6 @@ def summary(model: CostModel, rows: Sequence[Measurement], gpu: str = "H200") ->
     return {"errors": by_eq, "groups": table, "pairs": pairs,
             "choice": choice_scores(pairs), "choice_prior": choice_scores(pairs, "_prior"),
             "capacity": capacity_table([r for r in rows if r.gpu == gpu]),
+            "prior_ratios": prior_ratios(model, gpu),
             "coverage": {k: m.get("coverage") for k, m in model.metrics.items()
                          if k.endswith("/" + gpu)}}

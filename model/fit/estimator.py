@@ -51,7 +51,12 @@ PRIOR: dict[str, float] = {
                              # tails); the real H200 runs give 1.5 (vLLM) and 2.4 ms (SGLang)
                              # on DeepSeek-V2-Lite, published DeepSeek-R1 TTFTs 1.7-2.1 ms: the
                              # prior sits below them, so each engine's rows raise it
-    "pf_batch": 5e-3,       # s per prefilled batch: scheduling, tokenisation, first sampling
+    "pf_batch": 16e-3,      # s per prefilled batch: the request's trip through the server
+                            # (HTTP, tokenisation, admission by the scheduler, the first
+                            # sampling and its detokenised, streamed token). Measured: vLLM
+                            # 0.26.0 on the real H200 rows fits 16.3 ms (with 0.37 ms per layer
+                            # pass), SGLang 0.5.16's Llama-3.1-8B TTFT at 1K tokens is 68 ms
+                            # where the prefill's FLOPs take ~25 ms
     "layer_fixed": 40e-6,   # s per layer per decode step: ~15-20 kernels (norms, projections,
                             # attention, router, expert GEMMs, collectives) at 2-3 us of launch
                             # gap and tail each inside a CUDA-graph replay
@@ -71,6 +76,13 @@ COUNT_CEILING: dict[str, float] = {
 # than the spec-sheet derating (model.hardware.silicon.SPEC_EFFICIENCY, 60-85 %) would beat the
 # peak.
 PHYSICS_FLOOR = 0.85
+# Count terms cannot fall below this share of their prior. Each prior counts the kernels or host
+# steps the term stands for at their launch-and-tail cost (a decode layer: ~10-20 kernels at
+# 2-3 us each); fusion and overlap hide some, not most. Below it, a fit has moved a cost into
+# another count with the same span in the data: on one GPU each model's layer count is fixed,
+# so per-layer and per-step costs trade freely, and a per-layer cost of 0 would reach every
+# 61- or 94-layer model on the same family of GPUs.
+COUNT_FLOOR = 0.5
 # Ridge weight of (coef / prior - 1)^2 relative to one observation's squared relative error:
 # a free term moved 30 % from its prior costs as much as one observation 1 % off (which terms
 # move at all is the selection's business; the ridge steadies the ones that do).
@@ -142,8 +154,9 @@ class EngineCostModel(RegressorMixin, BaseEstimator):
 
     @staticmethod
     def _floors(prior: np.ndarray) -> np.ndarray:
-        """Lowest coefficient per term, as a multiple of its prior (physics: PHYSICS_FLOOR)."""
-        return np.array([PHYSICS_FLOOR if t in PHYSICS_TERMS else 0.0 for t in TERMS])
+        """Lowest coefficient per term, as a multiple of its prior (``PHYSICS_FLOOR``,
+        ``COUNT_FLOOR``)."""
+        return np.array([PHYSICS_FLOOR if t in PHYSICS_TERMS else COUNT_FLOOR for t in TERMS])
 
     def _solve(self, X, y, w, prior, free):
         """Coefficients: fixed terms at their prior; free ones by NNLS on weighted relative

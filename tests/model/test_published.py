@@ -212,10 +212,13 @@ KNOWN_MISSES = {
 }
 # Known misses of a DCP pair's direction
 DIRECTION_MISSES = {
-    "k3-120k-c1-dcp8": "vllm#50055 measured DCP 8 faster at batch 1 (13.8 -> 10.5 ms); the "
-                       "MLA reads DCP removes at batch 1 x 120K are ~1 ms per step on the "
-                       "measured trtllm_mla tables, so the model gives DCP a small cost",
-    "k3-120k-c2-dcp8": "as k3-120k-c1-dcp8 at concurrency 2 (16.2 -> 11.8 ms)",
+    "k3-120k-c1-dcp8": "vllm#50055 measured DCP 8 3.3 ms per step faster at batch 1 (13.8 -> "
+                       "10.5 ms); vLLM 0.27.0's own Kimi-K3 MLA layers on GB300 (aiconfigurator "
+                       "0.12.0's module table) take 1.7 ms per step in all at batch 1 x 120K, of "
+                       "which 0.7 ms depends on the context, so DCP can save at most 0.6 ms "
+                       "(bench/dcp_upper_bound.py) and the model gives it a small cost",
+    "k3-120k-c2-dcp8": "as k3-120k-c1-dcp8 at concurrency 2 (16.2 -> 11.8 ms, 4.4 ms saved; "
+                       "the module table's bound: 0.8 ms)",
 }
 
 

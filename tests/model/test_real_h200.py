@@ -43,6 +43,17 @@ def test_the_faster_engine_is_picked_and_the_ratio_is_right(s):
     assert s["choice_prior"]["share_right"] < c["share_right"]
 
 
+def test_the_uncalibrated_prior_holds_against_the_real_runs(s):
+    """Issue 26's bar for the prior on real runs: geometric-mean ratio within 1.15, at least
+    85 % of figures within 2x, and every batch prefill within 2x but the one measurement stall
+    (SGLang's DeepSeek-V2-Lite at 16K, slower than its 32K point: a one-off, not physics)."""
+    r = s["prior_ratios"]
+    assert r["figures"] >= 180
+    assert 1 / 1.15 <= r["geomean"] <= 1.15
+    assert r["within_2x"] >= 0.85
+    assert r["ttft_outside_2x"] <= 1
+
+
 def test_held_out_intervals_cover_ninety_percent(s):
     assert s["coverage"] and all(v >= 0.90 for v in s["coverage"].values())
 
