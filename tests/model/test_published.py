@@ -56,8 +56,18 @@ class Unsupported(Exception):
 
 # "<preset>+awq": the preset's architecture with int4 AWQ weights (group 128), as the
 # community AWQ checkpoints of DeepSeek-R1 ship them
+# "<preset>+int4": Moonshot's int4 QAT checkpoints (Kimi-K2-Thinking): routed experts in int4
+# groups of 32 (compressed-tensors, W4A16), attention, shared experts and the dense MLP in bf16,
+# the quantization_config of Kimi-K2.5's config.json (aiconfigurator-core 0.12.0's copy)
 QUANT = {"awq": {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True,
-                 "modules_to_not_convert": ["lm_head"]}}
+                 "modules_to_not_convert": ["lm_head"]},
+         "int4": {"quant_method": "compressed-tensors", "format": "pack-quantized",
+                  "config_groups": {"group_0": {
+                      "targets": ["Linear"], "input_activations": None,
+                      "weights": {"num_bits": 4, "type": "int", "symmetric": True,
+                                  "strategy": "group", "group_size": 32}}},
+                  "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*",
+                             r"re:.*mlp\.(gate|up|gate_up|down)_proj.*"]}}
 
 
 def _served(model: str) -> dict:
@@ -209,6 +219,12 @@ KNOWN_MISSES = {
                             "the int4 MoE path (Marlin kernels, per-expert launches) is an "
                             "engine efficiency only calibration on such a checkpoint captures",
     "dsr1awq-h100-8k-tpot": "as dsr1awq-h100-1k-tpot at 8K input",
+    "k2think-h200-req-tp8": "the int4 (W4A16) MoE path again: 1000 prompts of 8K tokens on Kimi-K2-"
+                            "Thinking are prefill-bound (8M tokens, ~250 s of the predicted 390 s "
+                            "at the physics of bf16 GEMMs); vLLM runs int4 experts through Marlin "
+                            "MoE kernels that dequantise in the GEMM, slower than the bf16 rate, "
+                            "an efficiency only calibration on such a checkpoint captures",
+    "k2think-h200-req-dcp8": "as k2think-h200-req-tp8 with DCP 8",
 }
 # Known misses of a DCP pair's direction
 DIRECTION_MISSES = {
