@@ -113,7 +113,7 @@ def prior_ratios(model: CostModel, gpu: str) -> dict:
     geometric mean, the share within 2x, and the range of the batch prefill (TTFT) ratios."""
     recs = [r for r in model.held_out if r["gpu"] == gpu]
     ratio = np.array([r["prior"] / r["measured"] for r in recs])
-    ttft = np.array([r["prior"] / r["measured"] for r in recs if r["quantity"] == "ttft"])
+    ttft = ratio[np.array([r["quantity"] == "ttft" for r in recs], dtype=bool)]
     out = {"figures": len(ratio)}
     if len(ratio):
         out.update(geomean=float(np.exp(np.log(ratio).mean())),

@@ -50,7 +50,8 @@ PRIOR: dict[str, float] = {
                              # into expert order and back, the grouped GEMMs' launches and
                              # tails); the real H200 runs give 1.5 (vLLM) and 2.4 ms (SGLang)
                              # on DeepSeek-V2-Lite, published DeepSeek-R1 TTFTs 1.7-2.1 ms: the
-                             # prior sits below them, so each engine's rows raise it
+                             # prior sits below them, so an engine's rows raise it where that
+                             # helps
     "pf_batch": 16e-3,      # s per prefilled batch: the request's trip through the server
                             # (HTTP, tokenisation, admission by the scheduler, the first
                             # sampling and its detokenised, streamed token). Measured: vLLM
