@@ -225,16 +225,18 @@ def _latencies(e: Evaluated, e1: Evaluated, w: Workload, batch: int) -> tuple[fl
             arrival_ttft_s(p, step, w.output_tokens, batch))
 
 
-def _violation(e: Evaluated, slo: Slo, tpot: float, ttft: float) -> str | None:
+def _violation(e: Evaluated, slo: Slo, tpot: float, ttft: float) -> tuple[str, str] | None:
+    """The first SLO bound the evaluation misses, as (the plan's ``limited_by`` value, why),
+    or None."""
     p = e.pred
     if slo.max_tpot_s is not None and tpot > slo.max_tpot_s:
-        return f"TPOT {tpot * 1e3:.1f} ms > {slo.max_tpot_s * 1e3:.1f} ms"
+        return "slo_tpot", f"TPOT {tpot * 1e3:.1f} ms > {slo.max_tpot_s * 1e3:.1f} ms"
     if slo.max_ttft_s is not None and ttft > slo.max_ttft_s:
         shown = "unbounded (no decode to absorb the arrivals)" if math.isinf(ttft) else \
             f"{ttft * 1e3:.1f} ms"
-        return f"TTFT {shown} > {slo.max_ttft_s * 1e3:.1f} ms"
+        return "slo_ttft", f"TTFT {shown} > {slo.max_ttft_s * 1e3:.1f} ms"
     if slo.max_e2e_s is not None and p.total_s > slo.max_e2e_s:
-        return f"end-to-end {p.total_s:.2f} s > {slo.max_e2e_s:.2f} s"
+        return "slo_e2e", f"end-to-end {p.total_s:.2f} s > {slo.max_e2e_s:.2f} s"
     return None
 
 
@@ -247,12 +249,12 @@ def _best_concurrency(model: CostModel, w: Workload, layout, e1: Evaluated, req:
     if kv_max < 1:
         return (f"{label}: one sequence needs {per_seq:,} KV tokens, the instance holds "
                 f"{e1.pred.kv_capacity_tokens:,}")
-    def violation(e: Evaluated, batch: int) -> str | None:
+    def violation(e: Evaluated, batch: int) -> tuple[str, str] | None:
         return _violation(e, req.slo, *_latencies(e, e1, w, batch))
 
-    why = violation(e1, 1)
-    if why:
-        return f"{label}: even one sequence at a time misses the SLO ({why})"
+    missed = violation(e1, 1)
+    if missed:
+        return f"{label}: even one sequence at a time misses the SLO ({missed[1]})"
     cap = min(kv_max, req.max_concurrency)
     lo, best, hi = 1, e1, cap + 1  # ok(lo), not ok(hi) or beyond the cap
     step = 1
@@ -274,8 +276,8 @@ def _best_concurrency(model: CostModel, w: Workload, layout, e1: Evaluated, req:
     elif lo == req.max_concurrency:
         limit = "max_concurrency"
     else:
-        nxt = violation(_at(model, w, layout, e1.config, lo + 1), lo + 1) or ""
-        limit = {"TPOT": "slo_tpot", "TTFT": "slo_ttft"}.get(nxt[:4], "slo_e2e")
+        nxt = violation(_at(model, w, layout, e1.config, lo + 1), lo + 1)
+        limit = nxt[0] if nxt else "slo_e2e"
     return best, lo, limit
 
 
