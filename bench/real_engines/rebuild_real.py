@@ -34,12 +34,17 @@ from model.fit.dataset import header_csv, read_csv, row_csv  # noqa: E402
 
 DATA = REPO / "bench" / "data" / "h200-real"
 COMBINED = REPO / "model" / "data" / "h200_real.csv"
-TAGS = ("vllm-deepseek-v2-lite", "sglang-deepseek-v2-lite", "vllm-llama-3.1-8b",
-        "sglang-llama-3.1-8b")
+# sglang-deepseek-v2-lite-rerun: that engine and preset's 16,384-token points, measured again
+# on 2026-12-02 by the current sweep (its two-chunk warm-up, calibration.sweep.warmup) on a fresh
+# server with the same command; the first measurement is kept under superseded/ (its 1 x 16,384
+# prefill, the server's first chunk over a cached prefix, took 0.95 s; 0.30 s re-measured)
+TAGS = ("vllm-deepseek-v2-lite", "sglang-deepseek-v2-lite", "sglang-deepseek-v2-lite-rerun",
+        "vllm-llama-3.1-8b", "sglang-llama-3.1-8b")
 COMMAND = "python bench/real_engines/rebuild_real.py"
 HEADER = f"""\
 # Real vLLM and SGLang on one NVIDIA H200 (141 GB), measured 2026-12-01 on this workplace's GPU
-# machine by bench/real_engines/run.py: vLLM 0.26.0 and SGLang 0.5.16 (both on PyTorch 2.11.0,
+# machine by bench/real_engines/run.py (SGLang's deepseek-v2-lite 16,384-token points again on
+# 2026-12-02, after a warm-up of two prefill chunks): vLLM 0.26.0 and SGLang 0.5.16 (both on PyTorch 2.11.0,
 # CUDA 13), presets deepseek-v2-lite (MLA MoE) and llama-3.1-8b (dense GQA) served from
 # `calibrate model-dir` folders with random weights (--load-format dummy), memory fraction
 # 0.90, TP 1, no DCP; closed batches of token-id prompts sent at once, 128 output tokens,

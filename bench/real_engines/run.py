@@ -108,7 +108,10 @@ def ea(*args: str) -> list[str]:
 
 
 def ea_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": f"{REPO}:{SITES['vllm']}", "PYTHONUNBUFFERED": "1"}
+    """engine-advisor's dependencies from the engines' sets: vLLM's, else SGLang's (both hold
+    pydantic, fastapi, orjson and cachetools; the machine has numpy, numba and httpx)."""
+    sites = [s for s in (SITES["vllm"], SITES["sglang"]) if os.path.isdir(s)] or [SITES["vllm"]]
+    return {**os.environ, "PYTHONPATH": ":".join([str(REPO), sites[0]]), "PYTHONUNBUFFERED": "1"}
 
 
 def serve_one(engine: str, preset: str, res: pathlib.Path, port: int, cmd: str | None,

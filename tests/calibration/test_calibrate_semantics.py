@@ -92,7 +92,7 @@ def test_the_warm_up_runs_first_and_is_not_a_point(tmp_path):
     fake = FakeEngine(max_model_len=4096)
     cfg = config(tmp_path, warmup=True, contexts=[1024])
     Sweep(cfg, fake.transport()).run()
-    # per batch size one batch of short prompts, then one prompt of a full chunk (capped by
+    # per batch size one batch of short prompts, then one prompt of two full chunks (capped by
     # the model length), all before the first timed request
     warm = [(len(b["prompt"]), b["max_tokens"]) for b in fake.requests[:5]]
     assert warm == [(SHORT_PROMPT_TOKENS, OUTPUT_TOKENS)] * 4 + [(4096 - OUTPUT_TOKENS,
@@ -109,7 +109,9 @@ def test_the_warm_up_runs_first_and_is_not_a_point(tmp_path):
 def test_jit_compiles_in_the_engine_log_name_the_point_they_hit(tmp_path, capsys):
     log = tmp_path / "engine.log"
     log.write_text("INFO 12-01 09:00:00 [x] an earlier line\n")
-    fake = FakeEngine(log=log, jit={8192: "mask_kernel", 2048: "fused_moe_kernel"})
+    # the warm-up's long prompt (two 8,192-token chunks) compiles one kernel, the first point
+    # another that no warm-up shape covers
+    fake = FakeEngine(log=log, jit={16384: "mask_kernel", 2048: "fused_moe_kernel"})
     cfg = config(tmp_path, warmup=True, engine_log=str(log))
     Sweep(cfg, fake.transport()).run()
     jit = [e for e in events_of(tmp_path / "run") if e["kind"] == "jit"]
