@@ -44,10 +44,10 @@ COMMAND = "python bench/real_engines/rebuild_real.py"
 HEADER = f"""\
 # Real vLLM and SGLang on one NVIDIA H200 (141 GB), measured 2026-12-01 on this workplace's GPU
 # machine by bench/real_engines/run.py (SGLang's deepseek-v2-lite 16,384-token points again on
-# 2026-12-02, after a warm-up of two prefill chunks): vLLM 0.26.0 and SGLang 0.5.16 (both on PyTorch 2.11.0,
-# CUDA 13), presets deepseek-v2-lite (MLA MoE) and llama-3.1-8b (dense GQA) served from
-# `calibrate model-dir` folders with random weights (--load-format dummy), memory fraction
-# 0.90, TP 1, no DCP; closed batches of token-id prompts sent at once, 128 output tokens,
+# 2026-12-02, after a warm-up of two prefill chunks): vLLM 0.26.0 and SGLang 0.5.16 (both on
+# PyTorch 2.11.0, CUDA 13), presets deepseek-v2-lite (MLA MoE) and llama-3.1-8b (dense GQA)
+# served from `calibrate model-dir` folders with random weights (--load-format dummy), memory
+# fraction 0.90, TP 1, no DCP; closed batches of token-id prompts sent at once, 128 output tokens,
 # contexts 1,024-130,000 x batches 1-64. Each row is one point of `calibrate run --url`:
 # ttft_s = the batch's prefill (first request sent -> last first token), decode_step_s = the
 # median inter-token gap while the whole batch decodes, total_s = the batch's wall time,
