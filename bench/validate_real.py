@@ -16,8 +16,22 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from model.fit.dataset import read_csv  # noqa: E402
 from model.fit.default import default_model, real_rows  # noqa: E402
-from model.validation import NAMES, markdown, summary  # noqa: E402
+from model.validation import (  # noqa: E402
+    NAMES,
+    markdown,
+    summary,
+    unseen_markdown,
+    unseen_model_ratios,
+)
+
+# real runs of a model the default model is not fitted on (bench/real_engines/rebuild_real.py)
+UNSEEN = Path(__file__).resolve().parent / "data" / "h200-real" / "runs" / "vllm-qwen3-32b"
+
+
+def unseen_rows() -> list:
+    return [r for f in sorted(UNSEEN.glob("ctx*/dataset.csv")) for r in read_csv(f)]
 
 
 def plot(s: dict, model, path: Path) -> None:
@@ -70,6 +84,7 @@ def main() -> None:
     model = default_model()
     s = summary(model, real_rows())
     print(markdown(s))
+    print("\n" + unseen_markdown(unseen_model_ratios(model, unseen_rows())))
     if a.plot:
         plot(s, model, a.plot)
         print(f"\nwrote {a.plot}")

@@ -124,6 +124,54 @@ def prior_ratios(model: CostModel, gpu: str) -> dict:
     return out
 
 
+def unseen_model_ratios(model: CostModel, rows: Sequence[Measurement]) -> dict:
+    """Predicted / measured over real rows of a model that ``model`` was not fitted on: the
+    uncalibrated prior's, and the fitted engine's on that GPU (this model's physics with the
+    efficiencies fitted on other models: what a recommendation for it gives, ``transferred``).
+    Per predictor: the geometric mean, the share within 2x, and per quantity (total, the
+    batch's prefill, one decode step) the geometric mean and range."""
+    from model.fit.estimator import PRIOR, prior_vector
+    from model.fit.fitting import QUANTITIES, observations
+
+    seen = {r["model"] for r in model.held_out} & {r.model for r in rows}
+    if seen:
+        raise ValueError(f"the model was fitted on {sorted(seen)}: not an unseen model")
+    obs = observations(rows, 1.0)
+    preds = {"prior": obs.X @ prior_vector(PRIOR)}
+    keys = {(r.engine, r.gpu) for r in rows}
+    fitted = np.empty(len(obs.y))
+    for i, j in enumerate(obs.row):
+        est = model.engines.get(f"{rows[j].engine}/{rows[j].gpu.upper()}")
+        fitted[i] = (est.predict(obs.X[i:i + 1])[0] if est is not None
+                     else preds["prior"][i])
+    preds["transferred"] = fitted
+    out: dict = {"figures": len(obs.y), "engines_gpus": sorted(keys),
+                 "models": sorted({r.model for r in rows})}
+    for name, pred in preds.items():
+        ratio = pred / obs.y
+        out[name] = {"geomean": float(np.exp(np.log(ratio).mean())),
+                     "within_2x": float(np.mean((ratio >= 0.5) & (ratio <= 2.0)))}
+        for q, qname in enumerate(QUANTITIES):
+            rq = ratio[obs.qty == q]
+            if len(rq):
+                out[name][qname] = (float(np.exp(np.log(rq).mean())), float(rq.min()),
+                                    float(rq.max()))
+    return out
+
+
+def unseen_markdown(u: dict) -> str:
+    """``unseen_model_ratios`` in one sentence (docs/validation.md)."""
+    p, t = u["prior"], u["transferred"]
+    return (f"A model the default model is not fitted on ({', '.join(u['models'])} on "
+            f"{', '.join(f'{e} / {g}' for e, g in u['engines_gpus'])}, {u['figures']} figures, "
+            f"measured 2026-12-02): the prior {p['geomean']:.3f} in the geometric mean, "
+            f"{p['within_2x']:.0%} within 2x (batch prefill {p['ttft'][1]:.2f}-"
+            f"{p['ttft'][2]:.2f}x, decode step {p['step'][1]:.2f}-{p['step'][2]:.2f}x); the "
+            f"fitted model, this model's physics with the efficiencies fitted on the others "
+            f"(transferred), {t['geomean']:.3f} (batch prefill {t['ttft'][0]:.2f}x, decode "
+            f"step {t['step'][0]:.2f}x in the geometric mean).")
+
+
 def markdown(s: dict) -> str:
     """The tables of ``summary`` as the docs show them (docs/validation.md)."""
     out = ["| engine | quantity | points | prior (median error) | calibrated, held out |",

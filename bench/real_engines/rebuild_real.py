@@ -40,6 +40,11 @@ COMBINED = REPO / "model" / "data" / "h200_real.csv"
 # prefill, the server's first chunk over a cached prefix, took 0.95 s; 0.30 s re-measured)
 TAGS = ("vllm-deepseek-v2-lite", "sglang-deepseek-v2-lite", "sglang-deepseek-v2-lite-rerun",
         "vllm-llama-3.1-8b", "sglang-llama-3.1-8b")
+# Not in the combined file: runs/vllm-qwen3-32b (2026-12-02; dense GQA with 64 layers, vLLM
+# alone, contexts 1K-32K, its model length being 40,960; run.py all --only vllm-qwen3-32b --grid
+# "1024:1,8,32,64;4096:1,16,48;16384:1,4,12;32768:1,2,6"), a model the default model is not
+# fitted on: bench/validate_real.py checks what it predicts for it
+# (model.validation.unseen_model_ratios).
 COMMAND = "python bench/real_engines/rebuild_real.py"
 HEADER = f"""\
 # Real vLLM and SGLang on one NVIDIA H200 (141 GB), measured 2026-12-01 on this workplace's GPU

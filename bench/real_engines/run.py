@@ -40,7 +40,8 @@ import urllib.request
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SITES = {"vllm": "/tmp/vl", "sglang": "/tmp/sg"}
 PRESETS = {"deepseek-v2-lite": {"kv": 31104, "max_len": 135168},
-           "llama-3.1-8b": {"kv": 131072, "max_len": 131072}}
+           "llama-3.1-8b": {"kv": 131072, "max_len": 131072},
+           "qwen3-32b": {"kv": 262144, "max_len": 40960}}
 ORDER = [("sglang", "deepseek-v2-lite"), ("vllm", "deepseek-v2-lite"),
          ("sglang", "llama-3.1-8b"), ("vllm", "llama-3.1-8b")]
 FRACTION = 0.90
@@ -211,9 +212,14 @@ def run_all(res: pathlib.Path, only: list[str], cmd: str | None, port: int,
     res.mkdir(parents=True, exist_ok=True)
     plan = ([(e, p, 1) for e, p in ORDER] if tp == 1 and not dcp_sizes else
             [(e, "deepseek-v2-lite", d) for d in (dcp_sizes or [1]) for e in ("vllm", "sglang")])
+    if only and tp == 1 and not dcp_sizes:      # any ENGINE-PRESET of SITES x PRESETS
+        plan = [(*tag.split("-", 1), 1) for tag in only]
     for engine, preset, dcp in plan:
         tag = f"{engine}-{preset}"
         if only and tag not in only:
+            continue
+        if engine not in SITES or preset not in PRESETS:
+            log(f"{tag}: unknown (engines {sorted(SITES)}, presets {sorted(PRESETS)})")
             continue
         try:
             serve_one(engine, preset, res, port, cmd, startup_timeout, grid, tp, dcp, gpu)
@@ -273,7 +279,9 @@ def main() -> None:
     p.add_argument("parts", type=pathlib.Path)
     p = sub.add_parser("all")
     p.add_argument("--res", type=pathlib.Path, default=pathlib.Path("/tmp/res"))
-    p.add_argument("--only", nargs="*", default=[], help="ENGINE-PRESET tags to run")
+    p.add_argument("--only", nargs="*", default=[],
+                   help="ENGINE-PRESET tags to run, in this order (any engine and preset of "
+                        "SITES and PRESETS, e.g. vllm-qwen3-32b)")
     p.add_argument("--engine-cmd", help="command template replacing both engines' commands")
     p.add_argument("--port", type=int, default=8100)
     p.add_argument("--startup-timeout", type=float, default=420.0)

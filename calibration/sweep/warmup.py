@@ -14,12 +14,17 @@ first 1,024 x 8 point (1.25 s of prefill instead of about 0.2 s). Before timing,
   took 0.95 s to its first token, against 0.69 s for a 32,768-token prompt later, and vLLM took
   0.25 s for the same prompt.
 
-Nothing of it is recorded as a point; ``events.jsonl`` notes each step.
+Each warm-up's prompts are new (a random nonce in their seed): the sweeps of one server (one
+per context, as ``bench/real_engines/run.py`` runs them) would otherwise send the same warm-up
+prompts again, and the engine's prefix cache would answer them (vLLM 0.26.0 reported a 9.8 %
+prefix-cache hit rate during the second such sweep) instead of running the shapes. Nothing of
+it is recorded as a point; ``events.jsonl`` notes each step.
 """
 
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from dataclasses import asdict, dataclass
 
@@ -59,8 +64,9 @@ async def warm_up(client: httpx.AsyncClient, model: str, batch_sizes: list[int],
              for b in sorted(set(batch_sizes))]
     steps.append((f"one prompt of {long_tokens} tokens", 1, long_tokens))
     out = []
+    nonce = secrets.token_hex(8)
     for what, n, tokens in steps:
-        bodies = [request_body(model, token_prompt(tokens, f"warmup/{seed}/{what}/{i}"),
+        bodies = [request_body(model, token_prompt(tokens, f"warmup/{seed}/{nonce}/{what}/{i}"),
                                OUTPUT_TOKENS) for i in range(n)]
         t0 = time.perf_counter()
         samples = await asyncio.gather(*(

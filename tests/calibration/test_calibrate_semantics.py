@@ -106,6 +106,18 @@ def test_the_warm_up_runs_first_and_is_not_a_point(tmp_path):
     assert event["started"] <= event["finished"]
 
 
+def test_a_second_sweep_of_the_same_server_warms_it_with_new_prompts(tmp_path):
+    # one sweep per context against one server (bench/real_engines/run.py): a warm-up prompt
+    # sent before would be answered from the engine's prefix cache and warm nothing
+    fake = FakeEngine(max_model_len=4096)
+    for ctx in (1024, 2048):
+        Sweep(config(tmp_path / str(ctx), warmup=True, contexts=[ctx]), fake.transport()).run()
+    prompts = [tuple(b["prompt"]) for b in fake.requests]
+    warm = [p for p in prompts if len(p) in (SHORT_PROMPT_TOKENS, 4096 - OUTPUT_TOKENS)]
+    assert len(warm) == 10 and len(set(warm)) == 10
+    assert len(set(prompts)) == len(prompts)
+
+
 def test_jit_compiles_in_the_engine_log_name_the_point_they_hit(tmp_path, capsys):
     log = tmp_path / "engine.log"
     log.write_text("INFO 12-01 09:00:00 [x] an earlier line\n")

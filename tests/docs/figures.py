@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cache
+from pathlib import Path
 
 FIGURES: dict[str, Callable] = {}
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
@@ -74,6 +75,19 @@ def validation_real(ctx) -> str:
     from model.validation import markdown, summary
 
     return markdown(summary(default_model(), real_rows()))
+
+
+@figure("validation.unseen")
+def validation_unseen(ctx) -> str:
+    """The prior and the fitted model on real runs of a model the fit did not see."""
+    from model.fit.dataset import read_csv
+    from model.fit.default import default_model
+    from model.validation import unseen_markdown, unseen_model_ratios
+
+    runs = (Path(__file__).parents[2] / "bench" / "data" / "h200-real" / "runs"
+            / "vllm-qwen3-32b")
+    rows = [r for f in sorted(runs.glob("ctx*/dataset.csv")) for r in read_csv(f)]
+    return unseen_markdown(unseen_model_ratios(default_model(), rows))
 
 
 @figure("costmodel.seed")
