@@ -17,21 +17,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from model.fit.dataset import read_csv  # noqa: E402
-from model.fit.default import default_model, real_rows  # noqa: E402
+from model.fit.default import REFERENCE_CSV, default_model, real_rows  # noqa: E402
 from model.validation import (  # noqa: E402
     NAMES,
+    leave_model_out,
     markdown,
     summary,
     unseen_markdown,
-    unseen_model_ratios,
 )
-
-# real runs of a model the default model is not fitted on (bench/real_engines/rebuild_real.py)
-UNSEEN = Path(__file__).resolve().parent / "data" / "h200-real" / "runs" / "vllm-qwen3-32b"
-
-
-def unseen_rows() -> list:
-    return [r for f in sorted(UNSEEN.glob("ctx*/dataset.csv")) for r in read_csv(f)]
 
 
 def plot(s: dict, model, path: Path) -> None:
@@ -84,7 +77,9 @@ def main() -> None:
     model = default_model()
     s = summary(model, real_rows())
     print(markdown(s))
-    print("\n" + unseen_markdown(unseen_model_ratios(model, unseen_rows())))
+    # one model left out: the prior and a fit on the others against its runs
+    print("\n" + unseen_markdown(leave_model_out(read_csv(REFERENCE_CSV) + real_rows(),
+                                                  "qwen3-32b")))
     if a.plot:
         plot(s, model, a.plot)
         print(f"\nwrote {a.plot}")

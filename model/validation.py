@@ -159,17 +159,28 @@ def unseen_model_ratios(model: CostModel, rows: Sequence[Measurement]) -> dict:
     return out
 
 
+def leave_model_out(rows: Sequence[Measurement], name: str) -> dict:
+    """``unseen_model_ratios`` of the rows of model ``name`` against a fit on all the other
+    ``rows`` (the default model's data): how the prior and the fit do on a model neither was
+    built on."""
+    held = [r for r in rows if r.model == name]
+    if not held:
+        raise ValueError(f"no rows of {name!r}")
+    fit = CostModel.fit([r for r in rows if r.model != name], sources=[f"without {name}"])
+    return unseen_model_ratios(fit, held)
+
+
 def unseen_markdown(u: dict) -> str:
     """``unseen_model_ratios`` in one sentence (docs/validation.md)."""
     p, t = u["prior"], u["transferred"]
-    return (f"A model the default model is not fitted on ({', '.join(u['models'])} on "
-            f"{', '.join(f'{e} / {g}' for e, g in u['engines_gpus'])}, {u['figures']} figures, "
-            f"measured 2026-12-02): the prior {p['geomean']:.3f} in the geometric mean, "
+    return (f"{', '.join(u['models'])} on "
+            f"{', '.join(f'{e} / {g}' for e, g in u['engines_gpus'])} ({u['figures']} figures), "
+            f"left out: the prior {p['geomean']:.3f} in the geometric mean, "
             f"{p['within_2x']:.0%} within 2x (batch prefill {p['ttft'][1]:.2f}-"
-            f"{p['ttft'][2]:.2f}x, decode step {p['step'][1]:.2f}-{p['step'][2]:.2f}x); the "
-            f"fitted model, this model's physics with the efficiencies fitted on the others "
-            f"(transferred), {t['geomean']:.3f} (batch prefill {t['ttft'][0]:.2f}x, decode "
-            f"step {t['step'][0]:.2f}x in the geometric mean).")
+            f"{p['ttft'][2]:.2f}x, decode step {p['step'][1]:.2f}-{p['step'][2]:.2f}x); a fit "
+            f"on the other models, this model's physics with their efficiencies (transferred), "
+            f"{t['geomean']:.3f} (batch prefill {t['ttft'][0]:.2f}x, decode step "
+            f"{t['step'][0]:.2f}x in the geometric mean).")
 
 
 def markdown(s: dict) -> str:

@@ -38,21 +38,20 @@ COMBINED = REPO / "model" / "data" / "h200_real.csv"
 # on 2026-12-02 by the current sweep (its two-chunk warm-up, calibration.sweep.warmup) on a fresh
 # server with the same command; the first measurement is kept under superseded/ (its 1 x 16,384
 # prefill, the server's first chunk over a cached prefix, took 0.95 s; 0.30 s re-measured)
+# vllm-qwen3-32b (2026-12-02): a third preset, 64 dense GQA layers, on vLLM alone, contexts 1K-32K
+# (its model length is 40,960): run.py all --only vllm-qwen3-32b --grid
+# "1024:1,8,32,64;4096:1,16,48;16384:1,4,12;32768:1,2,6"
 TAGS = ("vllm-deepseek-v2-lite", "sglang-deepseek-v2-lite", "sglang-deepseek-v2-lite-rerun",
-        "vllm-llama-3.1-8b", "sglang-llama-3.1-8b")
-# Not in the combined file: runs/vllm-qwen3-32b (2026-12-02; dense GQA with 64 layers, vLLM
-# alone, contexts 1K-32K, its model length being 40,960; run.py all --only vllm-qwen3-32b --grid
-# "1024:1,8,32,64;4096:1,16,48;16384:1,4,12;32768:1,2,6"), a model the default model is not
-# fitted on: bench/validate_real.py checks what it predicts for it
-# (model.validation.unseen_model_ratios).
+        "vllm-llama-3.1-8b", "sglang-llama-3.1-8b", "vllm-qwen3-32b")
 COMMAND = "python bench/real_engines/rebuild_real.py"
 HEADER = f"""\
 # Real vLLM and SGLang on one NVIDIA H200 (141 GB), measured 2026-12-01 on this workplace's GPU
 # machine by bench/real_engines/run.py (SGLang's deepseek-v2-lite 16,384-token points again on
 # 2026-12-02, after a warm-up of two prefill chunks): vLLM 0.26.0 and SGLang 0.5.16 (both on
-# PyTorch 2.11.0, CUDA 13), presets deepseek-v2-lite (MLA MoE) and llama-3.1-8b (dense GQA)
-# served from `calibrate model-dir` folders with random weights (--load-format dummy), memory
-# fraction 0.90, TP 1, no DCP; closed batches of token-id prompts sent at once, 128 output tokens,
+# PyTorch 2.11.0, CUDA 13), presets deepseek-v2-lite (MLA MoE) and llama-3.1-8b (dense GQA), and
+# on vLLM alone qwen3-32b (dense GQA, 2026-12-02, contexts up to 32,768), served from
+# `calibrate model-dir` folders with random weights (--load-format dummy), memory fraction 0.90,
+# TP 1, no DCP; closed batches of token-id prompts sent at once, 128 output tokens,
 # contexts 1,024-130,000 x batches 1-64. Each row is one point of `calibrate run --url`:
 # ttft_s = the batch's prefill (first request sent -> last first token), decode_step_s = the
 # median inter-token gap while the whole batch decodes, total_s = the batch's wall time,

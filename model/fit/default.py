@@ -2,8 +2,8 @@
 
 - ``b300_reference.csv``: the published 8 x B300 benchmark of Kimi-K3 (four times, two OOM
   points) under the assumptions ``model.fit.seedcheck`` chooses;
-- ``h200_real.csv``: real vLLM 0.26.0 and SGLang 0.5.16 on one H200 (two architectures, random
-  weights, contexts 1K-130K x batches 1-64).
+- ``h200_real.csv``: real vLLM 0.26.0 and SGLang 0.5.16 on one H200 (deepseek-v2-lite and
+  llama-3.1-8b on both, qwen3-32b on vLLM; random weights, contexts 1K-130K x batches 1-64).
 """
 
 from __future__ import annotations

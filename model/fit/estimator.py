@@ -84,6 +84,13 @@ PHYSICS_FLOOR = 0.85
 # so per-layer and per-step costs trade freely, and a per-layer cost of 0 would reach every
 # 61- or 94-layer model on the same family of GPUs.
 COUNT_FLOOR = 0.5
+# Except the per-step cost: the host's work between steps (scheduling, input preparation,
+# detokenising), which both engines overlap with the GPU's step (vLLM's async scheduling,
+# SGLang's overlap scheduler), so that most of it can vanish from the step. On vLLM 0.26.0 on an
+# H200, Llama-3.1-8B (32 layers) and Qwen3-32B (64) decode at batch 1 in 4.9 and 18.9 ms: with
+# 20 us per layer and their weights at the kernel tables' rate, what is left per step is 0.2 ms
+# or less. Models of different layer counts tell the two costs apart.
+COUNT_FLOORS = {"step_fixed": 0.1}
 # Ridge weight of (coef / prior - 1)^2 relative to one observation's squared relative error:
 # a free term moved 30 % from its prior costs as much as one observation 1 % off (which terms
 # move at all is the selection's business; the ridge steadies the ones that do).
@@ -156,8 +163,9 @@ class EngineCostModel(RegressorMixin, BaseEstimator):
     @staticmethod
     def _floors(prior: np.ndarray) -> np.ndarray:
         """Lowest coefficient per term, as a multiple of its prior (``PHYSICS_FLOOR``,
-        ``COUNT_FLOOR``)."""
-        return np.array([PHYSICS_FLOOR if t in PHYSICS_TERMS else COUNT_FLOOR for t in TERMS])
+        ``COUNT_FLOOR``, ``COUNT_FLOORS``)."""
+        return np.array([PHYSICS_FLOOR if t in PHYSICS_TERMS else COUNT_FLOORS.get(t, COUNT_FLOOR)
+                         for t in TERMS])
 
     def _solve(self, X, y, w, prior, free):
         """Coefficients: fixed terms at their prior; free ones by NNLS on weighted relative

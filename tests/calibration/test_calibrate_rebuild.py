@@ -162,7 +162,8 @@ def test_the_combined_real_dataset():
     assert "python bench/real_engines/rebuild_real.py" in text and "vLLM 0.26.0" in text
     rows = read_csv(path)
     caps = {("vllm", "deepseek-v2-lite"): 3_284_944, ("sglang", "deepseek-v2-lite"): 3_303_934,
-            ("vllm", "llama-3.1-8b"): 896_912, ("sglang", "llama-3.1-8b"): 902_375}
+            ("vllm", "llama-3.1-8b"): 896_912, ("sglang", "llama-3.1-8b"): 902_375,
+            ("vllm", "qwen3-32b"): 257_856}
     assert {(r.engine, r.model) for r in rows} == set(caps)
     for r in rows:
         assert r.kv_capacity_tokens == caps[(r.engine, r.model)]
@@ -174,7 +175,7 @@ def test_the_combined_real_dataset():
             "H200", 1, {"vllm": "0.26.0", "sglang": "0.5.16"}[r.engine])
     per_folder = sum(len(read_csv(f / "dataset.csv"))
                      for tag in rebuild_real.TAGS for f in (REAL / "runs" / tag).iterdir())
-    assert len(rows) == per_folder == 64
+    assert len(rows) == per_folder == 77
 
 
 def test_rebuild_reads_a_launched_engines_own_log(tmp_path):

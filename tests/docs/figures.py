@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cache
-from pathlib import Path
 
 FIGURES: dict[str, Callable] = {}
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
@@ -79,15 +78,12 @@ def validation_real(ctx) -> str:
 
 @figure("validation.unseen")
 def validation_unseen(ctx) -> str:
-    """The prior and the fitted model on real runs of a model the fit did not see."""
+    """The prior and a fit on the other models against the real runs of one model left out."""
     from model.fit.dataset import read_csv
-    from model.fit.default import default_model
-    from model.validation import unseen_markdown, unseen_model_ratios
+    from model.fit.default import REFERENCE_CSV, real_rows
+    from model.validation import leave_model_out, unseen_markdown
 
-    runs = (Path(__file__).parents[2] / "bench" / "data" / "h200-real" / "runs"
-            / "vllm-qwen3-32b")
-    rows = [r for f in sorted(runs.glob("ctx*/dataset.csv")) for r in read_csv(f)]
-    return unseen_markdown(unseen_model_ratios(default_model(), rows))
+    return unseen_markdown(leave_model_out(read_csv(REFERENCE_CSV) + real_rows(), "qwen3-32b"))
 
 
 @figure("costmodel.seed")
