@@ -43,6 +43,13 @@ COMBINED = REPO / "model" / "data" / "h200_real.csv"
 # "1024:1,8,32,64;4096:1,16,48;16384:1,4,12;32768:1,2,6"
 TAGS = ("vllm-deepseek-v2-lite", "sglang-deepseek-v2-lite", "sglang-deepseek-v2-lite-rerun",
         "vllm-llama-3.1-8b", "sglang-llama-3.1-8b", "vllm-qwen3-32b")
+# Measured but not fitted (model/data/h200_real_unfitted.csv): sglang-qwen3-32b (2026-12-02, the
+# same grid on SGLang). Its rows would need SGLang's fit to free the per-layer and per-step costs
+# together, which its stepwise selection does not reach (Llama-3.1-8B's decode steps held out at
+# 15 % instead of 6 %); model.validation.leave_model_out checks them with vLLM's as a model
+# left out.
+UNFITTED_TAGS = ("sglang-qwen3-32b",)
+UNFITTED = REPO / "model" / "data" / "h200_real_unfitted.csv"
 COMMAND = "python bench/real_engines/rebuild_real.py"
 HEADER = f"""\
 # Real vLLM and SGLang on one NVIDIA H200 (141 GB), measured 2026-12-01 on this workplace's GPU
@@ -104,6 +111,14 @@ def main() -> None:
     header = HEADER.replace("{LEFT_OUT}", "; ".join(JIT_HIT.values()))
     atomic_write(COMBINED, (header + header_csv() + "".join(map(row_csv, rows))).encode())
     print(f"wrote {COMBINED.relative_to(REPO)} ({len(rows)} rows)")
+    unfitted = [row for tag in UNFITTED_TAGS for folder in folders(tag)
+                for row in read_csv(folder / "dataset.csv")]
+    note = ("# Real runs measured like those of h200_real.csv but not fitted on (the default model"
+            " is fitted on that file):\n# " + ", ".join(UNFITTED_TAGS) + " (bench/data/h200-real/"
+            "runs/); why: bench/real_engines/rebuild_real.py.\n# Regenerate (from the "
+            f"repository root): {COMMAND}\n")
+    atomic_write(UNFITTED, (note + header_csv() + "".join(map(row_csv, unfitted))).encode())
+    print(f"wrote {UNFITTED.relative_to(REPO)} ({len(unfitted)} rows)")
 
 
 if __name__ == "__main__":

@@ -17,11 +17,18 @@ from model.fit.dataset import Measurement, read_csv
 DATA = Path(__file__).parents[1] / "data"
 REFERENCE_CSV = DATA / "b300_reference.csv"
 REAL_CSV = DATA / "h200_real.csv"
+UNFITTED_CSV = DATA / "h200_real_unfitted.csv"
 
 
 def real_rows() -> list[Measurement]:
     """The shipped real-engine measurements (``h200_real.csv``)."""
     return read_csv(REAL_CSV)
+
+
+def unfitted_rows() -> list[Measurement]:
+    """Real-engine measurements shipped but not fitted on (``h200_real_unfitted.csv``: its
+    header and ``bench/real_engines/rebuild_real.py`` say why), for validation."""
+    return read_csv(UNFITTED_CSV)
 
 
 @lru_cache(maxsize=1)
