@@ -148,7 +148,7 @@ def has_routing(rows: Sequence[Measurement]) -> bool:
 
 
 # choose_diversity selects the terms again at this many of the best-scoring diversities
-DIVERSITY_FINALISTS = 3
+DIVERSITY_FINALISTS = 2
 
 
 def choose_diversity(rows: Sequence[Measurement]) -> tuple[float, LevelFit | None]:
