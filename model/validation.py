@@ -129,7 +129,8 @@ def unseen_model_ratios(model: CostModel, rows: Sequence[Measurement]) -> dict:
     uncalibrated prior's, and the fitted engine's on that GPU (this model's physics with the
     efficiencies fitted on other models: what a recommendation for it gives, ``transferred``).
     Per predictor: the geometric mean, the share within 2x, and per quantity (total, the
-    batch's prefill, one decode step) the geometric mean and range."""
+    batch's prefill, one decode step) the geometric mean and range. Random-weight MoE rows are
+    routed as a trained router would (diversity 1)."""
     from model.fit.estimator import PRIOR, prior_vector
     from model.fit.fitting import QUANTITIES, observations
 

@@ -170,9 +170,11 @@ def choose_diversity(rows: Sequence[Measurement]) -> tuple[float, LevelFit | Non
         est = EngineCostModel(prior=PRIOR, free=list(free)).fit(obs.X, obs.y)
         loo = est.loo_predictions(obs.X, obs.y, groups)
         scores.append((held_out_error(log_errors(loo, obs.y)), -rho, rho))
-    fits = [(first.score, -1.0, 1.0, first) if rho == 1.0 else
-            (lf.score, -rho, rho, lf) for _, _, rho in sorted(scores)[:DIVERSITY_FINALISTS]
-            if (lf := first if rho == 1.0 else fit_level(rows, PRIOR, rho)) is not None]
+    fits = []
+    for _, _, rho in sorted(scores)[:DIVERSITY_FINALISTS]:
+        lf = first if rho == 1.0 else fit_level(rows, PRIOR, rho)
+        if lf is not None:
+            fits.append((lf.score, -rho, rho, lf))
     _, _, rho, lf = min(fits, key=lambda f: f[:3])
     return rho, lf
 
