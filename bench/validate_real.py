@@ -16,8 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from model.fit.dataset import read_csv  # noqa: E402
-from model.fit.default import REFERENCE_CSV, default_model, real_rows, unfitted_rows  # noqa: E402
+from model.fit.default import default_model, real_rows, shipped_rows  # noqa: E402
 from model.validation import (  # noqa: E402
     NAMES,
     leave_model_out,
@@ -78,8 +77,7 @@ def main() -> None:
     s = summary(model, real_rows())
     print(markdown(s))
     # one model left out: the prior and a fit on the others against its runs
-    rows = read_csv(REFERENCE_CSV) + real_rows() + unfitted_rows()
-    print("\n" + unseen_markdown(leave_model_out(rows, "qwen3-32b")))
+    print("\n" + unseen_markdown(leave_model_out(shipped_rows(), "qwen3-32b")))
     if a.plot:
         plot(s, model, a.plot)
         print(f"\nwrote {a.plot}")

@@ -31,6 +31,12 @@ def unfitted_rows() -> list[Measurement]:
     return read_csv(UNFITTED_CSV)
 
 
+def shipped_rows() -> list[Measurement]:
+    """Every shipped measurement: the default model's data and the unfitted real-engine rows
+    (``model.validation.leave_model_out`` leaves one model of them out)."""
+    return read_csv(REFERENCE_CSV) + real_rows() + unfitted_rows()
+
+
 @lru_cache(maxsize=1)
 def default_model() -> CostModel:
     rows = read_csv(REFERENCE_CSV) + real_rows()

@@ -79,12 +79,10 @@ def validation_real(ctx) -> str:
 @figure("validation.unseen")
 def validation_unseen(ctx) -> str:
     """The prior and a fit on the other models against the real runs of one model left out."""
-    from model.fit.dataset import read_csv
-    from model.fit.default import REFERENCE_CSV, real_rows, unfitted_rows
+    from model.fit.default import shipped_rows
     from model.validation import leave_model_out, unseen_markdown
 
-    rows = read_csv(REFERENCE_CSV) + real_rows() + unfitted_rows()
-    return unseen_markdown(leave_model_out(rows, "qwen3-32b"))
+    return unseen_markdown(leave_model_out(shipped_rows(), "qwen3-32b"))
 
 
 @figure("costmodel.seed")

@@ -3,8 +3,7 @@ with (model/data/h200_real.csv): every figure held out (model.validation)."""
 
 import pytest
 
-from model.fit.dataset import read_csv
-from model.fit.default import REFERENCE_CSV, default_model, real_rows, unfitted_rows
+from model.fit.default import default_model, real_rows, shipped_rows
 from model.validation import leave_model_out, summary, unseen_model_ratios
 
 
@@ -59,7 +58,7 @@ def test_the_prior_and_the_fit_hold_for_a_model_left_out():
     """Real vLLM runs of Qwen3-32B (64 layers, dense GQA with QK norms) on the H200, left out
     of the default model's data: the same bar for the prior, and for a fit on the other models,
     which predicts it with their efficiencies."""
-    u = leave_model_out(read_csv(REFERENCE_CSV) + real_rows() + unfitted_rows(), "qwen3-32b")
+    u = leave_model_out(shipped_rows(), "qwen3-32b")
     assert u["models"] == ["qwen3-32b"] and u["figures"] == 78
     assert u["engines_gpus"] == [("sglang", "H200"), ("vllm", "H200")]
     for name in ("prior", "transferred"):
