@@ -30,7 +30,7 @@ from numba import njit
 PREFILL_TERMS = ("pf_gemm", "pf_moe", "pf_attn", "pf_mla", "pf_comm", "pf_fixed",
                  "pf_moe_fixed", "pf_batch")
 DECODE_TERMS = ("gemm", "moe", "kv_read", "mla_read", "dcp_read", "state", "tp_comm", "dcp_comm",
-                "dcp_fixed", "layer_fixed", "seq_fixed", "step_fixed")
+                "dcp_fixed", "layer_fixed", "moe_fixed", "seq_fixed", "step_fixed")
 N_PREFILL = len(PREFILL_TERMS)
 N_DECODE = len(DECODE_TERMS)
 N_TERMS = N_PREFILL + N_DECODE
@@ -59,13 +59,14 @@ DEFAULT_MAX_RUNNING = 256
 # tuple of floats: unlike an array, passing it on costs no reference counting)
 (W_DENSE, LOG_Q_MISS, W_EXPERTS, MM, N_FULL, KV_CALL, ATTN_CALL, STATE, N_LAYERS, ACT, Q_GATHER,
  O_GATHER, WEIGHTS_PASS, ATTN_PF, ATTN_PF_LINEAR, MEMORY, WEIGHT_BYTES, TP, KV_GPU_TOKEN,
- STATE_GPU, READ_T0, READ_ASYM, READ_BPS, MM_MOE, IS_MLA, ACT_PEAK, N_MOE_LAYERS) = range(27)
-N_CONSTANTS = 27
+ STATE_GPU, READ_T0, READ_ASYM, READ_BPS, MM_MOE, IS_MLA, ACT_PEAK, N_MOE_LAYERS,
+ MOE_CALLS) = range(28)
+N_CONSTANTS = 28
 # Columns of the prefill terms (offsets into PREFILL_TERMS) that prefill_into writes
 (P_GEMM, P_MOE, P_ATTN, P_MLA, P_COMM, P_FIXED, P_MOE_FIXED, P_BATCH) = range(8)
 # Columns of the decode terms (offsets into DECODE_TERMS) that decode_into writes
-(D_GEMM, D_MOE, D_KV, D_MLA, D_DCP_READ, D_STATE, D_TP, D_DCP_COMM, D_DCP_FIXED, D_LAYER, D_SEQ,
- D_STEP) = range(12)
+(D_GEMM, D_MOE, D_KV, D_MLA, D_DCP_READ, D_STATE, D_TP, D_DCP_COMM, D_DCP_FIXED, D_LAYER,
+ D_MOE_FIXED, D_SEQ, D_STEP) = range(13)
 
 
 @njit(cache=True, inline="always")
@@ -218,6 +219,9 @@ def decode_into(K, coll, curve, b, c, d, gemm, moe, tp_comm, out, r, at):
     out[r, at + D_DCP_COMM] = dcp_comm
     out[r, at + D_DCP_FIXED] = dcp_fixed
     out[r, at + D_LAYER] = K[N_LAYERS]
+    # the fused-MoE calls' floor in a step, one call per MoE layer: it does not depend on how
+    # many experts the batch touches (``moe``) or on how the tokens route
+    out[r, at + D_MOE_FIXED] = K[MOE_CALLS]
     out[r, at + D_SEQ] = b
     out[r, at + D_STEP] = 1.0
 

@@ -58,6 +58,7 @@ class StepSeconds(BaseModel):
     dcp_comm: float
     dcp_fixed: float
     layer_fixed: float
+    moe_fixed: float
     seq_fixed: float
     step_fixed: float
 

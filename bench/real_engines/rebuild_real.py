@@ -38,25 +38,18 @@ COMBINED = REPO / "model" / "data" / "h200_real.csv"
 # on 2026-12-02 by the current sweep (its two-chunk warm-up, calibration.sweep.warmup) on a fresh
 # server with the same command; the first measurement is kept under superseded/ (its 1 x 16,384
 # prefill, the server's first chunk over a cached prefix, took 0.95 s; 0.30 s re-measured)
-# vllm-qwen3-32b (2026-12-02): a third preset, 64 dense GQA layers, on vLLM alone, contexts 1K-32K
-# (its model length is 40,960): run.py all --only vllm-qwen3-32b --grid
+# vllm-qwen3-32b and sglang-qwen3-32b (2026-12-02): a third preset, 64 dense GQA layers, contexts
+# 1K-32K (its model length is 40,960): run.py all --only vllm-qwen3-32b sglang-qwen3-32b --grid
 # "1024:1,8,32,64;4096:1,16,48;16384:1,4,12;32768:1,2,6"
 TAGS = ("vllm-deepseek-v2-lite", "sglang-deepseek-v2-lite", "sglang-deepseek-v2-lite-rerun",
-        "vllm-llama-3.1-8b", "sglang-llama-3.1-8b", "vllm-qwen3-32b")
-# Measured but not fitted (model/data/h200_real_unfitted.csv): sglang-qwen3-32b (2026-12-02, the
-# same grid on SGLang). Its rows would need SGLang's fit to free the per-layer and per-step costs
-# together, which its stepwise selection does not reach (Llama-3.1-8B's decode steps held out at
-# 15 % instead of 6 %); model.validation.leave_model_out checks them with vLLM's as a model
-# left out.
-UNFITTED_TAGS = ("sglang-qwen3-32b",)
-UNFITTED = REPO / "model" / "data" / "h200_real_unfitted.csv"
+        "vllm-llama-3.1-8b", "sglang-llama-3.1-8b", "vllm-qwen3-32b", "sglang-qwen3-32b")
 COMMAND = "python bench/real_engines/rebuild_real.py"
 HEADER = f"""\
 # Real vLLM and SGLang on one NVIDIA H200 (141 GB), measured 2026-12-01 on this workplace's GPU
 # machine by bench/real_engines/run.py (SGLang's deepseek-v2-lite 16,384-token points again on
 # 2026-12-02, after a warm-up of two prefill chunks): vLLM 0.26.0 and SGLang 0.5.16 (both on
-# PyTorch 2.11.0, CUDA 13), presets deepseek-v2-lite (MLA MoE) and llama-3.1-8b (dense GQA), and
-# on vLLM alone qwen3-32b (dense GQA, 2026-12-02, contexts up to 32,768), served from
+# PyTorch 2.11.0, CUDA 13), presets deepseek-v2-lite (MLA MoE), llama-3.1-8b (dense GQA) and
+# qwen3-32b (dense GQA, 2026-12-02, contexts up to 32,768), served from
 # `calibrate model-dir` folders with random weights (--load-format dummy), memory fraction 0.90,
 # TP 1, no DCP; closed batches of token-id prompts sent at once, 128 output tokens,
 # contexts 1,024-130,000 x batches 1-64. Each row is one point of `calibrate run --url`:
@@ -111,15 +104,6 @@ def main() -> None:
     header = HEADER.replace("{LEFT_OUT}", "; ".join(JIT_HIT.values()))
     atomic_write(COMBINED, (header + header_csv() + "".join(map(row_csv, rows))).encode())
     print(f"wrote {COMBINED.relative_to(REPO)} ({len(rows)} rows)")
-    unfitted = [row for tag in UNFITTED_TAGS for folder in folders(tag)
-                for row in read_csv(folder / "dataset.csv")]
-    note = ("# Real runs measured like those of h200_real.csv but not fitted on (the default model"
-            " is fitted on that file):\n# " + ", ".join(UNFITTED_TAGS) + " (bench/data/h200-real/"
-            "runs/); why: bench/real_engines/rebuild_real.py.\n# Regenerate (from the "
-            f"repository root): {COMMAND}\n")
-    atomic_write(UNFITTED, (note + header_csv() + "".join(map(row_csv, unfitted))).encode())
-    print(f"wrote {UNFITTED.relative_to(REPO)} ({len(unfitted)} rows)")
-
 
 if __name__ == "__main__":
     main()

@@ -143,8 +143,8 @@ def format_fit_summary(model: CostModel, meta: dict[str, Any], out: str) -> str:
     lines.append("")
     for engine, rho in sorted(model.diversity.items()):
         lines.append(f"note: {engine}'s random-weight rows route a decode batch with diversity "
-                     f"{rho:g} (1 = a trained router); that regime's MoE decode efficiency is "
-                     "not used for real checkpoints")
+                     f"{rho:g} (1 = a trained router); its routed experts' decode efficiency "
+                     "stays at the prior, which such rows cannot inform")
     for warning in model.roofline_warnings:
         lines.append(f"warning: {warning}")
     lines.append("held out: median error of each point predicted by a fit without it; prior: "

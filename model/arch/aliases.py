@@ -45,6 +45,10 @@ ALIASES: dict[str, str] = {
     "qwen/qwen3-235b-a22b-thinking-2507": "qwen3-235b-a22b",
     # qwen3-32b: Qwen/Qwen3-32B
     "qwen/qwen3-32b": "qwen3-32b",
+    # qwen3-30b-a3b: Qwen/Qwen3-30B-A3B (same architecture: the 2507 tunes)
+    "qwen/qwen3-30b-a3b": "qwen3-30b-a3b",
+    "qwen/qwen3-30b-a3b-instruct-2507": "qwen3-30b-a3b",
+    "qwen/qwen3-30b-a3b-thinking-2507": "qwen3-30b-a3b",
 }
 
 # the repository part alone ("DeepSeek-V2-Lite", a local folder named like the repository)

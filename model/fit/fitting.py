@@ -3,9 +3,10 @@
 The pooling has two levels per engine, and DCP > 1 apart:
 
 - **engine x GPU family** (``vllm/@hopper``): every row of the engine on GPUs of one family
-  (``GPU_FAMILIES``: Hopper, Blackwell; the engines run the same kernels on a family's GPUs),
-  starting from the physics priors (``model.fit.estimator.PRIOR``). What an engine's implementation
-  does there (its MoE kernels, its MLA decode path, its fixed costs) carries over from the GPUs
+  (``model.hardware.gpus.GPU_FAMILIES``: Hopper, Blackwell; the engines run the same kernels on
+  a family's GPUs), starting from the physics priors (``model.fit.estimator.PRIOR``). What an
+  engine's implementation does there (its MoE kernels, its MLA decode path, its fixed costs)
+  carries over from the GPUs
   it was measured on to the family's others. Another family starts from the priors.
 - **engine x GPU** (``vllm/H200``): that GPU's rows, starting from the family level fitted on
   the family's *other* GPUs' rows (so a point is never part of its own prior). A GPU without
@@ -22,9 +23,10 @@ Rows measured on random weights (``weights`` = dummy) route a decode batch's tok
 random-weight router does, which need not be a trained model's: the engine's routing diversity
 ``rho`` (``model.formulas.batch_terms``) is chosen on a grid by the same held-out error and
 applied to those rows only. Predictions for real checkpoints use 1. When ``rho`` < 1 the routed
-experts' decode efficiency those rows show (few experts, many tokens each) says nothing about
-reading every expert once, which a trained router makes a batch do: it is kept apart
-(``EngineCostModel.random_weight_coef_``) and the level keeps its prior ``moe`` for predictions.
+experts' decode efficiency cannot be told from those rows (few experts, many tokens each say
+nothing about reading every expert once, which a trained router makes a batch do), so ``moe``
+stays at its prior on that level (``movable``): what the rows show beyond the experts' bytes
+goes to the terms that hold for any routing, the MoE calls' floor (``moe_fixed``) among them.
 """
 
 from __future__ import annotations
@@ -46,22 +48,14 @@ from model.fit.estimator import (
     select_terms,
 )
 from model.fit.rows import row_case, row_shape
+from model.hardware.gpus import gpu_family
 from model.physics.features import case_features
 from model.physics.terms import PREFILL_TERMS, TERMS
 
 DCP_TERMS = ("dcp_read", "dcp_comm", "dcp_fixed")
-# GPUs whose engines run the same kernels (FlashMLA / FA3 builds, CUTLASS paths) share a family
-GPU_FAMILIES = {"H100": "hopper", "H200": "hopper", "H20": "hopper", "H800": "hopper",
-                "GH200": "hopper", "B200": "blackwell", "B300": "blackwell",
-                "GB200": "blackwell", "GB300": "blackwell"}
 QUANTITIES = ("total", "ttft", "step")
 # routing diversity of a random-weight decode batch: the candidates (1 = a trained router)
 DIVERSITY_GRID = (1.0, 0.5, 0.3, 0.2, 0.15, 0.1, 0.07, 0.05, 0.03, 0.02, 0.01, 0.0)
-
-
-def gpu_family(gpu: str) -> str:
-    """A GPU's family (its own name when it has none)."""
-    return GPU_FAMILIES.get(gpu.upper(), gpu.upper().lower())
 
 
 def family_key(engine: str, gpu: str) -> str:
@@ -111,6 +105,13 @@ def point_key(r: Measurement) -> tuple:
             r.output_tokens, r.kv_bytes_per_token, r.kv_shards, r.model, r.weights)
 
 
+def movable(rows: Sequence[Measurement], rho: float) -> tuple[str, ...]:
+    """``candidates``, less ``moe`` when the rows route a batch at a diversity below a trained
+    router's (module docstring)."""
+    pool = candidates(rows)
+    return tuple(t for t in pool if t != "moe") if rho < 1.0 and has_routing(rows) else pool
+
+
 def candidates(rows: Sequence[Measurement]) -> tuple[str, ...]:
     """The terms rows may move: the DCP terms with DCP > 1 rows, the other decode terms with
     DCP-1 rows, the prefill terms with any (DCP splits only decode attention: both engines
@@ -137,7 +138,7 @@ def fit_level(rows: Sequence[Measurement], prior, rho: float) -> LevelFit | None
         return None
     groups = _groups(rows, obs)
     strata = [f"{rows[i].model}/{q}" for i, q in zip(obs.row, obs.qty, strict=True)]
-    est, loo, base = select_terms(obs.X, obs.y, groups, prior, candidates(rows), strata=strata)
+    est, loo, base = select_terms(obs.X, obs.y, groups, prior, movable(rows, rho), strata=strata)
     return LevelFit(est, loo, base, obs, groups, held_out_error(log_errors(loo, obs.y)))
 
 
@@ -167,7 +168,8 @@ def choose_diversity(rows: Sequence[Measurement]) -> tuple[float, LevelFit | Non
     for rho in DIVERSITY_GRID:
         obs = observations(rows, rho)
         groups = _groups(rows, obs)
-        est = EngineCostModel(prior=PRIOR, free=list(free)).fit(obs.X, obs.y)
+        pool = movable(rows, rho)
+        est = EngineCostModel(prior=PRIOR, free=[t for t in free if t in pool]).fit(obs.X, obs.y)
         loo = est.loo_predictions(obs.X, obs.y, groups)
         scores.append((held_out_error(log_errors(loo, obs.y)), -rho, rho))
     fits = []
@@ -209,7 +211,7 @@ def fit_engine(engine: str, rows: Sequence[Measurement]) -> EngineFit:
     for family, frows in sorted(by_family.items()):
         top = fit_level(frows, PRIOR, rho)
         if top is not None:
-            _finish(top, _routing(frows, rho))
+            _finish(top)
             key = f"{engine}/@{family}"
             estimators[key] = top.estimator
             metrics[key] = _metrics(top, frows)
@@ -219,13 +221,11 @@ def fit_engine(engine: str, rows: Sequence[Measurement]) -> EngineFit:
         for gpu, grows in sorted(by_gpu.items()):
             others = [r for r in frows if r.gpu != gpu]
             parent = fit_level(others, PRIOR, rho) if others else None
-            prior = (_set_apart(parent.estimator, _routing(others, rho)).coef_
-                     if parent is not None
-                     else prior_vector(PRIOR))
+            prior = parent.estimator.coef_ if parent is not None else prior_vector(PRIOR)
             lf = fit_level(grows, prior, rho)
             if lf is None:
                 continue
-            _finish(lf, _routing(grows, rho))
+            _finish(lf)
             key = f"{engine}/{gpu}"
             estimators[key] = lf.estimator
             metrics[key] = _metrics(lf, grows)
@@ -242,33 +242,12 @@ def fit_engine(engine: str, rows: Sequence[Measurement]) -> EngineFit:
     return EngineFit(estimators, rho, metrics, records)
 
 
-def _routing(rows: Sequence[Measurement], rho: float) -> float:
-    """The routing diversity a level's fitted ``moe`` was seen at: the engine's ``rho`` when
-    the level has random-weight MoE rows decoding a batch, else 1 (real checkpoints route as a
-    trained router does, and their ``moe`` efficiency holds for predictions)."""
-    return rho if has_routing(rows) else 1.0
-
-
-def _finish(lf: LevelFit, rho: float = 1.0) -> None:
+def _finish(lf: LevelFit) -> None:
     """The level's interval half-width from its held-out totals (all quantities when the
-    level has fewer than 10 totals); the random-weight MoE decode efficiency set apart when
-    the engine's random-weight routing is not a trained router's (module docstring)."""
+    level has fewer than 10 totals)."""
     err = log_errors(lf.held_out, lf.obs.y)
     totals = err[lf.obs.qty == 0]
     lf.estimator.interval_halfwidth_ = interval_halfwidth(totals if len(totals) >= 10 else err)
-    _set_apart(lf.estimator, rho)
-
-
-def _set_apart(est: EngineCostModel, rho: float) -> EngineCostModel:
-    """Keep the random-weight MoE decode efficiency apart (module docstring)."""
-    est.random_weight_coef_ = {}
-    if rho < 1.0 and "moe" in est.free_:
-        i = TERMS.index("moe")
-        est.random_weight_coef_["moe"] = float(est.coef_[i])
-        est.coef_ = est.coef_.copy()
-        est.coef_[i] = est.prior_[i]
-        est.free_ = [t for t in est.free_ if t != "moe"]
-    return est
 
 
 def _metrics(lf: LevelFit, rows: Sequence[Measurement]) -> dict:

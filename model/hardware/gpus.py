@@ -38,6 +38,19 @@ TFLOPS = 1e12
 ASSUMED_FLOPS_PER_BYTE = 200.0
 FlopDtype = Literal["bf16", "fp16", "fp8", "fp4"]
 
+# GPUs whose engines run the same kernels (FlashMLA / FA3 builds, CUTLASS and TRT-LLM paths) share
+# a family: the fit pools an engine's rows over a family (model.fit.fitting), and the silicon's
+# kernel floors are the family's (model.hardware.silicon.MOE_CALL_S)
+GPU_FAMILIES = {"H100": "hopper", "H200": "hopper", "H20": "hopper", "H800": "hopper",
+                "GH200": "hopper", "B200": "blackwell", "B300": "blackwell",
+                "GB200": "blackwell", "GB300": "blackwell"}
+
+
+def gpu_family(gpu: str) -> str:
+    """A GPU's family (its own name when it has none)."""
+    return GPU_FAMILIES.get(gpu.upper(), gpu.upper().lower())
+
+
 _Flops = Annotated[float | None, Field(gt=1e12, lt=1e18, allow_inf_nan=False,
                                        description="dense tensor-core FLOP/s per GPU")]
 

@@ -6,7 +6,9 @@ A ``Silicon`` answers, in seconds, the questions the cost model's terms ask:
   this GPU) that reads ``bytes`` of KV cache;
 - ``weight_read_Bps``: bytes/s at which small-batch GEMMs stream their weights;
 - ``gemm_flops(dtype)`` / ``attn_flops``: achievable FLOP/s of large GEMMs and prefill attention;
-- ``all_reduce_s(bytes, n)`` / ``all_gather_s(bytes, n)``: one collective over ``n`` GPUs.
+- ``all_reduce_s(bytes, n)`` / ``all_gather_s(bytes, n)``: one collective over ``n`` GPUs;
+- ``moe_call_s(expert_dtype)``: the floor of one fused-MoE call, what it costs when it reads
+  almost nothing (``MOE_CALL_S``).
 
 Each answer comes from a measured profile when one covers it (``calibration/profiles/*.json``:
 the project's own kernel measurements, or NVIDIA's per-op tables imported from aiconfigurator)
@@ -23,7 +25,7 @@ from functools import lru_cache
 import numpy as np
 
 from model.formulas import collective_many, collective_s
-from model.hardware.gpus import GpuSpec
+from model.hardware.gpus import GpuSpec, gpu_family
 from model.hardware.profiles import (
     KIND_DCP,
     KIND_GPU,
@@ -34,6 +36,17 @@ from model.hardware.profiles import (
     profiles_dir,
 )
 
+# The floor of one fused-MoE call (seconds): the engines' MoE op at one token in
+# aiconfigurator-core 0.12.0's moe_perf tables (vLLM 0.24.0, SGLang 0.5.14), the fastest shape of
+# each kernel, where the experts' bytes take 0-5 us. Hopper (H200) runs Triton / CUTLASS fused
+# MoE: vLLM bf16 22.8, fp8 blocks 28.9 (FlashInfer CUTLASS 23.5), SGLang bf16 16.3, fp8 20.0 us.
+# Blackwell (B200, B300, GB300) runs TRT-LLM's monolithic MoE kernels: 12.0-17.7 us over bf16,
+# fp8, nvfp4 and mxfp4 in both engines. 4-bit weight-only experts (AWQ / GPTQ / int4 QAT) run
+# Marlin-style dequantising kernels on either family: vLLM 39-41 us, SGLang 24-34 us. A family
+# without tables takes Hopper's. The routing kernels before the call (router GEMM, top-k) and
+# an untuned kernel configuration are the engine's: its fitted coefficient of ``moe_fixed``.
+MOE_CALL_S = {"hopper": 22e-6, "blackwell": 14e-6}
+MOE_CALL_WEIGHT_ONLY_4BIT_S = 35e-6
 # Spec fallbacks where a GPU entry or profile is silent (documented in docs/cost-model.md).
 SPEC_COLLECTIVE_LATENCY_S = 8e-6  # one NCCL / custom all-reduce step on NVLink, small message
 CUSTOM_ALL_REDUCE_MAX_BYTES = 8 << 20   # engines switch from their custom all-reduce to NCCL
@@ -70,6 +83,7 @@ class Silicon:
                  dcp_profile: tuple[str, dict] | None = None, peak: bool = False):
         """``peak``: spec-sheet peaks, no profile (the roofline: nothing can be faster)."""
         self.gpu = gpu
+        self.peak = peak
         self.eff = {k: 1.0 for k in SPEC_EFFICIENCY} if peak else dict(SPEC_EFFICIENCY)
         self.name = gpu.name.upper()
         self.sources: dict[str, str] = {}
@@ -239,6 +253,16 @@ class Silicon:
             if g and g.get("weight_read_Bps"):
                 return float(g["weight_read_Bps"])
         return float(self.gpu.hbm_bandwidth) * self.eff["hbm"]
+
+    def moe_call_s(self, expert_dtype: str) -> float:
+        """Seconds of one fused-MoE call that reads almost nothing (``MOE_CALL_S``); 0 at
+        spec-sheet peaks (the roofline counts bytes and FLOPs only)."""
+        if self.peak:
+            return 0.0
+        d = expert_dtype.lower()
+        if any(k in d for k in ("int4", "awq", "gptq", "w4a16")):
+            return MOE_CALL_WEIGHT_ONLY_4BIT_S
+        return MOE_CALL_S.get(gpu_family(self.name), MOE_CALL_S["hopper"])
 
     def matmul_s_per_token(self, flops_by_dtype: tuple[tuple[str, float], ...]) -> float:
         """Seconds of one token's matmuls: each compute dtype's FLOPs at its achievable rate

@@ -17,7 +17,11 @@ Decode step of ``B`` sequences at context ``c`` on ``tp`` GPUs with DCP ``d``:
 - ``tp_comm``: two all-reduces of ``B x hidden`` activations per layer;
 - ``dcp_comm``: per full-attention layer, gathering the queries and combining partial outputs
   (+ log-sum-exp) across the ``d`` DCP ranks;
-- ``layer_fixed`` (count: layers), ``seq_fixed`` (count: sequences), ``step_fixed`` (1).
+- ``layer_fixed`` (count: layers), ``seq_fixed`` (count: sequences), ``step_fixed`` (1);
+- ``moe_fixed``: one fused-MoE call per MoE layer at the silicon's measured floor, what the
+  call costs whatever the experts' bytes (``model.hardware.silicon.MOE_CALL_S``: sorting the
+  tokens by expert, the grouped GEMMs' launches and tails); its coefficient carries the engine's
+  routing kernels and kernel configuration.
 
 Prefill of ``B`` prompts of ``L`` tokens, a share ``s`` of each found in the prefix cache
 (the shared part computed once), in chunks of ``CHUNK_TOKENS``:
@@ -61,6 +65,7 @@ from model.formulas import (
     MEMORY,
     MM,
     MM_MOE,
+    MOE_CALLS,
     N_CONSTANTS,
     N_DECODE,
     N_FULL,
@@ -90,7 +95,7 @@ from model.physics.shape import ModelShape
 
 TERMS = PREFILL_TERMS + DECODE_TERMS
 PHYSICS_TERMS = ("pf_gemm", "pf_moe", "pf_attn", "pf_mla", "pf_comm", "gemm", "moe", "kv_read",
-                 "mla_read", "dcp_read", "state", "tp_comm", "dcp_comm")
+                 "mla_read", "dcp_read", "state", "tp_comm", "dcp_comm", "moe_fixed")
 ACT_BYTES = 2                # bf16 activations on the wire
 LSE_BYTES = 4                # one fp32 log-sum-exp per head and sequence
 
@@ -146,6 +151,7 @@ class Physics:
         K[STATE] = 2.0 * shape.state_bytes_per_seq / t / si.gpu.hbm_bandwidth
         K[N_LAYERS] = shape.n_layers
         K[N_MOE_LAYERS] = shape.n_moe_layers if shape.n_experts else 0
+        K[MOE_CALLS] = K[N_MOE_LAYERS] * si.moe_call_s(expert_dtype)
         K[ACT] = shape.hidden_size * ACT_BYTES
         K[Q_GATHER] = heads * shape.qk_dim * ACT_BYTES
         K[O_GATHER] = heads * (shape.v_dim * ACT_BYTES + LSE_BYTES)

@@ -36,7 +36,8 @@ STEP_NAMES = {"gemm": "dense weights/GEMMs", "moe": "routed experts", "kv_read":
               "mla_read": "MLA latent reads", "dcp_read": "DCP attention reads",
               "state": "linear-attention state", "tp_comm": "TP all-reduce",
               "dcp_comm": "DCP collectives", "dcp_fixed": "DCP merge fixed",
-              "layer_fixed": "per-layer fixed", "seq_fixed": "per-sequence",
+              "layer_fixed": "per-layer fixed",
+              "moe_fixed": "MoE-layer fixed", "seq_fixed": "per-sequence",
               "step_fixed": "per-step fixed"}
 
 
