@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from model.fit.default import default_model, real_rows, shipped_rows  # noqa: E402
+from model.fit.default import LEFT_OUT, default_model, left_out_rows, real_rows  # noqa: E402
 from model.validation import (  # noqa: E402
     NAMES,
     leave_model_out,
@@ -76,8 +76,9 @@ def main() -> None:
     model = default_model()
     s = summary(model, real_rows())
     print(markdown(s))
-    # one model left out: the prior and a fit on the others against its runs
-    print("\n" + unseen_markdown(leave_model_out(shipped_rows(), "qwen3-32b")))
+    # each model left out: the prior and a fit on the others against its runs
+    for name in LEFT_OUT:
+        print("\n" + unseen_markdown(leave_model_out(left_out_rows(name), name)))
     if a.plot:
         plot(s, model, a.plot)
         print(f"\nwrote {a.plot}")

@@ -137,7 +137,7 @@ def unseen_model_ratios(model: CostModel, rows: Sequence[Measurement]) -> dict:
     seen = {r["model"] for r in model.held_out} & {r.model for r in rows}
     if seen:
         raise ValueError(f"the model was fitted on {sorted(seen)}: not an unseen model")
-    obs = observations(rows, 1.0)
+    obs = observations(rows)
     preds = {"prior": obs.X @ prior_vector(PRIOR)}
     keys = {(r.engine, r.gpu) for r in rows}
     fitted = np.empty(len(obs.y))

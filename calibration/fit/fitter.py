@@ -141,10 +141,11 @@ def format_fit_summary(model: CostModel, meta: dict[str, Any], out: str) -> str:
                      f"{pct(math.expm1(hw) if hw is not None else None):>8}  "
                      f"{', '.join(m.get('free') or []) or 'none (the prior holds)'}")
     lines.append("")
-    for engine, rho in sorted(model.diversity.items()):
-        lines.append(f"note: {engine}'s random-weight rows route a decode batch with diversity "
-                     f"{rho:g} (1 = a trained router); its routed experts' decode efficiency "
-                     "stays at the prior, which such rows cannot inform")
+    for engine, by_model in sorted(model.diversity.items()):
+        for name, rho in sorted(by_model.items()):
+            lines.append(f"note: {engine}'s random-weight rows of {name} route a decode batch "
+                         f"with diversity {rho:g} (1 = a trained router); its routed experts' "
+                         "decode efficiency stays at the prior, which such rows cannot inform")
     for warning in model.roofline_warnings:
         lines.append(f"warning: {warning}")
     lines.append("held out: median error of each point predicted by a fit without it; prior: "

@@ -353,9 +353,10 @@ def markdown(report: dict[str, Any]) -> str:
               ""]
     for key, free in sorted(report["free_terms"].items()):
         lines.append(f"- {key}: {', '.join(free) if free else 'none (the prior holds)'}")
-    for engine, rho in sorted(report["routing_diversity"].items()):
-        lines.append(f"- {engine}: random-weight rows route with diversity {rho:g} "
-                     "(1 = a trained router)")
+    for engine, by_model in sorted(report["routing_diversity"].items()):
+        for name, rho in sorted(by_model.items()):
+            lines.append(f"- {engine}: random-weight rows of {name} route with diversity "
+                         f"{rho:g} (1 = a trained router)")
     lines += ["", "## Calibrated ranges", "",
               "| configuration (engine/GPU/GPUs/DCP) | served model | points | context tokens "
               "| batch | output |", "|---|---|---:|---|---|---|"]

@@ -69,8 +69,9 @@ class CostModel:
     roofline_warnings: list[str] = field(default_factory=list)
     version: str = ""
 
-    # routing diversity of each engine's random-weight rows (model.fit.fitting): 1 elsewhere
-    diversity: dict[str, float] = field(default_factory=dict)
+    # routing diversity of each engine's random-weight rows per served model
+    # (model.fit.fitting.choose_diversity): 1 where a model is not named
+    diversity: dict[str, dict[str, float]] = field(default_factory=dict)
     # every fitted point's held-out prediction next to its prior's (model.fit.fitting.fit_engine)
     held_out: list[dict] = field(default_factory=list)
 
@@ -110,7 +111,7 @@ class CostModel:
             self.engines.update(ef.estimators)
             self.metrics.update(ef.metrics)
             self.held_out.extend(ef.records)
-            if ef.diversity != 1.0:
+            if ef.diversity:
                 self.diversity[engine] = ef.diversity
         self.roofline_warnings = roofline_check(rows)
         self.version = f"fit-{self.data_sha256[:12]}"

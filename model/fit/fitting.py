@@ -32,7 +32,7 @@ goes to the terms that hold for any routing, the MoE calls' floor (``moe_fixed``
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,13 +77,25 @@ class Observations:
         return Observations(self.X[keep], self.y[keep], self.row[keep], self.qty[keep])
 
 
-def observations(rows: Sequence[Measurement], rho: float = 1.0) -> Observations:
+# routing diversity per served model (``Measurement.model``) of an engine's random-weight rows;
+# a model it does not name routes as a trained router does (1)
+Diversity = Mapping[str, float]
+TRAINED: Diversity = {}
+
+
+def diversity_of(rho: Diversity, r: Measurement) -> float:
+    """The routing diversity a row's decode batch is modelled at: its model's under ``rho`` on
+    random weights, a trained router's (1) otherwise."""
+    return rho.get(r.model, 1.0) if r.weights == "dummy" else 1.0
+
+
+def observations(rows: Sequence[Measurement], rho: Diversity = TRAINED) -> Observations:
     """The fitted quantities of each row (``model.fit.dataset.Measurement``): total, the batch's
     prefill, one decode step (``decode_step_s``, or at batch 1 the engines' TPOT, which is the
-    same thing there). ``rho`` is the routing diversity applied to random-weight rows."""
+    same thing there). ``rho`` gives the routing diversity of random-weight rows per model."""
     Xs, ys, rs, qs = [], [], [], []
     for i, r in enumerate(rows):
-        f = case_features(row_case(r, rho if r.weights == "dummy" else 1.0))
+        f = case_features(row_case(r, diversity_of(rho, r)))
         step = r.decode_step_s if r.decode_step_s is not None else (
             r.tpot_s if r.batch_size == 1 else None)
         for q, (X, val) in enumerate(((f.total, r.total_s), (f.prefill, r.ttft_s),
@@ -105,11 +117,12 @@ def point_key(r: Measurement) -> tuple:
             r.output_tokens, r.kv_bytes_per_token, r.kv_shards, r.model, r.weights)
 
 
-def movable(rows: Sequence[Measurement], rho: float) -> tuple[str, ...]:
-    """``candidates``, less ``moe`` when the rows route a batch at a diversity below a trained
+def movable(rows: Sequence[Measurement], rho: Diversity) -> tuple[str, ...]:
+    """``candidates``, less ``moe`` when some rows route a batch at a diversity below a trained
     router's (module docstring)."""
     pool = candidates(rows)
-    return tuple(t for t in pool if t != "moe") if rho < 1.0 and has_routing(rows) else pool
+    below = any(diversity_of(rho, r) < 1.0 for r in rows if routes(r))
+    return tuple(t for t in pool if t != "moe") if below else pool
 
 
 def candidates(rows: Sequence[Measurement]) -> tuple[str, ...]:
@@ -132,7 +145,7 @@ class LevelFit:
     score: float
 
 
-def fit_level(rows: Sequence[Measurement], prior, rho: float) -> LevelFit | None:
+def fit_level(rows: Sequence[Measurement], prior, rho: Diversity) -> LevelFit | None:
     obs = observations(rows, rho)
     if len(obs.y) == 0:
         return None
@@ -142,43 +155,56 @@ def fit_level(rows: Sequence[Measurement], prior, rho: float) -> LevelFit | None
     return LevelFit(est, loo, base, obs, groups, held_out_error(log_errors(loo, obs.y)))
 
 
+def routes(r: Measurement) -> bool:
+    """Whether a row's routing diversity can matter: a random-weight MoE row decoding a
+    batch."""
+    return bool(r.weights == "dummy" and r.batch_size > 1 and row_shape(r).n_experts)
+
+
 def has_routing(rows: Sequence[Measurement]) -> bool:
-    """Whether the routing diversity can matter: random-weight MoE rows decoding a batch."""
-    return any(r.weights == "dummy" and r.batch_size > 1 and row_shape(r).n_experts
-               for r in rows)
+    return any(routes(r) for r in rows)
 
 
 # choose_diversity selects the terms again at this many of the best-scoring diversities
 DIVERSITY_FINALISTS = 2
 
 
-def choose_diversity(rows: Sequence[Measurement]) -> tuple[float, LevelFit | None]:
-    """The routing diversity with the lowest held-out error of the engine level (1 when no
-    row depends on it), and that level's fit. Each candidate first refits the terms selected
-    at diversity 1 (a selection per candidate would cost ten times as much); the
-    ``DIVERSITY_FINALISTS`` best then select their own terms, and the best of those selections
-    is kept. Neighbouring diversities can score alike yet select differently (on vLLM's H200
-    rows, 0 and 0.01 kept five and seven terms, 3.1 % and 1.6 % held out), so the choice is
-    made between selections, not between refits of one selection."""
-    first = fit_level(rows, PRIOR, 1.0)
+def choose_diversity(rows: Sequence[Measurement]) -> tuple[dict[str, float], LevelFit | None]:
+    """Per served model with routing rows, the routing diversity with the lowest held-out
+    error of the engine level (none when no row depends on it), and that level's fit. Each
+    model's random router is its own: vLLM's random weights send DeepSeek-V2-Lite's batch to a
+    few experts and spread Qwen3-30B-A3B's as a trained router would. The models are taken in
+    turn, each candidate refitting the terms selected at diversity 1 with the other models at
+    their choice so far (a selection per candidate would cost ten times as much); the
+    ``DIVERSITY_FINALISTS`` best of the last model's candidates then select their own terms,
+    and the best of those selections is kept. Neighbouring diversities can score alike yet
+    select differently (on vLLM's H200 rows, 0 and 0.01 kept five and seven terms, 3.1 % and
+    1.6 % held out), so the choice is made between selections, not between refits of one
+    selection."""
+    first = fit_level(rows, PRIOR, TRAINED)
     if first is None or not has_routing(rows):
-        return 1.0, first
+        return {}, first
     free = first.estimator.free_
-    scores = []
-    for rho in DIVERSITY_GRID:
-        obs = observations(rows, rho)
-        groups = _groups(rows, obs)
-        pool = movable(rows, rho)
-        est = EngineCostModel(prior=PRIOR, free=[t for t in free if t in pool]).fit(obs.X, obs.y)
-        loo = est.loo_predictions(obs.X, obs.y, groups)
-        scores.append((held_out_error(log_errors(loo, obs.y)), -rho, rho))
+    chosen: dict[str, float] = {}
+    scores: list = []
+    for name in sorted({r.model for r in rows if routes(r)}):
+        scores = []
+        for rho in DIVERSITY_GRID:
+            trial = {**chosen, name: rho}
+            obs = observations(rows, trial)
+            pool = movable(rows, trial)
+            est = EngineCostModel(prior=PRIOR, free=[t for t in free if t in pool])
+            est.fit(obs.X, obs.y)
+            loo = est.loo_predictions(obs.X, obs.y, _groups(rows, obs))
+            scores.append((held_out_error(log_errors(loo, obs.y)), -rho, rho, trial))
+        chosen = min(scores, key=lambda s: s[:3])[3]
     fits = []
-    for _, _, rho in sorted(scores)[:DIVERSITY_FINALISTS]:
-        lf = first if rho == 1.0 else fit_level(rows, PRIOR, rho)
+    for _, _, rho, trial in sorted(scores, key=lambda s: s[:3])[:DIVERSITY_FINALISTS]:
+        lf = first if all(v == 1.0 for v in trial.values()) else fit_level(rows, PRIOR, trial)
         if lf is not None:
-            fits.append((lf.score, -rho, rho, lf))
-    _, _, rho, lf = min(fits, key=lambda f: f[:3])
-    return rho, lf
+            fits.append((lf.score, -rho, rho, trial, lf))
+    _, _, _, trial, lf = min(fits, key=lambda f: f[:3])
+    return {k: v for k, v in trial.items() if v != 1.0}, lf
 
 
 def _groups(rows: Sequence[Measurement], obs: Observations) -> np.ndarray:
@@ -189,10 +215,10 @@ def _groups(rows: Sequence[Measurement], obs: Observations) -> np.ndarray:
 @dataclass
 class EngineFit:
     """One engine's fitted levels: estimators by key (``engine/*``, ``engine/GPU``), the
-    routing diversity of its random-weight rows, metrics by key, held-out records."""
+    routing diversity of its random-weight rows per model, metrics by key, held-out records."""
 
     estimators: dict[str, EngineCostModel]
-    diversity: float
+    diversity: dict[str, float]
     metrics: dict[str, dict]
     records: list[dict]
 
@@ -229,7 +255,7 @@ def fit_engine(engine: str, rows: Sequence[Measurement]) -> EngineFit:
             key = f"{engine}/{gpu}"
             estimators[key] = lf.estimator
             metrics[key] = _metrics(lf, grows)
-            physics = observations(grows, 1.0).X @ prior_vector(PRIOR)   # uncalibrated
+            physics = observations(grows).X @ prior_vector(PRIOR)   # uncalibrated
             for j in range(len(lf.obs.y)):
                 r = grows[lf.obs.row[j]]
                 records.append({

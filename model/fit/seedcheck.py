@@ -88,7 +88,7 @@ def _parents() -> dict[str, tuple[np.ndarray, float]]:
     rows = [r for r in real_rows() if trainable(r)]
     for engine in ("sglang", "vllm"):
         erows = [r for r in rows if r.engine == engine]
-        rho = choose_diversity(erows)[0] if erows else 1.0
+        rho = choose_diversity(erows)[0] if erows else {}
         same = [r for r in erows if gpu_family(r.gpu) == gpu_family("B300") and r.gpu != "B300"]
         lf = fit_level(same, PRIOR, rho) if same else None
         out[engine] = (lf.estimator.coef_ if lf else prior_vector(PRIOR), rho)
@@ -110,7 +110,7 @@ def judge(a: Assumption) -> Verdict:
     distance = 0.0
     for engine in sorted({r.engine for r in rows}):
         timed = [r for r in rows if r.engine == engine and trainable(r)]
-        prior, rho = parents.get(engine, (prior_vector(PRIOR), 1.0))
+        prior, rho = parents.get(engine, (prior_vector(PRIOR), {}))
         lf = fit_level(timed, prior, rho)
         pred = lf.estimator.predict(lf.obs.X) if lf else []
         for r, p in zip(timed, pred, strict=True):

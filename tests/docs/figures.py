@@ -78,11 +78,11 @@ def validation_real(ctx) -> str:
 
 @figure("validation.unseen")
 def validation_unseen(ctx) -> str:
-    """The prior and a fit on the other models against the real runs of one model left out."""
-    from model.fit.default import shipped_rows
+    """The prior and a fit on the other models against the real runs of each model left out."""
+    from model.fit.default import LEFT_OUT, left_out_rows
     from model.validation import leave_model_out, unseen_markdown
 
-    return unseen_markdown(leave_model_out(shipped_rows(), "qwen3-32b"))
+    return "\n\n".join(unseen_markdown(leave_model_out(left_out_rows(n), n)) for n in LEFT_OUT)
 
 
 @figure("costmodel.seed")
