@@ -43,15 +43,16 @@ COMBINED = REPO / "model" / "data" / "h200_real.csv"
 # "1024:1,8,32,64;4096:1,16,48;16384:1,4,12;32768:1,2,6"
 TAGS = ("vllm-deepseek-v2-lite", "sglang-deepseek-v2-lite", "sglang-deepseek-v2-lite-rerun",
         "vllm-llama-3.1-8b", "sglang-llama-3.1-8b", "vllm-qwen3-32b", "sglang-qwen3-32b")
-# Measured but not fitted (model/data/h200_real_unfitted.csv): vllm-qwen3-30b-a3b (2026-12-02), a
-# second MoE (GQA, 128 experts of which 8 per token in all 48 layers) on vLLM alone, with the same
-# command and grid. vLLM's random weights route its batches as a trained router would (its steps
-# grow with the batch), not as DeepSeek-V2-Lite's (diversity 0.02), and its tuned fused-MoE
-# configuration runs at the kernel tables' floor (V2-Lite's default one at twice it). Fitted
+# Measured but not fitted (model/data/h200_real_unfitted.csv): vllm-qwen3-30b-a3b and
+# sglang-qwen3-30b-a3b (2026-12-02), a second MoE (GQA, 128 experts of which 8 per token in all
+# 48 layers), with the same command and grid. vLLM's random weights route its batches as a
+# trained router would (its steps grow with the batch), not as DeepSeek-V2-Lite's (diversity
+# 0.02), and its tuned fused-MoE configuration runs at the kernel tables' floor (V2-Lite's
+# default one at twice it). Fitted
 # with the rest, each model at its own routing diversity (model.fit.fitting.choose_diversity),
 # vLLM's stepwise selection stops after one term (7.5 % held out, against 1.6 % without them);
 # model.validation.leave_model_out checks them as a model left out.
-UNFITTED_TAGS = ("vllm-qwen3-30b-a3b",)
+UNFITTED_TAGS = ("vllm-qwen3-30b-a3b", "sglang-qwen3-30b-a3b")
 UNFITTED = REPO / "model" / "data" / "h200_real_unfitted.csv"
 COMMAND = "python bench/real_engines/rebuild_real.py"
 HEADER = f"""\
