@@ -163,7 +163,7 @@ def test_the_combined_real_dataset():
     rows = read_csv(path)
     caps = {("vllm", "deepseek-v2-lite"): 3_284_944, ("sglang", "deepseek-v2-lite"): 3_303_934,
             ("vllm", "llama-3.1-8b"): 896_912, ("sglang", "llama-3.1-8b"): 902_375,
-            ("vllm", "qwen3-32b"): 257_856}
+            ("vllm", "qwen3-32b"): 257_856, ("sglang", "qwen3-32b"): 262_675}
     assert {(r.engine, r.model) for r in rows} == set(caps)
     for r in rows:
         assert r.kv_capacity_tokens == caps[(r.engine, r.model)]
@@ -175,7 +175,23 @@ def test_the_combined_real_dataset():
             "H200", 1, {"vllm": "0.26.0", "sglang": "0.5.16"}[r.engine])
     per_folder = sum(len(read_csv(f / "dataset.csv"))
                      for tag in rebuild_real.TAGS for f in (REAL / "runs" / tag).iterdir())
-    assert len(rows) == per_folder == 77
+    assert len(rows) == per_folder == 90
+
+
+def test_the_unfitted_real_dataset():
+    """The runs shipped for the left-out check: Qwen3-30B-A3B on both engines, the one stalled
+    prefill's times left out."""
+    rebuild_real = _script()
+    rows = read_csv(REPO / "model" / "data" / "h200_real_unfitted.csv")
+    caps = {("vllm", "qwen3-30b-a3b"): 714_128, ("sglang", "qwen3-30b-a3b"): 745_609}
+    assert {(r.engine, r.model) for r in rows} == set(caps)
+    for r in rows:
+        assert r.kv_capacity_tokens == caps[(r.engine, r.model)] and r.decode_step_s
+        stalled = (r.engine, r.context_tokens, r.batch_size) == ("vllm", 1024, 64)
+        assert (r.ttft_s is None and r.total_s is None) == stalled, r
+    per_folder = sum(len(read_csv(f / "dataset.csv")) for tag in rebuild_real.UNFITTED_TAGS
+                     for f in (REAL / "runs" / tag).iterdir())
+    assert len(rows) == per_folder == 26
 
 
 def test_rebuild_reads_a_launched_engines_own_log(tmp_path):
