@@ -6,8 +6,8 @@ The pooling has two levels per engine, and DCP > 1 apart:
   (``model.hardware.gpus.GPU_FAMILIES``: Hopper, Blackwell; the engines run the same kernels on
   a family's GPUs), starting from the physics priors (``model.fit.estimator.PRIOR``). What an
   engine's implementation does there (its MoE kernels, its MLA decode path, its fixed costs)
-  carries over from the GPUs
-  it was measured on to the family's others. Another family starts from the priors.
+  carries over from the GPUs it was measured on to the family's others. Another family starts
+  from the priors.
 - **engine x GPU** (``vllm/H200``): that GPU's rows, starting from the family level fitted on
   the family's *other* GPUs' rows (so a point is never part of its own prior). A GPU without
   rows uses its family's level.
@@ -20,13 +20,14 @@ On each level ``model.fit.estimator.select_terms`` frees a term only when that l
 leave-one-point-out error, so the fit is never worse than its prior on the points it is given.
 
 Rows measured on random weights (``weights`` = dummy) route a decode batch's tokens as an engine's
-random-weight router does, which need not be a trained model's: the engine's routing diversity
-``rho`` (``model.formulas.batch_terms``) is chosen on a grid by the same held-out error and
-applied to those rows only. Predictions for real checkpoints use 1. When ``rho`` < 1 the routed
-experts' decode efficiency cannot be told from those rows (few experts, many tokens each say
-nothing about reading every expert once, which a trained router makes a batch do), so ``moe``
-stays at its prior on that level (``movable``): what the rows show beyond the experts' bytes
-goes to the terms that hold for any routing, the MoE calls' floor (``moe_fixed``) among them.
+random-weight router does, which need not be a trained model's: a routing diversity ``rho`` per
+served model (``model.formulas.batch_terms``, ``choose_diversity``) is chosen on a grid by the
+same held-out error and applied to those rows only. Predictions for real checkpoints use 1.
+When ``rho`` < 1 the routed experts' decode efficiency cannot be told from those rows (few
+experts, many tokens each say nothing about reading every expert once, which a trained router
+makes a batch do), so ``moe`` stays at its prior on that level (``movable``): what the rows
+show beyond the experts' bytes goes to the terms that hold for any routing, the MoE calls' floor
+(``moe_fixed``) among them.
 """
 
 from __future__ import annotations

@@ -81,8 +81,9 @@ def _parents() -> dict[str, tuple[np.ndarray, float]]:
     prior) and its routing diversity: what the default model starts the B300 fit from."""
     from model.fit.default import real_rows
     from model.fit.estimator import PRIOR, prior_vector
-    from model.fit.fitting import choose_diversity, fit_level, gpu_family
+    from model.fit.fitting import choose_diversity, fit_level
     from model.fit.rows import trainable
+    from model.hardware.gpus import gpu_family
 
     out = {}
     rows = [r for r in real_rows() if trainable(r)]
