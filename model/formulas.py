@@ -37,7 +37,7 @@ N_TERMS = N_PREFILL + N_DECODE
 FIRST_PREFILL = N_TERMS            # a row of features: total terms | first prefill | one step
 STEP = N_TERMS + N_PREFILL
 ROW_FIELDS = ("reserve", "fraction", "batch", "context", "output", "dcp", "share", "diversity",
-              "activations")
+              "activations", "graph_tokens")
 N_ROW_FIELDS = len(ROW_FIELDS)
 
 
@@ -227,12 +227,14 @@ def decode_into(K, coll, curve, b, c, d, gemm, moe, tp_comm, out, r, at):
 
 
 @njit(cache=True, inline="always")
-def prefill_into(K, coll, b, L, s, warm, out, r, at):
+def prefill_into(K, coll, b, L, s, warm, graph, out, r, at):
     """Write the ``PREFILL_TERMS`` of prefilling ``b`` prompts of ``L`` tokens, a share ``s``
     of each cached, into ``out[r, at:at + N_PREFILL]``: the shared prefix is computed once, by
     the first prompt, unless ``warm`` (an earlier wave left it in the cache). Each chunk's
-    dense GEMMs and routed experts are read- or compute-bound on their own; each chunk calls
-    the fused-MoE path once per MoE layer (``pf_moe_fixed``)."""
+    dense GEMMs and routed experts are read- or compute-bound on their own. A pass the engine
+    launches kernel by kernel pays the launch-bound fixed costs: per layer (``pf_fixed``) and
+    per fused-MoE call (``pf_moe_fixed``); a pass of at most ``graph`` tokens replays a
+    captured CUDA graph and pays neither (``model.engines.base.Engine.prefill_graph_tokens``)."""
     first = 0.0 if warm else 1.0    # the prompt that computes the shared prefix
     new = max(L * (b * (1.0 - s) + first * s), 1.0)
     chunks = np.ceil(new / CHUNK_TOKENS)
@@ -252,9 +254,10 @@ def prefill_into(K, coll, b, L, s, warm, out, r, at):
         out[r, at + P_ATTN] = quad + linear
         out[r, at + P_MLA] = 0.0
     out[r, at + P_COMM] = chunks * (2.0 * K[N_LAYERS]) * collective_s(chunk * K[ACT], coll, 0)
-    out[r, at + P_FIXED] = chunks * K[N_LAYERS]
-    # the fused-MoE path's fixed cost of one call: per MoE layer and forward pass
-    out[r, at + P_MOE_FIXED] = chunks * K[N_MOE_LAYERS]
+    eager = chunks if chunk > graph else 0.0     # passes launched kernel by kernel
+    out[r, at + P_FIXED] = eager * K[N_LAYERS]
+    # the fused-MoE path's fixed cost of one call: per MoE layer and eager forward pass
+    out[r, at + P_MOE_FIXED] = eager * K[N_MOE_LAYERS]
     out[r, at + P_BATCH] = 1.0
 
 
@@ -263,8 +266,9 @@ def rows_into(K, coll, curve, rows, X, facts):
     """Each row's features into ``X`` (``model.physics.features.Features``) and, into ``facts``
     (3, n), its sequences at once, KV capacity and whether one sequence fits, from ``rows``
     (N_ROW_FIELDS, n): engine reserve bytes, memory fraction, batch, context, output, DCP
-    size, prefix share, routing diversity and whether the engine's budget holds the model's
-    activation peak (``K[ACT_PEAK]``) per row (``ROW_FIELDS``).
+    size, prefix share, routing diversity, whether the engine's budget holds the model's
+    activation peak (``K[ACT_PEAK]``) and the largest prefill pass it replays as a CUDA graph
+    per row (``ROW_FIELDS``).
 
     The KV capacity (``kv_capacity``), how many sequences run at once (the engine runs what
     fits and queues the rest; when not even one fits, the batch is costed as if it ran at
@@ -275,7 +279,7 @@ def rows_into(K, coll, curve, rows, X, facts):
     only by configuration: a row's first prefill and batch terms are reused from the row
     before when their inputs are the same."""
     sc = np.empty((1, 2 * N_PREFILL + N_DECODE))     # a later wave's terms
-    last_pf = (-1.0, -1.0, -1.0)          # (sequences, context, share) of row i - 1's prefill
+    last_pf = (-1.0, -1.0, -1.0, -1.0)    # row i - 1's prefill: sequences, context, share, graph
     last_b, last_rho, gemm, moe, tp_comm = -1.0, -1.0, 0.0, 0.0, 0.0
     for i in range(X.shape[0]):
         b, c, o, d, s, rho = rows[2, i], rows[3, i], rows[4, i], rows[5, i], rows[6, i], rows[7, i]
@@ -286,12 +290,12 @@ def rows_into(K, coll, curve, rows, X, facts):
         run = fits if fits >= 1.0 else b
         steps = max(o - 1.0, 0.0)
         ctx_mean = c + o / 2.0
-        if last_pf == (run, c, s):
+        if last_pf == (run, c, s, rows[9, i]):
             for j in range(FIRST_PREFILL, STEP):
                 X[i, j] = X[i - 1, j]
         else:
-            prefill_into(K, coll, run, c, s, False, X, i, FIRST_PREFILL)
-            last_pf = (run, c, s)
+            prefill_into(K, coll, run, c, s, False, rows[9, i], X, i, FIRST_PREFILL)
+            last_pf = (run, c, s, rows[9, i])
         if run != last_b or rho != last_rho:
             gemm, moe, tp_comm = batch_terms(K, coll, run, rho)
             last_b, last_rho = run, rho
@@ -305,7 +309,7 @@ def rows_into(K, coll, curve, rows, X, facts):
             # continuous batching: ``run`` sequences at once, each waiting one admitted as a
             # running one finishes and frees its KV (its prompt prefilled then, a shared prefix
             # warm), so ``run`` keep decoding until the batch's b x (o - 1) tokens are out
-            prefill_into(K, coll, b - run, c, s, True, sc, 0, N_PREFILL)
+            prefill_into(K, coll, b - run, c, s, True, rows[9, i], sc, 0, N_PREFILL)
             for j in range(N_PREFILL):
                 X[i, j] = X[i, FIRST_PREFILL + j] + sc[0, N_PREFILL + j]
             for j in range(N_DECODE):

@@ -7,6 +7,7 @@ the scheduler asks once per step, never per token or per request.
 
 from __future__ import annotations
 
+from model import engines
 from model.fit.costmodel import CostModel
 from model.hardware.gpus import GpuSpec
 from model.hardware.silicon import silicon_for
@@ -28,6 +29,8 @@ class StepTimer:
         self.coef_prefill = self.coef[:N_PREFILL].tolist()
         self.coef_decode = self.coef[N_PREFILL:].tolist()
         self.shape, self.dcp = shape, float(dcp)
+        # the largest prefill pass this engine replays as a CUDA graph for this model
+        self.graph_tokens = float(engines.get(engine).graphed_prefill_tokens(shape.attention))
         self.hw = Hardware(silicon_for(gpu), tp)
         self.prefill_s(1, 1.0)   # the compiled formulas, before the first step is timed
         self.step_s(1, 1.0)
@@ -35,7 +38,7 @@ class StepTimer:
     def prefill_s(self, batch: int, context: float, share: float = 0.0) -> float:
         """Prefill (TTFT) of ``batch`` sequences of ``context`` prompt tokens each."""
         f = prefill_terms(self.shape, self.hw, float(max(batch, 1)), float(max(context, 1.0)),
-                          float(share))
+                          float(share), graph_tokens=self.graph_tokens)
         return float(sum(t * c for t, c in zip(f, self.coef_prefill, strict=True)))
 
     def step_s(self, batch: int, context: float) -> float:

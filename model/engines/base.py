@@ -79,6 +79,10 @@ class Engine:
     counts_activations: bool     # the fraction's budget also holds the activation peak
     # decode context parallelism: the attention kinds (ModelShape.attention) it stripes
     dcp_attention: frozenset[str]
+    # prefill passes replayed as CUDA graphs: the largest pass (tokens) captured, and the
+    # attention kinds (ModelShape.attention) whose prefill the engine captures
+    prefill_graph_tokens: int
+    prefill_graph_attention: frozenset[str]
     capabilities: EngineCapabilities
     metrics: Metrics
     # HTTP surface and deployment
@@ -106,6 +110,13 @@ class Engine:
         """Bytes per GPU the memory fraction spends outside weights and KV: the engine's
         reserve, plus the activation peak when its budget holds it."""
         return self.reserve_bytes + (activation_bytes if self.counts_activations else 0.0)
+
+    def graphed_prefill_tokens(self, attention: str) -> int:
+        """The largest prefill pass (tokens) the engine replays as a captured CUDA graph for
+        a model with this attention (``ModelShape.attention``); 0 when it launches every pass
+        kernel by kernel. A graphed pass pays no launch-bound fixed costs
+        (``model.formulas.prefill_into``)."""
+        return self.prefill_graph_tokens if attention in self.prefill_graph_attention else 0
 
     def dcp_constraint(self, dcp: int, tp: int, attention: str, kv_heads: int) -> str | None:
         """Why DCP ``dcp`` cannot run with TP ``tp`` on a model with this attention

@@ -6,6 +6,12 @@ come out of the rest. Its pool is fraction x memory - weights - what the process
 loading them (CUDA context and allocator: "avail mem=139.09 GB" of 139.8 at start, 0.71 GiB):
 that is the reserve. NCCL buffers at TP > 1 are not counted.
 
+Prefill CUDA graphs: 0.5.16 captures prefill passes of up to 8,192 tokens ("Capture target
+prefill CUDA graph ... backend=breakable, num_tokens=[4, ..., 8192]"; its prefill batches log
+"cuda graph: True"), except for MLA models ("Breakable CUDA graph is incompatible with MLA
+attention; disabling prefill CUDA graph"). On the H200, Qwen3-30B-A3B's 1,024-token prompt
+reached its first token in 33 ms where vLLM, launching that pass kernel by kernel, took 98 ms.
+
 DCP (``--dcp-size``): the TP group divisible by dcp, MLA attention only. Capabilities as the
 architecture comparison of vLLM and SGLang summarises the official documentation.
 """
@@ -27,6 +33,8 @@ ENGINE = Engine(
     reserve_bytes=0.71 * GIB,
     counts_activations=False,
     dcp_attention=frozenset({"mla"}),
+    prefill_graph_tokens=8192,
+    prefill_graph_attention=frozenset({"gqa", "mha"}),
     capabilities=EngineCapabilities(
         hardware_vendors=["nvidia", "amd", "ascend"],
         quantization=["fp8", "awq", "gptq", "gptq_marlin", "int8", "mxfp4", "w8a8_fp8",

@@ -8,6 +8,10 @@ memory" (deepseek-v2-lite; llama-3.1-8b: 1.1 and 0.22 GiB): the KV budget is fra
 0.95). The activation peak is the model's (``model.physics.memory.activation_peak_bytes``); the
 non-torch memory is the reserve. NCCL buffers at TP > 1 are not counted.
 
+Prefill CUDA graphs: 0.26.0 captures piecewise graphs of mixed prefill-decode batches of up to
+512 tokens (``cudagraph_capture_sizes`` 1 ... 512, ``max_cudagraph_capture_size`` 512, mode
+FULL_AND_PIECEWISE); larger passes run the compiled model kernel by kernel.
+
 DCP (``--decode-context-parallel-size``): tp % dcp == 0, and on GQA models
 (tp // kv_heads) % dcp == 0. Capabilities as the architecture comparison of vLLM and SGLang
 summarises the official documentation.
@@ -38,6 +42,8 @@ ENGINE = Engine(
     reserve_bytes=0.23 * GIB,
     counts_activations=True,
     dcp_attention=frozenset({"mla", "gqa", "mha"}),
+    prefill_graph_tokens=512,
+    prefill_graph_attention=frozenset({"mla", "gqa", "mha"}),
     capabilities=EngineCapabilities(
         hardware_vendors=["nvidia", "amd", "tpu", "cpu"],
         quantization=["fp8", "awq", "gptq", "gptq_marlin", "int8", "mxfp4", "bitsandbytes",

@@ -119,10 +119,12 @@ def engine_index(names) -> tuple[tuple[str, ...], np.ndarray]:
     return tuple(engines), idx
 
 
-def static_rows(index: tuple[tuple[str, ...], np.ndarray], fraction, dcp) -> np.ndarray:
+def static_rows(index: tuple[tuple[str, ...], np.ndarray], fraction, dcp,
+                attention: str) -> np.ndarray:
     """The rows ``model.formulas.rows_into`` reads (ROW_FIELDS) with the configurations'
-    fields filled: engine reserve and whether it holds the activation peak (from each row's
-    ``engine_index``), memory fraction and DCP size."""
+    fields filled: from each row's engine (``engine_index``) its reserve, whether it holds the
+    activation peak and the largest prefill pass it replays as a CUDA graph for a model of
+    this ``attention`` (``ModelShape.attention``); memory fraction and DCP size."""
     engines, idx = index
     rows = np.empty((N_ROW_FIELDS, len(idx)))
     records = [engine_registry.get(e) for e in engines]
@@ -131,6 +133,7 @@ def static_rows(index: tuple[tuple[str, ...], np.ndarray], fraction, dcp) -> np.
     rows[5] = dcp
     rows[7] = 1.0
     rows[8] = np.array([float(r.counts_activations) for r in records])[idx]
+    rows[9] = np.array([float(r.graphed_prefill_tokens(attention)) for r in records])[idx]
     return rows
 
 
@@ -143,7 +146,7 @@ def kernel_inputs(case: Case) -> tuple:
     ph = case.physics or physics_for(case.shape, case.silicon, case.tp)
     n = len(case.engine)
     index = engine_index(case.engine)
-    rows = static_rows(index, case.fraction, case.dcp)
+    rows = static_rows(index, case.fraction, case.dcp, case.shape.attention)
     max_dcp = float(rows[5].max()) if n else 1.0
     fill_sizes(rows, case.batch, case.context, case.output, case.share, case.diversity)
     return ph.K, ph.collectives(max_dcp), ph.curve, rows, index

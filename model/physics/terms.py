@@ -32,8 +32,9 @@ Prefill of ``B`` prompts of ``L`` tokens, a share ``s`` of each found in the pre
 - ``pf_mla``: the same FLOPs of MLA's full-attention layers: the engines prefill MLA on kernels
   of its own (the latent up-projected per chunk, MHA-form attention), as ``mla_read`` decodes it;
 - ``pf_comm``: two all-reduces of the chunk's activations per layer and chunk;
-- ``pf_fixed`` (count: layers x forward passes);
-- ``pf_moe_fixed`` (count: MoE layers x forward passes: the fused-MoE path's fixed cost per
+- ``pf_fixed`` (count: layers x forward passes the engine launches kernel by kernel; a pass it
+  replays as a captured CUDA graph has none: ``model.engines.base.Engine.graphed_prefill_tokens``);
+- ``pf_moe_fixed`` (count: MoE layers x those passes: the fused-MoE path's fixed cost per
   call: routing, token permutation into expert order and back, the grouped GEMMs' launches);
 - ``pf_batch`` (count: 1 per prefilled batch: scheduling, tokenisation, first sampling).
 
@@ -189,12 +190,14 @@ class Physics:
                     gemm, moe, tp_comm, out, 0, 0)
         return tuple(out[0].tolist())
 
-    def prefill(self, b: float, L: float, s: float = 0.0,
-                warm: bool = False) -> tuple[float, ...]:
+    def prefill(self, b: float, L: float, s: float = 0.0, warm: bool = False,
+                graph_tokens: float = 0.0) -> tuple[float, ...]:
         """The ``PREFILL_TERMS`` of prefilling ``b`` prompts of ``L`` tokens, a share ``s``
-        of each cached (``prefill_into``)."""
+        of each cached, passes of up to ``graph_tokens`` replayed as CUDA graphs
+        (``prefill_into``; ``model.engines.base.Engine.graphed_prefill_tokens``)."""
         out = np.empty((1, N_PREFILL))
-        prefill_into(self.K, self.coll, float(b), float(L), float(s), bool(warm), out, 0, 0)
+        prefill_into(self.K, self.coll, float(b), float(L), float(s), bool(warm),
+                     float(graph_tokens), out, 0, 0)
         return tuple(out[0].tolist())
 
 
@@ -257,6 +260,8 @@ def decode_terms(shape: ModelShape, hw: Hardware, batch: float, context: float,
 
 
 def prefill_terms(shape: ModelShape, hw: Hardware, batch: float, context: float,
-                  share: float = 0.0, warm: bool = False) -> tuple[float, ...]:
+                  share: float = 0.0, warm: bool = False,
+                  graph_tokens: float = 0.0) -> tuple[float, ...]:
     """The ``PREFILL_TERMS`` of a prefill (``Physics.prefill``)."""
-    return physics_for(shape, hw.silicon, hw.tp).prefill(batch, context, share, warm)
+    return physics_for(shape, hw.silicon, hw.tp).prefill(batch, context, share, warm,
+                                                         graph_tokens)

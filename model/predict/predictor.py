@@ -75,11 +75,11 @@ class Predictor:
                 engine, gpu, **self.model.safe_fractions(engine, gpu))
         return hit
 
-    def facts(self, gpu: str, num_gpus: int, model_key: str,
+    def facts(self, gpu: str, num_gpus: int, model_key: str, attention: str,
               configs: tuple[Config, ...]) -> QueryFacts:
         """What a query's configurations need that does not depend on the workload's sizes:
         engines, DCP sizes, memory fractions and calibrated ranges (memoised)."""
-        key = (gpu, num_gpus, model_key, configs)
+        key = (gpu, num_gpus, model_key, attention, configs)
         hit = self._facts.get(key)
         if hit is None:
             if len(self._facts) >= FACTS_CACHE_SIZE:
@@ -97,7 +97,7 @@ class Predictor:
                                                          strict=True)]
             hit = self._facts[key] = QueryFacts(
                 engines, dcps, max(dcps, default=1.0), fractions, ranges,
-                static_rows(index, fractions, dcps), index, per_config)
+                static_rows(index, fractions, dcps, attention), index, per_config)
         return hit
 
     def _stacked(self, engines: tuple[str, ...], gpu: str):

@@ -133,7 +133,8 @@ def build_case(model: CostModel, w: Workload, shape: ModelShape, configs: list[C
     (config, context) config-major when ``contexts`` is given. ``si``, ``ph``: the workload's
     GPU's ``silicon_for`` and ``physics_for`` when the caller has them."""
     si = si or silicon_for(w.gpu_spec())
-    facts = predictor_for(model).facts(si.gpu.name, w.num_gpus, shape.key, tuple(configs))
+    facts = predictor_for(model).facts(si.gpu.name, w.num_gpus, shape.key, shape.attention,
+                                       tuple(configs))
     share_in = w.requirements.prefix_reuse_share if w.requirements else 0.0
     if contexts is None:
         ctx = float(w.context_tokens)

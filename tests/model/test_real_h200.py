@@ -73,36 +73,22 @@ def _left_out(name: str, engine: str) -> dict:
     return leave_model_out(rows, name)
 
 
-def test_a_moe_left_out_is_within_2x_on_vllm_and_the_fit_transfers():
-    """Real vLLM runs of Qwen3-30B-A3B (48 GQA MoE layers, 128 experts, 8 per token) on the
-    H200, shipped unfitted: every figure within 2x of the prior and of a fit on the other models;
-    the fit's efficiencies (the MoE layers' calls among them) carry over within 1.15 in the
-    geometric mean. The prior is 1.16 x: its per-layer and per-step priors (40 us, 1 ms) are above
-    what the engines show (20 us, 0.1 ms)."""
-    u = _left_out("qwen3-30b-a3b", "vllm")
-    assert u["models"] == ["qwen3-30b-a3b"] and u["figures"] == 37
-    assert u["engines_gpus"] == [("vllm", "H200")]
+@pytest.mark.parametrize("engine,figures", [("vllm", 37), ("sglang", 39)])
+def test_a_moe_left_out_holds_for_the_prior_and_the_transferred_fit(engine, figures):
+    """Real runs of Qwen3-30B-A3B (48 GQA MoE layers, 128 experts, 8 per token) on the H200,
+    shipped unfitted: issue 26's bar for the prior and for a fit on the other models (its
+    efficiencies carried over), every batch prefill within 2x. SGLang 0.5.16 replays this
+    model's prefill passes as CUDA graphs (33 ms to the first token of a 1,024-token prompt;
+    vLLM, launching that pass kernel by kernel, 98 ms): without the engine's graphs in the
+    prefill terms the prior put it at 96 ms."""
+    u = _left_out("qwen3-30b-a3b", engine)
+    assert u["models"] == ["qwen3-30b-a3b"] and u["figures"] == figures
+    assert u["engines_gpus"] == [(engine, "H200")]
     for name in ("prior", "transferred"):
+        assert 1 / 1.15 <= u[name]["geomean"] <= 1.15, name
         assert u[name]["within_2x"] == 1.0, name
-    assert 1 / 1.15 <= u["transferred"]["geomean"] <= 1.15
-    assert 1.0 < u["prior"]["geomean"] <= 1.2
-
-
-def test_sglang_decodes_a_moe_left_out_within_2x():
-    u = _left_out("qwen3-30b-a3b", "sglang")
-    assert u["figures"] == 39
-    for name in ("prior", "transferred"):
+        assert 0.5 <= u[name]["ttft"][1] and u[name]["ttft"][2] <= 2.0, name
         assert 0.5 <= u[name]["step"][1] and u[name]["step"][2] <= 2.0, name
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "SGLang 0.5.16 prefills one 1,024-token prompt of Qwen3-30B-A3B in 33 ms (vLLM: 98 ms) where "
-    "the prior's fixed costs (16 ms per request, 1.2 ms per MoE layer and pass: 74 ms) give 96 ms; "
-    "SGLang runs this model's prefill in CUDA graphs (MLA's it runs eagerly), which the per-pass "
-    "MoE cost does not distinguish"))
-def test_sglang_prefills_a_moe_left_out_within_2x():
-    u = _left_out("qwen3-30b-a3b", "sglang")
-    assert 0.5 <= u["prior"]["ttft"][1] and u["prior"]["ttft"][2] <= 2.0
 
 
 def test_a_model_the_fit_saw_is_not_unseen():

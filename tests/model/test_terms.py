@@ -131,6 +131,41 @@ def test_prefill_flops_attention_and_prefix_reuse():
                                                                       PREFILL_TERMS)[()])
 
 
+def test_a_prefill_pass_replayed_as_a_cuda_graph_pays_no_launch_costs():
+    """Passes of up to ``graph_tokens`` tokens replay a captured graph: no per-layer or per
+    fused-MoE-call fixed cost; a larger pass is launched kernel by kernel and pays both, once
+    per layer (MoE layer) and pass. The bytes and FLOPs are the same either way."""
+    hw = Hardware(SI, 1)
+    eager = prefill_terms(SHAPE, hw, 1.0, 1024.0)
+    graphed = prefill_terms(SHAPE, hw, 1.0, 1024.0, graph_tokens=8192)
+    small_graph = prefill_terms(SHAPE, hw, 1.0, 1024.0, graph_tokens=512)
+    assert float(col(eager, "pf_fixed", PREFILL_TERMS)[()]) == SHAPE.n_layers
+    assert float(col(eager, "pf_moe_fixed", PREFILL_TERMS)[()]) == SHAPE.n_moe_layers
+    for t in ("pf_fixed", "pf_moe_fixed"):
+        assert float(col(graphed, t, PREFILL_TERMS)[()]) == 0.0
+    assert small_graph == eager
+    for t in ("pf_gemm", "pf_moe", "pf_mla", "pf_comm", "pf_batch"):
+        assert col(graphed, t, PREFILL_TERMS) == col(eager, t, PREFILL_TERMS)
+    # 4 prompts of 8,192 tokens: four full passes, each at most a graph's size
+    four = prefill_terms(SHAPE, hw, 4.0, 8192.0, graph_tokens=8192)
+    assert float(col(four, "pf_fixed", PREFILL_TERMS)[()]) == 0.0
+
+
+def test_which_engine_graphs_which_prefill():
+    """SGLang 0.5.16 captures prefill passes up to 8,192 tokens except for MLA models; vLLM
+    0.26.0 captures mixed batches up to 512 tokens for every attention kind."""
+    assert engine("sglang").graphed_prefill_tokens("gqa") == 8192
+    assert engine("sglang").graphed_prefill_tokens("mla") == 0
+    assert engine("vllm").graphed_prefill_tokens("gqa") == 512
+    assert engine("vllm").graphed_prefill_tokens("mla") == 512
+    gqa = dataclasses.replace(SHAPE, attention="gqa", key="toy-gqa@0")
+    f = case_features(Case(gqa, SI, 1, ["vllm", "sglang"], [1.0, 1.0], [1024.0, 1024.0],
+                           [2.0, 2.0], [1.0, 1.0], [0.9, 0.9]))
+    moe_fixed = PREFILL_TERMS.index("pf_moe_fixed")
+    assert f.prefill[0, moe_fixed] == SHAPE.n_moe_layers      # vLLM: 1,024 > 512 tokens
+    assert f.prefill[1, moe_fixed] == 0.0                      # SGLang: in a graph
+
+
 def test_prefill_attention_of_gqa_and_of_windows_is_pf_attn():
     """The same FLOPs on a GQA model land in ``pf_attn``; an MLA model's window-bounded or
     linear-attention layers (``x L``) stay there too: only MLA's own layers are ``pf_mla``."""
