@@ -20,6 +20,7 @@ from model.hardware.profiles import (
     PROFILES_ENV,
     clear_profile_cache,
     eval_read_curve,
+    find_profiles,
     fit_read_curve,
 )
 from model.hardware.silicon import SPEC_EFFICIENCY, Silicon, roofline_silicon, silicon_for
@@ -158,3 +159,27 @@ def test_imported_profiles_cover_the_nvidia_catalogue():
     from model.hardware.gpus import GpuSpec
     other = silicon_for(GpuSpec(name="X100", memory_bytes=96e9, hbm_bandwidth=4e12))
     assert other.read_source("mla", "bf16") == "spec" and other.sources["gemm"] == "spec"
+
+
+def test_every_shipped_profile_is_loaded_or_is_the_data_of_one():
+    """Issue 26: every profile under calibration/profiles/ is found by the scan for its GPU
+    (``find_profiles``, what ``silicon_for`` reads), and every other file there is the
+    measurement a shipped profile was built from (its ``dataset``, or under raw/ what
+    ``calibrate gpu|dcp --from-raw`` rebuilds it from). Where an engine's kernel table covers a
+    quantity, the project's own measured kernels are not its source."""
+    clear_profile_cache()
+    loaded, datasets = set(), set()
+    for path in sorted(DEFAULT_PROFILES_DIR.glob("*.json")):
+        data = json.loads(path.read_text())
+        gpu = builtin_gpu(data["gpu_key"])
+        assert path.name in {name for name, _ in find_profiles(gpu.name, data["kind"])}
+        loaded.add(path.name)
+        datasets.add(data.get("dataset"))
+    others = {p.name for p in DEFAULT_PROFILES_DIR.iterdir() if p.is_file()} - loaded
+    assert others and others <= datasets, others - datasets
+    for raw in (DEFAULT_PROFILES_DIR / "raw").iterdir():    # h200-raw.json, h200-gpu.log, ...
+        stem = raw.name.removesuffix(".log").removesuffix(".json").removesuffix("-raw")
+        assert stem.removesuffix("-gpu") + ".json" in loaded, raw.name
+    sources = silicon_for(H200).sources
+    assert {k: v for k, v in sources.items() if v == "profile:h200.json"} == {}
+    assert sources["kv_read"] == "profile:h200-aiconfigurator.json"
