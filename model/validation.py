@@ -22,7 +22,7 @@ import numpy as np
 from model.decision.choose import TIE
 from model.fit.costmodel import CostModel
 from model.fit.dataset import Measurement
-from model.fit.rows import row_case
+from model.fit.rows import row_case, row_shape
 from model.physics.features import case_features
 
 
@@ -142,8 +142,8 @@ def unseen_model_ratios(model: CostModel, rows: Sequence[Measurement]) -> dict:
     keys = {(r.engine, r.gpu) for r in rows}
     fitted = np.empty(len(obs.y))
     for i, j in enumerate(obs.row):
-        est = model.engines.get(f"{rows[j].engine}/{rows[j].gpu.upper()}")
-        fitted[i] = (est.predict(obs.X[i:i + 1])[0] if est is not None
+        level = model.level_for(rows[j].engine, rows[j].gpu, row_shape(rows[j]).key)
+        fitted[i] = (model.engines[level].predict(obs.X[i:i + 1])[0] if level is not None
                      else preds["prior"][i])
     preds["transferred"] = fitted
     out: dict = {"figures": len(obs.y), "engines_gpus": sorted(keys),

@@ -25,7 +25,7 @@ class StepTimer:
             raise ValueError(f"the cost model has no coefficients for engine {engine!r} "
                              f"(it has {', '.join(model.engine_names)})")
         self.model = model
-        self.coef = predictor_for(model).coefficients(engine, gpu.name)[0]
+        self.coef = predictor_for(model).coefficients(engine, gpu.name, shape.key)[0]
         self.coef_prefill = self.coef[:N_PREFILL].tolist()
         self.coef_decode = self.coef[N_PREFILL:].tolist()
         self.shape, self.dcp = shape, float(dcp)

@@ -21,7 +21,7 @@ import numpy as np
 
 from model.fit.dataset import Measurement, dataset_sha256
 from model.fit.estimator import EngineCostModel
-from model.fit.fitting import fit_engine
+from model.fit.fitting import family_key, fit_engine
 from model.fit.rows import gpu_or_none, roofline_check, row_shape, trainable
 from model.hardware.silicon import silicon_for
 
@@ -30,6 +30,12 @@ UNCALIBRATED_REL_SIGMA = 0.25   # added relative sd: no data for this engine on 
 TRANSFERRED_REL_SIGMA = 0.10    # added relative sd: data for this hardware, another model
 EXTRAPOLATION_REL_SIGMA = 0.05  # added relative sd per doubling outside the calibrated range
 MIN_CV_POINTS = 5
+
+
+def _arch(model_key: str) -> str:
+    """The architecture hash of a served model's key (``name@hash``): a config.json of a preset
+    is that preset."""
+    return model_key.rpartition("@")[2]
 
 
 def config_key(engine: str, gpu: str, num_gpus: int, dcp: int) -> str:
@@ -145,9 +151,30 @@ class CostModel:
             return "uncalibrated", None
         rng = per_model.get(model_key)
         if rng is None:   # the same architecture under another name (a config.json of a preset)
-            arch = model_key.rpartition("@")[2]
-            rng = next((v for k, v in per_model.items() if k.rpartition("@")[2] == arch), None)
-        return ("transferred", None) if rng is None else ("calibrated", rng)
+            arch = _arch(model_key)
+            rng = next((v for k, v in per_model.items() if _arch(k) == arch), None)
+        if rng is not None:
+            return "calibrated", rng
+        level = self.level_for(engine, gpu, model_key)
+        return ("transferred", None) if level is not None else ("uncalibrated", None)
+
+    def level_for(self, engine: str, gpu: str, model_key: str) -> str | None:
+        """The key of the fitted level whose efficiencies predict ``model_key`` on ``gpu``:
+        the GPU type's own (``efficiency_key``), else its family's (``family_key``), else None
+        (the physics priors). A level fitted on too few points to hold any out
+        (``EngineCostModel.transfers_`` false: the B300 seed's two points per engine) applies
+        only to the served models it was fitted on (``models_``): it reproduces those points,
+        and nothing tells the terms it moved from those points' own circumstances, so another
+        model does not inherit them."""
+        arch = _arch(model_key)
+        for key in (efficiency_key(engine, gpu), family_key(engine, gpu)):
+            est = self.engines.get(key)
+            if est is None:
+                continue
+            if getattr(est, "transfers_", True) or arch in {_arch(m) for m in
+                                                             getattr(est, "models_", ())}:
+                return key
+        return None
 
     def safe_fractions(self, engine: str, gpu: str) -> dict[str, list[float]]:
         return self.memory.get(f"{engine}/{gpu.upper()}", {"safe": [], "unsafe": []})

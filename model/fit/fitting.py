@@ -40,6 +40,7 @@ import numpy as np
 
 from model.fit.dataset import Measurement
 from model.fit.estimator import (
+    MIN_HELD_OUT_POINTS,
     PRIOR,
     EngineCostModel,
     held_out_error,
@@ -153,6 +154,11 @@ def fit_level(rows: Sequence[Measurement], prior, rho: Diversity) -> LevelFit | 
     groups = _groups(rows, obs)
     strata = [f"{rows[i].model}/{q}" for i, q in zip(obs.row, obs.qty, strict=True)]
     est, loo, base = select_terms(obs.X, obs.y, groups, prior, movable(rows, rho), strata=strata)
+    # what the level may be used for (``CostModel.level_for``): the served models it saw, and
+    # whether it held points out at all; a level of too few points reproduces them, and
+    # nothing says that the terms it moved are the engine's rather than those points'
+    est.models_ = sorted({row_shape(r).key for r in rows})
+    est.transfers_ = bool(len(np.unique(groups)) >= MIN_HELD_OUT_POINTS)
     return LevelFit(est, loo, base, obs, groups, held_out_error(log_errors(loo, obs.y)))
 
 

@@ -16,10 +16,8 @@ from model.fit.costmodel import (
     UNCALIBRATED_REL_SIGMA,
     CostModel,
     Prediction,
-    efficiency_key,
 )
 from model.fit.estimator import PRIOR
-from model.fit.fitting import family_key
 from model.formulas import (
     CAPACITY,
     FEASIBLE,
@@ -55,9 +53,10 @@ PRIOR_COEF = np.array([PRIOR[t] for t in TERMS])
 class Predictor:
     def __init__(self, model: CostModel):
         self.model = model
-        self._coef: dict[str, tuple[np.ndarray, np.ndarray, float]] = {}
-        for name, est in model.engines.items():
-            self._coef[name] = (est.coef_, est.coef_cov_, est.relative_noise_)
+        self._levels: dict[str, tuple[np.ndarray, np.ndarray, float]] = {
+            name: (est.coef_, est.coef_cov_, est.relative_noise_)
+            for name, est in model.engines.items()}
+        self._coef: dict[tuple[str, str, str], tuple[np.ndarray, np.ndarray, float]] = {}
         # the recommender's crossover scans (model.decision.crossover.crossover_near), per workload
         # without its context (emptied when full)
         self.crossovers: dict = {}
@@ -100,13 +99,16 @@ class Predictor:
                 static_rows(index, fractions, dcps, attention), index, per_config)
         return hit
 
-    def _stacked(self, engines: tuple[str, ...], gpu: str):
+    def _stacked(self, engines: tuple[str, ...], gpu: str, model_key: str):
         """(coefficients of a case's feature columns (E, 2 x terms), covariance factors F
-        (E, terms, rank) with cov = F F', relative noise (E,)) of engines on a GPU type."""
-        key = (engines, gpu)
+        (E, terms, rank) with cov = F F', relative noise (E,)) of engines on a GPU type for a
+        served model."""
+        key = (engines, gpu, model_key)
         hit = self._stacks.get(key)
         if hit is None:
-            coefs = [self.coefficients(e, gpu) for e in engines]
+            if len(self._stacks) >= FACTS_CACHE_SIZE:
+                self._stacks.clear()
+            coefs = [self.coefficients(e, gpu, model_key) for e in engines]
             factors = [_factor(c[1]) for c in coefs]
             rank = max(f.shape[1] for f in factors)
             stacked = np.zeros((len(coefs), N_TERMS, rank))
@@ -117,16 +119,19 @@ class Predictor:
             hit = self._stacks[key] = (coef, stacked, np.array([c[2] for c in coefs]))
         return hit
 
-    def coefficients(self, engine: str, gpu: str) -> tuple[np.ndarray, np.ndarray, float]:
-        """(coef, covariance, relative noise) of an engine on a GPU type: its own fit, else
-        the engine's pooled over the GPUs of its family it was measured on (``model.fit.fitting``),
-        else the physical priors."""
-        key = efficiency_key(engine, gpu)
+    def coefficients(self, engine: str, gpu: str,
+                     model_key: str) -> tuple[np.ndarray, np.ndarray, float]:
+        """(coef, covariance, relative noise) of an engine on a GPU type for a served model:
+        the fitted level ``CostModel.level_for`` names (the GPU's own fit, else the engine's
+        pooled over the GPUs of its family it was measured on, ``model.fit.fitting``), else the
+        physical priors."""
+        key = (engine, gpu, model_key)
         hit = self._coef.get(key)
         if hit is None:
-            pooled = self._coef.get(family_key(engine, gpu))
+            level = self.model.level_for(engine, gpu, model_key)
             k = len(TERMS)
-            hit = self._coef[key] = pooled or (PRIOR_COEF, np.zeros((k, k)), 0.03)
+            hit = self._coef[key] = (self._levels[level] if level is not None
+                                     else (PRIOR_COEF, np.zeros((k, k)), 0.03))
         return hit
 
     def table(self, case: Case, rel_extra: np.ndarray | None = None,
@@ -146,7 +151,7 @@ class Predictor:
         else:
             K, coll, curve, rows, (engines, idx) = kernel_inputs(case)
         n = rows.shape[1]
-        coef, factors, noise = self._stacked(engines, case.silicon.name)
+        coef, factors, noise = self._stacked(engines, case.silicon.name, case.shape.key)
         if rel_extra is None:
             extra = np.zeros(n)
         elif isinstance(rel_extra, np.ndarray) and rel_extra.shape == (n,):

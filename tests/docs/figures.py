@@ -88,7 +88,8 @@ def validation_unseen(ctx) -> str:
 @figure("costmodel.seed")
 def seed_table(ctx) -> str:
     """The assumptions consistent with the published B300 times (model.fit.seedcheck), and what
-    two questions away from the seed get from the default model fitted under each."""
+    two questions about the seed's model away from its workload get from the default model
+    fitted under each (other models do not inherit the seed: ``CostModel.level_for``)."""
     from model.fit.costmodel import CostModel
     from model.fit.dataset import read_csv
     from model.fit.default import REFERENCE_CSV, real_rows
@@ -101,11 +102,11 @@ def seed_table(ctx) -> str:
     published = read_csv(REFERENCE_CSV)
     kimi = Workload(preset="kimi-k3", gpu="B300", num_gpus=8, context_tokens=131_072,
                     output_tokens=2048, batch_size=64)
-    dsv3 = Workload(preset="deepseek-v3", gpu="B300", num_gpus=8, context_tokens=131_072,
+    step = Workload(preset="kimi-k3", gpu="B300", num_gpus=8, context_tokens=131_072,
                     output_tokens=1024, batch_size=8, engines=["sglang"], dcp_sizes=[8],
                     allow_extrapolation=True)
     out = ["| prompts | batch × output | departure | what the fit needs (coefficient / prior) "
-           "| Kimi-K3, 64 × 2,048 at 128K: best (crossover) | DeepSeek-V3, SGLang DCP 8, "
+           "| Kimi-K3, 64 × 2,048 at 128K: best (crossover) | Kimi-K3, SGLang DCP 8, "
            "8 × 1,024 at 128K: TPOT |", "|---|---|---|---|---|---|"]
     ok = sorted((v for v in verdicts if v.consistent), key=lambda v: v.distance)
     for v in ok[:8]:
@@ -116,7 +117,7 @@ def seed_table(ctx) -> str:
         needs = ", ".join(f"{k} {r:.2f} ×" for k, r in sorted(v.freed.items()))
         m = CostModel.fit(with_assumption(published, a) + real_rows())
         k = recommend(m, kimi, "seed")
-        tpot = recommend(m, dsv3, "seed").predictions[0].tpot_s
+        tpot = recommend(m, step, "seed").predictions[0].tpot_s
         cross = f"{k.crossover_context_tokens:,}" if k.crossover_context_tokens else "none"
         out.append(f"| {a.prompts} | {size} | {v.distance:.2f} | {needs} | "
                    f"{ENGINE_NAMES[k.engine]} DCP {k.dcp_size} ({cross}) | {tpot * 1e3:.0f} ms |")

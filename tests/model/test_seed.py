@@ -51,3 +51,36 @@ def test_an_inconsistent_assumption_is_named_so():
 
     v = judge(Assumption(512, 8192, "distinct"))      # the prefill alone beats the times
     assert not v.consistent
+
+
+def test_the_seed_reproduces_kimi_k3_and_leaks_to_no_other_model():
+    """Two points per engine hold nothing out: the B300 levels they fit apply to Kimi-K3 only.
+    Another model on the same 8 x B300 gets the physics priors and says so (uncalibrated, not
+    transferred): SGLang's DCP-8 merge cost of the seed (tens of times its prior) does not
+    reach DeepSeek-V3, whose 61 MLA layers would otherwise pay it in every step."""
+    from model.fit.default import default_model
+    from model.fit.estimator import PRIOR
+    from model.physics.terms import TERMS
+    from model.predict.predictor import predictor_for
+    from model.workload import Workload
+
+    m = default_model()
+    seed_level = m.engines["sglang/B300"]
+    assert not seed_level.transfers_ and len(seed_level.models_) == 1
+    assert m.engines["sglang/H200"].transfers_
+    k3 = Workload(context_tokens=131_072, output_tokens=1024, batch_size=8, preset="kimi-k3")
+    v3 = k3.model_copy(update={"preset": "deepseek-v3"})
+    pred = predictor_for(m)
+    dcp_fixed = TERMS.index("dcp_fixed")
+    assert pred.coefficients("sglang", "B300", k3.model_shape().key)[0][dcp_fixed] > \
+        10 * PRIOR["dcp_fixed"]
+    assert pred.coefficients("sglang", "B300", v3.model_shape().key)[0][dcp_fixed] == \
+        PRIOR["dcp_fixed"]
+    assert m.calibrated_range("sglang", "B300", 8, 8, k3.model_shape().key)[0] == "calibrated"
+    assert m.calibrated_range("sglang", "B300", 8, 8, v3.model_shape().key)[0] == "uncalibrated"
+    # on the physics, DCP 8 reads DeepSeek-V3's 128K contexts faster than DCP 1 (1 / 8 each)
+    rec = recommend(m, v3.model_copy(update={"engines": ["sglang"],
+                                             "allow_extrapolation": True}), "t")
+    tpot = {p.dcp_size: p.tpot_s for p in rec.predictions}
+    assert tpot[8] < tpot[1]
+    assert not any(p.calibrated or p.transferred for p in rec.predictions)
