@@ -42,7 +42,8 @@ SITES = {"vllm": "/tmp/vl", "sglang": "/tmp/sg"}
 PRESETS = {"deepseek-v2-lite": {"kv": 31104, "max_len": 135168},
            "llama-3.1-8b": {"kv": 131072, "max_len": 131072},
            "qwen3-32b": {"kv": 262144, "max_len": 40960},
-           "qwen3-30b-a3b": {"kv": 98304, "max_len": 40960}}
+           "qwen3-30b-a3b": {"kv": 98304, "max_len": 40960},
+           "mixtral-8x7b": {"kv": 131072, "max_len": 32768}}
 ORDER = [("sglang", "deepseek-v2-lite"), ("vllm", "deepseek-v2-lite"),
          ("sglang", "llama-3.1-8b"), ("vllm", "llama-3.1-8b")]
 FRACTION = 0.90

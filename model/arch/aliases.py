@@ -49,6 +49,9 @@ ALIASES: dict[str, str] = {
     "qwen/qwen3-30b-a3b": "qwen3-30b-a3b",
     "qwen/qwen3-30b-a3b-instruct-2507": "qwen3-30b-a3b",
     "qwen/qwen3-30b-a3b-thinking-2507": "qwen3-30b-a3b",
+    # mixtral-8x7b: mistralai/Mixtral-8x7B-v0.1 (same architecture: -Instruct-v0.1)
+    "mistralai/mixtral-8x7b-v0.1": "mixtral-8x7b",
+    "mistralai/mixtral-8x7b-instruct-v0.1": "mixtral-8x7b",
 }
 
 # the repository part alone ("DeepSeek-V2-Lite", a local folder named like the repository)

@@ -179,19 +179,21 @@ def test_the_combined_real_dataset():
 
 
 def test_the_unfitted_real_dataset():
-    """The runs shipped for the left-out check: Qwen3-30B-A3B on both engines, the one stalled
-    prefill's times left out."""
+    """The runs shipped for the left-out check: Qwen3-30B-A3B and Mixtral-8x7B on both engines,
+    the two stalled prefills' times left out."""
     rebuild_real = _script()
     rows = read_csv(REPO / "model" / "data" / "h200_real_unfitted.csv")
-    caps = {("vllm", "qwen3-30b-a3b"): 714_128, ("sglang", "qwen3-30b-a3b"): 745_609}
+    caps = {("vllm", "qwen3-30b-a3b"): 714_128, ("sglang", "qwen3-30b-a3b"): 745_609,
+            ("vllm", "mixtral-8x7b"): 296_352, ("sglang", "mixtral-8x7b"): 312_663}
     assert {(r.engine, r.model) for r in rows} == set(caps)
+    stalls = {("vllm", "qwen3-30b-a3b", 1024, 64), ("vllm", "mixtral-8x7b", 32640, 2)}
     for r in rows:
         assert r.kv_capacity_tokens == caps[(r.engine, r.model)] and r.decode_step_s
-        stalled = (r.engine, r.context_tokens, r.batch_size) == ("vllm", 1024, 64)
+        stalled = (r.engine, r.model, r.context_tokens, r.batch_size) in stalls
         assert (r.ttft_s is None and r.total_s is None) == stalled, r
     per_folder = sum(len(read_csv(f / "dataset.csv")) for tag in rebuild_real.UNFITTED_TAGS
                      for f in (REAL / "runs" / tag).iterdir())
-    assert len(rows) == per_folder == 26
+    assert len(rows) == per_folder == 52
 
 
 def test_rebuild_reads_a_launched_engines_own_log(tmp_path):

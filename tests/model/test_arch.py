@@ -26,7 +26,7 @@ GB = 1e9
 def test_every_preset_cites_its_source_and_loads():
     assert set(PRESETS) == {"kimi-k3", "kimi-k2", "deepseek-v3", "deepseek-v2-lite",
                             "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b",
-                            "qwen3-235b-a22b", "qwen3-32b", "qwen3-30b-a3b"}
+                            "qwen3-235b-a22b", "qwen3-32b", "qwen3-30b-a3b", "mixtral-8x7b"}
     for name in PRESETS:
         assert "config.json" in preset_source(name)
         arch = preset(name)
