@@ -47,7 +47,11 @@ def flaky(tmp_path_factory):
     good = Proc("sim", "--engine", "vllm", "--time-scale", "0.001")
     sg = Proc("sim", "--engine", "sglang", "--dcp-size", "8", "--time-scale", "0.001")
     path = tmp_path_factory.mktemp("flaky") / "upstreams.yaml"
-    proxy = proxy_for(path, [bad, good], [sg], breaker={"failure_threshold": 100})
+    # what is tested is the retry, not the health checker: on a starved machine (CI beside
+    # other work) a sim's /health can miss 5 s three times in a row, and the checker would
+    # then take the good vLLM out of the pool and send the retry to SGLang
+    proxy = proxy_for(path, [bad, good], [sg], breaker={"failure_threshold": 100},
+                      health={"timeout_s": 30.0, "failure_threshold": 20})
     procs = start_all(bad, good, sg, proxy)
     try:
         yield {"proxy": proxy, "path": path, "bad": bad, "good": good, "sglang": sg}
