@@ -8,8 +8,7 @@ the key: a reload never serves an answer of the previous model.
 from __future__ import annotations
 
 import hashlib
-
-from cachetools import LRUCache
+from collections import OrderedDict
 
 Key = tuple[str, bytes]
 Value = tuple[bytes, tuple[str, ...]]
@@ -21,11 +20,12 @@ def cache_key(canonical: bytes) -> bytes:
 
 
 class ResponseCache:
-    """``cachetools.LRUCache`` with hit and miss counts; size 0 turns it off."""
+    """A least-recently-used map of at most ``size`` answers (an ``OrderedDict``, whose moves
+    and evictions run in C), with hit and miss counts; size 0 turns it off."""
 
     def __init__(self, size: int):
         self.size = size
-        self._data: LRUCache[Key, Value] = LRUCache(maxsize=max(size, 1))
+        self._data: OrderedDict[Key, Value] = OrderedDict()
         self.hits = self.misses = 0
 
     def get(self, key: Key) -> Value | None:
@@ -36,11 +36,16 @@ class ResponseCache:
             self.misses += 1
         else:
             self.hits += 1
+            self._data.move_to_end(key)
         return value
 
     def put(self, key: Key, value: Value) -> None:
         if self.size > 0:
-            self._data[key] = value
+            data = self._data
+            data[key] = value
+            data.move_to_end(key)
+            if len(data) > self.size:
+                data.popitem(last=False)
 
     def __len__(self) -> int:
         return len(self._data)

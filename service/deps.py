@@ -127,8 +127,9 @@ async def get_metrics(request: Request) -> Metrics:
 def hot_state(request: Request) -> tuple[LoadedModel, Metrics, ResponseCache]:
     """What POST /v1/recommend needs, read directly: FastAPI's dependency solving is a
     noticeable share of that request (docs/benchmarks.md)."""
-    state = request.app.state
-    return current_model(request), state.metrics, state.recommend_cache
+    state = request.scope["app"].state
+    values = state._state       # Starlette's State: its attributes, read without __getattr__
+    return model_of(state), values["metrics"], values["recommend_cache"]
 
 
 async def require_admin(request: Request) -> None:

@@ -112,7 +112,7 @@ def ea(*args: str) -> list[str]:
 
 def ea_env() -> dict[str, str]:
     """engine-advisor's dependencies from the engines' sets: vLLM's, else SGLang's (both hold
-    pydantic, fastapi, orjson and cachetools; the machine has numpy, numba and httpx)."""
+    pydantic, fastapi and orjson; the machine has numpy, numba and httpx)."""
     sites = [s for s in (SITES["vllm"], SITES["sglang"]) if os.path.isdir(s)] or [SITES["vllm"]]
     return {**os.environ, "PYTHONPATH": ":".join([str(REPO), sites[0]]), "PYTHONUNBUFFERED": "1"}
 

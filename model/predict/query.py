@@ -183,7 +183,7 @@ def evaluate(model: CostModel, w: Workload, shape: ModelShape, configs: list[Con
             configs, per_config, dists, rows, strict=True):
         # the table's columns (model.formulas: TOTAL ... FEASIBLE, then the decode terms in
         # DECODE_TERMS' order, checked below the imports)
-        total, lo, hi, _, pf, tpot, run, cap, ok, *terms = t
+        total, lo, hi, _, pf, tpot, run, cap, ok = t[:PARTS]
         out.append(_evaluated((c, construct(ConfigPrediction, {
             "engine": engine, "dcp_size": dcp, "total_s": total,
             "prefill_s": pf, "decode_s": total - pf if total > pf else 0.0, "tpot_s": tpot,
@@ -192,8 +192,8 @@ def evaluate(model: CostModel, w: Workload, shape: ModelShape, configs: list[Con
             "transferred": transferred, "mem_fraction": fraction,
             "kv_capacity_tokens": int(cap) if cap < 2 ** 62 else 2 ** 62,
             "fits_in_memory": demand <= cap, "running_sequences": int(run) if ok else 0,
-            "kv_read_source": source,
-            "step_terms_s": dict(zip(DECODE_TERMS, terms, strict=True))}),
+            "kv_read_source": source,       # the lengths agree: asserted below the imports
+            "step_terms_s": dict(zip(DECODE_TERMS, t[PARTS:], strict=False))}),
             (anyway or calibrated or transferred) and ok > 0.0)))
     return out
 
