@@ -192,7 +192,7 @@ def evaluate(model: CostModel, w: Workload, shape: ModelShape, configs: list[Con
             "transferred": transferred, "mem_fraction": fraction,
             "kv_capacity_tokens": int(cap) if cap < 2 ** 62 else 2 ** 62,
             "fits_in_memory": demand <= cap, "running_sequences": int(run) if ok else 0,
-            "kv_read_source": source,       # the lengths agree: asserted below the imports
+            "kv_read_source": source,
             "step_terms_s": dict(zip(DECODE_TERMS, t[PARTS:], strict=False))}),
             (anyway or calibrated or transferred) and ok > 0.0)))
     return out
