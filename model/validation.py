@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from model.decision.choose import TIE
+from model.decision.crossover import TIE
 from model.fit.costmodel import CostModel
 from model.fit.dataset import Measurement
 from model.fit.rows import row_case, row_shape

@@ -25,7 +25,6 @@ from model.predict.query import (
 from model.schemas import ConfigPrediction, Exclusion
 from model.workload import Workload
 
-TIE = 0.05          # two engines predicted within 5 % of each other tie (model.validation)
 _total = attrgetter("pred.total_s")
 
 

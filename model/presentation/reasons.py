@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from operator import itemgetter
 
-from model.decision.choose import TIE, Decision
+from model.decision.choose import Decision
+from model.decision.crossover import TIE
 from model.fit.costmodel import UNCALIBRATED_REL_SIGMA
 from model.physics.shape import ModelShape
 from model.predict.query import Evaluated

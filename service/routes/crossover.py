@@ -6,7 +6,7 @@ import numpy as np
 from fastapi import APIRouter
 
 from model.decision.choose import does_not_fit
-from model.decision.crossover import crossovers
+from model.decision.crossover import crossovers, engine_envelopes
 from model.hardware.silicon import silicon_for
 from model.predict.query import candidates, evaluate, excluded_field, total_curves
 from service.deps import JsonRoute, ModelDep
@@ -51,16 +51,11 @@ async def crossover(body: CrossoverRequest, loaded: ModelDep) -> CrossoverRespon
     labels = [ConfigRef(engine=c.engine, dcp_size=c.dcp_size) for c in cfgs]
     grid = np.geomspace(lo, hi, SEARCH_POINTS)
     totals = total_curves(model, w, layout, cfgs, grid)
-    finite = np.where(np.isfinite(totals), totals, np.inf)   # NaN: not one sequence fits
     config_refs = [[lab] * len(grid) for lab in labels]
-    engines = sorted({c.engine for c in cfgs})
-    env, env_refs = [], []
-    for eng in engines:  # each engine at its best DCP size, point by point
-        rows = [i for i, c in enumerate(cfgs) if c.engine == eng]
-        arg = np.array(rows)[np.argmin(finite[rows], axis=0)]
-        env.append(totals[arg, np.arange(len(grid))])
-        env_refs.append([labels[j] for j in arg])
-    engine_x = _crossings(grid, np.array(env), env_refs) if len(engines) > 1 else []
+    # each engine at its best DCP size, point by point
+    engines, env, env_rows = engine_envelopes(totals, [c.engine for c in cfgs])
+    env_refs = [[labels[j] for j in rows] for rows in env_rows]
+    engine_x = _crossings(grid, env, env_refs) if len(engines) > 1 else []
     points = sorted(set(body.points or np.unique(np.geomspace(lo, hi, DEFAULT_POINTS)
                                                  .round().astype(int)).tolist()))
     at = total_curves(model, w, layout, cfgs, np.array(points, dtype=float))
