@@ -36,8 +36,9 @@ from model.hardware.gpus import GpuSpec
 from model.jsonnum import JsonModel
 from model.kv import KvDtype
 from model.predict.arrivals import arrival_tpot_s, arrival_ttft_s
-from model.predict.query import Evaluated, candidates, evaluate
+from model.predict.query import Evaluated
 from model.presentation.launch import launch_command
+from model.queries import evaluate, query_for
 from model.workload import (
     MAX_BATCH,
     MAX_CONTEXT,
@@ -211,8 +212,8 @@ class _Candidate(NamedTuple):
     ttft: float | None
 
 
-def _at(model: CostModel, w: Workload, layout, config: Config, batch: int) -> Evaluated:
-    return evaluate(model, w.model_copy(update={"batch_size": batch}), layout, [config])[0]
+def _at(model: CostModel, w: Workload, config: Config, batch: int) -> Evaluated:
+    return evaluate(model, w.model_copy(update={"batch_size": batch}), [config])[0]
 
 
 def _latencies(e: Evaluated, e1: Evaluated, w: Workload, batch: int) -> tuple[float, float]:
@@ -240,7 +241,7 @@ def _violation(e: Evaluated, slo: Slo, tpot: float, ttft: float) -> tuple[str, s
     return None
 
 
-def _best_concurrency(model: CostModel, w: Workload, layout, e1: Evaluated, req: PlanRequest
+def _best_concurrency(model: CostModel, w: Workload, e1: Evaluated, req: PlanRequest
                       ) -> tuple[Evaluated, int, str] | str:
     """(evaluation at B, B, what limits B) or the reason the config cannot meet the SLO."""
     per_seq = w.context_tokens + w.output_tokens
@@ -259,14 +260,14 @@ def _best_concurrency(model: CostModel, w: Workload, layout, e1: Evaluated, req:
     lo, best, hi = 1, e1, cap + 1  # ok(lo), not ok(hi) or beyond the cap
     step = 1
     while lo + step < hi:  # grow geometrically, then bisect
-        e = _at(model, w, layout, e1.config, lo + step)
+        e = _at(model, w, e1.config, lo + step)
         if violation(e, lo + step):
             hi = lo + step
             break
         lo, best, step = lo + step, e, step * 2
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        e = _at(model, w, layout, e1.config, mid)
+        e = _at(model, w, e1.config, mid)
         if violation(e, mid):
             hi = mid
         else:
@@ -276,7 +277,7 @@ def _best_concurrency(model: CostModel, w: Workload, layout, e1: Evaluated, req:
     elif lo == req.max_concurrency:
         limit = "max_concurrency"
     else:
-        nxt = violation(_at(model, w, layout, e1.config, lo + 1), lo + 1)
+        nxt = violation(_at(model, w, e1.config, lo + 1), lo + 1)
         limit = nxt[0] if nxt else "slo_e2e"
     return best, lo, limit
 
@@ -284,11 +285,10 @@ def _best_concurrency(model: CostModel, w: Workload, layout, e1: Evaluated, req:
 def _plan_class(model: CostModel, req: PlanRequest, i: int,
                 c: TrafficClass) -> ClassPlan | Unserved:
     w = req.workload(c)
-    layout = w.model_shape()
-    configs, excluded = candidates(w, layout)
-    reasons = [x.describe() for x in excluded]
+    q = query_for(model, w)
+    reasons = [x.describe() for x in q.excluded]
     options = []
-    for e1 in evaluate(model, w, layout, configs):
+    for e1 in q.evaluate(w):
         label = f"{e1.config.engine} dcp {e1.config.dcp_size}"
         if e1.pred.running_sequences == 0:
             reasons.append(f"{label}: one sequence needs {w.context_tokens + w.output_tokens:,} "
@@ -298,7 +298,7 @@ def _plan_class(model: CostModel, req: PlanRequest, i: int,
             reasons.append(f"{e1.config.engine} dcp {e1.config.dcp_size}: not calibrated for "
                            f"{w.gpu_spec().name} x {w.num_gpus} (allow_extrapolation)")
             continue
-        found = _best_concurrency(model, w, layout, e1, req)
+        found = _best_concurrency(model, w, e1, req)
         if isinstance(found, str):
             reasons.append(found)
             continue

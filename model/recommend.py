@@ -5,7 +5,9 @@ ranked by predicted total time, the fastest that may be recommended, and why.
 2. physics: the served model's constants on it at the TP size (``model.physics.terms``);
 3. fitted efficiencies: read, not run: the ``CostModel`` was fitted by ``model.fit``;
 4. predictions: the configurations the workload allows, each one's prediction and whether
-   it may be recommended (``model.predict.query``);
+   it may be recommended (``model.predict.query``). What stages 1-4 need that the workload's
+   sizes do not change is gathered once per workload without its sizes
+   (``model.queries.query_for``): a recommendation of a query seen before starts here;
 5. decision: the choice, its rival, the confidence, the crossover (``model.decision.choose``);
 6. presentation: reasons, launch command, the ``Recommendation`` (``model.presentation``).
 
@@ -20,9 +22,9 @@ from model.errors import NoEligibleConfiguration
 from model.fit.costmodel import CostModel
 from model.hardware.silicon import silicon_for
 from model.physics.terms import physics_for
-from model.predict.predictor import predictor_for
-from model.predict.query import candidates, evaluate, excluded_field
+from model.predict.query import excluded_field
 from model.presentation.answer import answer
+from model.queries import query_for
 from model.schemas import Recommendation
 from model.workload import Workload
 
@@ -30,27 +32,19 @@ __all__ = ["recommend", "warm_up"]
 
 
 def recommend(model: CostModel, w: Workload, version: str) -> Recommendation:
-    # 1. hardware
-    si = silicon_for(w.gpu_spec())
-    gpu, provenance = si.gpu.name, si.provenance
-    # 2. physics
-    shape = w.model_shape()
-    ph = physics_for(shape, si, w.num_gpus)
-    ph.collectives(w.num_gpus)           # every DCP size of the TP group
-    # 3-4. the fitted model's predictions of every allowed configuration
-    configs, excluded = candidates(w, shape)
-    if not configs:
+    # 1-4. the query: hardware, physics, fitted efficiencies and the allowed configurations
+    # (gathered once per workload without its sizes), then every configuration's prediction
+    q = query_for(model, w)
+    if not q.configs:
         exc = NoEligibleConfiguration("every configuration is excluded: "
-                                      + "; ".join(x.describe() for x in excluded))
-        exc.field = excluded_field(w, excluded)
+                                      + "; ".join(x.describe() for x in q.excluded))
+        exc.field = excluded_field(w, q.excluded)
         raise exc
-    pred = predictor_for(model)
-    evals = evaluate(model, w, shape, configs, si, ph)
-    memory = {e: pred.memory(e, gpu) for e in dict.fromkeys(c.engine for c in configs)}
+    evals = q.evaluate(w)
     # 5. decision
-    d = decide(pred, w, shape, si, evals, excluded)
+    d = decide(q, w, evals)
     # 6. presentation
-    return answer(w, shape, gpu, d, memory[d.best.config.engine], provenance, version)
+    return answer(w, q.shape, q.gpu, d, q.memory[d.best.config.engine], q.provenance, version)
 
 
 def warm_up(model: CostModel) -> None:

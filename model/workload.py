@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Any, Literal, NamedTuple
 
+import orjson
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from model.arch import PRESETS, ArchConfigError, from_hf_config
@@ -114,6 +115,19 @@ class Workload(JsonModel):
             raise ValueError("give exactly one of kv_bytes_per_token, hf_config or preset"
                              + (f" (got {', '.join(given)})" if given else ""))
         return self
+
+    def query_key(self) -> tuple:
+        """Every field but the sizes (context, output, batch), hashable: workloads with equal
+        keys are one query at different sizes (``model.predict.query.query_for``). Without
+        ``engines``, the registered engines'."""
+        r = self.requirements
+        return (self.preset, self.kv_bytes_per_token,
+                orjson.dumps(self.hf_config, option=orjson.OPT_SORT_KEYS)
+                if self.hf_config is not None else None,
+                self.kv_cache_dtype, self.model_weight_bytes, self.model, self.gpu,
+                self.num_gpus, tuple(self.engines) if self.engines else engine_names(),
+                tuple(self.dcp_sizes) if self.dcp_sizes else None,
+                tuple(r.__dict__.values()) if r is not None else None, self.allow_extrapolation)
 
     def gpu_spec(self) -> GpuSpec:
         return BUILTIN_GPUS[self.gpu.upper()] if isinstance(self.gpu, str) else self.gpu

@@ -24,7 +24,8 @@ import numpy as np
 
 from model.decision.crossover import CROSSOVER_GRID, crossovers
 from model.fit.costmodel import CostModel
-from model.predict.query import candidates, coverage, evaluate, total_curves
+from model.predict.query import candidates, coverage, total_curves
+from model.queries import evaluate
 from model.workload import Workload
 
 Z90 = 1.645
@@ -76,7 +77,7 @@ def plan(model: CostModel, w: Workload, contexts: list[int] | None = None,
     scored: list[PlanPoint] = []
     for ctx in candidate_contexts(w, contexts):
         wc = w.model_copy(update={"context_tokens": ctx})
-        evals = evaluate(model, wc, layout, configs)
+        evals = evaluate(model, wc, configs)
         if not evals:
             continue
         preds = [e.pred for e in evals]

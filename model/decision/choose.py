@@ -14,9 +14,9 @@ from model.errors import NoEligibleConfiguration
 from model.fit.costmodel import CostModel
 from model.hardware.silicon import Silicon
 from model.physics.shape import ModelShape
-from model.predict.predictor import Predictor
 from model.predict.query import (
     Evaluated,
+    Query,
     candidates,
     dcp_sizes,
     divisors,
@@ -45,10 +45,12 @@ class Decision(NamedTuple):
     excluded: list[Exclusion]
 
 
-def decide(pred: Predictor, w: Workload, shape: ModelShape, si: Silicon,
-           evals: list[Evaluated], excluded: list[Exclusion]) -> Decision:
-    """Rank ``evals`` and choose; raises ``NoEligibleConfiguration`` (``does_not_fit``) when no
-    configuration holds one sequence. ``excluded`` gains every configuration that holds none."""
+def decide(q: Query, w: Workload, evals: list[Evaluated]) -> Decision:
+    """Rank ``evals``, the predictions of query ``q`` at ``w``'s sizes, and choose; raises
+    ``NoEligibleConfiguration`` (``does_not_fit``) when no configuration holds one sequence.
+    The decision's exclusions are the query's and every configuration that holds none."""
+    pred, shape, si = q.pred, q.shape, q.si
+    excluded = list(q.excluded)
     for e in evals:
         if e.pred.running_sequences == 0:
             excluded.append(Exclusion(engine=e.config.engine, dcp_size=e.config.dcp_size,
@@ -71,7 +73,7 @@ def decide(pred: Predictor, w: Workload, shape: ModelShape, si: Silicon,
         confidence = "medium"
     else:
         confidence = "high"
-    cross = crossover_near(pred, w, shape, [e.config for e in eligible], si)
+    cross = crossover_near(q, w, [e.config for e in eligible])
     # ranked before the best are configurations not measured or holding no sequence
     unmeasured = (None if ranked[0] is best else
                   next((e for e in ranked if e is not best and e.pred.running_sequences

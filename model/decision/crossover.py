@@ -9,11 +9,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from model.fit.costmodel import CostModel
-from model.hardware.silicon import Silicon
-from model.physics.shape import ModelShape
-from model.predict.predictor import CROSSOVER_CACHE_SIZE, Predictor
-from model.predict.query import total_curves
+from model.predict.predictor import CROSSOVER_CACHE_SIZE
+from model.predict.query import Query, total_curves
 from model.workload import Config, Workload
 
 CROSSOVER_RANGE = (1024, 4 * 1024 * 1024)
@@ -76,28 +73,24 @@ def engine_envelopes(totals: np.ndarray, engines: Sequence[str]) -> tuple[list[s
     return names, np.take_along_axis(totals, rows, axis=0), rows
 
 
-def crossover_near(pred: Predictor, w: Workload, shape: ModelShape, configs: list[Config],
-                   si: Silicon) -> int | None:
+def crossover_near(q: Query, w: Workload, configs: list[Config]) -> int | None:
     """The context nearest the workload's where the best engine (each at its best DCP size of
     ``configs``) changes for real (``crossovers``), or None.
 
     The scan over CROSSOVER_GRID does not depend on the workload's context: it is cached per
-    (workload without its context, configs) in the model's predictor ``pred``; only a miss
-    asks the predictor for the curves."""
+    (query ``q``, output and batch sizes, configs) in the model's predictor; only a miss asks
+    the predictor for the curves."""
     engines = {c.engine for c in configs}
     if len(engines) < 2:
         return None
-    cache = pred.crossovers
-    req = w.requirements
+    cache = q.pred.crossovers
     configs = sorted(configs)
-    key = (shape.key, shape.kv_dtype, shape.weight_bytes, si, w.num_gpus, w.output_tokens,
-           w.batch_size, req.prefix_reuse_share if req else 0.0, tuple(configs))
+    key = (q.key, q.si, w.output_tokens, w.batch_size, tuple(configs))
     found = cache.get(key)
     if found is None:
         if len(cache) >= CROSSOVER_CACHE_SIZE:
             cache.clear()
-        model: CostModel = pred.model
-        totals = total_curves(model, w, shape, configs, CROSSOVER_GRID, si)
+        totals = total_curves(q.pred.model, w, q.shape, configs, CROSSOVER_GRID, q.si)
         found = cache[key] = crossovers(
             CROSSOVER_GRID, engine_envelopes(totals, [c.engine for c in configs])[1])
     if len(found) < 2:

@@ -131,6 +131,7 @@ class CostModel:
         state = dict(self.__dict__)
         # caches (model.predict.predictor) are not part of the model
         state.pop("_predictor", None)
+        state.pop("_queries", None)         # (model.queries)
         return state
 
     @property

@@ -156,17 +156,20 @@ def eval_dcp_layer(profile: dict, backend: str, batch, dcp) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------ loading
-_GENERATION = [0]  # bumped by clear_profile_cache, so derived caches know to refresh
+# bumped by clear_profile_cache, so derived caches know to refresh: with the profiles
+# directory set in the environment (PROFILES_ENV), what the silicon read from the profiles
+# depends on (model.hardware.silicon.silicon_for, model.predict.predictor.Predictor.query)
+GENERATION = [0]
 
 
 def cache_generation() -> int:
-    return _GENERATION[0]
+    return GENERATION[0]
 
 
 def clear_profile_cache() -> None:
     """Forget the profiles read so far (they are read once per directory and process)."""
     _scan.cache_clear()
-    _GENERATION[0] += 1
+    GENERATION[0] += 1
 
 
 @lru_cache(maxsize=8)

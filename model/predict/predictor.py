@@ -45,6 +45,7 @@ N_TERMS = len(TERMS)
 COVERAGE_REL_SIGMA = {"calibrated": 0.0, "transferred": TRANSFERRED_REL_SIGMA,
                       "uncalibrated": UNCALIBRATED_REL_SIGMA}
 CROSSOVER_CACHE_SIZE = 1024
+Z90 = 1.645          # a normal's 90 % two-sided quantile: the intervals' half-width in sd
 FACTS_CACHE_SIZE = 1024
 
 PRIOR_COEF = np.array([PRIOR[t] for t in TERMS])
@@ -99,7 +100,7 @@ class Predictor:
                 static_rows(index, fractions, dcps, attention), index, per_config)
         return hit
 
-    def _stacked(self, engines: tuple[str, ...], gpu: str, model_key: str):
+    def stacked(self, engines: tuple[str, ...], gpu: str, model_key: str):
         """(coefficients of a case's feature columns (E, 2 x terms), covariance factors F
         (E, terms, rank) with cov = F F', relative noise (E,)) of engines on a GPU type for a
         served model."""
@@ -135,7 +136,7 @@ class Predictor:
         return hit
 
     def table(self, case: Case, rel_extra: np.ndarray | None = None,
-              z: float = 1.645) -> np.ndarray:
+              z: float = Z90) -> np.ndarray:
         """The prediction table (n, ``model.formulas.N_TABLE``) of every row of a case: its
         features times its engine's efficiencies, with ``z``-sd intervals, its sequences at
         once, KV capacity, feasibility and decode terms (``model.formulas.predict_rows``)."""
@@ -151,7 +152,7 @@ class Predictor:
         else:
             K, coll, curve, rows, (engines, idx) = kernel_inputs(case)
         n = rows.shape[1]
-        coef, factors, noise = self._stacked(engines, case.silicon.name, case.shape.key)
+        coef, factors, noise = self.stacked(engines, case.silicon.name, case.shape.key)
         if rel_extra is None:
             extra = np.zeros(n)
         elif isinstance(rel_extra, np.ndarray) and rel_extra.shape == (n,):
@@ -161,7 +162,7 @@ class Predictor:
         return predict_rows(K, coll, curve, rows, coef, factors, noise, idx, extra, float(z))
 
     def predict(self, case: Case, rel_extra: np.ndarray | None = None,
-                z: float = 1.645) -> Prediction:
+                z: float = Z90) -> Prediction:
         """``table`` as named columns."""
         t = self.table(case, rel_extra, z)
         return Prediction(t[:, TOTAL], t[:, TOTAL_LO], t[:, TOTAL_HI], t[:, TTFT],

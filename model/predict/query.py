@@ -1,5 +1,5 @@
 """A workload as a query: the configurations it allows, their rows, and every configuration's
-prediction at the workload's sizes.
+prediction at the workload's sizes (``Query``, gathered by ``model.queries.query_for``).
 
 ``candidates`` applies the engines' DCP rules and the workload's requirements
 (``model.predict.capabilities``); ``build_case`` is the one place a query's rows are built;
@@ -19,23 +19,24 @@ from model import engines
 from model.engines import effective_share
 from model.fit.costmodel import (
     EXTRAPOLATION_REL_SIGMA,
+    RANGE_DIMS,
     CostModel,
 )
-from model.formulas import FEASIBLE, N_TABLE, PARTS, kv_demand_tokens
+from model.formulas import E_FEASIBLE, E_PARTS, N_EVAL, evaluate_rows
 from model.hardware.silicon import Silicon, silicon_for
 from model.physics.features import Case
 from model.physics.memory import MemoryChoice
 from model.physics.shape import ModelShape
 from model.physics.terms import DECODE_TERMS, Physics, physics_for
 from model.predict.capabilities import exclusions as capability_exclusions
-from model.predict.predictor import predictor_for
-from model.schemas import ConfigPrediction, Exclusion, construct
+from model.predict.predictor import Z90, predictor_for
+from model.schemas import ConfigPrediction, Exclusion, constructor
 from model.workload import Config, Workload
 
 BARE_REL_SIGMA = 0.05     # added relative sd when only KV bytes are known (no weights, FLOPs)
-# evaluate() unpacks a prediction table's row as its PARTS leading columns by name, then the
+# Query.evaluate unpacks an evaluation's row as its E_PARTS leading columns by name, then the
 # decode terms
-assert PARTS == 9 and N_TABLE == PARTS + len(DECODE_TERMS)
+assert E_PARTS == 11 and N_EVAL == E_PARTS + len(DECODE_TERMS)
 
 
 class Evaluated(NamedTuple):
@@ -155,50 +156,93 @@ def build_case(model: CostModel, w: Workload, shape: ModelShape, configs: list[C
                 share, facts, ph)
 
 
-def evaluate(model: CostModel, w: Workload, shape: ModelShape, configs: list[Config],
-             si: Silicon | None = None, ph: Physics | None = None) -> list[Evaluated]:
-    """Every config's prediction, memory and calibration status at the workload's context."""
-    if not configs:
-        return []
-    case = build_case(model, w, shape, configs, si=si, ph=ph)
-    per_config = case.facts.per_config
-    sizes = {"context_tokens": w.context_tokens, "batch_size": w.batch_size,
-             "output_tokens": w.output_tokens}
-    bare_sigma = 0.0 if shape.weights_known else BARE_REL_SIGMA
-    # doublings outside the calibrated range (calibrated configurations only) and the
-    # relative sd they and the calibration status add
-    dists = [doublings_outside(p[5], sizes) if p[5] is not None else 0.0 for p in per_config]
-    extra = np.array([p[6] + EXTRAPOLATION_REL_SIGMA * d + bare_sigma
-                      for p, d in zip(per_config, dists, strict=True)])
-    rows = predictor_for(model).table(case, extra).tolist()
-    demand = float(kv_demand_tokens(w.batch_size, w.context_tokens, w.output_tokens,
-                                    w.requirements.prefix_reuse_share if w.requirements else 0))
-    source = case.physics.read_source
-    # the physics prior answers when no configuration holding a sequence has calibration
-    # data for this hardware; allow_extrapolation matters only when one has
-    anyway = w.allow_extrapolation or not any(
-        (p[2] or p[3]) and t[FEASIBLE] > 0.0 for p, t in zip(per_config, rows, strict=True))
-    out = []
-    for c, (engine, dcp, calibrated, transferred, fraction, _, _), dist, t in zip(
-            configs, per_config, dists, rows, strict=True):
-        # the table's columns (model.formulas: TOTAL ... FEASIBLE, then the decode terms in
-        # DECODE_TERMS' order, checked below the imports)
-        total, lo, hi, _, pf, tpot, run, cap, ok = t[:PARTS]
-        out.append(_evaluated((c, construct(ConfigPrediction, {
-            "engine": engine, "dcp_size": dcp, "total_s": total,
-            "prefill_s": pf, "decode_s": total - pf if total > pf else 0.0, "tpot_s": tpot,
-            "interval_s": (lo, hi), "calibrated": calibrated,
-            "extrapolated": not calibrated or dist > 0,
-            "transferred": transferred, "mem_fraction": fraction,
-            "kv_capacity_tokens": int(cap) if cap < 2 ** 62 else 2 ** 62,
-            "fits_in_memory": demand <= cap, "running_sequences": int(run) if ok else 0,
-            "kv_read_source": source,
-            "step_terms_s": dict(zip(DECODE_TERMS, t[PARTS:], strict=False))}),
-            (anyway or calibrated or transferred) and ok > 0.0)))
-    return out
+class Query:
+    """A workload without its sizes (context, output, batch): everything its predictions need
+    that the sizes do not change, gathered once (``query_for``): the GPU's silicon, the served
+    model's shape and physics, the configurations and exclusions, each configuration's facts
+    (engine, DCP size, memory fraction, calibration status and range), its engine's stacked
+    efficiencies and the memory choice of each engine. ``evaluate`` is then one compiled call
+    and one prediction object per configuration."""
+
+    def __init__(self, model: CostModel, w: Workload, si: Silicon, shape: ModelShape,
+                 ph: Physics, configs: tuple[Config, ...] | None = None):
+        """``si``, ``shape``, ``ph``: ``w``'s silicon, model shape and physics
+        (``model.queries.query_for`` gathers them); ``configs``: every one ``w`` allows when
+        None; given, they are evaluated as they are, none excluded."""
+        self.key = w.query_key()
+        self.pred = pred = predictor_for(model)
+        self.si, self.shape, self.physics = si, shape, ph
+        self.gpu, self.provenance = si.gpu.name, si.provenance
+        if configs is None:
+            configs, excluded = candidates(w, shape)
+        else:
+            excluded = []
+        self.configs: tuple[Config, ...] = tuple(configs)
+        self.excluded: tuple[Exclusion, ...] = tuple(excluded)
+        self.memory = {e: pred.memory(e, self.gpu) for e in dict.fromkeys(c.engine
+                                                                           for c in configs)}
+        self.share = w.requirements.prefix_reuse_share if w.requirements else 0.0
+        self.allow_extrapolation = w.allow_extrapolation
+        if not configs:
+            return
+        facts = pred.facts(self.gpu, w.num_gpus, shape.key, shape.attention, self.configs)
+        self.facts = facts
+        engines, self.index = facts.engine_index
+        self.coef, self.factors, self.noise = pred.stacked(engines, si.name, shape.key)
+        self.kernel = (ph.K, ph.collectives(facts.max_dcp), ph.curve)
+        # added relative sd of each configuration by its calibration status and the shape's
+        # knowledge; calibrated configurations add EXTRAPOLATION_REL_SIGMA per doubling
+        # outside their calibrated range
+        bare_sigma = 0.0 if shape.weights_known else BARE_REL_SIGMA
+        self.sigma = np.array([p[6] + bare_sigma for p in facts.per_config])
+        # each configuration's calibrated range (low, high) of RANGE_DIMS; none: (0, inf)
+        self.bounds = np.array([[x for dim in RANGE_DIMS for x in p[5][dim]]
+                                if p[5] is not None else [0.0, math.inf] * len(RANGE_DIMS)
+                                for p in facts.per_config], dtype=float)
+        self.no_share = np.zeros(len(configs))
+        # what each prediction reports that the sizes do not change
+        self.fixed = [(c, engine, dcp, calibrated, transferred, fraction)
+                      for c, (engine, dcp, calibrated, transferred, fraction, _, _)
+                      in zip(self.configs, facts.per_config, strict=True)]
+
+    def evaluate(self, w: Workload) -> list[Evaluated]:
+        """Every configuration's prediction, memory and calibration status at ``w``'s sizes
+        (``w``: a workload of this query, ``w.query_key() == self.key``)."""
+        if not self.configs:
+            return []
+        ctx = w.context_tokens
+        share = (np.array([effective_share(e, self.share, ctx) for e in self.facts.engines])
+                 if self.share > 0 else self.no_share)
+        K, coll, curve = self.kernel
+        table = evaluate_rows(K, coll, curve, self.facts.rows, float(w.batch_size), float(ctx),
+                              float(w.output_tokens), share, self.share, self.coef,
+                              self.factors, self.noise, self.index, self.sigma, self.bounds,
+                              EXTRAPOLATION_REL_SIGMA, Z90).tolist()
+        source = self.physics.read_source
+        # the physics prior answers when no configuration holding a sequence has calibration
+        # data for this hardware; allow_extrapolation matters only when one has
+        anyway = self.allow_extrapolation or not any(
+            (f[3] or f[4]) and t[E_FEASIBLE] for f, t in zip(self.fixed, table, strict=True))
+        out = []
+        for (c, engine, dcp, calibrated, transferred, fraction), t in zip(self.fixed, table,
+                                                                          strict=True):
+            # the table's columns (model.formulas.evaluate_rows: E_TOTAL ... E_DOUBLINGS, then
+            # the decode terms in DECODE_TERMS' order, checked below the imports)
+            total, lo, hi, pf, decode, tpot, run, cap, fits, ok, dist = t[:E_PARTS]
+            out.append(_evaluated((c, make_prediction({
+                "engine": engine, "dcp_size": dcp, "total_s": total, "prefill_s": pf,
+                "decode_s": decode, "tpot_s": tpot, "interval_s": (lo, hi),
+                "calibrated": calibrated, "extrapolated": not calibrated or dist > 0.0,
+                "transferred": transferred, "mem_fraction": fraction,
+                "kv_capacity_tokens": int(cap), "fits_in_memory": fits > 0.0,
+                "running_sequences": int(run), "kv_read_source": source,
+                "step_terms_s": dict(zip(DECODE_TERMS, t[E_PARTS:], strict=False))}),
+                (anyway or calibrated or transferred) and ok > 0.0)))
+        return out
 
 
 _evaluated = partial(tuple.__new__, Evaluated)    # Evaluated((...)) without its Python __new__
+make_prediction = constructor(ConfigPrediction)
 
 
 def total_curves(model: CostModel, w: Workload, shape: ModelShape, configs: list[Config],

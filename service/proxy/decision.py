@@ -7,10 +7,9 @@
    the least-loaded available upstream)``, floored by the batch the operator expects an engine
    to run.
 2. Costs (``pool_costs``): the proxy's one call into the cost model, the predicted cost of
-   each configured (engine, DCP size) group; it uses ``model.predict.query.candidates`` (which
-   configurations the workload allows) and ``model.predict.query.evaluate`` (their predictions,
-   one pass), nothing else: not the recommender's ranking text, launch command, memory
-   reasons or crossover scan.
+   each configured (engine, DCP size) group; it uses ``model.predict.query.evaluate`` (the
+   configurations the workload allows and their predictions, one pass), nothing else: not the
+   recommender's ranking text, launch command, memory reasons or crossover scan.
 3. Decision (``Decider``): the groups ranked by those costs. That still costs far more than
    the rest of a proxied request, so decisions are cached by bucket: context and output tokens
    in eighth-octave buckets (each about 9 % wide, so a decision near a crossover is at most a
@@ -31,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from model.fit.costmodel import CostModel
-from model.predict.query import candidates, evaluate
+from model.queries import evaluate
 from model.workload import MAX_BATCH, MAX_CONTEXT, MAX_OUTPUT, Workload
 from service.errors import ApiError
 from service.holder import LoadedModel
@@ -148,10 +147,8 @@ class PoolCost:
 
 def pool_costs(model: CostModel, workload: Workload) -> dict[Group, PoolCost]:
     """Each allowed (engine, DCP size) of ``workload.engines`` x ``workload.dcp_sizes``."""
-    layout = workload.model_shape()
-    configs, _ = candidates(workload, layout)
     out = {}
-    for e in evaluate(model, workload, layout, configs):
+    for e in evaluate(model, workload):
         p = e.pred
         out[(e.config.engine, e.config.dcp_size)] = PoolCost(
             p.total_s, p.prefill_s, p.tpot_s, tuple(p.interval_s), p.calibrated,

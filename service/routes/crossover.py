@@ -7,8 +7,8 @@ from fastapi import APIRouter
 
 from model.decision.choose import does_not_fit
 from model.decision.crossover import crossovers, engine_envelopes
-from model.hardware.silicon import silicon_for
-from model.predict.query import candidates, evaluate, excluded_field, total_curves
+from model.predict.query import excluded_field, total_curves
+from model.queries import query_for
 from service.deps import JsonRoute, ModelDep
 from service.errors import ApiError, error_responses
 from service.schemas import ConfigRef, Crossing, CrossoverRequest, CrossoverResponse, Curve
@@ -34,16 +34,16 @@ async def crossover(body: CrossoverRequest, loaded: ModelDep) -> CrossoverRespon
     model = loaded.model
     lo, hi = body.context_range
     w = body.model_copy(update={"context_tokens": lo})
-    layout = w.model_shape()
-    configs, excluded = candidates(w, layout)
-    if not configs:
-        field = excluded_field(w, excluded)
+    q = query_for(model, w)
+    layout = q.shape
+    if not q.configs:
+        field = excluded_field(w, q.excluded)
         raise ApiError(422, f"{field}: no configuration to compare: "
-                       + "; ".join(x.describe() for x in excluded), param=field)
-    evals = evaluate(model, w, layout, configs)
+                       + "; ".join(x.describe() for x in q.excluded), param=field)
+    evals = q.evaluate(w)
     ok = [e for e in evals if e.eligible]   # all that hold a sequence, when none is calibrated
     if not ok:      # not one sequence of the range's shortest context fits
-        exc = does_not_fit(model, w, layout, silicon_for(w.gpu_spec()))
+        exc = does_not_fit(model, w, layout, q.si)
         field = "context_range" if exc.field == "context_tokens" else exc.field
         raise ApiError(422, f"{field}: no configuration to compare at {lo:,} context tokens: "
                        f"{exc}", param=field)
@@ -67,4 +67,5 @@ async def crossover(body: CrossoverRequest, loaded: ModelDep) -> CrossoverRespon
         context_range=(lo, hi),
         crossover_context_tokens=engine_x[0].context_tokens if engine_x else None,
         engine_crossovers=engine_x, config_crossovers=_crossings(grid, totals, config_refs),
-        points=points, best=best, curves=curves, excluded=excluded, model_version=loaded.version)
+        points=points, best=best, curves=curves, excluded=list(q.excluded),
+        model_version=loaded.version)

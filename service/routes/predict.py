@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from model.predict.query import candidates, evaluate
+from model.queries import query_for
 from service.deps import JsonRoute, ModelDep
 from service.errors import ApiError, error_responses
 from service.schemas import PredictRequest, PredictResponse, StepSeconds
@@ -16,12 +16,11 @@ router = APIRouter(prefix="/v1/predict", tags=["predict"], route_class=JsonRoute
              summary="Predict times (with a 90 % interval) of one configuration")
 async def predict(body: PredictRequest, loaded: ModelDep) -> PredictResponse:
     w = body.workload.model_copy(update={"engines": [body.engine], "dcp_sizes": [body.dcp_size]})
-    layout = w.model_shape()
-    configs, excluded = candidates(w, layout)
-    if not configs:
-        x = excluded[0]
+    q = query_for(loaded.model, w)
+    if not q.configs:
+        x = q.excluded[0]
         raise ApiError(422, f"{body.engine} dcp {body.dcp_size} cannot serve this workload: "
                             f"{x.reason}", param="dcp_size" if x.dcp_size else "engine")
-    e = evaluate(loaded.model, w, layout, configs)[0]
+    e = q.evaluate(w)[0]
     return PredictResponse(prediction=e.pred, decode_step_s=StepSeconds(**e.pred.step_terms_s),
                            model_version=loaded.version)

@@ -14,8 +14,7 @@ from model.decision.crossover import crossover_near
 from model.fit.artifact import save
 from model.fit.costmodel import CostModel
 from model.hardware.profiles import PROFILES_ENV
-from model.hardware.silicon import silicon_for
-from model.predict.predictor import predictor_for
+from model.queries import query_for
 from model.workload import Config, Workload
 
 
@@ -39,8 +38,7 @@ def workload(ctx: int = 8192) -> Workload:
 
 def test_top_suggestions_sit_at_the_crossover(model):
     w = workload()
-    cross = crossover_near(predictor_for(model), w, w.model_shape(),
-                           [Config("vllm", 1), Config("sglang", 8)], silicon_for(w.gpu_spec()))
+    cross = crossover_near(query_for(model, w), w, [Config("vllm", 1), Config("sglang", 8)])
     points = plan(model, w, n_points=4)
     top = points[:2]
     assert {(p.engine, p.dcp_size) for p in top} == {("vllm", 1), ("sglang", 8)}

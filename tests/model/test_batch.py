@@ -4,7 +4,7 @@ import numpy as np
 
 from model.fit.default import default_model
 from model.predict.batch import predict_grid
-from model.predict.query import evaluate
+from model.queries import evaluate
 from model.workload import Config, Workload
 
 
@@ -18,7 +18,7 @@ def test_grid_matches_the_recommender_row_by_row():
     grid = predict_grid(m, workloads, configs)
     assert grid.total.shape == (len(workloads) * len(configs),)
     for i, w in enumerate(workloads):
-        want = [e.pred for e in evaluate(m, w, w.model_shape(), configs)]
+        want = [e.pred for e in evaluate(m, w, configs)]
         got = slice(i * len(configs), (i + 1) * len(configs))
         np.testing.assert_allclose(grid.total[got], [p.total_s for p in want], rtol=1e-12)
         np.testing.assert_allclose(grid.tpot[got], [p.tpot_s for p in want], rtol=1e-12)

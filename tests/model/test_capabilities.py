@@ -9,10 +9,8 @@ from model import engines
 from model.engines import effective_share
 from model.errors import NoEligibleConfiguration
 from model.fit.default import default_model
-from model.hardware.silicon import silicon_for
 from model.physics.shape import bare
 from model.predict.capabilities import engine_exclusion, exclusions, load_capabilities
-from model.predict.predictor import predictor_for
 from model.recommend import recommend
 from model.workload import Requirements, Workload
 
@@ -133,6 +131,7 @@ def test_prefix_reuse_also_moves_the_crossover_curves():
     w = Workload.model_validate({**kimi, "requirements": {"prefix_reuse_share": 0.9}})
     from model.decision.crossover import CROSSOVER_GRID, crossover_near
     from model.predict.query import total_curves
+    from model.queries import query_for
     from model.workload import Config
     cfgs = [Config("vllm", 1), Config("sglang", 8)]
     curves = total_curves(m, w, w.model_shape(), cfgs, CROSSOVER_GRID)
@@ -142,5 +141,4 @@ def test_prefix_reuse_also_moves_the_crossover_curves():
     assert both.sum() > 100 and (curves[both] < before[both]).all()
     assert np.isfinite(curves).sum() >= np.isfinite(before).sum()   # sharing frees KV
     rec = recommend(m, w, m.version)
-    assert rec.crossover_context_tokens == crossover_near(predictor_for(m), w, w.model_shape(),
-                                                         cfgs, silicon_for(w.gpu_spec()))
+    assert rec.crossover_context_tokens == crossover_near(query_for(m, w), w, cfgs)

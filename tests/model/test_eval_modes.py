@@ -15,7 +15,7 @@ from model.fit.default import default_model
 from model.hardware.silicon import silicon_for
 from model.physics.features import Case, case_features
 from model.physics.shape import bare, preset_shape
-from model.predict.query import evaluate
+from model.queries import evaluate
 from model.recommend import recommend
 from model.schemas import ConfigPrediction, Exclusion, Recommendation, construct, to_json
 from model.workload import Config, Workload
@@ -88,7 +88,7 @@ def test_lists_and_arrays_give_the_same_rows(name):
 def test_construct_equals_validation():
     m = default_model()
     w = Workload(context_tokens=100_000, output_tokens=512, batch_size=16, preset="kimi-k3")
-    ev = evaluate(m, w, w.model_shape(), [Config("vllm", 1), Config("sglang", 8)])
+    ev = evaluate(m, w, [Config("vllm", 1), Config("sglang", 8)])
     for e in ev:
         data = e.pred.model_dump()
         valid = ConfigPrediction.model_validate(data)

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from model.fit.default import default_model
 from model.plan import PlanRequest, plan
 from model.predict.arrivals import arrival_tpot_s
-from model.predict.query import evaluate
+from model.queries import evaluate
 from model.workload import Config
 
 BASE = {"kv_bytes_per_token": 70272, "gpu": "B300", "gpus_per_node": 8}
@@ -28,7 +28,7 @@ def run(**kw):
 
 def at(m, req, cls, engine, dcp, batch):
     w = req.workload(req.classes[cls]).model_copy(update={"batch_size": batch})
-    return evaluate(m, w, w.model_shape(), [Config(engine, dcp)])[0].pred
+    return evaluate(m, w, [Config(engine, dcp)])[0].pred
 
 
 def test_littles_law_and_maximal_concurrency():
@@ -131,7 +131,7 @@ def test_ttft_slo_bounds_concurrency_by_the_arrival_queue():
     to wait for, more prefills queued ahead): a tight bound lowers B, names TTFT as the limit,
     and B + 1 would miss it."""
     from model.plan import _latencies
-    from model.predict.query import evaluate as ev
+    from model.queries import evaluate as ev
 
     _, _, loose = run(classes=[SHORT], slo={"max_tpot_s": 0.05})
     lc = loose.classes[0]
@@ -144,9 +144,9 @@ def test_ttft_slo_bounds_concurrency_by_the_arrival_queue():
         assert c.concurrency < lc.concurrency
     assert c.limited_by in ("slo_ttft", "kv_capacity", "slo_tpot")
     w = req.workload(req.classes[0])
-    e1 = ev(m, w, w.model_shape(), [Config(c.engine, c.dcp_size)])[0]
+    e1 = ev(m, w, [Config(c.engine, c.dcp_size)])[0]
     w2 = w.model_copy(update={"batch_size": c.concurrency + 1})
-    e2 = ev(m, w2, w2.model_shape(), [Config(c.engine, c.dcp_size)])[0]
+    e2 = ev(m, w2, [Config(c.engine, c.dcp_size)])[0]
     if c.limited_by == "slo_ttft":
         assert _latencies(e2, e1, w, c.concurrency + 1)[1] > bound
     # below one prompt's prefill nothing can serve it

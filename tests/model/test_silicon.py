@@ -24,7 +24,7 @@ from model.hardware.profiles import (
     fit_read_curve,
 )
 from model.hardware.silicon import SPEC_EFFICIENCY, Silicon, roofline_silicon, silicon_for
-from model.predict.query import evaluate
+from model.queries import evaluate
 from model.recommend import recommend
 from model.workload import Config, Workload
 
@@ -136,13 +136,13 @@ def test_cli_recommend_h200_states_the_profile():
 
 def test_profile_changes_predictions_only_on_its_gpu(profiles):
     w = _workload(engines=["vllm"], dcp_sizes=[1])
-    spec = evaluate(default_model(), w, w.model_shape(), [Config("vllm", 1)])[0].pred
+    spec = evaluate(default_model(), w, [Config("vllm", 1)])[0].pred
     shutil.copy(DEFAULT_PROFILES_DIR / "h200.json", profiles / "h200.json")
     clear_profile_cache()
-    measured = evaluate(default_model(), w, w.model_shape(), [Config("vllm", 1)])[0].pred
+    measured = evaluate(default_model(), w, [Config("vllm", 1)])[0].pred
     assert measured.total_s != pytest.approx(spec.total_s, rel=1e-3)
     b = _workload(gpu="B300", engines=["vllm"], dcp_sizes=[1])
-    again = evaluate(default_model(), b, b.model_shape(), [Config("vllm", 1)])[0].pred
+    again = evaluate(default_model(), b, [Config("vllm", 1)])[0].pred
     clear_profile_cache()
     assert again.kv_read_source == "spec"
 

@@ -1,5 +1,8 @@
 """A recommendation walks model/'s pipeline once: hardware -> physics -> predictions ->
 decision -> presentation, each stage handing its results to the next (model/recommend.py).
+Hardware, physics and what the predictions need that the workload's sizes do not change are
+gathered once per workload without its sizes (``model.queries``): a served recommendation of
+a query seen before starts at the predictions.
 
 The walk is traced with ``sys.setprofile``: every Python call into a stage folder's module is
 a visit to that stage. The fitted efficiencies (``model.fit``) are data the predictor reads:
@@ -56,7 +59,10 @@ def test_a_served_recommendation_visits_each_stage_once_in_order(spec):
     w = Workload(**spec)
     recommend(model, w, "v")                          # the caches a server holds
     walk = stage_walk(lambda: recommend(model, w, "v"))
-    assert walk == ["hardware", "physics", "predict", "decision", "presentation"]
+    assert walk == ["predict", "decision", "presentation"]      # the query is held
+    # another context of the same query: the same walk, with nothing gathered again
+    other = w.model_copy(update={"context_tokens": w.context_tokens * 2 + 1})
+    assert stage_walk(lambda: recommend(model, other, "v")) == walk
 
 
 def test_a_first_recommendation_only_calls_down_the_pipeline():

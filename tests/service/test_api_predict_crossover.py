@@ -6,7 +6,7 @@ import pytest
 from svc_helpers import SEED, assert_error
 
 from model.fit.default import default_model
-from model.predict.query import evaluate
+from model.queries import evaluate
 from model.workload import Config, Workload
 
 NO_CTX = {k: v for k, v in SEED.items() if k != "context_tokens"}
@@ -19,7 +19,7 @@ def test_predict_matches_evaluate_and_the_seed(client, engine, dcp, published):
     body = r.json()
     m = default_model()
     w = Workload.model_validate(SEED)
-    e = evaluate(m, w, w.model_shape(), [Config(engine, dcp)])[0]
+    e = evaluate(m, w, [Config(engine, dcp)])[0]
     assert body["prediction"] == e.pred.model_dump(mode="json")
     assert body["model_version"] == m.version
     p = body["prediction"]

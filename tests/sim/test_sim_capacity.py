@@ -9,7 +9,7 @@ import pytest
 from simproc import SimProcess
 
 from model.fit.default import default_model
-from model.predict.query import candidates, evaluate
+from model.queries import evaluate
 from model.workload import Workload
 from sim.config import SimConfig
 
@@ -30,10 +30,8 @@ def recommender_capacities(preset: str, gpu: str, num_gpus: int, batch: int):
     model = default_model()
     w = Workload(context_tokens=8192, output_tokens=256, batch_size=batch, preset=preset,
                  gpu=gpu, num_gpus=num_gpus)
-    shape = w.model_shape()
-    configs, _ = candidates(w, shape)
     return [(e.config.engine, e.config.dcp_size, e.pred.mem_fraction, e.pred.kv_capacity_tokens)
-            for e in evaluate(model, w, shape, configs)]
+            for e in evaluate(model, w)]
 
 
 @pytest.mark.parametrize(("preset", "gpu", "num_gpus", "batch"), CASES)
