@@ -25,10 +25,10 @@ N_TERMS = len(TERMS)
 
 class QueryFacts(NamedTuple):
     """Per configuration of a query: engine, DCP size, memory fraction and (calibration
-    status, calibrated range or None) (``CostModel.calibrated_range``); and
-    for a query of one row per configuration, the compiled code's input rows that do not
-    depend on the workload's sizes (``kernel_inputs``) and each row's engine
-    index (``engine_index``). Built and memoised by ``model.predict.predictor.Predictor.facts``."""
+    status, calibrated range or None) (``CostModel.calibrated_range``); the compiled code's
+    input rows that do not depend on the workload's sizes (``static_rows``) and each row's
+    engine index (``engine_index``). Built and memoised by
+    ``model.predict.predictor.Predictor.facts``; read by ``model.predict.query.Query``."""
 
     engines: list[str]
     dcps: list[float]
@@ -39,7 +39,7 @@ class QueryFacts(NamedTuple):
     engine_index: tuple[tuple[str, ...], np.ndarray]
     # per configuration, what its prediction reports that does not depend on the workload's
     # sizes: (engine, DCP size, calibrated, transferred, memory fraction, calibrated range or
-    # None, added relative sd without calibration data) (``model.predict.query.evaluate``)
+    # None, added relative sd without calibration data) (``model.predict.query.Query``)
     per_config: list[tuple]
 
 
@@ -58,7 +58,6 @@ class Case:
     dcp: np.ndarray | list
     fraction: np.ndarray | list  # memory fraction per row
     share: np.ndarray | list | float = 0.0   # prefix-cache share of each prompt
-    facts: QueryFacts | None = None    # the query's per-configuration facts
     physics: Physics | None = None     # physics_for(shape, silicon, tp), when the caller has it
     # routing diversity of a decode batch's tokens (model.formulas.batch_terms): 1 for a trained
     # router; below 1 for what an engine measured on random weights (CostModel.diversity)
@@ -140,9 +139,8 @@ def static_rows(index: tuple[tuple[str, ...], np.ndarray], fraction, dcp,
 def kernel_inputs(case: Case) -> tuple:
     """(K, collectives, read curve, rows, engine index) of a case: what
     ``model.formulas.predict_rows`` reads (the model's constants on its GPU and TP size, one
-    column per row) and each row's ``engine_index``. A one-row-per-configuration query carries
-    its ``facts`` and ``physics`` and is packed by the predictor itself
-    (``model.predict.predictor.Predictor.table``)."""
+    column per row) and each row's ``engine_index``. A recommendation's query packs its own
+    once (``model.predict.query.Query``)."""
     ph = case.physics or physics_for(case.shape, case.silicon, case.tp)
     n = len(case.engine)
     index = engine_index(case.engine)

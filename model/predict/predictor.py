@@ -30,7 +30,6 @@ from model.formulas import (
     TOTAL_LO,
     TPOT,
     TTFT,
-    fill_sizes,
     predict_rows,
 )
 from model.physics.features import Case, QueryFacts, engine_index, kernel_inputs, static_rows
@@ -140,17 +139,7 @@ class Predictor:
         """The prediction table (n, ``model.formulas.N_TABLE``) of every row of a case: its
         features times its engine's efficiencies, with ``z``-sd intervals, its sequences at
         once, KV capacity, feasibility and decode terms (``model.formulas.predict_rows``)."""
-        facts, ph = case.facts, case.physics
-        if facts is not None and ph is not None and len(facts.engines) == len(case.engine):
-            # a query of one row per configuration (model.predict.query.build_case): its
-            # configurations' rows are memoised in its facts
-            rows = facts.rows.copy()
-            fill_sizes(rows, case.batch, case.context, case.output, case.share, case.diversity)
-            engines, idx = facts.engine_index
-            coll = ph.coll if len(ph.coll) > facts.max_dcp else ph.collectives(facts.max_dcp)
-            K, curve = ph.K, ph.curve
-        else:
-            K, coll, curve, rows, (engines, idx) = kernel_inputs(case)
+        K, coll, curve, rows, (engines, idx) = kernel_inputs(case)
         n = rows.shape[1]
         coef, factors, noise = self.stacked(engines, case.silicon.name, case.shape.key)
         if rel_extra is None:

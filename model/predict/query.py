@@ -128,23 +128,16 @@ def memory_choice(model: CostModel, engine: str, gpu: str) -> MemoryChoice:
 
 # ------------------------------------------------------------------------ rows and predictions
 def build_case(model: CostModel, w: Workload, shape: ModelShape, configs: list[Config],
-               contexts: np.ndarray | None = None, si: Silicon | None = None,
-               ph: Physics | None = None) -> Case:
-    """The one place a query is built: one row per config at the workload's context, or per
-    (config, context) config-major when ``contexts`` is given. ``si``, ``ph``: the workload's
-    GPU's ``silicon_for`` and ``physics_for`` when the caller has them."""
+               contexts: np.ndarray | None = None, si: Silicon | None = None) -> Case:
+    """A workload's rows for the batch path (``Predictor.predict``): per (config, context),
+    config-major, over ``contexts`` (the workload's own when None). ``si``: the workload's
+    GPU's ``silicon_for`` when the caller has it. A recommendation's one row per
+    configuration is ``Query.evaluate``'s."""
     si = si or silicon_for(w.gpu_spec())
     facts = predictor_for(model).facts(si.gpu.name, w.num_gpus, shape.key, shape.attention,
                                        tuple(configs))
     share_in = w.requirements.prefix_reuse_share if w.requirements else 0.0
-    if contexts is None:
-        ctx = float(w.context_tokens)
-        share = ([effective_share(e, share_in, ctx) for e in facts.engines] if share_in > 0
-                 else 0.0)
-        return Case(shape, si, w.num_gpus, facts.engines, float(w.batch_size), ctx,
-                    float(w.output_tokens), facts.dcps, facts.fractions, share, facts,
-                    ph or physics_for(shape, si, w.num_gpus))
-    grid = np.asarray(contexts, dtype=float)
+    grid = np.asarray([w.context_tokens] if contexts is None else contexts, dtype=float)
     k = len(grid)
     engine = np.repeat(np.array(facts.engines), k)
     share = (np.array([effective_share(e, share_in, x) for e in facts.engines for x in grid])
@@ -153,7 +146,7 @@ def build_case(model: CostModel, w: Workload, shape: ModelShape, configs: list[C
     return Case(shape, si, w.num_gpus, engine, np.full(n, float(w.batch_size)),
                 np.tile(grid, len(configs)), np.full(n, float(w.output_tokens)),
                 np.repeat(np.array(facts.dcps), k), np.repeat(np.array(facts.fractions), k),
-                share, facts, ph)
+                share, physics_for(shape, si, w.num_gpus))
 
 
 class Query:
