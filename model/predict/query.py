@@ -34,8 +34,8 @@ from model.schemas import ConfigPrediction, Exclusion, constructor
 from model.workload import Config, Workload
 
 BARE_REL_SIGMA = 0.05     # added relative sd when only KV bytes are known (no weights, FLOPs)
-# Query.evaluate unpacks an evaluation's row as its E_PARTS leading columns by name, then the
-# decode terms
+# Query.evaluate unpacks an evaluation's row by name: its E_PARTS leading columns, then the
+# decode terms, written as a literal in DECODE_TERMS' order (checked below the class)
 assert E_PARTS == 11 and N_EVAL == E_PARTS + len(DECODE_TERMS)
 
 
@@ -220,8 +220,9 @@ class Query:
         for (c, engine, dcp, calibrated, transferred, fraction), t in zip(self.fixed, table,
                                                                           strict=True):
             # the table's columns (model.formulas.evaluate_rows: E_TOTAL ... E_DOUBLINGS, then
-            # the decode terms in DECODE_TERMS' order, checked below the imports)
-            total, lo, hi, pf, decode, tpot, run, cap, fits, ok, dist = t[:E_PARTS]
+            # the decode terms in DECODE_TERMS' order: both checked below the class)
+            (total, lo, hi, pf, decode, tpot, run, cap, fits, ok, dist, gemm, moe, kv, mla,
+             dcp_read, state, tp_comm, dcp_comm, dcp_fixed, layer, moe_fixed, seq, step) = t
             out.append(_evaluated((c, make_prediction({
                 "engine": engine, "dcp_size": dcp, "total_s": total, "prefill_s": pf,
                 "decode_s": decode, "tpot_s": tpot, "interval_s": (lo, hi),
@@ -229,7 +230,11 @@ class Query:
                 "transferred": transferred, "mem_fraction": fraction,
                 "kv_capacity_tokens": int(cap), "fits_in_memory": fits > 0.0,
                 "running_sequences": int(run), "kv_read_source": source,
-                "step_terms_s": dict(zip(DECODE_TERMS, t[E_PARTS:], strict=False))}),
+                "step_terms_s": {   # a literal: twice as fast as dict(zip(DECODE_TERMS, ...))
+                    "gemm": gemm, "moe": moe, "kv_read": kv, "mla_read": mla,
+                    "dcp_read": dcp_read, "state": state, "tp_comm": tp_comm,
+                    "dcp_comm": dcp_comm, "dcp_fixed": dcp_fixed, "layer_fixed": layer,
+                    "moe_fixed": moe_fixed, "seq_fixed": seq, "step_fixed": step}}),
                 (anyway or calibrated or transferred) and ok > 0.0)))
         return out
 
