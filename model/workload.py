@@ -109,6 +109,9 @@ class Workload(JsonModel):
 
     @model_validator(mode="after")
     def _one_kv_source(self) -> Workload:
+        if ((self.preset is None) + (self.hf_config is None)
+                + (self.kv_bytes_per_token is None)) == 2:       # exactly one given
+            return self
         given = [k for k in ("kv_bytes_per_token", "hf_config", "preset")
                  if getattr(self, k) is not None]
         if len(given) != 1:

@@ -84,12 +84,12 @@ def crossover_near(q: Query, w: Workload, configs: list[Config]) -> int | None:
     if len(engines) < 2:
         return None
     cache = q.pred.crossovers
-    configs = sorted(configs)
-    key = (q.key, q.si, w.output_tokens, w.batch_size, tuple(configs))
+    key = (q, w.output_tokens, w.batch_size, frozenset(configs))
     found = cache.get(key)
     if found is None:
         if len(cache) >= CROSSOVER_CACHE_SIZE:
             cache.clear()
+        configs = sorted(configs)
         totals = total_curves(q.pred.model, w, q.shape, configs, CROSSOVER_GRID, q.si)
         found = cache[key] = crossovers(
             CROSSOVER_GRID, engine_envelopes(totals, [c.engine for c in configs])[1])

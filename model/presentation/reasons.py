@@ -27,10 +27,6 @@ def _share(x: float) -> str:
     return f"{x:.0%}"
 
 
-def _ms(x: float) -> str:
-    return f"{x * 1e3:.1f} ms"
-
-
 _second = itemgetter(1)
 
 STEP_NAMES = {"gemm": "dense weights/GEMMs", "moe": "routed experts", "kv_read": "KV reads",
@@ -42,10 +38,13 @@ STEP_NAMES = {"gemm": "dense weights/GEMMs", "moe": "routed experts", "kv_read":
               "step_fixed": "per-step fixed"}
 
 
+_STEP_FORMATS = {k: name + " %.1f ms" for k, name in STEP_NAMES.items()}
+
+
 def step_story(parts: dict[str, float]) -> str:
     """'weights 12.0 ms, KV reads 4.1 ms, ...' of one decode step, largest first."""
     items = sorted(parts.items(), key=_second, reverse=True)
-    return ", ".join([f"{STEP_NAMES[k]} {v * 1e3:.1f} ms" for k, v in items if v > 0])
+    return ", ".join([_STEP_FORMATS[k] % (v * 1e3) for k, v in items if v > 0])
 
 
 
@@ -71,13 +70,13 @@ def reasons(w: Workload, shape: ModelShape, gpu: str, d: Decision, provenance: s
         r.append(f"{_label(unmeasured)}, not measured on {gpu} x {w.num_gpus}, "
                  f"is predicted {bp.total_s / u:.2f}x faster ({u:.1f} s) by the physics prior: "
                  "calibrate it, or set allow_extrapolation to let it be chosen")
-    step = sum(best.pred.step_terms_s.values()) or 1e-12
+    # (a prediction's TPOT is its decode step: the sum of the step's terms)
     r.append(f"decode is {_share(bp.decode_s / max(bp.total_s, 1e-12))} of the time; one decode "
-             f"step of {bp.running_sequences} sequences takes {_ms(step)}: "
+             f"step of {bp.running_sequences} sequences takes {bp.tpot_s * 1e3:.1f} ms: "
              f"{step_story(best.pred.step_terms_s)}")
     if rival:
-        rstep = sum(rival.pred.step_terms_s.values())
-        r.append(f"{rival_l}: {_ms(rstep)} per step of {rival.pred.running_sequences} "
+        r.append(f"{rival_l}: {rival.pred.tpot_s * 1e3:.1f} ms per step of "
+                 f"{rival.pred.running_sequences} "
                  f"sequences: {step_story(rival.pred.step_terms_s)}")
     if bp.running_sequences < w.batch_size:
         r.append(f"KV capacity {bp.kv_capacity_tokens:,} tokens holds {bp.running_sequences} of "
