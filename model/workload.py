@@ -120,14 +120,16 @@ class Workload(JsonModel):
         return self
 
     def query_key(self) -> tuple:
-        """Every field but the sizes (context, output, batch), hashable: workloads with equal
-        keys are one query at different sizes (``model.predict.query.query_for``). Without
-        ``engines``, the registered engines'."""
+        """Every field that a prediction depends on but the sizes (context, output, batch),
+        hashable: workloads with equal keys are one query at different sizes
+        (``model.queries.query_for``). ``model`` names the launch command's model, and a
+        config.json's model (its calibration key, ``ModelShape.key``): only with ``hf_config``
+        is it one. Without ``engines``, the registered engines'."""
         r = self.requirements
         return (self.preset, self.kv_bytes_per_token,
-                orjson.dumps(self.hf_config, option=orjson.OPT_SORT_KEYS)
+                (orjson.dumps(self.hf_config, option=orjson.OPT_SORT_KEYS), self.model)
                 if self.hf_config is not None else None,
-                self.kv_cache_dtype, self.model_weight_bytes, self.model, self.gpu,
+                self.kv_cache_dtype, self.model_weight_bytes, self.gpu,
                 self.num_gpus, tuple(self.engines) if self.engines else engine_names(),
                 tuple(self.dcp_sizes) if self.dcp_sizes else None,
                 tuple(r.__dict__.values()) if r is not None else None, self.allow_extrapolation)

@@ -56,14 +56,39 @@ def features_of_every_case() -> dict:
     return out
 
 
+QUERIES = [dict(context_tokens=150_000, output_tokens=2048, batch_size=64, preset="kimi-k3"),
+           dict(context_tokens=32_768, output_tokens=512, batch_size=600, gpu="H200",
+                num_gpus=8, preset="llama-3.1-70b", requirements={"prefix_reuse_share": 0.4}),
+           dict(context_tokens=8192, output_tokens=256, batch_size=4, gpu="H200", num_gpus=1,
+                kv_bytes_per_token=70_272)]
+
+
+def evaluations() -> list:
+    """Each of QUERIES' configurations as ``Query.evaluate`` reports them (one compiled call
+    of ``model.formulas.evaluate_rows``)."""
+    from model.queries import evaluate
+    m = default_model()
+    return [[e.pred.model_dump() for e in evaluate(m, Workload(**spec))] for spec in QUERIES]
+
+
 def test_compiled_formulas_equal_plain_python():
     env = {**os.environ, "NUMBA_DISABLE_JIT": "1"}
     code = ("import json, sys; sys.path.insert(0, 'tests/model'); import test_eval_modes as t; "
             "from numba.core.config import DISABLE_JIT; assert DISABLE_JIT; "
-            "print(json.dumps(t.features_of_every_case()))")
+            "print(json.dumps([t.features_of_every_case(), t.evaluations()]))")
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=600, check=True)
-    plain = json.loads(proc.stdout)
+    plain, plain_evaluations = json.loads(proc.stdout)
+    for got, want in zip(evaluations(), plain_evaluations, strict=True):
+        assert len(got) == len(want) > 1
+        for g, p in zip(got, want, strict=True):
+            np.testing.assert_allclose(list(g.pop("step_terms_s").values()),
+                                       list(p.pop("step_terms_s").values()), rtol=1e-12,
+                                       atol=1e-15)
+            np.testing.assert_allclose(g.pop("interval_s"), p.pop("interval_s"), rtol=1e-12)
+            for k in ("total_s", "prefill_s", "decode_s", "tpot_s"):
+                np.testing.assert_allclose(g.pop(k), p.pop(k), rtol=1e-12, err_msg=k)
+            assert g == p
     compiled = features_of_every_case()
     assert plain.keys() == compiled.keys()
     waves = 0
