@@ -1,6 +1,8 @@
 """In-process speed of the cost model: one recommendation, and batched predictions.
 
 Usage: .venv/bin/python bench/bench_model.py [--workloads 10000] [--repeats 7]
+To time another checkout (``git worktree add DIR COMMIT``), run its script with
+``PYTHONPATH=DIR``: the editable install would otherwise import this checkout's ``model``.
 Targets: >= 2,000,000 (engine, dcp, workload) evaluations/s batched; <= 100 us for one
 recommendation in-process (validation included).
 
