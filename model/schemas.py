@@ -11,31 +11,15 @@ from pydantic import BaseModel, Field
 M = TypeVar("M", bound=BaseModel)
 _setattr = object.__setattr__
 _new = object.__new__
-_FIELDS_SET: dict[type, set[str]] = {}
-
-
-def construct(cls: type[M], values: dict) -> M:
-    """An instance of ``cls`` from values the caller guarantees valid, naming every field: what
-    ``cls.model_construct(**values)`` builds, without its per-field loop (the recommender
-    builds about ten per query). Only for the plain models of this module (no aliases,
-    validators, private attributes or extra fields; ``tests/model/test_eval_modes.py`` checks
-    the result equals validation's)."""
-    m = _new(cls)
-    _setattr(m, "__dict__", values)
-    # every field is set: one set per model class, shared (a set of all fields that a later
-    # assignment would only add a member of)
-    fields = _FIELDS_SET.get(cls)
-    if fields is None or len(fields) != len(values):
-        fields = _FIELDS_SET[cls] = set(values)
-    _setattr(m, "__pydantic_fields_set__", fields)
-    _setattr(m, "__pydantic_extra__", None)
-    _setattr(m, "__pydantic_private__", None)
-    return m
 
 
 def constructor(cls: type[M]) -> Callable[[dict], M]:
-    """``construct`` for one model class whose values always name every field: the fields'
-    set made once (the recommender's predictions, eight per query)."""
+    """A maker of ``cls`` instances from values the caller guarantees valid, naming every
+    field: what ``cls.model_construct(**values)`` builds, without its per-field loop (the
+    recommender builds nine per query). Only for the plain models of this module (no aliases,
+    validators, private attributes or extra fields; ``tests/model/test_eval_modes.py`` checks
+    the result equals validation's). Every field is set: one set of them for all instances (a
+    later assignment would only add a member it has)."""
     fields = set(cls.model_fields)
 
     def make(values: dict) -> M:

@@ -35,7 +35,7 @@ from model.workload import Config, Workload
 
 BARE_REL_SIGMA = 0.05     # added relative sd when only KV bytes are known (no weights, FLOPs)
 # Query.evaluate unpacks an evaluation's row by name: its E_PARTS leading columns, then the
-# decode terms, written as a literal in DECODE_TERMS' order (checked below the class)
+# decode terms, written as a literal in DECODE_TERMS' order (tests/model/test_batch.py)
 assert E_PARTS == 11 and N_EVAL == E_PARTS + len(DECODE_TERMS)
 
 
@@ -151,18 +151,17 @@ def build_case(model: CostModel, w: Workload, shape: ModelShape, configs: list[C
 
 class Query:
     """A workload without its sizes (context, output, batch): everything its predictions need
-    that the sizes do not change, gathered once (``query_for``): the GPU's silicon, the served
-    model's shape and physics, the configurations and exclusions, each configuration's facts
-    (engine, DCP size, memory fraction, calibration status and range), its engine's stacked
-    efficiencies and the memory choice of each engine. ``evaluate`` is then one compiled call
-    and one prediction object per configuration."""
+    that the sizes do not change, gathered once (``model.queries.query_for``): the GPU's
+    silicon, the served model's shape and physics, the configurations and exclusions, each
+    configuration's facts (engine, DCP size, memory fraction, calibration status and range),
+    its engine's stacked efficiencies and the memory choice of each engine. ``evaluate`` is
+    then one compiled call and one prediction object per configuration."""
 
     def __init__(self, model: CostModel, w: Workload, si: Silicon, shape: ModelShape,
                  ph: Physics, configs: tuple[Config, ...] | None = None):
         """``si``, ``shape``, ``ph``: ``w``'s silicon, model shape and physics
         (``model.queries.query_for`` gathers them); ``configs``: every one ``w`` allows when
         None; given, they are evaluated as they are, none excluded."""
-        self.key = w.query_key()
         self.pred = pred = predictor_for(model)
         self.si, self.shape, self.physics = si, shape, ph
         self.gpu, self.provenance = si.gpu.name, si.provenance
@@ -200,7 +199,7 @@ class Query:
 
     def evaluate(self, w: Workload) -> list[Evaluated]:
         """Every configuration's prediction, memory and calibration status at ``w``'s sizes
-        (``w``: a workload of this query, ``w.query_key() == self.key``)."""
+        (``w``: a workload of this query: its ``query_key`` is the one it was gathered for)."""
         if not self.configs:
             return []
         ctx = w.context_tokens
@@ -220,7 +219,7 @@ class Query:
         for (c, engine, dcp, calibrated, transferred, fraction), t in zip(self.fixed, table,
                                                                           strict=True):
             # the table's columns (model.formulas.evaluate_rows: E_TOTAL ... E_DOUBLINGS, then
-            # the decode terms in DECODE_TERMS' order: both checked below the class)
+            # the decode terms in DECODE_TERMS' order; tests/model/test_batch.py checks both)
             (total, lo, hi, pf, decode, tpot, run, cap, fits, ok, dist, gemm, moe, kv, mla,
              dcp_read, state, tp_comm, dcp_comm, dcp_fixed, layer, moe_fixed, seq, step) = t
             out.append(_evaluated((c, make_prediction({

@@ -9,7 +9,7 @@ from model.physics.memory import MemoryChoice
 from model.physics.shape import ModelShape
 from model.presentation.launch import launch_command
 from model.presentation.reasons import reasons
-from model.schemas import Recommendation, construct
+from model.schemas import Recommendation, constructor
 from model.workload import Workload
 
 
@@ -22,7 +22,7 @@ def answer(w: Workload, shape: ModelShape, gpu: str, d: Decision, mem: MemoryCho
     engine = best.config.engine
     why = reasons(w, shape, gpu, d, provenance)
     why.append(mem.reason)
-    return construct(Recommendation, {
+    return make_recommendation({
         "engine": engine, "dcp_size": best.config.dcp_size,
         "mem_fraction": bp.mem_fraction, "mem_fraction_flag": engines.get(engine).mem_flag,
         "predictions": [e.pred for e in d.ranked],
@@ -31,3 +31,6 @@ def answer(w: Workload, shape: ModelShape, gpu: str, d: Decision, mem: MemoryCho
         "kv_capacity_tokens": bp.kv_capacity_tokens, "fits_in_memory": bp.fits_in_memory,
         "launch_command": launch_command(engine, best.config.dcp_size, bp.mem_fraction, w),
         "reasons": why, "excluded": d.excluded, "model_version": version})
+
+
+make_recommendation = constructor(Recommendation)

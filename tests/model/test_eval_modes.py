@@ -17,7 +17,7 @@ from model.physics.features import Case, case_features
 from model.physics.shape import bare, preset_shape
 from model.queries import evaluate
 from model.recommend import recommend
-from model.schemas import ConfigPrediction, Exclusion, Recommendation, construct, to_json
+from model.schemas import ConfigPrediction, Exclusion, Recommendation, constructor, to_json
 from model.workload import Config, Workload
 
 SHAPES = {"kimi-k3": lambda: preset_shape("kimi-k3", "bf16"),
@@ -126,10 +126,10 @@ def test_construct_equals_validation():
               "kv_capacity_tokens": 10, "fits_in_memory": True, "launch_command": ["vllm"],
               "reasons": ["r"], "excluded": [Exclusion(engine="sglang", reason="x")],
               "model_version": "v"}
-    rec = construct(Recommendation, dict(values))
+    rec = constructor(Recommendation)(dict(values))
     assert rec == Recommendation.model_validate(values)
     assert rec.model_dump_json() == Recommendation.model_validate(values).model_dump_json()
-    # the models construct() serves take none of what it skips
+    # the models constructor() serves take none of what it skips
     for cls in (ConfigPrediction, Recommendation):
         assert not cls.__private_attributes__ and not cls.__pydantic_post_init__
         assert cls.model_config.get("extra") != "allow"
