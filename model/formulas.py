@@ -149,7 +149,8 @@ def kv_capacity(reserve: float, fraction: float, gpu_memory: float, weight_bytes
     return np.floor(budget / (kv_bytes_per_gpu_token / dcp))
 
 
-def kv_demand_tokens(batch, context, output, share=0.0):
+@njit(cache=True, inline="always")
+def kv_demand_tokens(batch: float, context: float, output: float, share: float) -> float:
     """KV tokens a whole batch holds when all of it runs at once (shared prefix once)."""
     shared = share * context
     return shared + batch * (context - shared + output)
@@ -382,8 +383,7 @@ def evaluate_rows(K, coll, curve, static, batch, context, output, share, share_i
         dists[i] = dist
         extra[i] = sigma[i] + per_doubling * dist
     t = predict_rows(K, coll, curve, rows, coef, factors, noise, engine, extra, z)
-    shared = share_in * context          # the batch's KV demand (kv_demand_tokens)
-    demand = shared + batch * (context - shared + output)
+    demand = kv_demand_tokens(batch, context, output, share_in)
     out = np.empty((n, N_EVAL))
     for i in range(n):
         total, pf = t[i, TOTAL], t[i, PREFILL_ALL]

@@ -158,7 +158,7 @@ def eval_dcp_layer(profile: dict, backend: str, batch, dcp) -> np.ndarray:
 # ------------------------------------------------------------------------------ loading
 # bumped by clear_profile_cache, so derived caches know to refresh: with the profiles
 # directory set in the environment (PROFILES_ENV), what the silicon read from the profiles
-# depends on (model.hardware.silicon.silicon_for, model.predict.predictor.Predictor.query)
+# depends on (model.hardware.silicon.silicon_for, model.queries.query_for)
 GENERATION = [0]
 
 
