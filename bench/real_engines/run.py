@@ -11,6 +11,7 @@ records the engine's facts and the JIT compiles its log shows), saves its start-
 ``/metrics`` and server info, and stops it.
 
     python3 bench/real_engines/run.py install PARTS_DIR      # cat parts | tar x; pip --target
+    python3 bench/real_engines/run.py unpack PARTS_DIR ZSTANDARD_WHEEL   # or: installed folders
     setsid python3 bench/real_engines/run.py all --res /tmp/res > /tmp/res/driver.log 2>&1 &
     # several GPUs (issue 27): deepseek-v2-lite at TP 8, DCP 1, 2, 4, 8, both engines
     setsid python3 bench/real_engines/run.py all --tp 8 --res /tmp/res > /tmp/res/driver.log 2>&1 &
@@ -43,7 +44,10 @@ PRESETS = {"deepseek-v2-lite": {"kv": 31104, "max_len": 135168},
            "llama-3.1-8b": {"kv": 131072, "max_len": 131072},
            "qwen3-32b": {"kv": 262144, "max_len": 40960},
            "qwen3-30b-a3b": {"kv": 98304, "max_len": 40960},
-           "mixtral-8x7b": {"kv": 131072, "max_len": 32768}}
+           "mixtral-8x7b": {"kv": 131072, "max_len": 32768},
+           # hybrids (issue 42): Gated DeltaNet and Mamba2 layers beside full attention
+           "qwen3-next-80b-a3b-fp8": {"kv": 24576, "max_len": 262144, "hybrid": True},
+           "nemotron-3-nano-30b-a3b": {"kv": 6144, "max_len": 262144, "hybrid": True}}
 ORDER = [("sglang", "deepseek-v2-lite"), ("vllm", "deepseek-v2-lite"),
          ("sglang", "llama-3.1-8b"), ("vllm", "llama-3.1-8b")]
 FRACTION = 0.90
@@ -52,6 +56,15 @@ OUTPUT_TOKENS = 128
 # about 3M prompt tokens per engine and model (two minutes on an H200)
 GRID = {1024: [1, 8, 32, 64], 4096: [1, 16, 64], 16384: [1, 8, 32], 32768: [1, 16],
         65536: [1, 8], 130000: [1, 4]}
+# hybrids: 1K-256K x 1-64, a batch above the running-sequence limit of both engines (vLLM
+# launched with --max-num-seqs HYBRID_MAX_SEQS, SGLang's limit from its state pool) and, where
+# it costs minutes not tens of minutes, one whose KV does not fit either engine (Qwen3-Next:
+# 80 x 32K), so that admission and queueing are measured
+HYBRID_GRID = {1024: [1, 16, 64, 192], 16384: [1, 16], 65536: [1, 8], 131072: [1],
+               260000: [1]}
+HYBRID_GRIDS = {"qwen3-next-80b-a3b-fp8": {**HYBRID_GRID, 32768: [80]}}
+# vLLM 0.26.0 ran out of memory capturing CUDA graphs for a hybrid at its default max_num_seqs
+HYBRID_MAX_SEQS = 128
 # issue 27 (DCP on several GPUs): deepseek-v2-lite at TP = the GPUs, each DCP size up to it
 DCP_GRID = {8192: [1, 8, 32, 64], 32768: [1, 8, 32, 64], 131072: [1, 8, 32, 64]}
 COMMANDS = {
@@ -64,6 +77,7 @@ COMMANDS = {
               "--served-model-name {preset} --host 127.0.0.1 --port {port} --enable-metrics "
               "--cuda-graph-max-bs 64{dcp_flag}",
 }
+EXTRA_FLAGS = {("vllm", True): f" --max-num-seqs {HYBRID_MAX_SEQS}"}    # (engine, hybrid)
 # NVLink multicast stays off on shared hosts (it can take the host's GPUs out of service)
 NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
             "NVSHMEM_DISABLE_NVLS": "1"}
@@ -93,6 +107,44 @@ def install(parts: pathlib.Path) -> None:
     if any(p.wait() for p in procs):
         raise SystemExit("pip install failed")
     log("installed")
+
+
+def unpack(parts: pathlib.Path, wheel: pathlib.Path) -> None:
+    """Join the parts of a zstd-compressed tar of installed folders (``vl/`` and or ``sg/``,
+    each ``pip install --target`` made where pip works) and unpack it into /tmp. The machine has
+    no ``zstd`` program: the ``zstandard`` wheel decompresses (a window of up to 2 GiB, for
+    archives compressed with ``--long``)."""
+    site = pathlib.Path("/tmp/zs")
+    if not (site / "zstandard").exists():
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+                        "--target", str(site), str(wheel)], check=True)
+    sys.path.insert(0, str(site))
+    import zstandard
+
+    class Joined:                       # the parts as one stream, without a joined copy
+        def __init__(self, files):
+            self.files = iter(files)
+            self.f = None
+
+        def read(self, n=-1):
+            while True:
+                if self.f is None:
+                    nxt = next(self.files, None)
+                    if nxt is None:
+                        return b""
+                    self.f = open(nxt, "rb")
+                data = self.f.read(n)
+                if data:
+                    return data
+                self.f.close()
+                self.f = None
+
+    files = sorted(parts.glob("part*"))
+    log(f"unpacking {len(files)} parts of {parts}")
+    reader = zstandard.ZstdDecompressor(max_window_size=2 ** 31).stream_reader(Joined(files))
+    with tarfile.open(fileobj=reader, mode="r|") as t:
+        t.extractall("/tmp", filter="data")
+    log("unpacked")
 
 
 def get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
@@ -127,7 +179,10 @@ def serve_one(engine: str, preset: str, res: pathlib.Path, port: int, cmd: str |
         subprocess.run(ea("calibrate", "model-dir", "--preset", preset, "--out",
                           str(folder), "--max-model-len", str(facts["max_len"])),
                        env=ea_env(), check=True, cwd=REPO)
-    argv = shlex.split((cmd or COMMANDS[engine]).format(
+    template = cmd or COMMANDS[engine] + EXTRA_FLAGS.get((engine, bool(facts.get("hybrid"))), "")
+    if facts.get("hybrid") and grid is GRID:
+        grid = dict(sorted(HYBRID_GRIDS.get(preset, HYBRID_GRID).items()))
+    argv = shlex.split(template.format(
         dir=folder, preset=preset, fraction=FRACTION, max_len=facts["max_len"], port=port,
         engine=engine, kv=facts["kv"], tp=tp, dcp=dcp,
         dcp_flag=f" --dcp-size {dcp}" if dcp > 1 else ""))
@@ -279,6 +334,9 @@ def main() -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("install")
     p.add_argument("parts", type=pathlib.Path)
+    p = sub.add_parser("unpack")
+    p.add_argument("parts", type=pathlib.Path)
+    p.add_argument("wheel", type=pathlib.Path, help="the zstandard wheel (cp312)")
     p = sub.add_parser("all")
     p.add_argument("--res", type=pathlib.Path, default=pathlib.Path("/tmp/res"))
     p.add_argument("--only", nargs="*", default=[],
@@ -301,6 +359,8 @@ def main() -> None:
     a = ap.parse_args()
     if a.cmd == "install":
         install(a.parts)
+    elif a.cmd == "unpack":
+        unpack(a.parts, a.wheel)
     elif a.cmd == "all":
         dcps = a.dcp_sizes or ([d for d in (1, 2, 4, 8) if d <= a.tp and a.tp % d == 0]
                                if a.tp > 1 else None)

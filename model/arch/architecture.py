@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from model.arch.config import ArchConfigError, Config, text_config
-from model.arch.layout import FULL, LINEAR, SLIDING, layout
+from model.arch.layout import DENSE, FULL, LINEAR, SLIDING, layout
 from model.arch.quant import parse as parse_quantization
 from model.arch.weights import PARTS, count
 
@@ -71,7 +71,7 @@ class Architecture:
     n_sliding_layers: int
     sliding_window: int | None        # tokens
     n_linear_layers: int
-    linear_kind: str | None           # "kda" | "gdn" | None
+    linear_kind: str | None           # "kda" | "gdn" | "mamba2" | None
     linear_heads: int                 # value heads, one recurrent state each (0: none)
     linear_head_dim: int              # key head dim dk
     linear_value_head_dim: int        # dv
@@ -80,6 +80,9 @@ class Architecture:
     # feed-forward
     n_moe_layers: int
     n_dense_mlp_layers: int
+    # mixers and feed-forwards (2 per standard decoder layer; 1 per Nemotron-H block): each ends
+    # in a row-parallel projection and is about half a layer's kernel launches
+    n_sublayers: int
     n_routed_experts: int             # per MoE layer
     experts_per_token: int
     n_shared_experts: int
@@ -323,7 +326,8 @@ def from_hf_config(cfg: Any, *, name: str | None = None) -> Architecture:
         linear_value_head_dim=lin.value_head_dim if lin else 0,
         linear_conv_kernel=lin.conv_kernel if lin else 0,
         linear_conv_channels=lin.conv_channels if lin else 0,
-        n_moe_layers=n_moe, n_dense_mlp_layers=len(lay.kinds) - n_moe,
+        n_moe_layers=n_moe, n_dense_mlp_layers=lay.ffn.count(DENSE),
+        n_sublayers=lay.sublayers,
         n_routed_experts=moe.n_routed if moe else 0, experts_per_token=moe.per_token if moe else 0,
         n_shared_experts=moe.n_shared if moe else 0,
         expert_intermediate=moe.expert_intermediate if moe else 0,

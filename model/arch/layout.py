@@ -11,11 +11,15 @@ with layers from ``max_window_layers`` on; else every layer when ``sliding_windo
 (Mistral-style), unless ``use_sliding_window`` is false. Llama 4's chunked-attention layers
 (the RoPE layers of ``no_rope_layers``, chunks of ``attention_chunk_size``) are treated as
 sliding-window layers of that size (an upper bound on what a sequence keeps).
-Linear attention: Kimi Delta Attention (``linear_attn_config``) or Gated DeltaNet (Qwen3-Next /
+Linear attention: Kimi Delta Attention (``linear_attn_config``), Gated DeltaNet (Qwen3-Next /
 Qwen3.5: ``linear_num_key_heads``, ``linear_num_value_heads``, ``linear_key_head_dim``,
-``linear_value_head_dim``, ``linear_conv_kernel_dim``). Mamba hybrids, DeepSeek-V4 compressed
-attention, NAS block configs and per-kind attention geometries (Gemma 4, MiMo-V2) are refused
-with an ``ArchConfigError`` rather than modelled wrongly.
+``linear_value_head_dim``, ``linear_conv_kernel_dim``) or Mamba2 in Nemotron-H's block layout
+(``hybrid_override_pattern``: one character per block, ``M`` a Mamba2 mixer, ``*`` an attention
+mixer, ``-`` a dense MLP, ``E`` a MoE; each block holds a mixer or a feed-forward, not both;
+``mamba_num_heads`` x ``mamba_head_dim``, ``ssm_state_size``, ``n_groups``, ``conv_kernel``).
+Other Mamba hybrids (Jamba, Falcon-H1, Granite-4.0-H), DeepSeek-V4 compressed attention, NAS
+block configs and per-kind attention geometries (Gemma 4, MiMo-V2) are refused with an
+``ArchConfigError`` rather than modelled wrongly.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ from dataclasses import dataclass
 
 from model.arch.config import ArchConfigError, Config
 
-FULL, SLIDING, LINEAR = "full", "sliding", "linear"
+FULL, SLIDING, LINEAR, NONE = "full", "sliding", "linear", "none"     # NONE: a block without a mixer
+DENSE, MOE = "dense", "moe"                  # a block's feed-forward (or NONE)
+_PATTERN = {"M": (LINEAR, NONE), "*": (FULL, NONE), "-": (NONE, DENSE), "E": (NONE, MOE)}
 _TYPE_NAMES = {"full_attention": FULL, "attention": FULL, "global": FULL, "global_attention": FULL,
                "sliding_attention": SLIDING, "sliding_window": SLIDING, "local": SLIDING,
                "local_attention": SLIDING, "chunked_attention": SLIDING,
@@ -49,13 +55,16 @@ class Attention:
 
 @dataclass(frozen=True)
 class LinearAttention:
-    """A delta-rule linear attention: per value head a dk x dv recurrent state, and a short
-    causal convolution over ``conv_channels`` channels (q, k and v)."""
+    """A linear-attention mixer with a constant per-sequence state: per value head a dk x dv
+    recurrent state, and a short causal convolution over ``conv_channels`` channels (q, k and
+    v). Mamba2 maps onto the same record: a head's state is ``ssm_state_size`` (dk: B and C
+    are its keys and queries, one pair per group) x ``mamba_head_dim`` (dv), and the
+    convolution runs over x, B and C."""
 
-    kind: str                    # "kda" (Kimi Delta Attention) | "gdn" (Gated DeltaNet)
+    kind: str                    # "kda" (Kimi Delta Attention) | "gdn" (Gated DeltaNet) | "mamba2"
     heads: int                   # value heads: one recurrent state each
-    key_heads: int
-    head_dim: int                # key head dim (dk)
+    key_heads: int               # key heads (Mamba2: B / C groups)
+    head_dim: int                # key head dim (dk; Mamba2: the SSM state size)
     value_head_dim: int          # dv
     conv_kernel: int
     full_rank_gate: bool = False
@@ -78,13 +87,24 @@ class Moe:
 
 @dataclass(frozen=True)
 class Layout:
-    kinds: tuple[str, ...]       # per layer: full | sliding | linear
-    moe_layers: tuple[bool, ...]
+    kinds: tuple[str, ...]       # per layer: its mixer, full | sliding | linear | none
+    ffn: tuple[str, ...]         # per layer: its feed-forward, dense | moe | none
     sliding_window: int | None
     attention: Attention
     linear: LinearAttention | None
     moe: Moe | None
     dense_intermediate: int
+    gated_mlp: bool = True       # gate, up and down projections (False: up and down, relu2)
+
+    @property
+    def moe_layers(self) -> tuple[bool, ...]:
+        return tuple(f == MOE for f in self.ffn)
+
+    @property
+    def sublayers(self) -> int:
+        """Mixers and feed-forwards: each ends in a row-parallel projection (an all-reduce at
+        TP > 1) and costs about half a standard decoder layer's kernel launches."""
+        return sum(k != NONE for k in self.kinds) + sum(f != NONE for f in self.ffn)
 
 
 def attention(cfg: Config) -> Attention:
@@ -113,10 +133,28 @@ def attention(cfg: Config) -> Attention:
                      output_gate=cfg.bool("attn_output_gate", False), bias=bias)
 
 
+def block_pattern(cfg: Config, n_layers: int) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """Nemotron-H's ``hybrid_override_pattern``: (mixer kinds, feed-forwards) per block."""
+    pattern = cfg.get("hybrid_override_pattern")
+    if pattern is None:
+        return None
+    if not isinstance(pattern, str) or len(pattern) != n_layers:
+        raise ArchConfigError(cfg.field("hybrid_override_pattern"), "must be a string of one "
+                              f"character per block, {n_layers} (num_hidden_layers)")
+    bad = sorted(set(pattern) - set(_PATTERN))
+    if bad:
+        raise ArchConfigError(cfg.field("hybrid_override_pattern"), f"unknown block type(s) "
+                              f"{bad}; known: M (Mamba2), * (attention), - (MLP), E (MoE)")
+    return (tuple(_PATTERN[c][0] for c in pattern), tuple(_PATTERN[c][1] for c in pattern))
+
+
 def layer_kinds(cfg: Config, n_layers: int) -> tuple[tuple[str, ...], int | None]:
     lin = cfg.sub("linear_attn_config")
     types = cfg.str_list("layer_types")
-    if types is not None:
+    blocks = block_pattern(cfg, n_layers)
+    if blocks is not None:
+        kinds = blocks[0]
+    elif types is not None:
         if len(types) != n_layers:
             raise ArchConfigError(cfg.field("layer_types"), f"has {len(types)} entries for "
                                   f"num_hidden_layers {n_layers}")
@@ -164,7 +202,8 @@ def layer_kinds(cfg: Config, n_layers: int) -> tuple[tuple[str, ...], int | None
         if window is None:
             raise ArchConfigError(cfg.field("sliding_window"),
                                   "missing (layer_types lists sliding-window layers)")
-    if LINEAR in kinds and lin is None and not cfg.has("linear_num_value_heads"):
+    if LINEAR in kinds and lin is None and blocks is None and not cfg.has(
+            "linear_num_value_heads"):
         raise ArchConfigError(cfg.field("linear_attn_config"), "missing: linear-attention "
                               "layers need Kimi Linear's linear_attn_config or Gated DeltaNet's "
                               "linear_num_value_heads / linear_key_head_dim keys")
@@ -177,6 +216,15 @@ def linear_attention(cfg: Config) -> LinearAttention | None:
         heads, dim = lin.int("num_heads"), lin.int("head_dim")
         return LinearAttention("kda", heads, heads, dim, dim, lin.int("short_conv_kernel_size", 4),
                                lin.bool("use_full_rank_gate", False))
+    if cfg.has("hybrid_override_pattern"):
+        if "M" not in str(cfg.get("hybrid_override_pattern")):
+            return None
+        heads, groups = cfg.int("mamba_num_heads"), cfg.int("n_groups", 1)
+        if heads % groups:
+            raise ArchConfigError(cfg.field("n_groups"), f"{groups} does not divide "
+                                  f"mamba_num_heads {heads}")
+        return LinearAttention("mamba2", heads, groups, cfg.int("ssm_state_size"),
+                               cfg.int("mamba_head_dim"), cfg.int("conv_kernel", 4))
     if cfg.has("linear_num_value_heads"):
         return LinearAttention("gdn", cfg.int("linear_num_value_heads"),
                                cfg.int("linear_num_key_heads"), cfg.int("linear_key_head_dim"),
@@ -185,10 +233,9 @@ def linear_attention(cfg: Config) -> LinearAttention | None:
     return None
 
 
-_UNSUPPORTED = (("hybrid_override_pattern", "Mamba hybrid layers are not modelled"),
-                ("mamba_num_heads", "Mamba layers are not modelled"),
-                ("ssm_state_size", "state-space (Mamba) layers are not modelled"),
-                ("compress_ratios", "compressed attention (DeepSeek-V4) is not modelled"),
+_MAMBA_KEYS = ("mamba_num_heads", "ssm_state_size", "mamba_n_heads", "mamba_d_state",
+               "mamba_d_ssm", "state_size")
+_UNSUPPORTED = (("compress_ratios", "compressed attention (DeepSeek-V4) is not modelled"),
                 ("block_configs", "per-block NAS layouts (Nemotron NAS) are not modelled"),
                 ("global_head_dim", "a separate geometry for global layers (Gemma 4) is not "
                  "modelled"),
@@ -197,6 +244,12 @@ _UNSUPPORTED = (("hybrid_override_pattern", "Mamba hybrid layers are not modelle
 
 
 def refuse_unsupported(cfg: Config) -> None:
+    if not cfg.has("hybrid_override_pattern"):
+        for key in _MAMBA_KEYS:
+            if cfg.has(key):
+                raise ArchConfigError(cfg.field(key), "Mamba layers are modelled in Nemotron-H's "
+                                      "block layout (hybrid_override_pattern) only; this "
+                                      "hybrid (Jamba, Falcon-H1, Granite-4.0-H style) is not")
     for key, message in _UNSUPPORTED:
         if cfg.has(key):
             raise ArchConfigError(cfg.field(key), message)
@@ -208,6 +261,7 @@ def _first(cfg: Config, *keys: str) -> str | None:
 
 def moe(cfg: Config, hidden: int, n_layers: int) -> tuple[Moe | None, tuple[bool, ...]]:
     key = _first(cfg, "n_routed_experts", "num_experts", "num_local_experts")
+    pattern = cfg.has("hybrid_override_pattern")
     if key is None or cfg.int(key, minimum=0) == 0:
         return None, (False,) * n_layers
     n_routed = cfg.int(key)
@@ -221,7 +275,10 @@ def moe(cfg: Config, hidden: int, n_layers: int) -> tuple[Moe | None, tuple[bool
     expert_inter = cfg.int(inter_key)
     n_shared = cfg.int(_first(cfg, "n_shared_experts", "num_shared_experts")
                        or "n_shared_experts", 0, minimum=0)
-    if cfg.has("shared_expert_intermediate_size"):       # Qwen2-MoE: one shared MLP
+    if pattern:                                           # Nemotron-H: shared experts' width
+        shared_inter = n_shared * cfg.int("moe_shared_expert_intermediate_size",
+                                          expert_inter, minimum=0)
+    elif cfg.has("shared_expert_intermediate_size"):      # Qwen2-MoE: one shared MLP
         shared_inter = cfg.int("shared_expert_intermediate_size", minimum=0)
         n_shared = max(n_shared, 1 if shared_inter else 0)
     elif str(cfg.get("model_type", "")).startswith("llama4"):   # one shared expert per layer
@@ -243,7 +300,7 @@ def moe(cfg: Config, hidden: int, n_layers: int) -> tuple[Moe | None, tuple[bool
         by_freq = [i % freq == 0 for i in range(n_layers)]
     layers = tuple(i >= first_dense and by_freq[i] and (i + 1) % step == 0
                    and i not in dense_only for i in range(n_layers))
-    router_bias = cfg.get("topk_method") == "noaux_tc"
+    router_bias = cfg.get("topk_method") == "noaux_tc" or pattern   # Nemotron-H: score bias
     return Moe(n_routed, per_token, n_shared, expert_inter, latent, shared_inter,
                router_bias), layers
 
@@ -253,10 +310,21 @@ def layout(cfg: Config) -> Layout:
     n_layers = cfg.int("num_hidden_layers")
     hidden = cfg.int("hidden_size")
     kinds, window = layer_kinds(cfg, n_layers)
-    moe_cfg, moe_layers = moe(cfg, hidden, n_layers)
+    blocks = block_pattern(cfg, n_layers)
+    if blocks is not None:                  # Nemotron-H: the pattern places the experts
+        ffn = blocks[1]
+        moe_cfg = moe(cfg, hidden, n_layers)[0] if MOE in ffn else None
+        if MOE in ffn and moe_cfg is None:
+            raise ArchConfigError(cfg.field("n_routed_experts"), "missing: "
+                                  "hybrid_override_pattern has MoE blocks (E)")
+    else:
+        moe_cfg, moe_layers = moe(cfg, hidden, n_layers)
+        ffn = tuple(MOE if m else DENSE for m in moe_layers)
     dense_inter = 0
-    if not all(moe_layers):
+    if DENSE in ffn:
         dense_inter = cfg.int("intermediate_size_mlp" if cfg.has("intermediate_size_mlp")
                               else "intermediate_size")
-    return Layout(kinds, moe_layers, window, attention(cfg), linear_attention(cfg), moe_cfg,
-                  dense_inter)
+    # Nemotron-H's MLPs and experts: up and down projections around a squared ReLU
+    gated = str(cfg.get("mlp_hidden_act", cfg.get("hidden_act", "silu"))) != "relu2"
+    return Layout(kinds, ffn, window, attention(cfg), linear_attention(cfg), moe_cfg,
+                  dense_inter, gated)

@@ -12,7 +12,8 @@ from model.arch.config import ArchConfigError
 PRESET_DIR = Path(__file__).resolve().parent.parent / "data" / "presets"
 PRESETS: tuple[str, ...] = ("kimi-k3", "kimi-k2", "deepseek-v3", "deepseek-v2-lite",
                             "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b",
-                            "qwen3-235b-a22b", "qwen3-32b", "qwen3-30b-a3b", "mixtral-8x7b")
+                            "qwen3-235b-a22b", "qwen3-32b", "qwen3-30b-a3b", "mixtral-8x7b",
+                            "qwen3-next-80b-a3b-fp8", "nemotron-3-nano-30b-a3b")
 
 
 def preset_config(name: str) -> dict:

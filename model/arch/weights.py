@@ -7,7 +7,9 @@ Parts: ``embed`` (input embedding table), ``lm_head`` (0 when tied to the embedd
 their score biases, latent-MoE down/up projections). Shapes follow the Hugging Face modules
 (gated MLPs: gate, up and down projections; MLA: q_a/q_b (or q), kv_a_proj_with_mqa, kv_b,
 o; Kimi Linear KDA: q, k, v, g (full rank or low rank), b, f_a, f_b, o, three depthwise convs;
-Gated DeltaNet: in_proj_qkvz, in_proj_ba, out_proj, one depthwise conv over q, k and v).
+Gated DeltaNet: in_proj_qkvz, in_proj_ba, out_proj, one depthwise conv over q, k and v;
+Mamba2: in_proj to z, x, B, C and dt, a depthwise conv over x, B and C, out_proj; Nemotron-H's
+blocks hold a mixer or a feed-forward, and its MLPs and experts are up and down projections).
 Not counted: multi-token-prediction layers (``num_nextn_predict_layers``, loaded only for MTP
 speculative decoding) and vision towers.
 """
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from model.arch.layout import LINEAR, Layout
+from model.arch.layout import DENSE, LINEAR, MOE, NONE, Layout
 from model.arch.quant import Quantization
 
 PARTS = ("embed", "lm_head", "attention", "linear_attention", "dense_mlp", "shared_experts",
@@ -121,9 +123,21 @@ def _kda(t: Tally, p: str, lay: Layout, h: int) -> None:
     t.plain("linear_attention", 3 * width * k.conv_kernel + k.heads + width + k.head_dim)
 
 
-def _mlp(t: Tally, part: str, p: str, inner: int, outer: int) -> float:
-    return (t.linear(part, p + "gate_proj", inner, outer)
-            + t.linear(part, p + "up_proj", inner, outer)
+def _mamba2(t: Tally, p: str, lay: Layout, h: int) -> None:
+    m = lay.linear
+    inner = m.heads * m.value_head_dim
+    # z and x (inner each), B and C (groups x state each), dt (one per head)
+    t.linear("linear_attention", p + "in_proj", 2 * inner + 2 * m.key_heads * m.head_dim
+             + m.heads, h)
+    t.linear("linear_attention", p + "out_proj", h, inner)
+    # depthwise conv (kernel and bias) over x, B and C; dt_bias, A_log and D per head; the
+    # gated output norm
+    t.plain("linear_attention", m.conv_channels * (m.conv_kernel + 1) + 3 * m.heads + inner)
+
+
+def _mlp(t: Tally, part: str, p: str, inner: int, outer: int, gated: bool = True) -> float:
+    gate = t.linear(part, p + "gate_proj", inner, outer) if gated else 0.0
+    return (gate + t.linear(part, p + "up_proj", inner, outer)
             + t.linear(part, p + "down_proj", outer, inner))
 
 
@@ -137,7 +151,8 @@ def _moe(t: Tally, p: str, lay: Layout, h: int) -> None:
         t.linear("other", p + "latent_up_proj", h, m.expert_hidden, quantizable=False)
         t.plain("other", m.expert_hidden)                                   # latent norm
     before_p, before_m = t.params["routed_experts"], t.matmul["routed_experts"]
-    one = _mlp(t, "routed_experts", p + "experts.0.", m.expert_intermediate, m.expert_hidden)
+    one = _mlp(t, "routed_experts", p + "experts.0.", m.expert_intermediate, m.expert_hidden,
+               lay.gated_mlp)
     n_one = t.params["routed_experts"] - before_p
     # the other n_routed - 1 experts have the same shape and format as expert 0
     t.params["routed_experts"] += (m.n_routed - 1) * n_one
@@ -145,25 +160,31 @@ def _moe(t: Tally, p: str, lay: Layout, h: int) -> None:
     t.bytes["routed_experts"] += (m.n_routed - 1) * one
     t.routed_expert_params, t.routed_expert_bytes = n_one, one
     if m.shared_intermediate:
-        _mlp(t, "shared_experts", p + "shared_experts.", m.shared_intermediate, h)
+        _mlp(t, "shared_experts", p + "shared_experts.", m.shared_intermediate, h,
+             lay.gated_mlp)
 
 
 def _layer(lay: Layout, quant: Quantization, i: int, hidden: int, qk_norm: bool) -> Tally:
     t = Tally(quant=quant)
     p = f"model.layers.{i}."
-    t.plain("other", 2 * hidden)                                            # two layer norms
-    if lay.kinds[i] == LINEAR and lay.linear.kind == "gdn":
+    kind, ffn = lay.kinds[i], lay.ffn[i]
+    t.plain("other", ((kind != NONE) + (ffn != NONE)) * hidden)     # a norm before each
+    if kind == LINEAR and lay.linear.kind == "gdn":
         _gdn(t, p + "linear_attn.", lay, hidden)
-    elif lay.kinds[i] == LINEAR:
+    elif kind == LINEAR and lay.linear.kind == "mamba2":
+        _mamba2(t, p + "mixer.", lay, hidden)
+    elif kind == LINEAR:
         _kda(t, p + "self_attn.", lay, hidden)
+    elif kind == NONE:
+        pass
     elif lay.attention.kind == "mla":
         _mla(t, p + "self_attn.", lay, hidden)
     else:
         _gqa(t, p + "self_attn.", lay, hidden, qk_norm)
-    if lay.moe_layers[i]:
+    if ffn == MOE:
         _moe(t, p + "mlp.", lay, hidden)
-    else:
-        _mlp(t, "dense_mlp", p + "mlp.", lay.dense_intermediate, hidden)
+    elif ffn == DENSE:
+        _mlp(t, "dense_mlp", p + "mlp.", lay.dense_intermediate, hidden, lay.gated_mlp)
     return t
 
 
@@ -177,7 +198,7 @@ def count(lay: Layout, quant: Quantization, hidden: int, vocab: int, tied: bool,
     # Layers of one kind are identical unless the quantization names layers by index.
     groups: dict[object, list[int]] = {}
     for i, kind in enumerate(lay.kinds):
-        key = (kind, lay.moe_layers[i]) if quant.index_free else i
+        key = (kind, lay.ffn[i]) if quant.index_free else i
         groups.setdefault(key, []).append(i)
     for members in groups.values():
         one = _layer(lay, quant, members[0], hidden, qk_norm)

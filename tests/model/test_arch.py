@@ -26,7 +26,8 @@ GB = 1e9
 def test_every_preset_cites_its_source_and_loads():
     assert set(PRESETS) == {"kimi-k3", "kimi-k2", "deepseek-v3", "deepseek-v2-lite",
                             "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b",
-                            "qwen3-235b-a22b", "qwen3-32b", "qwen3-30b-a3b", "mixtral-8x7b"}
+                            "qwen3-235b-a22b", "qwen3-32b", "qwen3-30b-a3b", "mixtral-8x7b",
+                            "qwen3-next-80b-a3b-fp8", "nemotron-3-nano-30b-a3b"}
     for name in PRESETS:
         assert "config.json" in preset_source(name)
         arch = preset(name)
@@ -347,6 +348,36 @@ def test_gated_deltanet_hybrid_with_output_gate():
     assert from_hf_config(cfg).arch_hash == a.arch_hash
 
 
+def test_nemotron_h_mamba2_blocks():
+    """Nemotron-3-Nano's blocks: 23 Mamba2 mixers, 6 attention mixers, 23 MoE feed-forwards
+    (relu2 experts: up and down only); its state is what SGLang 0.5.16 allocates per request
+    (ssm fp32, conv bf16: 49,082,368 B) and its published size 31.6B parameters, 3.2B active."""
+    a = preset("nemotron-3-nano-30b-a3b")
+    assert (a.n_layers, a.n_full_attn_layers, a.n_linear_layers, a.n_moe_layers,
+            a.n_dense_mlp_layers, a.n_sublayers) == (52, 6, 23, 23, 0, 52)
+    assert (a.linear_kind, a.linear_heads, a.linear_head_dim, a.linear_value_head_dim,
+            a.linear_conv_channels) == ("mamba2", 64, 128, 64, 6144)
+    assert a.kv_bytes_per_token() == 6 * 2 * 2 * 128 * 2
+    assert a.state_bytes_per_seq() == 23 * (64 * 64 * 128 * 4 + 3 * 6144 * 2) == 49_082_368
+    assert a.total_params == pytest.approx(31.58e9, rel=0.005)
+    assert a.active_params_per_token == pytest.approx(3.23e9, rel=0.01)
+    # an expert is up (1856 x 2688) and down (2688 x 1856), no gate
+    assert a.routed_expert_params == 2 * 1856 * 2688
+
+
+def test_qwen3_next_fp8_hybrid():
+    """Qwen3-Next-80B-A3B in block FP8: 36 Gated DeltaNet and 12 attention layers; in_proj_ba,
+    routers and the lm_head in bf16 (modules_to_not_convert, per layer)."""
+    a = preset("qwen3-next-80b-a3b-fp8")
+    assert (a.n_full_attn_layers, a.n_linear_layers, a.linear_kind, a.n_sublayers) == (
+        12, 36, "gdn", 96)
+    assert a.kv_bytes_per_token() == 24_576
+    assert a.state_bytes_per_seq() == 36 * (32 * 128 * 128 * 4 + 3 * 8192 * 2) == 77_266_944
+    assert a.total_params == pytest.approx(79.6e9, rel=0.005)
+    assert a.weight_bytes == pytest.approx(80.3e9, rel=0.005)
+    assert dict(a.part_dtypes)["lm_head"] == "bf16"
+
+
 def test_llama4_chunked_attention_and_interleaved_moe():
     cfg = {**TINY, "model_type": "llama4_text", "attention_chunk_size": 16,
            "interleave_moe_layer_step": 2, "num_local_experts": 4, "num_experts_per_tok": 1,
@@ -418,7 +449,14 @@ def _k3(**changes):
     (_k3(linear_attn_config={**KIMI["text_config"]["linear_attn_config"], "num_heads": -96}),
      "hf_config.text_config.linear_attn_config.num_heads"),
     (_k3(routed_expert_hidden_size=True), "hf_config.text_config.routed_expert_hidden_size"),
-    ({**TINY, "hybrid_override_pattern": "M-M*"}, "hf_config.hybrid_override_pattern"),
+    ({**TINY, "hybrid_override_pattern": "M-M*"}, "hf_config.mamba_num_heads"),
+    ({**TINY, "hybrid_override_pattern": "M-M"}, "hf_config.hybrid_override_pattern"),
+    ({**TINY, "hybrid_override_pattern": "M-X*"}, "hf_config.hybrid_override_pattern"),
+    ({**TINY, "hybrid_override_pattern": "ME-*", "mamba_num_heads": 8, "mamba_head_dim": 16,
+      "ssm_state_size": 16}, "hf_config.n_routed_experts"),
+    ({**TINY, "hybrid_override_pattern": "M-M*", "mamba_num_heads": 8, "mamba_head_dim": 16,
+      "ssm_state_size": 16, "n_groups": 3}, "hf_config.n_groups"),
+    ({**TINY, "mamba_d_state": 16}, "hf_config.mamba_d_state"),
     ({**TINY, "compress_ratios": [4, 4, 4, 4]}, "hf_config.compress_ratios"),
     ({**TINY, "global_head_dim": 512}, "hf_config.global_head_dim"),
     ({**TINY, "layer_types": ["linear_attention"] * 4, "linear_num_value_heads": 4},
