@@ -7,7 +7,8 @@ constants into the arrays these functions read:
 
 - ``read_s``: one decode-attention call's seconds on a read curve (``model.hardware.profiles``);
 - ``collective_s``: one collective (``model.hardware.silicon.Collective``);
-- ``kv_capacity``, ``sequences_at_once``, ``max_running``: memory (``model.physics.memory``);
+- ``memory_fit``: KV capacity, state slots and the sequences that run at once, per engine
+  (``model.physics.memory``; each engine's layout ``model.engines.base.StateLayout``);
 - ``batch_terms``, ``decode_into``, ``prefill_into``: the terms (``model.physics.terms``; ``K``
 packed by
   ``model.physics.terms.Physics``, positions below);
@@ -27,7 +28,9 @@ import math
 import numpy as np
 from numba import njit
 
-PREFILL_TERMS = ("pf_gemm", "pf_moe", "pf_attn", "pf_mla", "pf_comm", "pf_fixed",
+from model.engines import base as _base
+
+PREFILL_TERMS = ("pf_gemm", "pf_moe", "pf_attn", "pf_mla", "pf_linear", "pf_comm", "pf_fixed",
                  "pf_moe_fixed", "pf_batch")
 DECODE_TERMS = ("gemm", "moe", "kv_read", "mla_read", "dcp_read", "state", "tp_comm", "dcp_comm",
                 "dcp_fixed", "layer_fixed", "moe_fixed", "seq_fixed", "step_fixed")
@@ -37,8 +40,16 @@ N_TERMS = N_PREFILL + N_DECODE
 FIRST_PREFILL = N_TERMS            # a row of features: total terms | first prefill | one step
 STEP = N_TERMS + N_PREFILL
 ROW_FIELDS = ("reserve", "fraction", "batch", "context", "output", "dcp", "share", "diversity",
-              "activations", "graph_tokens")
+              "activations", "graph_tokens",
+              # the engine's memory layout for this model (model.engines.base.StateLayout)
+              "mem_mode", "unit_bytes", "block_tokens", "state_units", "attn_units",
+              "default_running", "state_ratio", "state_bytes",
+              # the memory knobs as launched (model.engines.base.MemoryKnobs; 0: the default),
+              # and whether to choose them for the workload (a recommendation's rows)
+              "max_running", "state_slots", "no_prefix_cache", "advise")
 N_ROW_FIELDS = len(ROW_FIELDS)
+(R_MODE, R_UNIT, R_BLOCK, R_STATE_UNITS, R_ATTN_UNITS, R_DEFAULT_RUNNING, R_RATIO, R_STATE,
+ R_MAX_RUNNING, R_SLOTS, R_NO_PREFIX, R_ADVISE) = range(10, N_ROW_FIELDS)
 
 
 def fill_sizes(rows, batch, context, output, share, diversity) -> None:
@@ -50,20 +61,29 @@ def fill_sizes(rows, batch, context, output, share, diversity) -> None:
     rows[6] = share
     rows[7] = diversity
 CHUNK_TOKENS = 8192          # chunked-prefill budget per forward pass (both engines' default)
-# Both engines preallocate the constant per-sequence state of linear-attention layers (vLLM's
-# mamba/KDA state cache, SGLang's state pool) for their maximum running sequences: 256 by
-# default (--max-num-seqs / --max-running-requests), or the batch when it is set higher.
-DEFAULT_MAX_RUNNING = 256
+# model.engines.base: NO_STATE, PAGED, SPLIT (a StateLayout's mode)
+PAGED, SPLIT = 1.0, 2.0
+# SGLang's default running-request limit: int(KV tokens / context length x 512), within these
+ESTIMATE_LO, ESTIMATE_HI = 2048.0, 4096.0
+PROFILED_MAX = 8192.0        # vLLM profiles at most max_num_batched_tokens sequences
+# What binds the sequences running at once (a prediction's ``running_limit``)
+(LIMIT_NONE, LIMIT_KV, LIMIT_STATE, LIMIT_RUNNING) = (0.0, 1.0, 2.0, 3.0)
+# The memory knobs a recommendation proposes (model.engines.base.knobs_of reads the code)
+(KNOB_NONE, KNOB_RUNNING, KNOB_SLOTS, KNOB_NO_PREFIX) = (float(_base.KNOB_NONE),
+                                                     float(_base.KNOB_RUNNING),
+                                                     float(_base.KNOB_SLOTS),
+                                                     float(_base.KNOB_NO_PREFIX))
+N_FACTS = 8     # per row: running, capacity, one fits, all fit, limit, knob, max running, slots
 
 # Positions in model.physics.terms.Physics.K, the constants of one model on one GPU and TP size (a
 # tuple of floats: unlike an array, passing it on costs no reference counting)
 (W_DENSE, LOG_Q_MISS, W_EXPERTS, MM, N_FULL, KV_CALL, ATTN_CALL, STATE, N_LAYERS, ACT, Q_GATHER,
  O_GATHER, WEIGHTS_PASS, ATTN_PF, ATTN_PF_LINEAR, MEMORY, WEIGHT_BYTES, TP, KV_GPU_TOKEN,
- STATE_GPU, READ_T0, READ_ASYM, READ_BPS, MM_MOE, IS_MLA, ACT_PEAK, N_MOE_LAYERS,
- MOE_CALLS) = range(28)
-N_CONSTANTS = 28
+ WINDOW_GPU, READ_T0, READ_ASYM, READ_BPS, MM_MOE, IS_MLA, ACT_PEAK, N_MOE_LAYERS,
+ MOE_CALLS, ACT_SEQ, HBM_BPS, MAX_LEN, LIN_PF, LIN_STEP) = range(33)
+N_CONSTANTS = 33
 # Columns of the prefill terms (offsets into PREFILL_TERMS) that prefill_into writes
-(P_GEMM, P_MOE, P_ATTN, P_MLA, P_COMM, P_FIXED, P_MOE_FIXED, P_BATCH) = range(8)
+(P_GEMM, P_MOE, P_ATTN, P_MLA, P_LINEAR, P_COMM, P_FIXED, P_MOE_FIXED, P_BATCH) = range(9)
 # Columns of the decode terms (offsets into DECODE_TERMS) that decode_into writes
 (D_GEMM, D_MOE, D_KV, D_MLA, D_DCP_READ, D_STATE, D_TP, D_DCP_COMM, D_DCP_FIXED, D_LAYER,
  D_MOE_FIXED, D_SEQ, D_STEP) = range(13)
@@ -127,44 +147,139 @@ def collective_many(nbytes: np.ndarray, table: np.ndarray, k: int) -> np.ndarray
 
 
 @njit(cache=True, inline="always")
-def max_running(batch: float) -> float:
-    """The running-sequence limit an engine is launched with for a batch (the state pool)."""
-    return max(float(DEFAULT_MAX_RUNNING), np.floor(batch))
+def kv_budget(K, rows, i, profiled: float) -> float:
+    """Bytes per GPU a row's memory fraction leaves for KV and state: fraction x memory, less
+    the engine's reserve, the weights' share and, where the engine's budget holds it, the
+    activation peak of a profiled pass (``K[ACT_PEAK]``) and its sampler's ``profiled`` rows
+    (vLLM profiles ``max_num_seqs`` of them, ``K[ACT_SEQ]`` bytes each)."""
+    act = rows[8, i] * (K[ACT_PEAK] + K[ACT_SEQ] * min(profiled, PROFILED_MAX))
+    return rows[1, i] * K[MEMORY] - rows[0, i] - K[WEIGHT_BYTES] / K[TP] - act
 
 
 @njit(cache=True, inline="always")
-def kv_capacity(reserve: float, fraction: float, gpu_memory: float, weight_bytes: float,
-                tp: float, kv_bytes_per_gpu_token: float, dcp: float,
-                state_pool_bytes: float = 0.0) -> float:
-    """Tokens of KV one instance holds: the bytes per GPU its memory fraction leaves after
-    weights, the engine's ``reserve`` bytes (``model.engines.base.Engine.reserve``) and the
-    preallocated linear-attention state pool, over the KV bytes per token each GPU holds
-    (``dcp`` GPUs share a token). Weights of 0 give an upper bound; a model without KV gets
-    2^62."""
-    budget = fraction * gpu_memory - reserve - weight_bytes / tp - state_pool_bytes
-    if budget <= 0.0:
-        return 0.0
-    if kv_bytes_per_gpu_token <= 0.0:
-        return float(2 ** 62)
-    return np.floor(budget / (kv_bytes_per_gpu_token / dcp))
+def _floor_div(x: float, y: float) -> float:
+    return np.floor(x / y) if y > 0.0 else float(2 ** 62)
 
 
-@njit(cache=True, inline="always")
-def kv_demand_tokens(batch: float, context: float, output: float, share: float) -> float:
-    """KV tokens a whole batch holds when all of it runs at once (shared prefix once)."""
-    shared = share * context
-    return shared + batch * (context - shared + output)
+@njit(cache=True)
+def pool_of(K, rows, i, d, req, slots_req, no_prefix):
+    """The memory one instance of row ``i``'s engine holds at DCP ``d``, launched with a
+    running-request limit ``req``, ``slots_req`` state slots and the prefix cache off
+    (``no_prefix``; 0 / False: the defaults), as its engine lays it out (``rows``' ``R_MODE``,
+    the layout's fields ``model.engines.base.StateLayout``):
+
+    - no state: KV tokens = budget / (KV bytes per token per GPU / d); what else a sequence
+      holds (its sliding windows' KV, a state without an engine layout) in tokens of KV;
+    - PAGED (vLLM): pool blocks = budget // (page x layers per group), less the null block; a
+      request holds ``attn_units`` x ceil(tokens / (block x d)) + ``state_units`` of them. The
+      capacity reported is the engine's log line: the pool over one request of the model's
+      maximum length, times that length;
+    - SPLIT (SGLang): state slots = budget x r / (1 + r) // state (or as launched), the KV pool
+      the rest (x d: DCP stripes tokens, not state); at most slots // ``state_units``
+      requests run (// 1 with the prefix cache off), within SGLang's own limits.
+
+    A request of ``n`` tokens takes ``attn x ceil(n / unit_tokens) + fixed`` of the ``units``.
+    Returns (units, unit_tokens, attn, fixed, running limit, capacity in tokens, state slots,
+    slots per request)."""
+    mode = rows[R_MODE, i]
+    default = rows[R_DEFAULT_RUNNING, i]
+    if mode == PAGED:
+        limit = req if req > 0.0 else default
+        total = np.floor(kv_budget(K, rows, i, limit) / rows[R_UNIT, i])
+        au, blk = rows[R_ATTN_UNITS, i], rows[R_BLOCK, i]
+        L = K[MAX_LEN]
+        cap = np.floor(max(total, 0.0) / (au * np.ceil(np.ceil(L / d) / blk)
+                                          + rows[R_STATE_UNITS, i]) * L)
+        return (total - 1.0, blk * d, au, rows[R_STATE_UNITS, i], limit, cap, 0.0, 0.0)
+    if mode == SPLIT:
+        unit, r = rows[R_UNIT, i], rows[R_RATIO, i]
+        div = 1.0 if no_prefix else rows[R_STATE_UNITS, i]
+        rest = kv_budget(K, rows, i, 0.0)
+        if slots_req > 0.0:
+            slots = slots_req
+        elif no_prefix and req > 0.0:
+            slots = req
+        else:
+            slots = np.floor(max(rest, 0.0) * r / (1.0 + r) / unit)
+        tokens = max(_floor_div(rest - slots * unit, K[KV_GPU_TOKEN]), 0.0)
+        estimate = min(max(np.floor(tokens / K[MAX_LEN] * 512.0), ESTIMATE_LO), ESTIMATE_HI)
+        limit = min(req if req > 0.0 else estimate, np.floor(tokens / 2.0), np.floor(slots / div))
+        return (tokens * d, 1.0, 1.0, 0.0, limit, tokens * d, slots, div)
+    kv = K[KV_GPU_TOKEN] / d
+    limit = req if req > 0.0 else default
+    budget = kv_budget(K, rows, i, limit)
+    cap = _floor_div(budget, kv) if budget > 0.0 else 0.0
+    other = K[WINDOW_GPU] + rows[R_STATE, i]
+    fixed = other / kv if kv > 0.0 else 0.0
+    return (cap, 1.0, 1.0, fixed, limit, cap, 0.0, 0.0)
 
 
-@njit(cache=True, inline="always")
-def sequences_at_once(capacity_tokens: float, batch: float, context: float, output: float,
-                      share: float = 0.0) -> float:
-    """How many of ``batch`` sequences fit at once: each holds its uncached prompt and its
-    output; a cached shared prefix is held once (their state lives in the preallocated pool)."""
-    shared = share * context
-    per_seq = context - shared + output
-    fit = np.floor((capacity_tokens - shared) / max(per_seq, 1.0))
-    return min(max(fit, 0.0), batch)
+@njit(cache=True)
+def memory_fit(K, rows, i, b, c, o, d, s):
+    """Row ``i``'s memory at ``b`` sequences of ``c`` + ``o`` tokens, DCP ``d``, a share ``s``
+    of each prompt cached (held once): its engine's pool (``pool_of``) with the knobs as
+    launched, or with ``R_ADVISE`` chosen for the workload where they let more of it run:
+    vLLM's ``--max-num-seqs`` (the sequences that fit: the sampler's profiled rows and the
+    CUDA graphs follow it) and, past the engines' default limit, either engine's running
+    limit; SGLang's state slots sized to the batch (``--disable-radix-cache
+    --max-running-requests n`` without prefix reuse, ``--max-mamba-cache-size 5n
+    --max-running-requests n`` with it).
+
+    Returns (sequences at once, capacity in tokens, one fits, the memory holds them all, what
+    binds (LIMIT_*), knob (KNOB_*), running limit as launched or advised (0: the default),
+    state slots)."""
+    mode = rows[R_MODE, i]
+    req, slots_req = rows[R_MAX_RUNNING, i], rows[R_SLOTS, i]
+    no_prefix = rows[R_NO_PREFIX, i] > 0.0
+    shared = s * c
+    knob = KNOB_NONE
+    if rows[R_ADVISE, i] > 0.0 and req <= 0.0:
+        units, unit, au, fixed, limit, cap, slots, div = pool_of(K, rows, i, d, 0.0, 0.0,
+                                                                 False)
+        each = au * np.ceil((c - shared + o) / unit) + fixed
+        fit = np.floor((units - au * np.ceil(shared / unit)) / each)
+        if mode == PAGED:
+            # the limit at what fits; fewer profiled sequences leave the pool a little more
+            req, knob = max(min(b, fit), 1.0), KNOB_RUNNING
+            units, unit, au, fixed, limit, cap, slots, div = pool_of(K, rows, i, d, req, 0.0,
+                                                                     False)
+            more = min(b, np.floor((units - au * np.ceil(shared / unit)) / each))
+            if more > req:
+                units = pool_of(K, rows, i, d, more, 0.0, False)[0]
+                if np.floor((units - au * np.ceil(shared / unit)) / each) >= more:
+                    req = more
+        elif mode == SPLIT and min(fit, limit) < b:
+            # each running request: its state slots and its KV; a shared prefix's KV once
+            keep = s > 0.0                     # prefix reuse wanted: the radix cache stays
+            per = (div if keep else 1.0) * rows[R_UNIT, i] + (c - shared + o) * K[
+                KV_GPU_TOKEN] / d
+            n = min(b, np.floor((kv_budget(K, rows, i, 0.0) - shared * K[KV_GPU_TOKEN] / d)
+                                / per))
+            if n > min(fit, limit):
+                req = n
+                if keep:
+                    knob, slots_req = KNOB_SLOTS, n * div
+                else:
+                    knob, no_prefix = KNOB_NO_PREFIX, True
+        elif mode != SPLIT and b > limit:
+            req, knob = b, KNOB_RUNNING
+    units, unit, au, fixed, limit, cap, slots, div = pool_of(K, rows, i, d, req, slots_req,
+                                                             no_prefix)
+    attn = au * np.ceil((c - shared + o) / unit)
+    fit = min(max(np.floor((units - au * np.ceil(shared / unit)) / (attn + fixed)), 0.0), b)
+    mem = min(fit, np.floor(slots / div)) if mode == SPLIT else fit
+    run = min(fit, limit, b)
+    if run >= b:
+        bind = LIMIT_NONE
+    elif run >= fit:
+        bind = LIMIT_KV if mode != PAGED or attn >= fixed else LIMIT_STATE
+    elif mode == SPLIT and run >= np.floor(slots / div):
+        bind = LIMIT_STATE
+    else:
+        bind = LIMIT_RUNNING
+    shown = limit if knob != KNOB_NONE or rows[R_MAX_RUNNING, i] > 0.0 else 0.0
+    return (run, min(cap, float(2 ** 62)), 1.0 if run >= 1.0 else 0.0,
+            1.0 if mem >= b else 0.0, bind, knob, shown, slots)
 
 
 @njit(cache=True, inline="always")
@@ -181,9 +296,12 @@ def batch_terms(K, coll, b, rho=1.0):
 
 
 @njit(cache=True, inline="always")
-def decode_into(K, coll, curve, b, c, d, gemm, moe, tp_comm, out, r, at):
+def decode_into(K, coll, curve, b, c, d, gemm, moe, tp_comm, state_b, out, r, at):
     """Write the ``DECODE_TERMS`` of one step of ``b`` sequences at context ``c``, DCP ``d``
-    into ``out[r, at:at + N_DECODE]``, given its ``batch_terms``; ``curve`` (levels, 4, m)
+    into ``out[r, at:at + N_DECODE]``, given its ``batch_terms`` and the bytes of one
+    sequence's linear-attention state per GPU at its engine's dtypes (``state_b``: read and
+    written back each step, or its recurrent update's FLOPs if those take longer; plus a
+    sliding window's KV read, ``K[STATE]``); ``curve`` (levels, 4, m)
     holds a read curve per DCP size (``model.physics.terms.dcp_read_levels``). The KV read goes to
     ``kv_read`` (GQA / MHA) or ``mla_read`` (MLA's latent) without DCP, to ``dcp_read`` with
     it: each engine's DCP attention kernel is its own term."""
@@ -215,7 +333,7 @@ def decode_into(K, coll, curve, b, c, d, gemm, moe, tp_comm, out, r, at):
         out[r, at + D_MLA] = kv
     else:
         out[r, at + D_KV] = kv
-    out[r, at + D_STATE] = b * K[STATE]
+    out[r, at + D_STATE] = b * (K[STATE] + max(2.0 * state_b / K[HBM_BPS], K[LIN_STEP]))
     out[r, at + D_TP] = tp_comm
     out[r, at + D_DCP_COMM] = dcp_comm
     out[r, at + D_DCP_FIXED] = dcp_fixed
@@ -254,6 +372,8 @@ def prefill_into(K, coll, b, L, s, warm, graph, out, r, at):
     else:
         out[r, at + P_ATTN] = quad + linear
         out[r, at + P_MLA] = 0.0
+    # linear-attention layers' chunked kernels (KDA, GDN, Mamba2's SSD): per token
+    out[r, at + P_LINEAR] = K[LIN_PF] * new
     out[r, at + P_COMM] = chunks * (2.0 * K[N_LAYERS]) * collective_s(chunk * K[ACT], coll, 0)
     eager = chunks if chunk > graph else 0.0     # passes launched kernel by kernel
     out[r, at + P_FIXED] = eager * K[N_LAYERS]
@@ -265,30 +385,26 @@ def prefill_into(K, coll, b, L, s, warm, graph, out, r, at):
 @njit(cache=True)
 def rows_into(K, coll, curve, rows, X, facts):
     """Each row's features into ``X`` (``model.physics.features.Features``) and, into ``facts``
-    (3, n), its sequences at once, KV capacity and whether one sequence fits, from ``rows``
-    (N_ROW_FIELDS, n): engine reserve bytes, memory fraction, batch, context, output, DCP
-    size, prefix share, routing diversity, whether the engine's budget holds the model's
-    activation peak (``K[ACT_PEAK]``) and the largest prefill pass it replays as a CUDA graph
-    per row (``ROW_FIELDS``).
+    (N_FACTS, n), what ``memory_fit`` says of its memory, from ``rows`` (N_ROW_FIELDS, n):
+    engine reserve bytes, memory fraction, batch, context, output, DCP size, prefix share,
+    routing diversity, whether the engine's budget holds the model's activation peak
+    (``K[ACT_PEAK]``), the largest prefill pass it replays as a CUDA graph, its memory layout
+    for the model and its memory knobs per row (``ROW_FIELDS``).
 
-    The KV capacity (``kv_capacity``), how many sequences run at once (the engine runs what
-    fits and queues the rest; when not even one fits, the batch is costed as if it ran at
-    once), the first ``run`` prompts' prefill, and ``output - 1`` decode steps at the mean
-    context; when the batch does not fit, the rest are admitted one by one as running
-    sequences finish (continuous batching: their prefills, a shared prefix warm, and
-    ``b / run`` times the steps of ``run`` sequences). Rows usually come in groups that differ
-    only by configuration: a row's first prefill and batch terms are reused from the row
-    before when their inputs are the same."""
+    How many sequences run at once (``memory_fit``: the engine runs what fits and queues the
+    rest; when not even one fits, the batch is costed as if it ran at once), the first ``run``
+    prompts' prefill, and ``output - 1`` decode steps at the mean context; when the batch does
+    not fit, the rest are admitted one by one as running sequences finish (continuous
+    batching: their prefills, a shared prefix warm, and ``b / run`` times the steps of ``run``
+    sequences). Rows usually come in groups that differ only by configuration: a row's first
+    prefill and batch terms are reused from the row before when their inputs are the same."""
     sc = np.empty((1, 2 * N_PREFILL + N_DECODE))     # a later wave's terms
     last_pf = (-1.0, -1.0, -1.0, -1.0)    # row i - 1's prefill: sequences, context, share, graph
     last_b, last_rho, gemm, moe, tp_comm = -1.0, -1.0, 0.0, 0.0, 0.0
     for i in range(X.shape[0]):
         b, c, o, d, s, rho = rows[2, i], rows[3, i], rows[4, i], rows[5, i], rows[6, i], rows[7, i]
-        cap = kv_capacity(rows[0, i] + rows[8, i] * K[ACT_PEAK], rows[1, i], K[MEMORY],
-                          K[WEIGHT_BYTES], K[TP],
-                          K[KV_GPU_TOKEN], d, K[STATE_GPU] * max_running(b))
-        fits = sequences_at_once(cap, b, c, o, s)
-        run = fits if fits >= 1.0 else b
+        fitted = memory_fit(K, rows, i, b, c, o, d, s)
+        run = fitted[0] if fitted[2] > 0.0 else b
         steps = max(o - 1.0, 0.0)
         ctx_mean = c + o / 2.0
         if last_pf == (run, c, s, rows[9, i]):
@@ -300,7 +416,8 @@ def rows_into(K, coll, curve, rows, X, facts):
         if run != last_b or rho != last_rho:
             gemm, moe, tp_comm = batch_terms(K, coll, run, rho)
             last_b, last_rho = run, rho
-        decode_into(K, coll, curve, run, ctx_mean, d, gemm, moe, tp_comm, X, i, STEP)
+        decode_into(K, coll, curve, run, ctx_mean, d, gemm, moe, tp_comm, rows[R_STATE, i], X,
+                    i, STEP)
         if run >= b:                        # the whole batch at once (the usual case)
             for j in range(N_PREFILL):
                 X[i, j] = X[i, FIRST_PREFILL + j]
@@ -315,14 +432,15 @@ def rows_into(K, coll, curve, rows, X, facts):
                 X[i, j] = X[i, FIRST_PREFILL + j] + sc[0, N_PREFILL + j]
             for j in range(N_DECODE):
                 X[i, N_PREFILL + j] = steps * (b / run) * X[i, STEP + j]
-        facts[0, i] = run
-        facts[1, i] = cap
-        facts[2, i] = 1.0 if fits >= 1.0 else 0.0
+        for k in range(N_FACTS):
+            facts[k, i] = fitted[k]
 
 
-# Columns of a prediction table (predict_rows): the figures, then each decode term's seconds
-(TOTAL, TOTAL_LO, TOTAL_HI, TTFT, PREFILL_ALL, TPOT, RUNNING, CAPACITY, FEASIBLE) = range(9)
-PARTS = 9
+# Columns of a prediction table (predict_rows): the figures, the memory (``memory_fit``'s
+# facts from RUNNING on), then each decode term's seconds
+(TOTAL, TOTAL_LO, TOTAL_HI, TTFT, PREFILL_ALL, TPOT, RUNNING, CAPACITY, FEASIBLE, T_FITS_ALL,
+ T_BINDS, T_KNOB, T_KNOB_RUNNING, T_SLOTS) = range(14)
+PARTS = 14
 N_TABLE = PARTS + N_DECODE
 
 
@@ -332,32 +450,31 @@ def predict_rows(K, coll, curve, rows, coef, factors, noise, engine, rel_extra, 
     ``predict_into``, in one call (one recommendation pays one dispatch)."""
     n = rows.shape[1]
     X = np.empty((n, 2 * N_TERMS))
-    facts = np.empty((3, n))
+    facts = np.empty((N_FACTS, n))
     rows_into(K, coll, curve, rows, X, facts)
     out = np.empty((n, N_TABLE))
     predict_into(X, coef, factors, noise, engine, rel_extra, z, out)
     for i in range(n):
-        out[i, RUNNING] = facts[0, i]
-        out[i, CAPACITY] = facts[1, i]
-        out[i, FEASIBLE] = facts[2, i]
+        for k in range(N_FACTS):
+            out[i, RUNNING + k] = facts[k, i]
     return out
 
 
 # Columns of a query's evaluation (evaluate_rows): the figures a configuration's prediction
 # reports, then each decode term's seconds
 (E_TOTAL, E_LO, E_HI, E_PREFILL, E_DECODE, E_TPOT, E_RUNNING, E_CAPACITY, E_FITS, E_FEASIBLE,
- E_DOUBLINGS) = range(11)
-E_PARTS = 11
+ E_DOUBLINGS, E_BINDS, E_KNOB, E_KNOB_RUNNING, E_SLOTS) = range(15)
+E_PARTS = 15
 N_EVAL = E_PARTS + N_DECODE
 MAX_TOKENS = 2.0 ** 62     # a capacity reported beyond this is reported as this
 
 
 @njit(cache=True)
-def evaluate_rows(K, coll, curve, static, batch, context, output, share, share_in, coef,
+def evaluate_rows(K, coll, curve, static, batch, context, output, share, coef,
                   factors, noise, engine, sigma, bounds, per_doubling, z):
     """One query's configurations at its sizes (``model.predict.query.Query.evaluate``), in one
     call: ``static`` (N_ROW_FIELDS, n) the rows without sizes (``static_rows``), ``share`` each
-    row's cached prompt share, ``share_in`` the share asked for; ``sigma`` each row's added
+    row's cached prompt share; ``sigma`` each row's added
     relative sd by calibration status, plus ``per_doubling`` per doubling of the sizes outside
     its calibrated range, ``bounds`` (n, 6): low and high of (context, batch, output)
     (0 and inf without a range). Returns (n, N_EVAL): total, its interval, all prefill, decode
@@ -383,7 +500,6 @@ def evaluate_rows(K, coll, curve, static, batch, context, output, share, share_i
         dists[i] = dist
         extra[i] = sigma[i] + per_doubling * dist
     t = predict_rows(K, coll, curve, rows, coef, factors, noise, engine, extra, z)
-    demand = kv_demand_tokens(batch, context, output, share_in)
     out = np.empty((n, N_EVAL))
     for i in range(n):
         total, pf = t[i, TOTAL], t[i, PREFILL_ALL]
@@ -397,9 +513,13 @@ def evaluate_rows(K, coll, curve, static, batch, context, output, share, share_i
         out[i, E_TPOT] = t[i, TPOT]
         out[i, E_RUNNING] = t[i, RUNNING] if ok else 0.0
         out[i, E_CAPACITY] = cap if cap < MAX_TOKENS else MAX_TOKENS
-        out[i, E_FITS] = 1.0 if demand <= cap else 0.0
+        out[i, E_FITS] = t[i, T_FITS_ALL]
         out[i, E_FEASIBLE] = 1.0 if ok else 0.0
         out[i, E_DOUBLINGS] = dists[i]
+        out[i, E_BINDS] = t[i, T_BINDS]
+        out[i, E_KNOB] = t[i, T_KNOB]
+        out[i, E_KNOB_RUNNING] = t[i, T_KNOB_RUNNING]
+        out[i, E_SLOTS] = t[i, T_SLOTS]
         for j in range(N_DECODE):
             out[i, E_PARTS + j] = t[i, PARTS + j]
     return out

@@ -322,9 +322,13 @@ def _plan_class(model: CostModel, req: PlanRequest, i: int,
     p = e.pred
     gpus = instances * req.gpus_per_node
     rate = b / e2e
-    cmd = launch_command(e.config.engine, e.config.dcp_size, p.mem_fraction, w)
     rules = engines.get(e.config.engine)
-    cmd += [rules.max_running_flag, str(b)]
+    flags = list(p.memory_flags)      # the knobs its prediction at b in flight assumes
+    if rules.max_running_flag in flags:
+        flags[flags.index(rules.max_running_flag) + 1] = str(b)
+    else:
+        flags += [rules.max_running_flag, str(b)]
+    cmd = launch_command(e.config.engine, e.config.dcp_size, p.mem_fraction, w, flags)
     return ClassPlan(
         index=i, name=c.name, context_tokens=c.context_tokens, output_tokens=c.output_tokens,
         requests_per_second=c.requests_per_second, engine=e.config.engine,

@@ -59,7 +59,19 @@ class ConfigPrediction(BaseModel):
     kv_capacity_tokens: int
     fits_in_memory: bool
     running_sequences: int = Field(
-        default=0, description="sequences the KV capacity lets run at once (the rest queue)")
+        default=0, description="sequences the memory lets run at once (the rest queue)")
+    running_limit: Literal["none", "kv", "state", "max_running"] = Field(
+        default="none", description="what binds the sequences running at once: none (the "
+        "whole batch runs), the KV cache, the linear-attention state slots or pages, or the "
+        "engine's running-request limit")
+    state_slots: int | None = Field(
+        default=None, description="requests' linear-attention states the engine's state pool "
+        "holds (SGLang's max_mamba_cache_size); null where state and KV share one pool (vLLM) "
+        "or the model has none")
+    memory_flags: list[str] = Field(
+        default_factory=list, description="the engine's memory flags this prediction assumes, "
+        "chosen for the workload (for example SGLang's --max-mamba-cache-size and "
+        "--max-running-requests, vLLM's --max-num-seqs); empty: the engine's defaults")
     kv_read_source: str
     step_terms_s: dict[str, float] = Field(
         default_factory=dict, description="seconds of each physical term of one decode step "

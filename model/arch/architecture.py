@@ -25,8 +25,11 @@ from model.arch.quant import parse as parse_quantization
 from model.arch.weights import PARTS, count
 
 KV_DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp8": 1}
-RECURRENT_STATE_BYTES = 4   # linear-attention recurrent state: fp32 (vLLM, SGLang, fla kernels)
+RECURRENT_STATE_BYTES = 4   # linear-attention recurrent state: fp32 (SGLang's default, KDA on vLLM)
 CONV_STATE_BYTES = 2        # short-convolution state: the activations' dtype, bf16
+FLA_CHUNK = 64              # the chunk of the flash-linear-attention kernels (KDA, GDN) both
+#                             engines prefill with
+CHUNK_STATE_BYTES = 2       # a chunk's state as the chunked kernels keep it between kernels
 
 
 def kv_dtype_bytes(kv_dtype: str) -> int:
@@ -77,6 +80,11 @@ class Architecture:
     linear_value_head_dim: int        # dv
     linear_conv_kernel: int
     linear_conv_channels: int         # channels of the short convolution (q, k and v)
+    linear_chunk: int                 # tokens per chunk of the chunked prefill kernels
+    # the recurrent state's dtype as the config.json declares it, under the two keys engines
+    # read (SGLang ``mamba_ssm_dtype``, vLLM Nemotron-H's ``mamba_ssm_cache_dtype``)
+    linear_ssm_dtype: str | None
+    linear_ssm_cache_dtype: str | None
     # feed-forward
     n_moe_layers: int
     n_dense_mlp_layers: int
@@ -213,10 +221,38 @@ class Architecture:
 
     @cached_property
     def linear_attn_flops_per_token(self) -> float:
-        """Approximate recurrent-update FLOPs of the linear-attention layers per token:
-        per head about 8 dk dv (decay, k^T S, rank-1 delta update, q^T S)."""
+        """Recurrent-update FLOPs of the linear-attention layers for one decoded token: per
+        head about 8 dk dv (decay, k^T S, rank-1 delta update, q^T S; Mamba2's decay, B x^T
+        and C h are fewer, counted the same)."""
         return (8.0 * self.n_linear_layers * self.linear_heads * self.linear_head_dim
                 * self.linear_value_head_dim)
+
+    @cached_property
+    def linear_prefill_flops_per_token(self) -> float:
+        """FLOPs of the chunked prefill kernels per prompt token, all linear-attention layers.
+        Per value head and token, chunks of C tokens: the delta rule (KDA, GDN) scores a
+        token against the C / 2 earlier ones of its chunk on average, for its output and for
+        the chunk's WY transform, 2 C (dk + dv), and reads, corrects and updates the chunk
+        state, 6 dk dv; Mamba2's SSD has no transform, C (dk + dv) + 4 dk dv."""
+        if not self.n_linear_layers:
+            return 0.0
+        c, dk, dv = float(self.linear_chunk), self.linear_head_dim, self.linear_value_head_dim
+        per_head = (c * (dk + dv) + 4.0 * dk * dv if self.linear_kind == "mamba2"
+                    else 2.0 * c * (dk + dv) + 6.0 * dk * dv)
+        return self.n_linear_layers * self.linear_heads * per_head
+
+    @cached_property
+    def linear_prefill_bytes_per_token(self) -> float:
+        """HBM bytes of the chunked prefill kernels per prompt token, all linear-attention
+        layers: each chunk's state (dk x dv per head) written by one kernel and read by the
+        next, and the token's inputs (the convolved q, k, v channels) read and its output
+        written, in bf16."""
+        if not self.n_linear_layers:
+            return 0.0
+        states = (2.0 * self.linear_heads * self.linear_head_dim * self.linear_value_head_dim
+                  * CHUNK_STATE_BYTES / self.linear_chunk)
+        io = 2.0 * self.linear_conv_channels * CONV_STATE_BYTES
+        return self.n_linear_layers * (states + io)
 
     # ---- KV and state ----------------------------------------------------------------------
     def kv_bytes_per_layer_token(self, kv_dtype: str = "bf16") -> int:
@@ -241,6 +277,17 @@ class Architecture:
         if not self.n_sliding_layers:
             return np.zeros_like(ctx)
         return np.minimum(ctx, self.sliding_window) * self.sliding_kv_bytes_per_token(kv_dtype)
+
+    @property
+    def linear_conv_elems(self) -> int:
+        """Short-convolution state elements of one linear-attention layer: kernel - 1 past
+        inputs of its channels."""
+        return max(self.linear_conv_kernel - 1, 0) * self.linear_conv_channels
+
+    @property
+    def linear_ssm_elems(self) -> int:
+        """Recurrent state elements of one linear-attention layer: dk x dv per value head."""
+        return self.linear_heads * self.linear_head_dim * self.linear_value_head_dim
 
     @cached_property
     def linear_state_bytes_per_seq(self) -> int:
@@ -275,6 +322,8 @@ class Architecture:
             matmul_flops_per_token=self.matmul_flops_per_token,
             attn_decode_flops_per_ctx_token=self.attn_decode_flops_per_ctx_token,
             linear_attn_flops_per_token=self.linear_attn_flops_per_token,
+            linear_prefill_flops_per_token=self.linear_prefill_flops_per_token,
+            linear_prefill_bytes_per_token=self.linear_prefill_bytes_per_token,
             kv_bytes_per_token=self.kv_bytes_per_token("bf16"),
             kv_bytes_per_layer_token=self.kv_bytes_per_layer_token("bf16"),
             sliding_kv_bytes_per_token=self.sliding_kv_bytes_per_token("bf16"),
@@ -326,6 +375,10 @@ def from_hf_config(cfg: Any, *, name: str | None = None) -> Architecture:
         linear_value_head_dim=lin.value_head_dim if lin else 0,
         linear_conv_kernel=lin.conv_kernel if lin else 0,
         linear_conv_channels=lin.conv_channels if lin else 0,
+        linear_chunk=(0 if lin is None else c.int("chunk_size", c.int("mamba_chunk_size", 256))
+                      if lin.kind == "mamba2" else FLA_CHUNK),
+        linear_ssm_dtype=c.str("mamba_ssm_dtype") if lin else None,
+        linear_ssm_cache_dtype=c.str("mamba_ssm_cache_dtype") if lin else None,
         n_moe_layers=n_moe, n_dense_mlp_layers=lay.ffn.count(DENSE),
         n_sublayers=lay.sublayers,
         n_routed_experts=moe.n_routed if moe else 0, experts_per_token=moe.per_token if moe else 0,

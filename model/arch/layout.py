@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from model.arch.config import ArchConfigError, Config
 
-FULL, SLIDING, LINEAR, NONE = "full", "sliding", "linear", "none"     # NONE: a block without a mixer
+FULL, SLIDING, LINEAR, NONE = "full", "sliding", "linear", "none"   # NONE: no mixer
 DENSE, MOE = "dense", "moe"                  # a block's feed-forward (or NONE)
 _PATTERN = {"M": (LINEAR, NONE), "*": (FULL, NONE), "-": (NONE, DENSE), "E": (NONE, MOE)}
 _TYPE_NAMES = {"full_attention": FULL, "attention": FULL, "global": FULL, "global_attention": FULL,

@@ -1,12 +1,12 @@
 """Why a workload's model does not fit the hardware, with the numbers, and what would fit.
 
 Called when no candidate configuration holds even one sequence. The cause is either the
-weights (with the linear-attention state pool) filling the memory an engine may use on each
-GPU, or one sequence's KV exceeding what is left. Every suggestion is checked with the
-recommender's own capacity (``model.physics.memory.instance_kv_capacity``) before it is offered:
-more
-GPUs, a quantized checkpoint, a higher memory fraction, an fp8 KV cache, a shorter sequence;
-none repeats a setting the workload already has.
+weights (with one sequence's linear-attention state) filling the memory an engine may use on
+each GPU, or one sequence's KV exceeding what is left. Every suggestion is checked with the
+recommender's own memory (``model.physics.capacity``: each engine's pool, its knobs chosen for
+the sequence as a recommendation chooses them) before it is offered: more GPUs, a quantized
+checkpoint, a higher memory fraction, an fp8 KV cache, a shorter sequence; none repeats a
+setting the workload already has.
 """
 
 from __future__ import annotations
@@ -15,13 +15,8 @@ import dataclasses
 from collections.abc import Callable
 
 from model import engines
-from model.formulas import DEFAULT_MAX_RUNNING
-from model.physics.memory import (
-    OOM_THRESHOLD,
-    activation_peak_bytes,
-    instance_kv_capacity,
-    state_pool_bytes,
-)
+from model.physics.capacity import instance_fit, instance_pool
+from model.physics.memory import OOM_THRESHOLD, activation_peak_bytes
 from model.physics.shape import ModelShape
 from model.workload import MAX_GPUS, Workload
 
@@ -43,25 +38,25 @@ class NoFit:
     field: str
 
 
-def _run(w: Workload) -> int:
-    """Sequences the state pool is preallocated for (``model.formulas.max_running``)."""
-    return max(DEFAULT_MAX_RUNNING, w.batch_size)
-
-
 def best_capacity(w: Workload, shape: ModelShape, fractions: dict[str, float],
                   dcps_for: DcpsFor, num_gpus: int | None = None
                   ) -> tuple[int, str, int]:
-    """(KV tokens, engine, DCP size) of the configuration holding the most KV."""
+    """(KV tokens, engine, DCP size) of the configuration holding the most KV (each engine's
+    reported capacity, ``model.physics.capacity.Pool.capacity_tokens``)."""
     n = num_gpus or w.num_gpus
-    mem = w.gpu_spec().memory_bytes
-    return max(((instance_kv_capacity(e, f, mem, shape, n, d, _run(w)), e, d)
+    gpu = w.gpu_spec()
+    return max(((instance_pool(e, f, gpu, shape, n, d).capacity_tokens, e, d)
                 for e, f in fractions.items() for d in dcps_for(e, n)), default=(0, "", 1))
 
 
 def _holds(w: Workload, shape: ModelShape, fractions: dict[str, float], dcps_for: DcpsFor,
            num_gpus: int | None = None) -> bool:
-    return best_capacity(w, shape, fractions, dcps_for, num_gpus)[0] >= (
-        w.context_tokens + w.output_tokens)
+    """Whether some configuration holds one sequence of the workload."""
+    n = num_gpus or w.num_gpus
+    gpu = w.gpu_spec()
+    return any(instance_fit(e, f, gpu, shape, n, d, 1, w.context_tokens, w.output_tokens,
+                            advise=True).fits_one
+               for e, f in fractions.items() for d in dcps_for(e, n))
 
 
 def explain(w: Workload, shape: ModelShape, fractions: dict[str, float],
@@ -71,12 +66,12 @@ def explain(w: Workload, shape: ModelShape, fractions: dict[str, float],
     gpu = w.gpu_spec()
     n, mem = w.num_gpus, gpu.memory_bytes
     weights = shape.weight_bytes / n
-    pool = state_pool_bytes(shape, n, _run(w))
+    pool = shape.state_bytes_per_seq / n         # one sequence's state (and windows)
     act = activation_peak_bytes(shape.summary, n)
     reserve = {e: engines.get(e).reserve(act) for e in fractions}
     usable = {e: f * mem - reserve[e] for e, f in fractions.items()}
     head = f"the model does not fit on {gpu.name} x {n}: "
-    state = (f" and {pool / GB:.1f} GB of linear-attention state for {_run(w)} sequences"
+    state = (f" and {pool / GB:.2f} GB of linear-attention state for one sequence"
              if pool > 0 else "")
     if all(weights + pool >= u for u in usable.values()):
         field = "num_gpus"

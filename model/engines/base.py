@@ -7,11 +7,94 @@ engine module (``model.engines.vllm``, ``model.engines.sglang``) fills one in, a
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
 GIB = 2 ** 30
+DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2,
+               "auto": 2}
+# How an engine holds a hybrid's linear-attention state beside its KV cache (StateLayout.mode)
+NO_STATE, PAGED, SPLIT = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class HybridShape:
+    """What an engine's memory planner reads of a served model with linear-attention layers,
+    per GPU at its TP size (plain numbers: the engine modules import nothing of the model)."""
+
+    n_full: int                      # full-attention layers (their KV grows with the context)
+    n_linear: int                    # linear-attention (KDA, GDN, Mamba2) layers
+    linear_kind: str                 # "kda" | "gdn" | "mamba2"
+    attention: str                   # "mla" | "gqa" | "mha"
+    attn_token_layer_bytes: float    # KV bytes of one token in one full-attention layer
+    conv_elems: float                # short-convolution state elements of one layer
+    ssm_elems: float                 # recurrent state elements of one layer
+    ssm_dtype: str | None            # the config.json's ``mamba_ssm_dtype`` (SGLang reads it)
+    ssm_cache_dtype: str | None      # its ``mamba_ssm_cache_dtype`` (vLLM reads Nemotron-H's)
+    gpu_family: str                  # "hopper" | "blackwell" | ...
+    gpu_memory_gib: float
+    max_model_len: int               # the context length the engine is launched for
+
+
+class MemoryKnobs(NamedTuple):
+    """An engine's memory knobs as launched (0 / False: the engine's default): the most
+    requests running at once (vLLM ``--max-num-seqs``, SGLang ``--max-running-requests``),
+    SGLang's state slots (``--max-mamba-cache-size``), its prefix cache off
+    (``--disable-radix-cache``: one state slot per request instead of five) and its
+    state-to-KV memory ratio (``--mamba-full-memory-ratio``)."""
+
+    max_running: int = 0
+    state_slots: int = 0
+    no_prefix_cache: bool = False
+    state_ratio: float = 0.0
+
+
+DEFAULT_KNOBS = MemoryKnobs()
+# The knobs a memory planner proposes, by code (model.formulas.memory_fit returns the code)
+KNOB_NONE, KNOB_RUNNING, KNOB_SLOTS, KNOB_NO_PREFIX = range(4)
+
+
+@lru_cache(maxsize=1024)
+def knobs_of(knob: int, running: int, slots: int) -> MemoryKnobs:
+    """The memory knobs of a planner's proposal: its code, running limit and state slots."""
+    if knob == KNOB_SLOTS:
+        return MemoryKnobs(max_running=running, state_slots=slots)
+    if knob == KNOB_NO_PREFIX:
+        return MemoryKnobs(max_running=running, no_prefix_cache=True)
+    if knob == KNOB_RUNNING:
+        return MemoryKnobs(max_running=running)
+    return DEFAULT_KNOBS
+
+
+@dataclass(frozen=True)
+class StateLayout:
+    """How an engine allocates a hybrid model's state and KV on one GPU (``mode``):
+
+    - ``PAGED`` (vLLM): one pool of equal pages. A running request holds ``attn_units`` x
+      ceil(tokens / (``block_tokens`` x DCP)) pages of KV and ``state_units`` pages of state;
+      a pool block of every layer of a group is ``unit_bytes``.
+    - ``SPLIT`` (SGLang): a state pool of ``unit_bytes`` per slot, ``ratio`` : 1 of the memory
+      against the KV pool, and at most slots // ``state_units`` running requests.
+
+    ``state_bytes``: one request's state at the engine's dtypes (what a decode step reads and
+    writes); ``default_running``: the engine's running-request limit when not set (0: from
+    its KV pool); ``graph_bytes``: memory per GPU the engine's budget sets aside for its CUDA
+    graphs with this layout; ``notes``: what its start-up log says about the layout."""
+
+    mode: int
+    state_bytes: float
+    unit_bytes: float
+    block_tokens: float = 1.0
+    state_units: float = 1.0
+    attn_units: float = 1.0
+    ratio: float = 0.0
+    default_running: float = 0.0
+    graph_bytes: float = 0.0     # CUDA graphs' memory the engine profiles and sets aside
+    notes: tuple[str, ...] = ()
 
 
 class PrefixReuse(BaseModel):
@@ -89,22 +172,41 @@ class Engine:
     info_paths: tuple[str, ...]  # GET paths that state the engine's version and settings
     image: str                   # container image repository
     port: int                    # the OpenAI server's default port
+    # hybrids: how the engine holds linear-attention state beside KV (its memory planner), the
+    # running-request limit it starts with on a GPU of so many GiB, and the flags of its
+    # memory knobs (MemoryKnobs: "max_running", "state_slots", "no_prefix_cache")
+    state_layout: Callable[[HybridShape], StateLayout] | None = None
+    default_running: Callable[[float], int] = lambda gib: 256
+    knob_flags: tuple[tuple[str, str], ...] = ()
 
     def launch_command(self, model: str, tp: int, dcp: int, fraction: float,
-                       max_running: int | None = None, kv_dtype: str = "bf16") -> list[str]:
+                       memory_flags: Sequence[str] = (), kv_dtype: str = "bf16") -> list[str]:
         """The engine's command line for one instance: TP ``tp``, DCP ``dcp`` (flag only when
-        > 1), memory fraction to two decimals, ``max_running`` sequences when given and a KV
-        cache dtype other than the default."""
+        > 1), memory fraction to two decimals, the flags of its memory knobs (``knob_args``)
+        and a KV cache dtype other than the default."""
         cmd = [*self.program, *((self.model_flag,) if self.model_flag else ()), model,
                self.tp_flag, str(tp)]
         if dcp > 1:
             cmd += [self.dcp_flag, str(dcp)]
-        cmd += [self.mem_flag, f"{fraction:.2f}"]
-        if max_running is not None:
-            cmd += [self.max_running_flag, str(max_running)]
+        cmd += [self.mem_flag, f"{fraction:.2f}", *memory_flags]
         if kv_dtype in self.kv_dtype_values:
             cmd += [self.kv_dtype_flag, self.kv_dtype_values[kv_dtype]]
         return cmd
+
+    def knob_args(self, knobs: MemoryKnobs) -> list[str]:
+        """The flags of the knobs set (``knob_flags``; the running-request limit is
+        ``max_running_flag``)."""
+        flags = dict(self.knob_flags)
+        out: list[str] = []
+        if knobs.no_prefix_cache and "no_prefix_cache" in flags:
+            out.append(flags["no_prefix_cache"])
+        if knobs.state_slots and "state_slots" in flags:
+            out += [flags["state_slots"], str(knobs.state_slots)]
+        if knobs.state_ratio and "state_ratio" in flags:
+            out += [flags["state_ratio"], f"{knobs.state_ratio:g}"]
+        if knobs.max_running:
+            out += [self.max_running_flag, str(knobs.max_running)]
+        return out
 
     def reserve(self, activation_bytes: float = 0.0) -> float:
         """Bytes per GPU the memory fraction spends outside weights and KV: the engine's

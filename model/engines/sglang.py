@@ -14,9 +14,44 @@ reached its first token in 33 ms where vLLM, launching that pass kernel by kerne
 
 DCP (``--dcp-size``): the TP group divisible by dcp, MLA attention only. Capabilities as the
 architecture comparison of vLLM and SGLang summarises the official documentation.
+
+Hybrids (``state_layout``; SGLang 0.5.16's ``mem_cache/kv_cache_configurator.py``,
+``configs/mamba_utils.py``): the memory left after weights under ``--mem-fraction-static``
+(``rest``) is split into a state pool and a KV pool. The state pool takes ``rest x r / (1 +
+r)`` (``--mamba-full-memory-ratio`` r, default 0.9) in slots of one request's state (float32
+recurrent state unless the config's ``mamba_ssm_dtype`` says otherwise, bf16 convolution
+window): "Mamba Cache is allocated. max_mamba_cache_size: 330"; ``--max-mamba-cache-size N``
+sets the slots instead, and ``--disable-radix-cache --max-running-requests R`` sets R. The KV
+pool takes the rest, counting only full-attention layers ("#tokens: 1152938"). At most
+slots // 5 requests run (three slots each for the radix cache, two ping-pong slots for the
+overlap scheduler; one with the radix cache off): "max_running_requests was reduced from the
+requested 128 to ..." (the real H200 log of Qwen3-Next-80B-A3B: 330 slots, 66 running). DCP
+multiplies the KV tokens, not the state.
 """
 
-from model.engines.base import GIB, Engine, EngineCapabilities, Metrics, PrefixReuse
+from model.engines.base import (
+    DTYPE_BYTES,
+    GIB,
+    SPLIT,
+    Engine,
+    EngineCapabilities,
+    HybridShape,
+    Metrics,
+    PrefixReuse,
+    StateLayout,
+)
+
+STATE_RATIO = 0.9        # --mamba-full-memory-ratio's default: state pool : KV pool
+SLOTS_PER_REQUEST = 5    # radix cache (3) and overlap scheduling's ping-pong slots (2)
+DEFAULT_RUNNING = 2048   # the least max_running_requests SGLang starts with when not given
+
+
+def state_layout(h: HybridShape) -> StateLayout:
+    """SGLang's split of state and KV pools for a hybrid (module docstring)."""
+    ssm = DTYPE_BYTES.get(h.ssm_dtype or "float32", 4)
+    per_request = h.n_linear * (h.conv_elems * 2 + h.ssm_elems * ssm)
+    return StateLayout(SPLIT, state_bytes=per_request, unit_bytes=per_request,
+                       state_units=SLOTS_PER_REQUEST, ratio=STATE_RATIO)
 
 ENGINE = Engine(
     name="sglang",
@@ -59,4 +94,9 @@ ENGINE = Engine(
     info_paths=("/get_server_info", "/server_info"),
     image="lmsysorg/sglang",
     port=30000,
+    state_layout=state_layout,
+    default_running=lambda gib: DEFAULT_RUNNING,
+    knob_flags=(("state_slots", "--max-mamba-cache-size"),
+                ("no_prefix_cache", "--disable-radix-cache"),
+                ("state_ratio", "--mamba-full-memory-ratio")),
 )

@@ -15,16 +15,93 @@ FULL_AND_PIECEWISE); larger passes run the compiled model kernel by kernel.
 DCP (``--decode-context-parallel-size``): tp % dcp == 0, and on GQA models
 (tp // kv_heads) % dcp == 0. Capabilities as the architecture comparison of vLLM and SGLang
 summarises the official documentation.
+
+Hybrids (``state_layout``; vLLM 0.26.0's ``platforms/interface.py``, ``v1/core/
+kv_cache_utils.py``, ``model_executor/layers/mamba/mamba_utils.py``, ``models/config.py``):
+attention KV and linear-attention state share one pool of equal pages. The attention block is
+raised to ``align x ceil(S / (align x a))`` tokens (S: one layer's state, a: one token of one
+attention layer; ``align`` the attention kernel's block, 16 for FLASH_ATTN / FLASH_ATTN_MLA on
+Hopper, 32 for FlashInfer MLA on Blackwell) and the state page padded to it ("Setting attention
+block size to 1888 tokens"). Layers are grouped ``G = min(attention, linear)`` to a group (the
+larger count when it is under 1.5x the smaller; "Add 1 padding layers"); ``num_blocks =
+available // page // G``; a running request takes ceil(tokens / block) blocks per attention
+group and one per state group (prefix caching is off for hybrids by default). The state is
+the model dtype (GDN), float32 (KDA) or Nemotron-H's ``mamba_ssm_cache_dtype`` (Mamba2). The
+logged "GPU KV cache size" is ``num_blocks / blocks of one max_model_len request x
+max_model_len``. The real H200 logs: Nemotron-3-Nano 2,096-token blocks, 10,951,569 tokens
+(65.14 GiB); Qwen3-Next-80B-A3B 544-token blocks, 2,114,988 tokens (48.72 GiB). ``max_num_seqs``
+defaults to 1024 on GPUs of 70 GiB and more (256 below), and the profiled activation peak
+holds its sampler rows. For these hybrids it also profiles its CUDA graphs' memory and takes it
+out of the KV budget ("CUDA graph memory profiling is enabled ... equivalent to
+--gpu-memory-utilization=0.8957"): 0.43 GiB (Nemotron-3-Nano) and 0.60 GiB (Qwen3-Next) at
+``--max-num-seqs 128`` on the H200, ``HYBRID_GRAPH_BYTES``.
 """
 
+import math
+
 from model.engines.base import (
+    DTYPE_BYTES,
     GIB,
+    PAGED,
     Engine,
     EngineCapabilities,
+    HybridShape,
     Incompatibility,
     Metrics,
     PrefixReuse,
+    StateLayout,
 )
+
+
+HYBRID_GRAPH_BYTES = 0.5 * GIB
+
+
+def kernel_block(gpu_family: str, attention: str) -> int:
+    """The attention kernel's block alignment (tokens): FLASH_ATTN and FLASH_ATTN_MLA (Hopper)
+    take multiples of 16; Blackwell's default MLA backend, FlashInfer MLA, 32 or 64."""
+    return 32 if gpu_family == "blackwell" and attention == "mla" else 16
+
+
+def default_running(gpu_gib: float) -> int:
+    """``max_num_seqs`` of ``vllm serve``: 1024 on GPUs of 70 GiB and more, else 256."""
+    return 1024 if gpu_gib >= 70 else 256
+
+
+def state_layout(h: HybridShape) -> StateLayout:
+    """vLLM's unified page pool for a hybrid (module docstring)."""
+    if h.linear_kind == "kda":
+        ssm = 4                                   # float32, hard-coded
+    elif h.linear_kind == "mamba2":
+        ssm = DTYPE_BYTES.get(h.ssm_cache_dtype or "float32", 4)
+    else:
+        ssm = 2                                   # "auto": the model dtype
+    layer = h.conv_elems * 2 + h.ssm_elems * ssm
+    a = h.attn_token_layer_bytes
+    notes = []
+    if h.n_full and a > 0:
+        align = kernel_block(h.gpu_family, h.attention)
+        block = align * math.ceil(layer / (align * a))
+        page = block * a
+        lo, hi = sorted((h.n_full, h.n_linear))
+        group = hi if hi < 1.5 * lo else lo
+        notes.append(f"Setting attention block size to {block} tokens to ensure that "
+                     "attention page size is >= mamba page size.")
+        if page != layer:
+            notes.append(f"Padding mamba page size by {(page - layer) / layer * 100:.2f}% to "
+                         "ensure that mamba page size and attention page size are exactly "
+                         "equal.")
+    else:
+        block, page, group = 1, layer, max(h.n_linear, 1)
+    for n in (h.n_full, h.n_linear):
+        pad = -n % group
+        if n and pad:
+            notes.append(f"Add {pad} padding layers, may waste at most {pad / n * 100:.2f}% KV "
+                         "cache memory")
+    return StateLayout(PAGED, state_bytes=h.n_linear * layer, unit_bytes=page * group,
+                       block_tokens=block, state_units=math.ceil(h.n_linear / group),
+                       attn_units=math.ceil(h.n_full / group),
+                       default_running=default_running(h.gpu_memory_gib),
+                       graph_bytes=HYBRID_GRAPH_BYTES, notes=tuple(notes))
 
 ENGINE = Engine(
     name="vllm",
@@ -74,4 +151,6 @@ ENGINE = Engine(
     info_paths=("/version",),
     image="vllm/vllm-openai",
     port=8000,
+    state_layout=state_layout,
+    default_running=default_running,
 )

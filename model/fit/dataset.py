@@ -21,7 +21,8 @@ from model import engines
 COLUMNS = ("engine", "engine_version", "gpu", "num_gpus", "dcp_size", "mem_fraction",
            "context_tokens", "output_tokens", "batch_size", "kv_bytes_per_token", "kv_shards",
            "ttft_s", "tpot_s", "total_s", "oom_retries", "errors", "source", "model",
-           "kv_cache_dtype", "prefix_share", "decode_step_s", "kv_capacity_tokens", "weights")
+           "kv_cache_dtype", "prefix_share", "decode_step_s", "kv_capacity_tokens", "weights",
+           "max_running")
 
 OptPosFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)] | None
 
@@ -41,7 +42,10 @@ class Measurement(BaseModel):
     with all requests sent at once it mixes other requests' prefill into the decode steps, so it
     is kept for comparison and not fitted. ``kv_capacity_tokens`` is the KV capacity the engine
     reported in this configuration; ``weights`` says whether it served a checkpoint (``real``)
-    or random weights (``dummy``: ``--load-format dummy``).
+    or random weights (``dummy``: ``--load-format dummy``); ``max_running`` the running-request
+    limit the engine was launched with (vLLM ``--max-num-seqs``, SGLang
+    ``--max-running-requests``; empty: the engine's default), which decides how many of a
+    batch run at once as the KV and state pools do.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -71,6 +75,7 @@ class Measurement(BaseModel):
     decode_step_s: OptPosFloat = None
     kv_capacity_tokens: Annotated[int, Field(gt=0)] | None = None
     weights: Literal["real", "dummy"] = "real"
+    max_running: Annotated[int, Field(gt=0)] | None = None
 
     @field_validator("engine")
     @classmethod

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from model.engines.base import MemoryKnobs
 from model.fit.dataset import Measurement
 from model.hardware.gpus import builtin_gpu
 from model.hardware.silicon import silicon_for
@@ -35,7 +36,8 @@ def row_case(r: Measurement, diversity: float = 1.0) -> Case:
     one = lambda v: np.array([float(v)])  # noqa: E731
     return Case(row_shape(r), silicon_for(gpu), r.num_gpus, np.array([r.engine]),
                 one(r.batch_size), one(r.context_tokens), one(r.output_tokens), one(r.dcp_size),
-                one(r.mem_fraction), float(r.prefix_share), diversity=float(diversity))
+                one(r.mem_fraction), float(r.prefix_share), diversity=float(diversity),
+                knobs=MemoryKnobs(max_running=r.max_running or 0))
 
 
 def roofline_check(rows: Sequence[Measurement]) -> list[str]:

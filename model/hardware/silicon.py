@@ -292,6 +292,12 @@ class Silicon:
         return float(self.gpu.flops(math_dtype)[0])
 
     @property
+    def stream_Bps(self) -> float:
+        """Bytes/s of kernels that stream state through HBM (linear attention's recurrent
+        state and chunk states): the derated spec bandwidth (the spec itself at peaks)."""
+        return float(self.gpu.hbm_bandwidth) * self.eff["hbm"]
+
+    @property
     def attn_flops(self) -> float:
         return self._attn_flops or self.spec_flops("bf16") * self.eff["attn"]
 

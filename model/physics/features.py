@@ -15,8 +15,28 @@ from typing import NamedTuple
 import numpy as np
 
 from model import engines as engine_registry
-from model.formulas import N_PREFILL, N_ROW_FIELDS, fill_sizes, rows_into
+from model.engines.base import DEFAULT_KNOBS, MemoryKnobs
+from model.formulas import (
+    N_FACTS,
+    N_PREFILL,
+    N_ROW_FIELDS,
+    R_ADVISE,
+    R_ATTN_UNITS,
+    R_BLOCK,
+    R_DEFAULT_RUNNING,
+    R_MAX_RUNNING,
+    R_MODE,
+    R_NO_PREFIX,
+    R_RATIO,
+    R_SLOTS,
+    R_STATE,
+    R_STATE_UNITS,
+    R_UNIT,
+    fill_sizes,
+    rows_into,
+)
 from model.hardware.silicon import Silicon, roofline_silicon
+from model.physics.memory import state_layout
 from model.physics.shape import ModelShape
 from model.physics.terms import PHYSICS_TERMS, TERMS, Physics, physics_for
 
@@ -62,6 +82,10 @@ class Case:
     # routing diversity of a decode batch's tokens (model.formulas.batch_terms): 1 for a trained
     # router; below 1 for what an engine measured on random weights (CostModel.diversity)
     diversity: np.ndarray | list | float = 1.0
+    # the engines' memory knobs as launched, and whether to choose them for the workload (a
+    # recommendation's rows: model.formulas.memory_fit)
+    knobs: MemoryKnobs = DEFAULT_KNOBS
+    advise: bool = False
 
     def __len__(self) -> int:
         return len(self.engine)
@@ -77,6 +101,7 @@ class Features:
     running: np.ndarray        # sequences running at once
     capacity: np.ndarray       # KV capacity in tokens
     feasible: np.ndarray       # at least one sequence fits
+    facts: np.ndarray | None = None   # (N_FACTS, n): model.formulas.memory_fit's, per row
 
     @property
     def total(self) -> np.ndarray:
@@ -118,21 +143,40 @@ def engine_index(names) -> tuple[tuple[str, ...], np.ndarray]:
     return tuple(engines), idx
 
 
-def static_rows(index: tuple[tuple[str, ...], np.ndarray], fraction, dcp,
-                attention: str) -> np.ndarray:
-    """The rows ``model.formulas.rows_into`` reads (ROW_FIELDS) with the configurations'
-    fields filled: from each row's engine (``engine_index``) its reserve, whether it holds the
-    activation peak and the largest prefill pass it replays as a CUDA graph for a model of
-    this ``attention`` (``ModelShape.attention``); memory fraction and DCP size."""
+def static_rows(index: tuple[tuple[str, ...], np.ndarray], fraction, dcp, shape: ModelShape,
+                tp: int, gpu_name: str, gpu_memory: float, knobs: MemoryKnobs = DEFAULT_KNOBS,
+                advise: bool = False) -> np.ndarray:
+    """The rows ``model.formulas.rows_into`` reads (ROW_FIELDS) with the configurations' fields
+    filled: from each row's engine (``engine_index``) its reserve, whether it holds the
+    activation peak, the largest prefill pass it replays as a CUDA graph for a model of this
+    attention and how it lays out the model's state and KV on ``tp`` GPUs of ``gpu_name``
+    (``model.physics.memory.state_layout``); memory fraction, DCP size, the memory knobs as
+    launched and whether to choose them for the workload (``advise``)."""
     engines, idx = index
     rows = np.empty((N_ROW_FIELDS, len(idx)))
     records = [engine_registry.get(e) for e in engines]
-    rows[0] = np.array([r.reserve() for r in records])[idx]
+    layouts = [state_layout(e, shape, tp, gpu_name, gpu_memory) for e in engines]
+    rows[0] = np.array([r.reserve() + x.graph_bytes for r, x in zip(records, layouts,
+                                                                    strict=True)])[idx]
     rows[1] = fraction
     rows[5] = dcp
     rows[7] = 1.0
     rows[8] = np.array([float(r.counts_activations) for r in records])[idx]
-    rows[9] = np.array([float(r.graphed_prefill_tokens(attention)) for r in records])[idx]
+    rows[9] = np.array([float(r.graphed_prefill_tokens(shape.attention))
+                        for r in records])[idx]
+    for field, values in ((R_MODE, [x.mode for x in layouts]),
+                          (R_UNIT, [x.unit_bytes for x in layouts]),
+                          (R_BLOCK, [x.block_tokens for x in layouts]),
+                          (R_STATE_UNITS, [x.state_units for x in layouts]),
+                          (R_ATTN_UNITS, [x.attn_units for x in layouts]),
+                          (R_DEFAULT_RUNNING, [x.default_running for x in layouts]),
+                          (R_RATIO, [knobs.state_ratio or x.ratio for x in layouts]),
+                          (R_STATE, [x.state_bytes for x in layouts])):
+        rows[field] = np.array(values, dtype=float)[idx]
+    rows[R_MAX_RUNNING] = knobs.max_running
+    rows[R_SLOTS] = knobs.state_slots
+    rows[R_NO_PREFIX] = float(knobs.no_prefix_cache)
+    rows[R_ADVISE] = float(advise)
     return rows
 
 
@@ -144,7 +188,9 @@ def kernel_inputs(case: Case) -> tuple:
     ph = case.physics or physics_for(case.shape, case.silicon, case.tp)
     n = len(case.engine)
     index = engine_index(case.engine)
-    rows = static_rows(index, case.fraction, case.dcp, case.shape.attention)
+    gpu = case.silicon.gpu
+    rows = static_rows(index, case.fraction, case.dcp, case.shape, case.tp, gpu.name,
+                       gpu.memory_bytes, case.knobs, case.advise)
     max_dcp = float(rows[5].max()) if n else 1.0
     fill_sizes(rows, case.batch, case.context, case.output, case.share, case.diversity)
     return ph.K, ph.collectives(max_dcp), ph.curve, rows, index
@@ -155,16 +201,16 @@ def case_features(case: Case) -> Features:
     K, coll, curve, rows, _ = kernel_inputs(case)
     n = rows.shape[1]
     X = np.empty((n, 2 * N_TERMS))
-    facts = np.empty((3, n))
+    facts = np.empty((N_FACTS, n))
     rows_into(K, coll, curve, rows, X, facts)
-    return Features(X, facts[0], facts[1], facts[2] > 0.0)
+    return Features(X, facts[0], facts[1], facts[2] > 0.0, facts)
 
 
 def roofline_total_s(case: Case) -> np.ndarray:
     """Lower bound of each row's total time: the physics terms at spec-sheet peaks."""
     peak = Case(case.shape, roofline_silicon(case.silicon.gpu), case.tp, case.engine,
                 case.batch, case.context, case.output, case.dcp, case.fraction, case.share,
-                diversity=case.diversity)
+                diversity=case.diversity, knobs=case.knobs, advise=case.advise)
     f = case_features(peak).total
     physics = [i for i, t in enumerate(TERMS) if t in PHYSICS_TERMS]
     return f[:, physics].sum(axis=1)

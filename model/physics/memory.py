@@ -1,22 +1,28 @@
-"""Memory fraction, KV capacity and how many sequences run at once (engine documentation).
+"""Memory fraction, KV capacity, linear-attention state and how many sequences run at once
+(engine documentation and source).
 
 Each engine's memory flag says what its fraction covers (``model.engines``: ``mem_flag``,
 ``mem_covers``; vLLM's ``--gpu-memory-utilization`` budgets the whole instance, SGLang's
 ``--mem-fraction-static`` weights + KV pool). Per GPU:
-``KV budget = fraction x memory - weights / tp - Engine.reserve(activation peak)`` and
-``capacity = budget / (KV bytes per token per GPU / dcp)``; linear-attention state is held per
-running sequence. When a batch does not fit, the engine runs what fits and admits the rest as
-running sequences finish (``model.formulas.rows_into``); the simulator's scheduler admits
-requests by the same capacity.
+``budget = fraction x memory - weights / tp - Engine.reserve(activation peak)``. Without
+linear-attention layers, ``capacity = budget / (KV bytes per token per GPU / dcp)``. With them,
+each engine lays the state out its own way (``model.engines.base.StateLayout``, from the
+model's ``HybridShape`` here): vLLM keeps state and KV in one pool of pages, SGLang splits the
+budget into a state pool and a KV pool; ``model.formulas.memory_fit`` computes the capacity,
+the state slots and the sequences that run at once from it, for the recommender and the
+simulator alike. When a batch does not fit, the engine runs what fits and admits the rest as
+running sequences finish (``model.formulas.rows_into``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from model import engines
-from model.formulas import DEFAULT_MAX_RUNNING, kv_capacity
+from model.engines.base import NO_STATE, HybridShape, StateLayout
+from model.hardware.gpus import gpu_family
 
 if TYPE_CHECKING:
     from model.physics.shape import ModelShape
@@ -29,28 +35,74 @@ GIB = 2 ** 30
 # real start-up logs on one H200 (bench/data/h200-real/logs).
 PROFILE_SEQS = 1024              # vLLM's max_num_seqs on an H200: the sampler's profiled rows
 PROFILE_TOKENS = 8192            # its max_num_batched_tokens: the profiled forward pass
+DEFAULT_ACTIVATION = 1.1 * GIB   # without an architecture
 
 
-def activation_peak_bytes(summary: dict | None, tp: int) -> float:
-    """vLLM's profiled activation peak per GPU: the sampler's fp32 logits of PROFILE_SEQS rows,
-    plus one PROFILE_TOKENS-token pass's largest bf16 intermediate per token (the fused MoE's
-    three caches of top-k x max(2 x expert intermediate / tp, hidden), or a dense MLP's gate
-    and up projections and hidden state). On our H200 it gives 1.16 GiB for deepseek-v2-lite
-    (1.09 logged) and 0.99 GiB for llama-3.1-8b (1.1 logged). Without an architecture: 1.1 GiB."""
+def sampler_row_bytes(summary: dict | None) -> float:
+    """One profiled sequence's fp32 logits in vLLM's activation peak (its sampler profiles
+    ``max_num_seqs`` of them)."""
+    return float((summary or {}).get("vocab_size") or 0) * 4.0
+
+
+def activation_pass_bytes(summary: dict | None, tp: int) -> float:
+    """vLLM's profiled activation peak per GPU less the sampler's rows: one PROFILE_TOKENS-token
+    pass's largest bf16 intermediate per token (the fused MoE's three caches of top-k x
+    max(2 x expert intermediate / tp, hidden), or a dense MLP's gate and up projections and
+    hidden state). Without an architecture: DEFAULT_ACTIVATION, all of it."""
     if not summary or not summary.get("hidden_size"):
-        return 1.1 * GIB
+        return DEFAULT_ACTIVATION
     h = float(summary["hidden_size"])
-    sampler = PROFILE_SEQS * float(summary.get("vocab_size") or 0) * 4.0
     dense = 2.0 * float(summary.get("dense_intermediate") or 0) / tp + 2.0 * h
     moe = 0.0
     if summary.get("n_moe_layers"):
         moe = 3.0 * float(summary["experts_per_token"]) * max(
             2.0 * float(summary["expert_intermediate"]) / tp, h)
-    return sampler + PROFILE_TOKENS * 2.0 * max(dense, moe)
-# Both engines preallocate the linear-attention state for DEFAULT_MAX_RUNNING sequences (or the
-# batch when it is larger; model.formulas.max_running). For Kimi-K3 at TP 8 that is 256 x 56 MB
-# = 14.4 GB per GPU: vLLM's published 25.12 GiB of KV on an 8-GPU GB300 node (vllm#50055) is
-# what remains after it.
+    return PROFILE_TOKENS * 2.0 * max(dense, moe)
+
+
+def activation_peak_bytes(summary: dict | None, tp: int, seqs: int = PROFILE_SEQS) -> float:
+    """vLLM's profiled activation peak per GPU with ``max_num_seqs`` = ``seqs``: the sampler's
+    fp32 logits of ``seqs`` rows plus one pass (``activation_pass_bytes``). On our H200 it
+    gives 1.16 GiB for deepseek-v2-lite (1.09 logged) and 0.99 GiB for llama-3.1-8b (1.1
+    logged); with 128 sequences 1.08 GiB for Nemotron-3-Nano (1.09 logged)."""
+    return activation_pass_bytes(summary, tp) + sampler_row_bytes(summary) * min(
+        seqs, PROFILE_TOKENS)
+
+
+def hybrid_shape(shape: ModelShape, tp: int, gpu_name: str, gpu_memory: float
+                 ) -> HybridShape | None:
+    """What an engine's memory planner reads of a model with linear-attention layers, per GPU
+    at TP ``tp`` (None without them)."""
+    if not shape.n_linear_layers or not shape.linear_kind:
+        return None
+    return HybridShape(
+        n_full=shape.n_full_layers, n_linear=shape.n_linear_layers,
+        linear_kind=shape.linear_kind, attention=shape.attention,
+        attn_token_layer_bytes=shape.kv_layer_bytes / shape.shards(tp),
+        conv_elems=shape.linear_conv_elems / tp, ssm_elems=shape.linear_ssm_elems / tp,
+        ssm_dtype=shape.linear_ssm_dtype, ssm_cache_dtype=shape.linear_ssm_cache_dtype,
+        gpu_family=gpu_family(gpu_name), gpu_memory_gib=gpu_memory / GIB,
+        max_model_len=int(shape.max_context or 0))
+
+
+@lru_cache(maxsize=256)
+def _layout(engine: str, hybrid: HybridShape | None, gpu_memory: float,
+            state_bytes: float) -> StateLayout:
+    e = engines.get(engine)
+    if hybrid is not None and e.state_layout is not None:
+        return e.state_layout(hybrid)
+    return StateLayout(NO_STATE, state_bytes=state_bytes, unit_bytes=0.0,
+                       default_running=e.default_running(gpu_memory / GIB))
+
+
+def state_layout(engine: str, shape: ModelShape, tp: int, gpu_name: str,
+                 gpu_memory: float) -> StateLayout:
+    """How ``engine`` holds ``shape``'s state and KV on one of ``tp`` GPUs (memoised):
+    its own planner's layout for a hybrid, else no state pool (a model without
+    linear-attention layers, or an engine without a planner: then the state is costed per
+    sequence, not pooled)."""
+    state = (shape.state_bytes_per_seq - shape.window_bytes_per_seq) / tp
+    return _layout(engine, hybrid_shape(shape, tp, gpu_name, gpu_memory), gpu_memory, state)
 
 
 @dataclass(frozen=True)
@@ -75,33 +127,3 @@ def choose_fraction(engine: str, gpu: str, safe: list[float], unsafe: list[float
            f"below the {ceiling:.2f} at which out-of-memory retries "
            f"{'were seen' if unsafe else 'are reported'}")
     return MemoryChoice(frac, why)
-
-
-def kv_capacity_tokens(engine: str, fraction: float, gpu_memory: float, weight_bytes: float,
-                       tp: int, kv_bytes_per_gpu_token: float, dcp: int,
-                       state_pool_bytes: float = 0.0, activation_bytes: float = 0.0) -> int:
-    """Tokens of KV one instance holds (``kv_capacity`` of one configuration, an int)."""
-    return int(kv_capacity(engines.get(engine).reserve(activation_bytes), float(fraction),
-                           float(gpu_memory),
-                           float(weight_bytes), float(tp), float(kv_bytes_per_gpu_token),
-                           float(dcp), float(state_pool_bytes)))
-
-
-def state_pool_bytes(shape: ModelShape, tp: int, max_running: int) -> float:
-    """Bytes per GPU of the linear-attention state an engine preallocates for
-    ``max_running`` sequences (``model.physics.terms.Physics`` packs the same per-sequence
-    share)."""
-    return shape.state_bytes_per_seq / float(tp) * float(max_running)
-
-
-def instance_kv_capacity(engine: str, fraction: float, gpu_memory: float, shape: ModelShape,
-                         tp: int, dcp: int, max_running: int = DEFAULT_MAX_RUNNING) -> int:
-    """Tokens of KV one instance of ``engine`` holds for the served model ``shape`` on ``tp``
-    GPUs of ``gpu_memory`` bytes at DCP ``dcp``, launched for ``max_running`` sequences: the
-    capacity the recommender predicts with (``model.formulas.kv_capacity``, weights, the
-    engine's reserve with the model's activation peak where its budget holds it, and the
-    state pool subtracted) and the simulator admits by."""
-    return kv_capacity_tokens(engine, fraction, gpu_memory, shape.weight_bytes, tp,
-                              shape.kv_gpu_token_bytes(tp), dcp,
-                              state_pool_bytes(shape, tp, max_running),
-                              activation_peak_bytes(shape.summary, tp))

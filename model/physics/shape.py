@@ -53,6 +53,22 @@ class ModelShape:
     weights_known: bool = True
     # the routed experts' share of matmul_flops, by compute dtype (their own kernels)
     moe_matmul_flops: tuple[tuple[str, float], ...] = ()
+    # mixers and feed-forwards (2 per standard decoder layer, 1 per Nemotron-H block; 0: 2 per
+    # layer): each ends in a row-parallel projection
+    n_sublayers: int = 0
+    # linear-attention layers: kind, one layer's convolution and recurrent state elements, the
+    # state dtype the config declares (model.arch.Architecture), the chunked prefill kernels'
+    # FLOPs and bytes per prompt token and the recurrent update's FLOPs per decoded token
+    linear_kind: str | None = None
+    linear_conv_elems: float = 0.0
+    linear_ssm_elems: float = 0.0
+    linear_ssm_dtype: str | None = None
+    linear_ssm_cache_dtype: str | None = None
+    linear_prefill_flops: float = 0.0
+    linear_prefill_bytes: float = 0.0
+    linear_step_flops: float = 0.0
+    window_bytes_per_seq: float = 0.0   # sliding-window KV a sequence holds at most
+    max_context: int | None = None      # max_position_embeddings: what engines launch for
     summary: dict = field(default_factory=dict, compare=False, hash=False)
     # model.physics.terms.Physics per (silicon, tp), built on first use; a replaced copy starts
     # empty
@@ -75,6 +91,12 @@ class ModelShape:
     @property
     def kv_bytes_per_token(self) -> float:
         return self.n_full_layers * self.kv_layer_bytes
+
+    @property
+    def layer_units(self) -> float:
+        """Decoder layers for the per-layer fixed costs and the two all-reduces per layer:
+        half the mixers and feed-forwards."""
+        return self.n_sublayers / 2.0 if self.n_sublayers else float(self.n_layers)
 
     def shards(self, tp: int) -> int:
         """Over how many TP ranks one token's KV is split (1: every rank holds all of it)."""
@@ -141,7 +163,6 @@ def from_architecture(arch: Architecture, kv_dtype: str) -> ModelShape:
         routed = 2.0 * arch.n_moe_layers * arch.experts_per_token * arch.routed_expert_params
         flops[key] = flops.get(key, 0.0) + routed
         moe_flops = ((key, routed),)
-    flops["bf16"] = flops.get("bf16", 0.0) + arch.linear_attn_flops_per_token
     if arch.tie_word_embeddings:
         flops["bf16"] += 2.0 * arch.vocab_size * arch.hidden_size
     # prefill attention: quadratic part (full layers) and linear part (sliding windows)
@@ -164,7 +185,16 @@ def from_architecture(arch: Architecture, kv_dtype: str) -> ModelShape:
         matmul_flops=tuple(sorted(flops.items())),
         attn_flops_per_ctx_token=float(arch.attn_decode_flops_per_ctx_token),
         attn_prefill_coef=quad, attn_prefill_linear=max(lin, 0.0), moe_matmul_flops=moe_flops,
-        summary=arch.to_dict())
+        n_sublayers=arch.n_sublayers, linear_kind=arch.linear_kind,
+        linear_conv_elems=float(arch.linear_conv_elems),
+        linear_ssm_elems=float(arch.linear_ssm_elems), linear_ssm_dtype=arch.linear_ssm_dtype,
+        linear_ssm_cache_dtype=arch.linear_ssm_cache_dtype,
+        linear_prefill_flops=float(arch.linear_prefill_flops_per_token),
+        linear_prefill_bytes=float(arch.linear_prefill_bytes_per_token),
+        linear_step_flops=float(arch.linear_attn_flops_per_token),
+        window_bytes_per_seq=float(arch.state_bytes_per_seq(kv_dtype)
+                                   - arch.linear_state_bytes_per_seq),
+        max_context=arch.max_context, summary=arch.to_dict())
 
 
 def bare(kv_bytes_per_token: float, kv_dtype: str = "bf16", attention: Attention = "unknown",

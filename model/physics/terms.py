@@ -13,7 +13,8 @@ Decode step of ``B`` sequences at context ``c`` on ``tp`` GPUs with DCP ``d``:
   routed experts ``E (1 - (1 - k/E)^B)`` per MoE layer;
 - ``kv_read``: per full-attention layer one attention call reading ``B c kv_layer / shards / d``
   bytes (the silicon's per-call read curve), or its FLOPs if those take longer;
-- ``state``: linear-attention state read and written per sequence;
+- ``state``: each sequence's linear-attention state read and written back (at its engine's
+  dtypes), or its recurrent update's FLOPs if those take longer, and a sliding window's KV;
 - ``tp_comm``: two all-reduces of ``B x hidden`` activations per layer;
 - ``dcp_comm``: per full-attention layer, gathering the queries and combining partial outputs
   (+ log-sum-exp) across the ``d`` DCP ranks;
@@ -31,6 +32,10 @@ Prefill of ``B`` prompts of ``L`` tokens, a share ``s`` of each found in the pre
   of GQA / MHA layers, and of window-bounded and linear-attention layers (``x L``);
 - ``pf_mla``: the same FLOPs of MLA's full-attention layers: the engines prefill MLA on kernels
   of its own (the latent up-projected per chunk, MHA-form attention), as ``mla_read`` decodes it;
+- ``pf_linear``: linear-attention layers' chunked kernels (KDA, GDN, Mamba2's SSD): per prompt
+  token their FLOPs at the attention rate and the chunk states and inputs they stream through
+  HBM (``model.arch.Architecture.linear_prefill_flops_per_token``, ``..._bytes_per_token``),
+  one after the other as the kernels run;
 - ``pf_comm``: two all-reduces of the chunk's activations per layer and chunk;
 - ``pf_fixed`` (count: layers x forward passes the engine launches kernel by kernel; a pass it
   replays as a captured CUDA graph has none: ``model.engines.base.Engine.graphed_prefill_tokens``);
@@ -55,14 +60,19 @@ import numpy as np
 from model.formulas import (
     ACT,
     ACT_PEAK,
+    ACT_SEQ,
     ATTN_CALL,
     ATTN_PF,
     ATTN_PF_LINEAR,
     DECODE_TERMS,
+    HBM_BPS,
     IS_MLA,
     KV_CALL,
     KV_GPU_TOKEN,
+    LIN_PF,
+    LIN_STEP,
     LOG_Q_MISS,
+    MAX_LEN,
     MEMORY,
     MM,
     MM_MOE,
@@ -80,23 +90,24 @@ from model.formulas import (
     READ_BPS,
     READ_T0,
     STATE,
-    STATE_GPU,
     TP,
     W_DENSE,
     W_EXPERTS,
     WEIGHT_BYTES,
     WEIGHTS_PASS,
+    WINDOW_GPU,
     batch_terms,
     decode_into,
     prefill_into,
 )
 from model.hardware.silicon import Silicon
-from model.physics.memory import activation_peak_bytes
+from model.physics.memory import activation_pass_bytes, sampler_row_bytes
 from model.physics.shape import ModelShape
 
 TERMS = PREFILL_TERMS + DECODE_TERMS
-PHYSICS_TERMS = ("pf_gemm", "pf_moe", "pf_attn", "pf_mla", "pf_comm", "gemm", "moe", "kv_read",
-                 "mla_read", "dcp_read", "state", "tp_comm", "dcp_comm", "moe_fixed")
+PHYSICS_TERMS = ("pf_gemm", "pf_moe", "pf_attn", "pf_mla", "pf_linear", "pf_comm", "gemm",
+                 "moe", "kv_read", "mla_read", "dcp_read", "state", "tp_comm", "dcp_comm",
+                 "moe_fixed")
 ACT_BYTES = 2                # bf16 activations on the wire
 LSE_BYTES = 4                # one fp32 log-sum-exp per head and sequence
 
@@ -149,8 +160,15 @@ class Physics:
         K[KV_CALL] = shape.kv_layer_bytes / shape.shards(tp)
         K[ATTN_CALL] = (shape.attn_flops_per_ctx_token / shape.n_full_layers / t
                         / si.attn_flops) if shape.n_full_layers else 0.0
-        K[STATE] = 2.0 * shape.state_bytes_per_seq / t / si.gpu.hbm_bandwidth
-        K[N_LAYERS] = shape.n_layers
+        # state: a sliding window's KV read per sequence; the linear-attention state per
+        # sequence is the engine's (its dtypes: a row field), streamed at HBM_BPS, or the
+        # recurrent update's FLOPs (LIN_STEP)
+        K[HBM_BPS] = si.stream_Bps
+        K[STATE] = shape.window_bytes_per_seq / t / si.stream_Bps
+        K[LIN_STEP] = shape.linear_step_flops / t / si.attn_flops
+        K[LIN_PF] = (shape.linear_prefill_flops / si.attn_flops
+                     + shape.linear_prefill_bytes / si.stream_Bps) / t
+        K[N_LAYERS] = shape.layer_units
         K[N_MOE_LAYERS] = shape.n_moe_layers if shape.n_experts else 0
         K[MOE_CALLS] = K[N_MOE_LAYERS] * si.moe_call_s(expert_dtype)
         K[ACT] = shape.hidden_size * ACT_BYTES
@@ -165,9 +183,11 @@ class Physics:
         K[WEIGHT_BYTES] = shape.weight_bytes
         K[TP] = t
         K[KV_GPU_TOKEN] = shape.kv_gpu_token_bytes(tp)
-        K[STATE_GPU] = shape.state_bytes_per_seq / t
+        K[WINDOW_GPU] = shape.window_bytes_per_seq / t
+        K[MAX_LEN] = float(shape.max_context or 0) or 131072.0
         K[READ_T0], K[READ_ASYM], K[READ_BPS] = read.t0, read.asym, read.bps
-        K[ACT_PEAK] = activation_peak_bytes(shape.summary, tp)
+        K[ACT_PEAK] = activation_pass_bytes(shape.summary, tp)
+        K[ACT_SEQ] = sampler_row_bytes(shape.summary)
         self.K = tuple(K.tolist())    # a tuple: the compiled code reads it without reference counts
         # the collective table: row 0 the TP all-reduce, row k the all-gather over k DCP ranks
         # (``collectives`` grows it; ``len(coll) - 1`` is the largest DCP size it covers)
@@ -182,12 +202,18 @@ class Physics:
             self.coll = np.concatenate([self.coll, np.array(rows)])
         return self.coll
 
-    def decode(self, b: float, c: float, d: float) -> tuple[float, ...]:
-        """The ``DECODE_TERMS`` of one step of ``b`` sequences at context ``c``, DCP ``d``."""
+    def decode(self, b: float, c: float, d: float, state_bytes: float | None = None
+               ) -> tuple[float, ...]:
+        """The ``DECODE_TERMS`` of one step of ``b`` sequences at context ``c``, DCP ``d``, each
+        holding ``state_bytes`` of linear-attention state per GPU (default: the model's at
+        float32 recurrent state, ``ModelShape.state_bytes_per_seq`` less its window)."""
+        if state_bytes is None:
+            state_bytes = (self.shape.state_bytes_per_seq - self.shape.window_bytes_per_seq) \
+                / self.tp
         out = np.empty((1, N_DECODE))
         gemm, moe, tp_comm = batch_terms(self.K, self.coll, float(b))
         decode_into(self.K, self.collectives(d), self.curve, float(b), float(c), float(d),
-                    gemm, moe, tp_comm, out, 0, 0)
+                    gemm, moe, tp_comm, float(state_bytes), out, 0, 0)
         return tuple(out[0].tolist())
 
     def prefill(self, b: float, L: float, s: float = 0.0, warm: bool = False,
@@ -254,9 +280,9 @@ def physics_for(shape: ModelShape, si: Silicon, tp: int) -> Physics:
 
 
 def decode_terms(shape: ModelShape, hw: Hardware, batch: float, context: float,
-                 dcp: float) -> tuple[float, ...]:
+                 dcp: float, state_bytes: float | None = None) -> tuple[float, ...]:
     """The ``DECODE_TERMS`` of one decode step, in that order (``Physics.decode``)."""
-    return physics_for(shape, hw.silicon, hw.tp).decode(batch, context, dcp)
+    return physics_for(shape, hw.silicon, hw.tp).decode(batch, context, dcp, state_bytes)
 
 
 def prefill_terms(shape: ModelShape, hw: Hardware, batch: float, context: float,

@@ -32,8 +32,10 @@ from model.formulas import (
     TTFT,
     predict_rows,
 )
+from model.hardware.gpus import GpuSpec
 from model.physics.features import Case, QueryFacts, engine_index, kernel_inputs, static_rows
 from model.physics.memory import MemoryChoice, choose_fraction
+from model.physics.shape import ModelShape
 from model.physics.terms import TERMS
 from model.workload import Config
 
@@ -74,11 +76,14 @@ class Predictor:
                 engine, gpu, **self.model.safe_fractions(engine, gpu))
         return hit
 
-    def facts(self, gpu: str, num_gpus: int, model_key: str, attention: str,
+    def facts(self, gpu: GpuSpec, num_gpus: int, shape: ModelShape,
               configs: tuple[Config, ...]) -> QueryFacts:
         """What a query's configurations need that does not depend on the workload's sizes:
-        engines, DCP sizes, memory fractions and calibrated ranges (memoised)."""
-        key = (gpu, num_gpus, model_key, attention, configs)
+        engines, DCP sizes, memory fractions, memory layouts and calibrated ranges
+        (memoised); its rows choose the engines' memory knobs for the workload."""
+        key = (gpu.name, gpu.memory_bytes, num_gpus, shape.key, shape.kv_dtype,
+               shape.weight_bytes, configs)
+        model_key = shape.key
         hit = self._facts.get(key)
         if hit is None:
             if len(self._facts) >= FACTS_CACHE_SIZE:
@@ -86,8 +91,8 @@ class Predictor:
             engines = [c.engine for c in configs]
             index = engine_index(engines)
             dcps = [float(c.dcp_size) for c in configs]
-            fractions = [self.memory(c.engine, gpu).fraction for c in configs]
-            ranges = [self.model.calibrated_range(c.engine, gpu, num_gpus, c.dcp_size,
+            fractions = [self.memory(c.engine, gpu.name).fraction for c in configs]
+            ranges = [self.model.calibrated_range(c.engine, gpu.name, num_gpus, c.dcp_size,
                                                   model_key) for c in configs]
             per_config = [(c.engine, c.dcp_size, status == "calibrated",
                            status == "transferred", f, rng if status == "calibrated" else None,
@@ -96,7 +101,8 @@ class Predictor:
                                                          strict=True)]
             hit = self._facts[key] = QueryFacts(
                 engines, dcps, max(dcps, default=1.0), fractions, ranges,
-                static_rows(index, fractions, dcps, attention), index, per_config)
+                static_rows(index, fractions, dcps, shape, num_gpus, gpu.name, gpu.memory_bytes,
+                            advise=True), index, per_config)
         return hit
 
     def stacked(self, engines: tuple[str, ...], gpu: str, model_key: str):

@@ -17,12 +17,18 @@ import numpy as np
 
 from model import engines
 from model.engines import effective_share
+from model.engines.base import knobs_of
 from model.fit.costmodel import (
     EXTRAPOLATION_REL_SIGMA,
     RANGE_DIMS,
     CostModel,
 )
-from model.formulas import E_FEASIBLE, E_PARTS, N_EVAL, evaluate_rows
+from model.formulas import (
+    E_FEASIBLE,
+    E_PARTS,
+    N_EVAL,
+    evaluate_rows,
+)
 from model.hardware.silicon import Silicon, silicon_for
 from model.physics.features import Case
 from model.physics.memory import MemoryChoice
@@ -36,7 +42,7 @@ from model.workload import Config, Workload
 BARE_REL_SIGMA = 0.05     # added relative sd when only KV bytes are known (no weights, FLOPs)
 # Query.evaluate unpacks an evaluation's row by name: its E_PARTS leading columns, then the
 # decode terms, written as a literal in DECODE_TERMS' order (tests/model/test_batch.py)
-assert E_PARTS == 11 and N_EVAL == E_PARTS + len(DECODE_TERMS)
+assert E_PARTS == 15 and N_EVAL == E_PARTS + len(DECODE_TERMS)
 
 
 class Evaluated(NamedTuple):
@@ -134,8 +140,7 @@ def build_case(model: CostModel, w: Workload, shape: ModelShape, configs: list[C
     GPU's ``silicon_for`` when the caller has it. A recommendation's one row per
     configuration is ``Query.evaluate``'s."""
     si = si or silicon_for(w.gpu_spec())
-    facts = predictor_for(model).facts(si.gpu.name, w.num_gpus, shape.key, shape.attention,
-                                       tuple(configs))
+    facts = predictor_for(model).facts(si.gpu, w.num_gpus, shape, tuple(configs))
     share_in = w.requirements.prefix_reuse_share if w.requirements else 0.0
     grid = np.asarray([w.context_tokens] if contexts is None else contexts, dtype=float)
     k = len(grid)
@@ -146,7 +151,7 @@ def build_case(model: CostModel, w: Workload, shape: ModelShape, configs: list[C
     return Case(shape, si, w.num_gpus, engine, np.full(n, float(w.batch_size)),
                 np.tile(grid, len(configs)), np.full(n, float(w.output_tokens)),
                 np.repeat(np.array(facts.dcps), k), np.repeat(np.array(facts.fractions), k),
-                share, physics_for(shape, si, w.num_gpus))
+                share, physics_for(shape, si, w.num_gpus), advise=True)
 
 
 class Query:
@@ -177,7 +182,7 @@ class Query:
         self.allow_extrapolation = w.allow_extrapolation
         if not configs:
             return
-        facts = pred.facts(self.gpu, w.num_gpus, shape.key, shape.attention, self.configs)
+        facts = pred.facts(si.gpu, w.num_gpus, shape, self.configs)
         self.facts = facts
         engines, self.index = facts.engine_index
         self.coef, self.factors, self.noise = pred.stacked(engines, si.name, shape.key)
@@ -207,7 +212,7 @@ class Query:
                  if self.share > 0 else self.no_share)
         K, coll, curve = self.kernel
         table = evaluate_rows(K, coll, curve, self.facts.rows, float(w.batch_size), float(ctx),
-                              float(w.output_tokens), share, self.share, self.coef,
+                              float(w.output_tokens), share, self.coef,
                               self.factors, self.noise, self.index, self.sigma, self.bounds,
                               EXTRAPOLATION_REL_SIGMA, Z90).tolist()
         source = self.physics.read_source
@@ -220,15 +225,19 @@ class Query:
                                                                           strict=True):
             # the table's columns (model.formulas.evaluate_rows: E_TOTAL ... E_DOUBLINGS, then
             # the decode terms in DECODE_TERMS' order; tests/model/test_batch.py checks both)
-            (total, lo, hi, pf, decode, tpot, run, cap, fits, ok, dist, gemm, moe, kv, mla,
-             dcp_read, state, tp_comm, dcp_comm, dcp_fixed, layer, moe_fixed, seq, step) = t
+            (total, lo, hi, pf, decode, tpot, run, cap, fits, ok, dist, binds, knob, knob_run,
+             slots, gemm, moe, kv, mla, dcp_read, state, tp_comm, dcp_comm, dcp_fixed, layer,
+             moe_fixed, seq, step) = t
             out.append(_evaluated((c, make_prediction({
                 "engine": engine, "dcp_size": dcp, "total_s": total, "prefill_s": pf,
                 "decode_s": decode, "tpot_s": tpot, "interval_s": (lo, hi),
                 "calibrated": calibrated, "extrapolated": not calibrated or dist > 0.0,
                 "transferred": transferred, "mem_fraction": fraction,
                 "kv_capacity_tokens": int(cap), "fits_in_memory": fits > 0.0,
-                "running_sequences": int(run), "kv_read_source": source,
+                "running_sequences": int(run), "running_limit": LIMITS[int(binds)],
+                "state_slots": int(slots) if slots else None,
+                "memory_flags": memory_flags(engine, int(knob), int(knob_run), int(slots))
+                if knob else [], "kv_read_source": source,
                 "step_terms_s": {   # a literal: twice as fast as dict(zip(DECODE_TERMS, ...))
                     "gemm": gemm, "moe": moe, "kv_read": kv, "mla_read": mla,
                     "dcp_read": dcp_read, "state": state, "tp_comm": tp_comm,
@@ -239,6 +248,19 @@ class Query:
 
 
 _evaluated = partial(tuple.__new__, Evaluated)    # Evaluated((...)) without its Python __new__
+# ConfigPrediction.running_limit by model.formulas.LIMIT_* (what memory_fit says binds)
+LIMITS = ("none", "kv", "state", "max_running")
+
+
+@lru_cache(maxsize=1024)
+def _flags(engine: str, knob: int, running: int, slots: int) -> tuple[str, ...]:
+    return tuple(engines.get(engine).knob_args(knobs_of(knob, running, slots)))
+
+
+def memory_flags(engine: str, knob: int, running: int, slots: int) -> list[str]:
+    """The engine flags of the knobs ``memory_fit`` proposed (a new list each time: the
+    prediction owns it)."""
+    return list(_flags(engine, knob, running, slots))
 make_prediction = constructor(ConfigPrediction)
 
 

@@ -29,7 +29,8 @@ def answer(w: Workload, shape: ModelShape, gpu: str, d: Decision, mem: MemoryCho
         "speedup": d.speedup, "confidence": d.confidence,
         "crossover_context_tokens": d.crossover,
         "kv_capacity_tokens": bp.kv_capacity_tokens, "fits_in_memory": bp.fits_in_memory,
-        "launch_command": launch_command(engine, best.config.dcp_size, bp.mem_fraction, w),
+        "launch_command": launch_command(engine, best.config.dcp_size, bp.mem_fraction, w,
+                                         bp.memory_flags),
         "reasons": why, "excluded": d.excluded, "model_version": version})
 
 

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from model import engines
-from model.formulas import DEFAULT_MAX_RUNNING
 from model.workload import Workload
 
 
-def launch_command(engine: str, dcp: int, fraction: float, w: Workload) -> list[str]:
+def launch_command(engine: str, dcp: int, fraction: float, w: Workload,
+                   memory_flags: Sequence[str] = ()) -> list[str]:
     """``engine``'s command line for the workload's model on its GPUs
-    (``model.engines.base.Engine.launch_command``), launched for the whole batch when it
-    exceeds the engines' default of DEFAULT_MAX_RUNNING running sequences."""
-    big = w.batch_size if w.batch_size > DEFAULT_MAX_RUNNING else None
+    (``model.engines.base.Engine.launch_command``), with the memory knobs its prediction
+    assumes (``ConfigPrediction.memory_flags``: the running-request limit when the batch
+    exceeds the engine's default, a hybrid's state and KV split)."""
     return engines.get(engine).launch_command(w.model or "MODEL", w.num_gpus, dcp, fraction,
-                                              big, w.kv_cache_dtype)
+                                              memory_flags, w.kv_cache_dtype)

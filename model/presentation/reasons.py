@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from operator import itemgetter
 
+from model import engines
 from model.decision.choose import Decision
 from model.decision.crossover import TIE
+from model.engines.sglang import STATE_RATIO
 from model.fit.costmodel import UNCALIBRATED_REL_SIGMA
+from model.physics.capacity import instance_fit
 from model.physics.shape import ModelShape
 from model.predict.query import Evaluated
 from model.workload import Workload
@@ -49,6 +52,39 @@ def step_story(parts: dict[str, float]) -> str:
 
 
 
+# what binds the running sequences (ConfigPrediction.running_limit), as a sentence's subject
+LIMIT_WORDS = {"kv": "KV capacity {p.kv_capacity_tokens:,} tokens",
+               "state": "the linear-attention state pool",
+               "max_running": "the running-request limit",
+               "none": "memory"}
+
+
+def memory_story(w: Workload, shape: ModelShape, gpu: str, e: Evaluated) -> str:
+    """Why the prediction sets its engine's memory flags (``ConfigPrediction.memory_flags``),
+    with the sequences the engine's defaults would run where the flags change that."""
+    p = e.pred
+    flags = " ".join(p.memory_flags)
+    engine = engines.get(e.config.engine)
+    if engine.max_running_flag == p.memory_flags[0] and len(p.memory_flags) == 2:
+        if not shape.n_linear_layers:
+            return (f"{flags}: the batch of {w.batch_size} exceeds {engine.label}'s default "
+                    "running-request limit")
+        return (f"{flags}: {engine.label} keeps linear-attention state and KV in one pool of "
+                f"pages; {p.running_sequences} sequences fit, and a limit at what fits keeps "
+                "its profiled activations and CUDA graphs to that many (its default is "
+                f"{engine.default_running(w.gpu_spec().memory_bytes / 2 ** 30)})")
+    default = instance_fit(e.config.engine, p.mem_fraction, w.gpu_spec(), shape, w.num_gpus,
+                           e.config.dcp_size, w.batch_size, w.context_tokens,
+                           w.output_tokens)
+    why = ("one state slot per request instead of five (no prefix reuse asked for)"
+           if "--disable-radix-cache" in p.memory_flags else
+           "state slots for these requests and the rest of the memory to KV")
+    return (f"{flags}: {why}; {p.running_sequences} of {w.batch_size} sequences run at once "
+            f"({p.kv_capacity_tokens:,} KV tokens), where {engine.label}'s default split "
+            f"(state : KV {STATE_RATIO:g} : 1) holds {default.running} "
+            f"({default.capacity_tokens:,} KV tokens, limited by {default.limit})")
+
+
 def reasons(w: Workload, shape: ModelShape, gpu: str, d: Decision, provenance: str) -> list[str]:
     """The decision ``d`` in sentences, in order: the choice against its rival, a faster
     configuration that may not be chosen (``d.unmeasured``: no calibration data, and
@@ -79,12 +115,16 @@ def reasons(w: Workload, shape: ModelShape, gpu: str, d: Decision, provenance: s
                  f"{rival.pred.running_sequences} "
                  f"sequences: {step_story(rival.pred.step_terms_s)}")
     if bp.running_sequences < w.batch_size:
-        r.append(f"KV capacity {bp.kv_capacity_tokens:,} tokens holds {bp.running_sequences} of "
-                 f"the {w.batch_size} sequences at once: the engine queues the rest and admits "
-                 "each as a running one finishes, which the prediction includes")
+        r.append(f"{LIMIT_WORDS[bp.running_limit].format(p=bp)} holds {bp.running_sequences} "
+                 f"of the {w.batch_size} sequences at once: the engine queues the rest and "
+                 "admits each as a running one finishes, which the prediction includes")
+    if bp.memory_flags:
+        r.append(memory_story(w, shape, gpu, best))
     if rival and rival.pred.running_sequences < w.batch_size and rival.pred.running_sequences:
         r.append(f"{rival_l} holds {rival.pred.running_sequences} of {w.batch_size} "
-                 f"sequences at once ({rival.pred.kv_capacity_tokens:,} KV tokens)")
+                 f"sequences at once ({rival.pred.kv_capacity_tokens:,} KV tokens"
+                 + (f", limited by {rival.pred.running_limit.replace('_', ' ')}"
+                    if rival.pred.running_limit != "kv" else "") + ")")
     if cross:
         r.append(f"the best engine changes near {cross:,} context tokens")
     if not shape.weights_known:

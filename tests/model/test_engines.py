@@ -10,7 +10,7 @@ import pytest
 
 from model import engines
 from model.engines import vllm
-from model.engines.base import Engine
+from model.engines.base import Engine, MemoryKnobs
 from model.fit.default import default_model
 from model.presentation.launch import launch_command
 from model.recommend import recommend
@@ -32,9 +32,11 @@ def test_every_engine_fills_every_field():
         e = engines.get(name)
         for f in dataclasses.fields(Engine):
             value = getattr(e, f.name)
+            # optional: a positional model argument, knobs beyond the running limit
             assert value is not None or f.name == "model_flag", (name, f.name)
-            if isinstance(value, str | tuple | frozenset):
+            if isinstance(value, str | tuple | frozenset) and f.name != "knob_flags":
                 assert value, (name, f.name)
+        assert e.state_layout is not None and e.default_running(141.0) >= 256
         assert all(getattr(e.metrics, f.name) for f in dataclasses.fields(e.metrics))
         assert all(n.startswith(e.metrics.prefixes) for n in (e.metrics.running,
                                                               e.metrics.kv_usage))
@@ -68,10 +70,21 @@ PRINTED = {
 def test_launch_commands_are_the_ones_recommendations_printed(engine, dcp, big):
     kw = dict(model="moonshotai/Kimi-K3", batch_size=512, kv_cache_dtype="fp8") if big else {}
     w = Workload(context_tokens=1000, output_tokens=10, preset="kimi-k3", **kw)
-    assert launch_command(engine, dcp, 0.92, w) == PRINTED[(engine, dcp, big)]
     e = engines.get(engine)
-    assert e.launch_command(w.model or "MODEL", 8, dcp, 0.92, 512 if big else None,
+    flags = e.knob_args(MemoryKnobs(max_running=512)) if big else []
+    assert launch_command(engine, dcp, 0.92, w, flags) == PRINTED[(engine, dcp, big)]
+    assert e.launch_command(w.model or "MODEL", 8, dcp, 0.92, flags,
                             w.kv_cache_dtype) == PRINTED[(engine, dcp, big)]
+
+
+def test_memory_knobs_are_each_engines_flags():
+    knobs = MemoryKnobs(max_running=40, state_slots=200, no_prefix_cache=True, state_ratio=0.5)
+    assert engines.get("sglang").knob_args(knobs) == [
+        "--disable-radix-cache", "--max-mamba-cache-size", "200",
+        "--mamba-full-memory-ratio", "0.5", "--max-running-requests", "40"]
+    # vLLM's one memory knob here is its running-sequence limit
+    assert engines.get("vllm").knob_args(knobs) == ["--max-num-seqs", "40"]
+    assert engines.get("vllm").knob_args(MemoryKnobs()) == []
 
 
 def test_a_recommendation_prints_its_engines_command_and_flag():
@@ -80,7 +93,10 @@ def test_a_recommendation_prints_its_engines_command_and_flag():
                                 preset="kimi-k3"), m.version)
     e = engines.get(rec.engine)
     assert rec.mem_fraction_flag == e.mem_flag
-    assert rec.launch_command == e.launch_command("MODEL", 8, rec.dcp_size, rec.mem_fraction)
+    best = next(p for p in rec.predictions
+                if (p.engine, p.dcp_size) == (rec.engine, rec.dcp_size))
+    assert rec.launch_command == e.launch_command("MODEL", 8, rec.dcp_size, rec.mem_fraction,
+                                                  best.memory_flags)
 
 
 @pytest.mark.parametrize("engine,attention,kv_heads,tp,dcp,why", [

@@ -125,16 +125,24 @@ def test_closed_form_held_out_predictions_match_refitting_without_the_point():
 
 
 def test_a_stalled_point_does_not_drag_the_fit():
-    X, y = synthetic(TRUE, n=60, noise=0.01, seed=8)
-    y_bad = y.copy()
-    y_bad[3] *= 20.0                              # a JIT compile inside one measurement
+    """Over eight datasets (one point of each 20 x too slow: a JIT compile inside one
+    measurement) the robust fit's coefficients stay within 2 % of the clean fit's on average,
+    a third of the plain fit's error, and the stalled point is down-weighted."""
     free = ("gemm", "kv_read", "step_fixed")
-    robust = EngineCostModel(free=free).fit(X, y_bad)
-    plain = EngineCostModel(free=free, robust=False).fit(X, y_bad)
-    clean = EngineCostModel(free=free).fit(X, y)
-    err = lambda e: max(abs(e.coefficients_[t] / clean.coefficients_[t] - 1) for t in free)  # noqa: E731
-    assert err(robust) < 0.02 and err(robust) < err(plain) / 3
-    assert robust.weights_[3] < 0.5
+    errors = {"robust": [], "plain": []}
+    for seed in range(8, 16):
+        X, y = synthetic(TRUE, n=60, noise=0.01, seed=seed)
+        y_bad = y.copy()
+        y_bad[3] *= 20.0
+        robust = EngineCostModel(free=free).fit(X, y_bad)
+        plain = EngineCostModel(free=free, robust=False).fit(X, y_bad)
+        clean = EngineCostModel(free=free).fit(X, y)
+        for name, est in (("robust", robust), ("plain", plain)):
+            errors[name].append(max(abs(est.coefficients_[t] / clean.coefficients_[t] - 1)
+                                    for t in free))
+        assert robust.weights_[3] < 0.5
+    assert np.mean(errors["robust"]) < 0.02
+    assert np.mean(errors["robust"]) < np.mean(errors["plain"]) / 3
 
 
 def test_physics_coefficients_stay_above_their_floor():

@@ -14,7 +14,8 @@ from model import engines
 from model.errors import NoEligibleConfiguration
 from model.fit.costmodel import UNCALIBRATED_REL_SIGMA
 from model.fit.default import default_model
-from model.physics.memory import instance_kv_capacity
+from model.hardware.gpus import builtin_gpu
+from model.physics.capacity import instance_pool
 from model.recommend import recommend
 from model.workload import Workload
 
@@ -142,11 +143,15 @@ def test_a_higher_memory_fraction_is_suggested_when_it_would_hold_the_model():
     engine, flag, higher, chosen = found.groups()
     assert flag == engines.get(engine).mem_flag and float(higher) > float(chosen)
     shape = Workload(**kw).model_shape()
-    mem = 80 * (1 << 30)
+    gpu = builtin_gpu("H100")
     need = 4096 + 128
-    assert instance_kv_capacity(engine, float(higher), mem, shape, 1, 1) >= need
-    assert instance_kv_capacity(engine, float(higher) - 0.01, mem, shape, 1, 1) < need
-    assert instance_kv_capacity(engine, float(chosen), mem, shape, 1, 1) < need
+
+    def cap(f: float) -> int:
+        return instance_pool(engine, f, gpu, shape, 1, 1).capacity_tokens
+
+    assert cap(float(higher)) >= need
+    assert cap(float(higher) - 0.01) < need
+    assert cap(float(chosen)) < need
 
 
 def test_excluded_configurations_say_why_they_hold_nothing():
@@ -159,12 +164,13 @@ def test_excluded_configurations_say_why_they_hold_nothing():
 
 
 def test_the_prior_answers_when_the_calibrated_configurations_hold_no_sequence():
-    """vLLM on 8 x B300 is calibrated at dcp 1 only, which cannot hold one sequence of 2M
-    tokens; dcp 8 (not calibrated) can: the prior answers, saying why."""
-    r = rec(preset="kimi-k3", gpu="B300", num_gpus=8, context_tokens=2_000_000,
+    """vLLM on 8 x B300 is calibrated at dcp 1 only, which cannot hold one sequence of 3M
+    tokens (its pool: 3,133 pages of 736 tokens); dcp 8 (not calibrated) can: the prior
+    answers, saying why."""
+    r = rec(preset="kimi-k3", gpu="B300", num_gpus=8, context_tokens=3_000_000,
             output_tokens=128, engines=["vllm"], dcp_sizes=[1, 8])
     assert (r.engine, r.dcp_size, r.confidence) == ("vllm", 8, "prior")
     assert any(x.startswith("answered from the physics prior: the configurations calibrated "
                             "on B300 x 8 hold no sequence of this workload") for x in r.reasons)
     (out,) = [x for x in r.excluded if (x.engine, x.dcp_size) == ("vllm", 1)]
-    assert "not even one sequence of 2,000,128 tokens" in out.reason
+    assert "not even one sequence of 3,000,128 tokens" in out.reason

@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 
 from model.engines import get as engine
-from model.formulas import CHUNK_TOKENS, sequences_at_once
+from model.formulas import CHUNK_TOKENS
 from model.hardware.gpus import GpuSpec
 from model.hardware.silicon import SPEC_EFFICIENCY, Silicon
 from model.physics.features import Case, case_features
-from model.physics.memory import kv_capacity_tokens
+from model.physics.capacity import instance_fit, instance_pool
+from model.physics.memory import DEFAULT_ACTIVATION
 from model.physics.shape import bare
 from model.physics.terms import DECODE_TERMS, PREFILL_TERMS, Hardware, decode_terms, prefill_terms
 
@@ -100,7 +101,10 @@ def test_tp_all_reduce_two_per_layer_and_zero_without_tp():
 def test_linear_attention_state_is_read_and_written_per_sequence():
     f = decode_terms(SHAPE, Hardware(SI, 2), 16.0, 1000.0, 1.0)
     assert float(col(f, "state")[()]) == pytest.approx(2 * 16 * SHAPE.state_bytes_per_seq / 2
-                                                        / 4e12)
+                                                        / SI.stream_Bps)
+    # an engine's own state bytes (its dtypes) replace the model's
+    g = decode_terms(SHAPE, Hardware(SI, 2), 16.0, 1000.0, 1.0, state_bytes=1e6)
+    assert float(col(g, "state")[()]) == pytest.approx(2 * 16 * 1e6 / SI.stream_Bps)
 
 
 def test_counts_for_fixed_costs():
@@ -184,23 +188,32 @@ def test_prefill_attention_of_gqa_and_of_windows_is_pf_attn():
 
 
 def test_capacity_counts_weights_and_vllm_reserve():
-    cap_v = kv_capacity_tokens("vllm", 0.9, 100e9, 40e9, 4, 1000.0, 2)
-    cap_s = kv_capacity_tokens("sglang", 0.9, 100e9, 40e9, 4, 1000.0, 2)
-    assert cap_v == int((0.9 * 100e9 - engine("vllm").reserve_bytes - 10e9) / 500.0)
+    """KV of 1,000 B per token on 4 GPUs of 100 GB, 40 GB of weights, DCP 2: each GPU holds a
+    quarter of the weights and half of every token's KV; vLLM's budget also holds the
+    activation peak (1.1 GiB without an architecture), SGLang's does not."""
+    gpu = GpuSpec(name="TOY", memory_bytes=100e9, hbm_bandwidth=4e12, flops_bf16=1e15)
+    shape = bare(1000.0, weight_bytes=40e9)
+    cap_v = instance_pool("vllm", 0.9, gpu, shape, 4, 2).capacity_tokens
+    cap_s = instance_pool("sglang", 0.9, gpu, shape, 4, 2).capacity_tokens
+    assert cap_v == int((0.9 * 100e9 - engine("vllm").reserve_bytes - DEFAULT_ACTIVATION
+                         - 10e9) / 500.0)
     assert cap_s == int((0.90 * 100e9 - engine("sglang").reserve_bytes - 10e9) / 500.0)
-    act = 1.2e9        # vLLM's budget also holds the model's activation peak; SGLang's does not
-    assert kv_capacity_tokens("vllm", 0.9, 100e9, 40e9, 4, 1000.0, 2, activation_bytes=act) == \
-        int((0.9 * 100e9 - engine("vllm").reserve_bytes - act - 10e9) / 500.0)
-    assert kv_capacity_tokens("sglang", 0.9, 100e9, 40e9, 4, 1000.0, 2,
-                              activation_bytes=act) == cap_s
-    assert kv_capacity_tokens("sglang", 0.1, 100e9, 400e9, 4, 1000.0, 1) == 0
+    heavy = dataclasses.replace(shape, weight_bytes=400e9)
+    assert instance_pool("sglang", 0.1, gpu, heavy, 4, 1).capacity_tokens == 0
 
 
 def test_sequences_at_once_and_shared_prefix():
-    assert float(sequences_at_once(1000, 64, 90, 10)) == 10
-    assert float(sequences_at_once(1000, 4, 90, 10)) == 4
-    # a prompt shared 90 %: 90 tokens held once, each sequence adds 9 + 10
-    assert float(sequences_at_once(1000, 64, 100, 10, share=0.9)) == np.floor((1000 - 90) / 20)
+    gpu = GpuSpec(name="TOY", memory_bytes=100e9, hbm_bandwidth=4e12, flops_bf16=1e15)
+    shape = bare(1000.0, weight_bytes=40e9)
+    cap = instance_pool("sglang", 0.9, gpu, shape, 1, 1).capacity_tokens
+    fit = instance_fit("sglang", 0.9, gpu, shape, 1, 1, 64, cap // 100 - 10, 10)
+    assert (fit.running, fit.fits_all, fit.limit) == (64, True, "none")
+    fit = instance_fit("sglang", 0.9, gpu, shape, 1, 1, 64, cap // 10 - 10, 10)
+    assert (fit.running, fit.fits_all, fit.limit) == (10, False, "kv")
+    # a prompt shared 90 %: held once, each sequence adds its tenth and its output
+    c = cap // 10
+    fit = instance_fit("sglang", 0.9, gpu, shape, 1, 1, 64, c, 10, share=0.9)
+    assert fit.running == min(64, (cap - int(0.9 * c)) // (c - int(0.9 * c) + 10))
 
 
 def test_a_batch_that_does_not_fit_is_admitted_as_running_sequences_finish():
