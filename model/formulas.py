@@ -73,7 +73,9 @@ PROFILED_MAX = 8192.0        # vLLM profiles at most max_num_batched_tokens sequ
                                                      float(_base.KNOB_RUNNING),
                                                      float(_base.KNOB_SLOTS),
                                                      float(_base.KNOB_NO_PREFIX))
-N_FACTS = 8     # per row: running, capacity, one fits, all fit, limit, knob, max running, slots
+# per row: running, capacity, one fits, all fit, what binds, knob, running limit, state slots;
+# with the engine's default knobs: running, capacity, what binds
+N_FACTS = 11
 
 # Positions in model.physics.terms.Physics.K, the constants of one model on one GPU and TP size (a
 # tuple of floats: unlike an array, passing it on costs no reference counting)
@@ -227,35 +229,39 @@ def memory_fit(K, rows, i, b, c, o, d, s):
 
     Returns (sequences at once, capacity in tokens, one fits, the memory holds them all, what
     binds (LIMIT_*), knob (KNOB_*), running limit as launched or advised (0: the default),
-    state slots)."""
+    state slots, and the sequences at once, capacity and what binds with the engine's default
+    knobs)."""
     mode = rows[R_MODE, i]
     req, slots_req = rows[R_MAX_RUNNING, i], rows[R_SLOTS, i]
     no_prefix = rows[R_NO_PREFIX, i] > 0.0
     shared = s * c
     knob = KNOB_NONE
+    run0, cap0, bind0 = -1.0, 0.0, LIMIT_NONE
     if rows[R_ADVISE, i] > 0.0 and req <= 0.0:
         units, unit, au, fixed, limit, cap, slots, div = pool_of(K, rows, i, d, 0.0, 0.0,
                                                                  False)
-        each = au * np.ceil((c - shared + o) / unit) + fixed
-        fit = np.floor((units - au * np.ceil(shared / unit)) / each)
+        attn = au * np.ceil((c - shared + o) / unit)
+        each = attn + fixed
+        fit = min(max(np.floor((units - au * np.ceil(shared / unit)) / each), 0.0), b)
+        run0, cap0 = min(fit, limit), min(cap, float(2 ** 62))
+        bind0 = _binds(mode, run0, fit, b, attn, fixed, slots, div)
         if mode == PAGED:
             # the limit at what fits; fewer profiled sequences leave the pool a little more
-            req, knob = max(min(b, fit), 1.0), KNOB_RUNNING
-            units, unit, au, fixed, limit, cap, slots, div = pool_of(K, rows, i, d, req, 0.0,
-                                                                     False)
+            req, knob = max(fit, 1.0), KNOB_RUNNING
+            units = pool_of(K, rows, i, d, req, 0.0, False)[0]
             more = min(b, np.floor((units - au * np.ceil(shared / unit)) / each))
             if more > req:
                 units = pool_of(K, rows, i, d, more, 0.0, False)[0]
                 if np.floor((units - au * np.ceil(shared / unit)) / each) >= more:
                     req = more
-        elif mode == SPLIT and min(fit, limit) < b:
+        elif mode == SPLIT and run0 < b:
             # each running request: its state slots and its KV; a shared prefix's KV once
             keep = s > 0.0                     # prefix reuse wanted: the radix cache stays
             per = (div if keep else 1.0) * rows[R_UNIT, i] + (c - shared + o) * K[
                 KV_GPU_TOKEN] / d
             n = min(b, np.floor((kv_budget(K, rows, i, 0.0) - shared * K[KV_GPU_TOKEN] / d)
                                 / per))
-            if n > min(fit, limit):
+            if n > run0:
                 req = n
                 if keep:
                     knob, slots_req = KNOB_SLOTS, n * div
@@ -268,18 +274,28 @@ def memory_fit(K, rows, i, b, c, o, d, s):
     attn = au * np.ceil((c - shared + o) / unit)
     fit = min(max(np.floor((units - au * np.ceil(shared / unit)) / (attn + fixed)), 0.0), b)
     mem = min(fit, np.floor(slots / div)) if mode == SPLIT else fit
-    run = min(fit, limit, b)
-    if run >= b:
-        bind = LIMIT_NONE
-    elif run >= fit:
-        bind = LIMIT_KV if mode != PAGED or attn >= fixed else LIMIT_STATE
-    elif mode == SPLIT and run >= np.floor(slots / div):
-        bind = LIMIT_STATE
-    else:
-        bind = LIMIT_RUNNING
+    run = min(fit, limit)
+    bind = _binds(mode, run, fit, b, attn, fixed, slots, div)
+    cap = min(cap, float(2 ** 62))
+    if run0 < 0.0:
+        run0, cap0, bind0 = run, cap, bind
     shown = limit if knob != KNOB_NONE or rows[R_MAX_RUNNING, i] > 0.0 else 0.0
-    return (run, min(cap, float(2 ** 62)), 1.0 if run >= 1.0 else 0.0,
-            1.0 if mem >= b else 0.0, bind, knob, shown, slots)
+    return (run, cap, 1.0 if run >= 1.0 else 0.0, 1.0 if mem >= b else 0.0, bind, knob, shown,
+            slots, run0, cap0, bind0)
+
+
+@njit(cache=True, inline="always")
+def _binds(mode, run, fit, b, attn, fixed, slots, div):
+    """What binds ``run`` of ``b`` sequences (LIMIT_*): none when all run; the memory when it
+    holds no more (the pool's KV or, in vLLM's pages, the state when it takes the larger
+    share of a request's pages; SGLang's state slots); else the running-request limit."""
+    if run >= b:
+        return LIMIT_NONE
+    if run >= fit:
+        return LIMIT_KV if mode != PAGED or attn >= fixed else LIMIT_STATE
+    if mode == SPLIT and run >= np.floor(slots / div):
+        return LIMIT_STATE
+    return LIMIT_RUNNING
 
 
 @njit(cache=True, inline="always")
@@ -439,8 +455,8 @@ def rows_into(K, coll, curve, rows, X, facts):
 # Columns of a prediction table (predict_rows): the figures, the memory (``memory_fit``'s
 # facts from RUNNING on), then each decode term's seconds
 (TOTAL, TOTAL_LO, TOTAL_HI, TTFT, PREFILL_ALL, TPOT, RUNNING, CAPACITY, FEASIBLE, T_FITS_ALL,
- T_BINDS, T_KNOB, T_KNOB_RUNNING, T_SLOTS) = range(14)
-PARTS = 14
+ T_BINDS, T_KNOB, T_KNOB_RUNNING, T_SLOTS, T_RUN0, T_CAP0, T_BINDS0) = range(17)
+PARTS = 17
 N_TABLE = PARTS + N_DECODE
 
 
@@ -463,8 +479,8 @@ def predict_rows(K, coll, curve, rows, coef, factors, noise, engine, rel_extra, 
 # Columns of a query's evaluation (evaluate_rows): the figures a configuration's prediction
 # reports, then each decode term's seconds
 (E_TOTAL, E_LO, E_HI, E_PREFILL, E_DECODE, E_TPOT, E_RUNNING, E_CAPACITY, E_FITS, E_FEASIBLE,
- E_DOUBLINGS, E_BINDS, E_KNOB, E_KNOB_RUNNING, E_SLOTS) = range(15)
-E_PARTS = 15
+ E_DOUBLINGS, E_BINDS, E_KNOB, E_KNOB_RUNNING, E_SLOTS, E_RUN0, E_CAP0, E_BINDS0) = range(18)
+E_PARTS = 18
 N_EVAL = E_PARTS + N_DECODE
 MAX_TOKENS = 2.0 ** 62     # a capacity reported beyond this is reported as this
 
@@ -520,6 +536,9 @@ def evaluate_rows(K, coll, curve, static, batch, context, output, share, coef,
         out[i, E_KNOB] = t[i, T_KNOB]
         out[i, E_KNOB_RUNNING] = t[i, T_KNOB_RUNNING]
         out[i, E_SLOTS] = t[i, T_SLOTS]
+        out[i, E_RUN0] = t[i, T_RUN0] if ok else 0.0
+        out[i, E_CAP0] = min(t[i, T_CAP0], MAX_TOKENS)
+        out[i, E_BINDS0] = t[i, T_BINDS0]
         for j in range(N_DECODE):
             out[i, E_PARTS + j] = t[i, PARTS + j]
     return out

@@ -52,7 +52,6 @@ from model.engines.base import (
     StateLayout,
 )
 
-
 HYBRID_GRAPH_BYTES = 0.5 * GIB
 
 

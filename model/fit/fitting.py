@@ -94,7 +94,8 @@ def diversity_of(rho: Diversity, r: Measurement) -> float:
 def observations(rows: Sequence[Measurement], rho: Diversity = TRAINED) -> Observations:
     """The fitted quantities of each row (``model.fit.dataset.Measurement``): total, the batch's
     prefill (not where the batch queues), one decode step (``decode_step_s``, or at batch 1 the
-    engines' TPOT, which is the same thing there). ``rho`` gives the routing diversity of random-weight rows per model."""
+    engines' TPOT, which is the same thing there). ``rho`` gives the routing diversity of
+    random-weight rows per model."""
     Xs, ys, rs, qs = [], [], [], []
     for i, r in enumerate(rows):
         f = case_features(row_case(r, diversity_of(rho, r)))

@@ -90,7 +90,7 @@ def instance_fit(engine: str, fraction: float, gpu: GpuSpec, shape: ModelShape, 
     """How ``batch`` sequences of ``context`` + ``output`` tokens sit in that instance, with
     ``knobs`` as launched or (``advise``) chosen for them as a recommendation does."""
     K, rows = _row(engine, fraction, gpu, shape, tp, dcp, knobs, advise)
-    run, cap, one, every, bind, knob, shown, slots = memory_fit(
+    run, cap, one, every, bind, knob, shown, slots, *_ = memory_fit(
         K, rows, 0, float(batch), float(context), float(output), float(dcp), float(share))
     chosen = knobs_of(int(knob), int(shown), int(slots)) if knob else knobs
     return Fit(int(run), int(cap), one > 0.0, every > 0.0, LIMIT_NAMES[bind], chosen)

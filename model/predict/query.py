@@ -42,16 +42,19 @@ from model.workload import Config, Workload
 BARE_REL_SIGMA = 0.05     # added relative sd when only KV bytes are known (no weights, FLOPs)
 # Query.evaluate unpacks an evaluation's row by name: its E_PARTS leading columns, then the
 # decode terms, written as a literal in DECODE_TERMS' order (tests/model/test_batch.py)
-assert E_PARTS == 15 and N_EVAL == E_PARTS + len(DECODE_TERMS)
+assert E_PARTS == 18 and N_EVAL == E_PARTS + len(DECODE_TERMS)
 
 
 class Evaluated(NamedTuple):
     """One configuration's prediction (the seconds of each term of its decode step in
-    ``pred.step_terms_s``) and whether it may be recommended."""
+    ``pred.step_terms_s``), whether it may be recommended, and with the engine's default
+    memory knobs (where the prediction sets others: ``pred.memory_flags``) the sequences at
+    once, the KV capacity and what binds them."""
 
     config: Config
     pred: ConfigPrediction
     eligible: bool
+    defaults: tuple[int, int, str] | None = None
 
 
 # ------------------------------------------------------------------------ configurations
@@ -226,8 +229,8 @@ class Query:
             # the table's columns (model.formulas.evaluate_rows: E_TOTAL ... E_DOUBLINGS, then
             # the decode terms in DECODE_TERMS' order; tests/model/test_batch.py checks both)
             (total, lo, hi, pf, decode, tpot, run, cap, fits, ok, dist, binds, knob, knob_run,
-             slots, gemm, moe, kv, mla, dcp_read, state, tp_comm, dcp_comm, dcp_fixed, layer,
-             moe_fixed, seq, step) = t
+             slots, run0, cap0, binds0, gemm, moe, kv, mla, dcp_read, state, tp_comm, dcp_comm,
+             dcp_fixed, layer, moe_fixed, seq, step) = t
             out.append(_evaluated((c, make_prediction({
                 "engine": engine, "dcp_size": dcp, "total_s": total, "prefill_s": pf,
                 "decode_s": decode, "tpot_s": tpot, "interval_s": (lo, hi),
@@ -243,7 +246,8 @@ class Query:
                     "dcp_read": dcp_read, "state": state, "tp_comm": tp_comm,
                     "dcp_comm": dcp_comm, "dcp_fixed": dcp_fixed, "layer_fixed": layer,
                     "moe_fixed": moe_fixed, "seq_fixed": seq, "step_fixed": step}}),
-                (anyway or calibrated or transferred) and ok > 0.0)))
+                (anyway or calibrated or transferred) and ok > 0.0,
+                (int(run0), int(cap0), LIMITS[int(binds0)]) if knob else None)))
         return out
 
 

@@ -10,7 +10,6 @@ from model.decision.choose import Decision
 from model.decision.crossover import TIE
 from model.engines.sglang import STATE_RATIO
 from model.fit.costmodel import UNCALIBRATED_REL_SIGMA
-from model.physics.capacity import instance_fit
 from model.physics.shape import ModelShape
 from model.predict.query import Evaluated
 from model.workload import Workload
@@ -73,16 +72,14 @@ def memory_story(w: Workload, shape: ModelShape, gpu: str, e: Evaluated) -> str:
                 f"pages; {p.running_sequences} sequences fit, and a limit at what fits keeps "
                 "its profiled activations and CUDA graphs to that many (its default is "
                 f"{engine.default_running(w.gpu_spec().memory_bytes / 2 ** 30)})")
-    default = instance_fit(e.config.engine, p.mem_fraction, w.gpu_spec(), shape, w.num_gpus,
-                           e.config.dcp_size, w.batch_size, w.context_tokens,
-                           w.output_tokens)
+    run0, cap0, limit0 = e.defaults
     why = ("one state slot per request instead of five (no prefix reuse asked for)"
            if "--disable-radix-cache" in p.memory_flags else
            "state slots for these requests and the rest of the memory to KV")
     return (f"{flags}: {why}; {p.running_sequences} of {w.batch_size} sequences run at once "
             f"({p.kv_capacity_tokens:,} KV tokens), where {engine.label}'s default split "
-            f"(state : KV {STATE_RATIO:g} : 1) holds {default.running} "
-            f"({default.capacity_tokens:,} KV tokens, limited by {default.limit})")
+            f"(state : KV {STATE_RATIO:g} : 1) holds {run0} ({cap0:,} KV tokens, limited by "
+            f"{limit0.replace('_', ' ')})")
 
 
 def reasons(w: Workload, shape: ModelShape, gpu: str, d: Decision, provenance: str) -> list[str]:
