@@ -28,8 +28,6 @@ import math
 import numpy as np
 from numba import njit
 
-from model.engines import base as _base
-
 PREFILL_TERMS = ("pf_gemm", "pf_moe", "pf_attn", "pf_mla", "pf_linear", "pf_comm", "pf_fixed",
                  "pf_moe_fixed", "pf_batch")
 DECODE_TERMS = ("gemm", "moe", "kv_read", "mla_read", "dcp_read", "state", "tp_comm", "dcp_comm",
@@ -69,10 +67,7 @@ PROFILED_MAX = 8192.0        # vLLM profiles at most max_num_batched_tokens sequ
 # What binds the sequences running at once (a prediction's ``running_limit``)
 (LIMIT_NONE, LIMIT_KV, LIMIT_STATE, LIMIT_RUNNING) = (0.0, 1.0, 2.0, 3.0)
 # The memory knobs a recommendation proposes (model.engines.base.knobs_of reads the code)
-(KNOB_NONE, KNOB_RUNNING, KNOB_SLOTS, KNOB_NO_PREFIX) = (float(_base.KNOB_NONE),
-                                                     float(_base.KNOB_RUNNING),
-                                                     float(_base.KNOB_SLOTS),
-                                                     float(_base.KNOB_NO_PREFIX))
+(KNOB_NONE, KNOB_RUNNING, KNOB_SLOTS, KNOB_NO_PREFIX) = (0.0, 1.0, 2.0, 3.0)
 # per row: running, capacity, one fits, all fit, what binds, knob, running limit, state slots;
 # with the engine's default knobs: running, capacity, what binds
 N_FACTS = 11

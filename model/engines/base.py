@@ -2,7 +2,10 @@
 
 Every field is a fact of the engine's own documentation or of its real start-up logs; each
 engine module (``model.engines.vllm``, ``model.engines.sglang``) fills one in, and
-``model.engines`` registers it. Nothing here depends on the rest of ``model``.
+``model.engines`` registers it. Nothing here depends on the rest of ``model`` but the codes
+of the memory knobs the compiled formulas propose (``model.formulas.KNOB_*``). How an engine
+lays out a hybrid model's state and KV is a function of plain numbers (``HybridShape`` ->
+``StateLayout``), so that the engine modules need no model code either.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from model.formulas import KNOB_NO_PREFIX, KNOB_RUNNING, KNOB_SLOTS
 
 GIB = 2 ** 30
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2,
@@ -54,13 +59,12 @@ class MemoryKnobs(NamedTuple):
 
 
 DEFAULT_KNOBS = MemoryKnobs()
-# The knobs a memory planner proposes, by code (model.formulas.memory_fit returns the code)
-KNOB_NONE, KNOB_RUNNING, KNOB_SLOTS, KNOB_NO_PREFIX = range(4)
 
 
 @lru_cache(maxsize=1024)
 def knobs_of(knob: int, running: int, slots: int) -> MemoryKnobs:
-    """The memory knobs of a planner's proposal: its code, running limit and state slots."""
+    """The memory knobs of a planner's proposal: its code (``model.formulas.KNOB_*``), running
+    limit and state slots."""
     if knob == KNOB_SLOTS:
         return MemoryKnobs(max_running=running, state_slots=slots)
     if knob == KNOB_NO_PREFIX:

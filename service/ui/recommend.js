@@ -19,6 +19,15 @@ const KNOWN_REC = new Set(["engine", "dcp_size", "mem_fraction", "mem_fraction_f
   "predictions", "speedup", "confidence", "crossover_context_tokens", "kv_capacity_tokens",
   "fits_in_memory", "launch_command", "reasons", "excluded", "model_version"]);
 
+// The chosen configuration's memory knobs, when its prediction sets any (hybrid models'
+// state and KV split, a running-request limit): what they are and how many run at once.
+function memoryCard(rec, w) {
+  const best = rec.predictions.find((p) => p.engine === rec.engine && p.dcp_size === rec.dcp_size);
+  if (!best?.memory_flags?.length) return [];
+  return [card("Memory flags", best.memory_flags.join(" "), "memory_flags",
+               `${int(best.running_sequences)} of ${int(w.batch_size ?? 1)} sequences at once`)];
+}
+
 function renderAnswer(rec, w) {
   const fits = rec.fits_in_memory;
   const needed = int((w.batch_size ?? 1) * (w.context_tokens + w.output_tokens));
@@ -31,6 +40,7 @@ function renderAnswer(rec, w) {
          "over the next-best engine"),
     card("KV capacity", int(rec.kv_capacity_tokens) + " tokens", "kv_capacity_tokens",
          fits ? `the batch fits (${needed} needed)` : `the batch does not fit: ${needed} needed`),
+    ...memoryCard(rec, w),
     card("Crossover", rec.crossover_context_tokens == null ? "none"
          : int(rec.crossover_context_tokens) + " tokens", "crossover_context_tokens",
          "context where the best engine changes"));
@@ -60,9 +70,16 @@ const PRED_COLS = [
   ["mem_fraction", "mem fraction", (p) => p.mem_fraction.toFixed(2)],
   ["kv_capacity_tokens", "KV capacity tokens", (p) => int(p.kv_capacity_tokens)],
   ["fits_in_memory", "batch fits", (p) => (p.fits_in_memory ? "yes" : "no")],
+  ["running_sequences", "running at once", (p) => int(p.running_sequences)
+    + (p.running_limit && p.running_limit !== "none" ? ` (${LIMITS[p.running_limit]})` : "")],
+  ["state_slots", "state slots", (p) => (p.state_slots == null ? "–" : int(p.state_slots))],
+  ["memory_flags", "memory flags", (p) => (p.memory_flags?.length ? p.memory_flags.join(" ")
+    : "defaults")],
   ["kv_read_source", "KV read model", (p) => p.kv_read_source],
 ];
-const STATUS_KEYS = new Set(["calibrated", "extrapolated", "transferred"]);
+const STATUS_KEYS = new Set(["calibrated", "extrapolated", "transferred", "running_limit"]);
+// what binds the sequences running at once (a prediction's running_limit)
+const LIMITS = {kv: "KV cache", state: "state slots", max_running: "running limit"};
 
 function renderPredictions(rec) {
   const preds = rec.predictions;
