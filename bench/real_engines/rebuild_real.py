@@ -41,8 +41,22 @@ COMBINED = REPO / "model" / "data" / "h200_real.csv"
 # vllm-qwen3-32b and sglang-qwen3-32b (2026-12-02): a third preset, 64 dense GQA layers, contexts
 # 1K-32K (its model length is 40,960): run.py all --only vllm-qwen3-32b sglang-qwen3-32b --grid
 # "1024:1,8,32,64;4096:1,16,48;16384:1,4,12;32768:1,2,6"
+# vllm-nemotron-3-nano-30b-a3b and sglang-qwen3-next-80b-a3b-fp8 (2026-12-03): two hybrids, a
+# Mamba2 one (vLLM) and a Gated DeltaNet one with FP8 block weights (SGLang), measured by
+# `run.py all --only TAG` with the same command as the others on run.py's hybrid grid
+# (HYBRID_GRID: 1,024 x 1-192, 16,384 x 1-16, 65,536 x 1-8, 131,072 and 260,000 x 1; Qwen3-Next
+# also 32,768 x 80, more KV than SGLang holds), model length 262,144. vLLM was
+# launched with --max-num-seqs 128 (its default ran out of memory capturing CUDA graphs for a
+# hybrid; run.py EXTRA_FLAGS), so those rows record max_running 128; SGLang ran with its
+# defaults (its scheduler chose 66 running requests from a 330-slot state pool), so its rows
+# leave max_running empty. In SGLang's 1,024 x 192 point one request of the first attempt lost
+# its connection (ReadError, nothing in the engine's log); the point ran again at once and all
+# 192 requests succeeded. The row keeps errors = 1 (that lost request) and its times are the
+# second attempt's (the rebuild reads a point's last attempt). vLLM on Qwen3-Next has start-up
+# facts only (logs/vllm-qwen3-next-80b-a3b-fp8*.log): its engine died at the first request.
 TAGS = ("vllm-deepseek-v2-lite", "sglang-deepseek-v2-lite", "sglang-deepseek-v2-lite-rerun",
-        "vllm-llama-3.1-8b", "sglang-llama-3.1-8b", "vllm-qwen3-32b", "sglang-qwen3-32b")
+        "vllm-llama-3.1-8b", "sglang-llama-3.1-8b", "vllm-qwen3-32b", "sglang-qwen3-32b",
+        "vllm-nemotron-3-nano-30b-a3b", "sglang-qwen3-next-80b-a3b-fp8")
 # Measured but not fitted (model/data/h200_real_unfitted.csv): vllm-qwen3-30b-a3b and
 # sglang-qwen3-30b-a3b (2026-12-02), a second MoE (GQA, 128 experts of which 8 per token in all
 # 48 layers), with the same command and grid. vLLM's random weights route its batches as a
@@ -68,16 +82,20 @@ HEADER = f"""\
 # Real vLLM and SGLang on one NVIDIA H200 (141 GB), measured 2026-12-01 on this workplace's GPU
 # machine by bench/real_engines/run.py (SGLang's deepseek-v2-lite 16,384-token points again on
 # 2026-12-02, after a warm-up of two prefill chunks): vLLM 0.26.0 and SGLang 0.5.16 (both on
-# PyTorch 2.11.0, CUDA 13), presets deepseek-v2-lite (MLA MoE), llama-3.1-8b (dense GQA) and
-# qwen3-32b (dense GQA, 2026-12-02, contexts up to 32,768), served from
+# PyTorch 2.11.0, CUDA 13), presets deepseek-v2-lite (MLA MoE), llama-3.1-8b (dense GQA),
+# qwen3-32b (dense GQA, 2026-12-02, contexts up to 32,768) and two hybrid MoEs of 2026-12-03,
+# one engine each: nemotron-3-nano-30b-a3b (Mamba2 and GQA layers) on vLLM with --max-num-seqs
+# 128, qwen3-next-80b-a3b-fp8 (Gated DeltaNet and GQA layers, FP8 weights) on SGLang, contexts
+# up to 260,000 and batches up to 192 (run.py's hybrid grid), served from
 # `calibrate model-dir` folders with random weights (--load-format dummy), memory fraction 0.90,
 # TP 1, no DCP; closed batches of token-id prompts sent at once, 128 output tokens,
-# contexts 1,024-130,000 x batches 1-64. Each row is one point of `calibrate run --url`:
+# contexts 1,024-260,000 x batches 1-192. Each row is one point of `calibrate run --url`:
 # ttft_s = the batch's prefill (first request sent -> last first token), decode_step_s = the
 # median inter-token gap while the whole batch decodes, total_s = the batch's wall time,
 # tpot_s = the engines' mean TPOT (comparison only); kv_capacity_tokens from each engine's
-# /metrics or server info (equal to its start-up log). Raw run folders, start-up logs and
-# /metrics: bench/data/h200-real/.
+# /metrics or server info (equal to its start-up log); max_running = the running-request limit
+# as launched (vLLM --max-num-seqs; empty: the engine's default). Raw run folders, start-up
+# logs and /metrics: bench/data/h200-real/.
 # Left out here (kept in the run folders): {{LEFT_OUT}}
 # Regenerate (from the repository root): {COMMAND}
 """

@@ -11,10 +11,11 @@ engines' mean per-request TPOT) is kept for comparison. Per-request samples go t
 Every row names the served model's architecture (``calibration.sweep.served_model``: ``--preset``,
 ``--hf-config`` or the engine's model id) and carries the engine's facts of its combination
 (``calibration.sweep.engine_facts``: KV capacity from ``/metrics``, server info or the start-up log;
-``weights`` from ``--load-format`` or what the engine states). Before a combination's first
-timed point an untimed warm-up runs (``calibration.sweep.warmup``; ``--no-warmup`` skips it). JIT
-compiles the engine logs while serving (``--launch``: its own log; ``--url``:
-``--engine-log``) become ``jit`` events naming the point they hit.
+``weights`` from ``--load-format`` or what the engine states; ``max_running``, the running-request
+limit as launched, from the launch command, server info or the log, empty for the default).
+Before a combination's first timed point an untimed warm-up runs (``calibration.sweep.warmup``;
+``--no-warmup`` skips it). JIT compiles the engine logs while serving (``--launch``: its own
+log; ``--url``: ``--engine-log``) become ``jit`` events naming the point they hit.
 
 Outcomes of a point:
 
@@ -690,7 +691,8 @@ class Sweep:
             kv_shards=served.kv_shards, ttft_s=t.ttft_s, tpot_s=t.tpot_s, total_s=t.total_s,
             oom_retries=oom_retries, errors=errors, source=key.source(), model=served.key,
             kv_cache_dtype=served.kv_cache_dtype, decode_step_s=t.decode_step_s,
-            kv_capacity_tokens=facts.kv_capacity_tokens, weights=weights)
+            kv_capacity_tokens=facts.kv_capacity_tokens, weights=weights,
+            max_running=facts.max_running_requested)
 
     def _record(self, key: PointKey, row: Measurement, samples: list[dict[str, Any]],
                 status: str, message: str,

@@ -1,20 +1,38 @@
 """What an engine says about itself: KV capacity, memory split, chunk size, prefix caching,
-load format, backends; and the JIT compiles it reports while serving.
+load format, backends, running-request limit, a hybrid model's state pool; and the JIT
+compiles it reports while serving.
 
 Sources, each parsed into an ``EngineFacts`` (only what the source states):
 
 - vLLM ``/metrics``: ``vllm:cache_config_info{...}`` labels (``kv_cache_size_tokens`` or
-  ``num_gpu_blocks`` x ``block_size``, ``enable_prefix_caching``, ``gpu_memory_utilization``);
-  SGLang ``/metrics`` (``--enable-metrics``): ``sglang:max_total_num_tokens``;
+  ``num_gpu_blocks`` x ``block_size``, ``enable_prefix_caching``, ``gpu_memory_utilization``,
+  ``kv_cache_max_concurrency``); SGLang ``/metrics`` (``--enable-metrics``):
+  ``sglang:max_total_num_tokens``, and on a hybrid model the state pool's slots (free +
+  evictable + in use: ``sglang:mamba_{available,evictable,used}_tokens``);
 - SGLang ``/get_server_info``: ``max_total_num_tokens``, ``chunked_prefill_size``,
-  ``max_prefill_tokens``, ``disable_radix_cache``, ``load_format``, ``mem_fraction_static``;
+  ``max_prefill_tokens``, ``disable_radix_cache``, ``load_format``, ``mem_fraction_static``,
+  ``max_running_requests`` (the server argument: as launched), its scheduler's
+  ``internal_states[0]``: ``effective_max_running_requests_per_dp`` (the limit it runs with)
+  and ``max_mamba_cache_size`` (a hybrid model's state slots);
+- the launch command (``--launch``): ``--load-format``, the engine's running-request flag
+  (vLLM ``--max-num-seqs``, SGLang ``--max-running-requests``);
 - start-up logs. vLLM: "Available KV cache memory: 95.16 GiB", "GPU KV cache size: 3,284,944
   tokens", "Actual usage is 29.34 GiB for weight, 1.09 GiB for peak activation, 0.23 GiB for
-  non-torch memory, and 1.2 GiB for CUDAGraph memory", "max_num_batched_tokens=8192".
+  non-torch memory, and 1.2 GiB for CUDAGraph memory", "max_num_batched_tokens=8192",
+  "non-default args: {... 'max_num_seqs': 128 ...}", "Maximum concurrency for 262,144 tokens per
+  request: 8.07x" and, on a hybrid model, "Setting attention block size to 544 tokens to ensure
+  that attention page size is >= mamba page size.".
   SGLang: "Load weight begin. avail mem=139.09 GB", "Load weight end ... mem usage=29.47 GB",
   "KV Cache is allocated ... #tokens: 3303934, KV size: 95.71 GB", "max_total_num_tokens=...,
-  chunked_prefill_size=8192, max_prefill_tokens=16384". SGLang's "GB" are GiB (it divides by
-  2**30), so every memory figure here is in GiB.
+  chunked_prefill_size=8192, max_prefill_tokens=16384, max_running_requests=66, ...",
+  "server_args=ServerArgs(... max_running_requests=None ...)" and, on a hybrid model, "Mamba
+  Cache is allocated. max_mamba_cache_size: 330, conv_state size: 0.55GB, ssm_state size:
+  23.27GB". SGLang's "GB" are GiB (it divides by 2**30), so every memory figure here is in GiB.
+
+The running-request limit comes twice: ``max_running_requested`` as launched (None: the
+engine's default) and ``max_running`` as the engine runs with it. vLLM runs with its
+``--max-num-seqs`` and does not log its default (None when not given); SGLang may lower the
+request to what its KV and state pools hold, and logs the result (per DP worker).
 
 JIT: vLLM logs "Triton kernel JIT compilation during inference: <kernel>" with the log line's
 time (``MM-DD HH:MM:SS``, the engine's local time, no year); ``jit_events`` finds them and
@@ -30,12 +48,14 @@ from pathlib import Path
 from typing import Any
 
 from calibration.errors import CalibrationError
+from model import engines
 
 FACT_FIELDS = ("kv_capacity_tokens", "kv_cache_gib", "weights_gib", "peak_activation_gib",
                "non_torch_gib", "cuda_graph_gib", "gpu_total_gib", "free_at_start_gib",
                "free_after_pool_gib", "chunk_tokens", "max_prefill_tokens", "prefix_caching",
                "block_size", "num_gpu_blocks", "mem_fraction", "load_format", "kv_cache_dtype",
-               "attention_backend", "moe_backend", "version", "max_model_len")
+               "attention_backend", "moe_backend", "version", "max_model_len", "max_running",
+               "max_running_requested", "state_slots", "state_pool_gib", "max_concurrency")
 
 
 @dataclass(frozen=True)
@@ -69,7 +89,7 @@ class EngineFacts:
     chunk_tokens: int | None = None            # prefill tokens per step (chunked prefill)
     max_prefill_tokens: int | None = None
     prefix_caching: bool | None = None
-    block_size: int | None = None
+    block_size: int | None = None              # vLLM: tokens per KV block (a hybrid's attention)
     num_gpu_blocks: int | None = None
     mem_fraction: float | None = None
     load_format: str | None = None
@@ -78,6 +98,11 @@ class EngineFacts:
     moe_backend: str | None = None
     version: str | None = None
     max_model_len: int | None = None
+    max_running: int | None = None             # running-request limit the engine runs with
+    max_running_requested: int | None = None   # the limit as launched (None: the default)
+    state_slots: int | None = None             # SGLang hybrid: the Mamba state pool's slots
+    state_pool_gib: float | None = None        # SGLang hybrid: the state pool (conv + ssm)
+    max_concurrency: float | None = None       # vLLM: requests of max_model_len the KV holds
     sources: dict[str, str] = field(default_factory=dict)   # fact -> where it came from
     jit: list[JitEvent] = field(default_factory=list)
 
@@ -177,6 +202,12 @@ _V = {
     "max_model_len": re.compile(r"max_seq_len=(\d+)|Using max model len (\d+)"),
     "mem_fraction": re.compile(r"Desired GPU memory utilization is \(([\d.]+)|"
                                r"'gpu_memory_utilization': ([\d.]+)"),
+    # a hybrid model's attention blocks, raised to hold a Mamba page; else the backend's block
+    "block_size": re.compile(r"Setting attention block size to (\d+) tokens|"
+                             r"Setting kv cache block size to (\d+) for"),
+    "max_concurrency": re.compile(r"Maximum concurrency for [\d,]+ tokens per request: "
+                                  r"([\d.]+)x"),
+    "max_num_seqs": re.compile(r"non-default args: \{.*?'max_num_seqs': (\d+)"),
 }
 _USAGE_PART = re.compile(r"([\d.]+) GiB for ([A-Za-z][\w-]*(?: [A-Za-z][\w-]*)?)")
 _USAGE_NAMES = {"weight": "weights_gib", "peak activation": "peak_activation_gib",
@@ -211,6 +242,14 @@ def parse_vllm_log(text: str, source: str = "log") -> EngineFacts:
         f._set("max_model_len", int(next(g for g in m.groups() if g)), source)
     if m := _V["mem_fraction"].search(text):
         f._set("mem_fraction", float(next(g for g in m.groups() if g)), source)
+    if m := _last(_V["block_size"], text):
+        f._set("block_size", int(next(g for g in m.groups() if g)), source)
+    if m := _last(_V["max_concurrency"], text):
+        f._set("max_concurrency", float(m[1]), source)
+    # the launch's --max-num-seqs, which vLLM runs with; its default is not logged (None)
+    if m := _last(_V["max_num_seqs"], text):
+        f._set("max_running_requested", int(m[1]), source)
+        f._set("max_running", int(m[1]), source)
     f.jit.extend(jit_events(text))
     return f
 
@@ -230,6 +269,11 @@ _S = {
     "mem_fraction": re.compile(r"(?<![\w])mem_fraction_static=([\d.]+)"),
     "radix": re.compile(r"(?<![\w])disable_radix_cache=(True|False)"),
     "kv_cache_dtype": re.compile(r"(?<![\w])kv_cache_dtype='(\w+)'"),
+    # the scheduler's limit (the request, or what the KV and state pools hold, per DP worker)
+    "max_running": re.compile(r"max_total_num_tokens=\d+, .*?(?<![\w])max_running_requests=(\d+)"),
+    "requested": re.compile(r"ServerArgs\(.*?(?<![\w])max_running_requests=(None|\d+)"),
+    "reduced": re.compile(r"max_running_requests was reduced from the requested (\d+) to (\d+)"),
+    "mamba": re.compile(r"Mamba Cache is allocated\. max_mamba_cache_size: (\d+),(.*)"),
 }
 
 
@@ -263,6 +307,21 @@ def parse_sglang_log(text: str, source: str = "log") -> EngineFacts:
         f._set("mem_fraction", float(m[1]), source)
     if m := _S["radix"].search(text):
         f._set("prefix_caching", not _bool(m[1]), source)
+    if m := _last(_S["mamba"], text):
+        f._set("state_slots", int(m[1]), source)
+        # conv_state and ssm_state (and, with speculative decoding, the intermediate caches)
+        sizes = re.findall(r"\b\w+ size: ([\d.]+) ?GB", m[2])
+        if sizes:
+            f._set("state_pool_gib", round(sum(map(float, sizes)), 4), source)
+    reduced = _last(_S["reduced"], text)
+    if m := _last(_S["requested"], text):       # None: not given (the engine's default)
+        f._set("max_running_requested", None if m[1] == "None" else int(m[1]), source)
+    elif reduced:
+        f._set("max_running_requested", int(reduced[1]), source)
+    if m := _last(_S["max_running"], text):
+        f._set("max_running", int(m[1]), source)
+    elif reduced:
+        f._set("max_running", int(reduced[2]), source)
     f.jit.extend(jit_events(text))
     return f
 
@@ -282,13 +341,22 @@ def parse_sglang_server_info(info: Any, source: str = "server_info") -> EngineFa
     state = states[0] if isinstance(states, list) and states and isinstance(states[0], dict) \
         else {}
 
-    def pos_int(key: str) -> int | None:
-        v = info.get(key, state.get(key))
+    def positive(v: Any) -> int | None:
         if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0 or v != int(v):
             return None
         return int(v)
 
+    def pos_int(key: str) -> int | None:
+        return positive(info.get(key, state.get(key)))
+
     f._set("kv_capacity_tokens", pos_int("max_total_num_tokens"), source)
+    # the server argument as launched (None: the default); the scheduler's state holds what it
+    # runs with (per DP worker) and, on a hybrid model, the state pool's slots
+    f._set("max_running_requested", positive(info.get("max_running_requests")), source)
+    f._set("max_running", positive(state.get("effective_max_running_requests_per_dp",
+                                             info.get("effective_max_running_requests_per_dp"))),
+           source)
+    f._set("state_slots", positive(state.get("max_mamba_cache_size")), source)
     f._set("chunk_tokens", pos_int("chunked_prefill_size"), source)
     f._set("max_prefill_tokens", pos_int("max_prefill_tokens"), source)
     f._set("max_model_len", pos_int("context_length"), source)
@@ -308,6 +376,9 @@ def parse_sglang_server_info(info: Any, source: str = "server_info") -> EngineFa
 # model/engines gets its parsers here: its log lines are this job's knowledge, not the model's)
 LOG_PARSERS = {"vllm": parse_vllm_log, "sglang": parse_sglang_log}
 SERVER_INFO_PARSERS = {"sglang": parse_sglang_server_info}
+# Engines that run with the running-request limit they were launched with (SGLang may lower
+# it to what its KV and state pools hold, and says so)
+RUNS_AS_LAUNCHED = {"vllm"}
 
 
 # ----------------------------------------------------------------------------- /metrics
@@ -333,9 +404,16 @@ def metric_samples(text: str) -> list[tuple[str, dict[str, str], float]]:
     return out
 
 
+# SGLang's state pool (hybrid models), in slots: free, evictable (radix-cached), in use
+_SLOT_GAUGES = ("sglang:mamba_available_tokens", "sglang:mamba_evictable_tokens",
+                "sglang:mamba_used_tokens")
+
+
 def parse_metrics(text: str, source: str = "metrics") -> EngineFacts:
-    """vLLM's ``vllm:cache_config_info`` labels; SGLang's ``sglang:max_total_num_tokens``."""
+    """vLLM's ``vllm:cache_config_info`` labels; SGLang's ``sglang:max_total_num_tokens`` and a
+    hybrid model's state slots (free + evictable + in use)."""
     f = EngineFacts()
+    slots: dict[str, float] = {}
     for name, labels, value in metric_samples(text):
         if name == "vllm:cache_config_info":
             def num(key: str, labels: dict[str, str] = labels) -> int | None:
@@ -354,9 +432,18 @@ def parse_metrics(text: str, source: str = "metrics") -> EngineFacts:
                 pass
             if labels.get("cache_dtype"):
                 f._set("kv_cache_dtype", labels["cache_dtype"], source)
+            try:
+                conc = float(labels.get("kv_cache_max_concurrency", ""))
+                f._set("max_concurrency", conc if conc > 0 else None, source)
+            except ValueError:
+                pass
         elif name in ("sglang:max_total_num_tokens", "sglang_max_total_num_tokens"):
             if value > 0:
                 f._set("kv_capacity_tokens", int(value), source)
+        elif (gauge := re.sub(r"^sglang_", "sglang:", name)) in _SLOT_GAUGES:
+            slots.setdefault(gauge, value)          # the first sample (TP rank 0)
+    if len(slots) == len(_SLOT_GAUGES) and sum(slots.values()) > 0:
+        f._set("state_slots", int(sum(slots.values())), source)
     return f
 
 
@@ -413,23 +500,46 @@ class FactsError(CalibrationError, ValueError):
     """Engine facts that contradict a flag; the message names the flag and both values."""
 
 
+def _flag_value(command: list[str], flag: str) -> str | None:
+    """The last value of ``flag`` (``--flag V`` or ``--flag=V``; ``_`` for ``-`` too)."""
+    value = None
+    for i, part in enumerate(command):
+        name, eq, rest = part.partition("=")
+        if not name.startswith("--") or name.replace("_", "-") != flag:
+            continue
+        if eq:
+            value = rest
+        elif i + 1 < len(command):
+            value = command[i + 1]
+    return value
+
+
+def command_facts(engine: str, command: list[str]) -> EngineFacts:
+    """What a launched engine's argv sets: ``--load-format`` and the running-request limit
+    (the engine's ``max_running_flag``: vLLM ``--max-num-seqs``, SGLang
+    ``--max-running-requests``), which vLLM runs with as given."""
+    f = EngineFacts()
+    f._set("load_format", _flag_value(command, "--load-format"), "command")
+    flag = engines.REGISTRY[engine].max_running_flag if engine in engines.REGISTRY else None
+    value = _flag_value(command, flag) if flag else None
+    if value is not None and value.isdigit() and int(value) > 0:
+        f._set("max_running_requested", int(value), "command")
+        if engine in RUNS_AS_LAUNCHED:
+            f._set("max_running", int(value), "command")
+    return f
+
+
 def gather(engine: str, *, metrics: str | None = None, server_info: Any = None,
            log: str | None = None, command: list[str] | None = None) -> EngineFacts:
     """Every source at hand, the live ones first (``/metrics``, server info) and the start-up
-    log after them; ``command``: a launched engine's argv (its ``--load-format``)."""
+    log after them; ``command``: a launched engine's argv (``command_facts``)."""
     facts = EngineFacts()
     if metrics:
         facts = facts.merged(parse_metrics(metrics))
     if server_info is not None and engine in SERVER_INFO_PARSERS:
         facts = facts.merged(SERVER_INFO_PARSERS[engine](server_info))
     if command:
-        cmd = EngineFacts()
-        for i, part in enumerate(command):
-            if part == "--load-format" and i + 1 < len(command):
-                cmd._set("load_format", command[i + 1], "command")
-            elif part.startswith("--load-format="):
-                cmd._set("load_format", part.split("=", 1)[1], "command")
-        facts = facts.merged(cmd)
+        facts = facts.merged(command_facts(engine, command))
     if log:
         facts = facts.merged(parse_log(engine, log))
     return facts

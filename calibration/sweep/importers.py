@@ -41,8 +41,9 @@ The served model's architecture (``calibration.sweep.served_model``): ``--preset
 ``--hf-config``, else the file's ``model_id`` (vLLM) or ``server_info.served_model_name`` /
 ``model_path`` (SGLang) when it names a preset or a known Hugging Face id;
 ``--kv-bytes-per-token`` is then optional (from the architecture at ``--kv-cache-dtype``).
-``kv_capacity_tokens`` comes from ``server_info.max_total_num_tokens``, ``weights`` from
-``--load-format``, else ``server_info.load_format``, else ``real``.
+``kv_capacity_tokens`` comes from ``server_info.max_total_num_tokens``, ``max_running`` from
+``server_info.max_running_requests`` (the limit as launched; empty: the engine's default),
+``weights`` from ``--load-format``, else ``server_info.load_format``, else ``real``.
 
 Every file is parsed before anything is written; an error names the file and line and writes
 nothing.
@@ -147,7 +148,7 @@ def _engine(obj: dict[str, Any], fmt: str, d: Defaults, where: tuple[str, int]) 
 
 def server_facts(obj: dict[str, Any], where: tuple[str, int]) -> dict[str, Any]:
     """What a result object says about the server: num_gpus, dcp_size, mem_fraction,
-    engine_version, kv_capacity_tokens (only the keys it states)."""
+    engine_version, kv_capacity_tokens, max_running (only the keys it states)."""
     facts: dict[str, Any] = {}
     for key in VERSION_KEYS:            # vLLM: --metadata version=...
         if isinstance(obj.get(key), str | int | float) and str(obj[key]).strip():
@@ -181,6 +182,13 @@ def server_facts(obj: dict[str, Any], where: tuple[str, int]) -> dict[str, Any]:
             else:
                 facts[name] = kind(v)
             break
+    # the running-request limit as launched (the server argument; None: SGLang's default)
+    v = info.get("max_running_requests")
+    if v is not None:
+        if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0 or v != int(v):
+            raise BenchFileError(*where, "server_info.max_running_requests: expected a positive "
+                                       f"integer, got {v!r}")
+        facts["max_running"] = int(v)
     return facts
 
 
@@ -299,6 +307,10 @@ def entry_to_row(obj: Any, fmt: str, d: Defaults, where: tuple[str, int]) -> Mea
         warn(f"{where[0]}:{where[1]}: {batch} sequences of {int(context)} + {int(output)} "
              f"tokens need more KV than the server's capacity of {capacity} tokens: fewer ran "
              "at once than the batch size says")
+    limit = facts.get("max_running")
+    if limit is not None and batch > limit:
+        warn(f"{where[0]}:{where[1]}: batch {batch} exceeds the server's max_running_requests "
+             f"{limit}: at most {limit} ran at once")
 
     try:
         row = Measurement(
@@ -310,7 +322,7 @@ def entry_to_row(obj: Any, fmt: str, d: Defaults, where: tuple[str, int]) -> Mea
             ttft_s=ttft, tpot_s=tpot, total_s=total, errors=errors,
             source=f"import:{fmt}:{Path(where[0]).name}:{where[1]}", model=served.key,
             kv_cache_dtype=served.kv_cache_dtype, decode_step_s=step,
-            kv_capacity_tokens=capacity, weights=weights)
+            kv_capacity_tokens=capacity, weights=weights, max_running=limit)
     except ValidationError as exc:
         err = exc.errors()[0]
         raise BenchFileError(*where, f"{'.'.join(map(str, err['loc']))}: {err['msg']}") from None

@@ -12,8 +12,10 @@ from the manifest and the facts given:
 - per (DCP, memory fraction) combination, the engine's facts (``calibration.sweep.engine_facts``):
   the files given (``--engine-log``, ``--metrics``, ``--server-info``), the manifest's record of
   the engine (its server info, its launch command, facts a newer run stored) and a launched
-  engine's log in ``logs/``; ``kv_capacity_tokens`` and ``weights`` (``--load-format``, else what
-  the engine states, else ``real``) go into every row of the combination;
+  engine's log in ``logs/``; ``kv_capacity_tokens``, ``weights`` (``--load-format``, else what
+  the engine states, else ``real``) and ``max_running`` (the running-request limit as launched:
+  ``max_running_requested``; a row's own value when no source states one) go into every row of
+  the combination;
 - JIT compiles in the log, matched to the points' (or, in folders older than point times, the
   runs') wall-clock intervals, go into the manifest.
 
@@ -244,7 +246,9 @@ def _row(folder: Path, row: Measurement, samples: dict[str, list[dict[str, Any]]
     f, weights = facts[f"dcp={row.dcp_size},mem={row.mem_fraction:g}"]
     update.update(model=served.key, kv_cache_dtype=served.kv_cache_dtype,
                   kv_shards=served.kv_shards, weights=weights,
-                  kv_capacity_tokens=f.kv_capacity_tokens)
+                  kv_capacity_tokens=f.kv_capacity_tokens,
+                  max_running=f.max_running_requested if f.max_running_requested is not None
+                  else row.max_running)
     return Measurement.model_validate({**row.model_dump(), **update})
 
 

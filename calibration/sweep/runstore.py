@@ -150,7 +150,8 @@ class RunStore:
         rows, keep = [], [lines[0]]
         if lines[0] != header_csv():
             raise RunStoreError(f"{path}:1: unexpected header; this folder was not written by "
-                                "this version of `calibrate run`")
+                                "this version of `calibrate run` (`calibrate rebuild` brings an "
+                                "older one's columns up to date)")
         for i, line in enumerate(lines[1:], start=2):
             try:
                 (row,) = parse_csv(header_csv() + line, str(path))

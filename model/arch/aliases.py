@@ -52,6 +52,11 @@ ALIASES: dict[str, str] = {
     # mixtral-8x7b: mistralai/Mixtral-8x7B-v0.1 (same architecture: -Instruct-v0.1)
     "mistralai/mixtral-8x7b-v0.1": "mixtral-8x7b",
     "mistralai/mixtral-8x7b-instruct-v0.1": "mixtral-8x7b",
+    # qwen3-next-80b-a3b-fp8: Qwen/Qwen3-Next-80B-A3B-Instruct-FP8 (and the Thinking tune)
+    "qwen/qwen3-next-80b-a3b-instruct-fp8": "qwen3-next-80b-a3b-fp8",
+    "qwen/qwen3-next-80b-a3b-thinking-fp8": "qwen3-next-80b-a3b-fp8",
+    # nemotron-3-nano-30b-a3b: nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16
+    "nvidia/nvidia-nemotron-3-nano-30b-a3b-bf16": "nemotron-3-nano-30b-a3b",
 }
 
 # the repository part alone ("DeepSeek-V2-Lite", a local folder named like the repository)

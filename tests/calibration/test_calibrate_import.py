@@ -220,6 +220,25 @@ def test_a_batch_larger_than_the_kv_capacity_warns(tmp_path, capsys):
     assert "sg.jsonl:1:" not in err                 # one sequence fits
 
 
+def test_sglang_server_info_gives_the_running_limit_as_launched(tmp_path, capsys):
+    """``max_running_requests`` of the server arguments: the limit as launched (None: SGLang's
+    default, an empty cell); a batch above it warns."""
+    rows = import_files([str(_sglang_with_server_info(tmp_path))], "sglang-bench",
+                        Defaults(kv_bytes_per_token=70272))
+    assert {r.max_running for r in rows} == {None}
+    f = _sglang_with_server_info(tmp_path, max_running_requests=2, internal_states=[
+        {"max_running_requests": 2, "effective_max_running_requests_per_dp": 2}])
+    rows = import_files([str(f)], "sglang-bench", Defaults(kv_bytes_per_token=70272))
+    assert [(r.batch_size, r.max_running) for r in rows] == [(1, 2), (4, 2)]
+    err = capsys.readouterr().err
+    assert "sg.jsonl:2: batch 4 exceeds the server's max_running_requests 2: at most 2 ran " \
+           "at once" in err and "sg.jsonl:1:" not in err
+    bad = _sglang_with_server_info(tmp_path, max_running_requests=0)
+    with pytest.raises(BenchFileError, match=r"sg.jsonl:1: server_info.max_running_requests: "
+                                             r"expected a positive integer, got 0"):
+        import_files([str(bad)], "sglang-bench", Defaults(kv_bytes_per_token=70272))
+
+
 def test_bad_server_info_names_the_field(tmp_path):
     f = _sglang_with_server_info(tmp_path, dcp_size="eight")
     with pytest.raises(BenchFileError, match=r"sg.jsonl:1: server_info.dcp_size: expected a "

@@ -163,19 +163,62 @@ def test_the_combined_real_dataset():
     rows = read_csv(path)
     caps = {("vllm", "deepseek-v2-lite"): 3_284_944, ("sglang", "deepseek-v2-lite"): 3_303_934,
             ("vllm", "llama-3.1-8b"): 896_912, ("sglang", "llama-3.1-8b"): 902_375,
-            ("vllm", "qwen3-32b"): 257_856, ("sglang", "qwen3-32b"): 262_675}
+            ("vllm", "qwen3-32b"): 257_856, ("sglang", "qwen3-32b"): 262_675,
+            ("vllm", "nemotron-3-nano-30b-a3b"): 10_951_569,
+            ("sglang", "qwen3-next-80b-a3b-fp8"): 1_152_938}
     assert {(r.engine, r.model) for r in rows} == set(caps)
+    # points without a pure decode step: batches above the running limit (vLLM's 128, SGLang's
+    # 66) ran in waves, and vLLM streamed its 260,000-token point's outputs in three chunks
+    no_step = {("vllm", 1024, 192), ("vllm", 260000, 1), ("sglang", 1024, 192),
+               ("sglang", 32768, 80)}
     for r in rows:
-        assert r.kv_capacity_tokens == caps[(r.engine, r.model)]
-        assert r.decode_step_s and r.weights == "dummy"
+        assert r.kv_capacity_tokens == caps[(r.engine, r.model)] and r.weights == "dummy"
+        hybrid = r.model in ("nemotron-3-nano-30b-a3b", "qwen3-next-80b-a3b-fp8")
+        assert (r.decode_step_s is None) == (
+            hybrid and (r.engine, r.context_tokens, r.batch_size) in no_step), r
         jit_hit = (r.engine, r.model, r.context_tokens, r.batch_size) == (
             "vllm", "deepseek-v2-lite", 1024, 8)
         assert (r.ttft_s is None and r.total_s is None) == jit_hit, r
         assert (r.gpu, r.num_gpus, r.engine_version) == (
             "H200", 1, {"vllm": "0.26.0", "sglang": "0.5.16"}[r.engine])
+        # the running-request limit as launched: vLLM's hybrid --max-num-seqs, else the default
+        assert r.max_running == (128 if r.model == "nemotron-3-nano-30b-a3b" else None), r
+        # SGLang's 1,024 x 192: one request of the first attempt lost its connection
+        assert r.errors == int((r.engine, r.model, r.context_tokens, r.batch_size) == (
+            "sglang", "qwen3-next-80b-a3b-fp8", 1024, 192)), r
     per_folder = sum(len(read_csv(f / "dataset.csv"))
                      for tag in rebuild_real.TAGS for f in (REAL / "runs" / tag).iterdir())
-    assert len(rows) == per_folder == 90
+    assert len(rows) == per_folder == 111
+
+
+@pytest.mark.parametrize("tag, max_running, facts", [
+    ("vllm-nemotron-3-nano-30b-a3b", 128,
+     {"max_running": 128, "max_running_requested": 128, "block_size": 2096,
+      "kv_capacity_tokens": 10_951_569}),
+    ("sglang-qwen3-next-80b-a3b-fp8", None,
+     {"max_running": 66, "state_slots": 330, "kv_capacity_tokens": 1_152_938})])
+def test_the_hybrid_folders_rebuild_with_their_running_limit(tmp_path, tag, max_running, facts):
+    """The hybrids' folders (measured by the current sweep, before ``max_running``): the same
+    rows again, with the limit as launched; the manifest gains the engines' hybrid facts."""
+    rebuild_real = _script()
+    assert tag in rebuild_real.TAGS
+    for src in sorted((REAL / "runs" / tag).iterdir()):
+        folder = tmp_path / src.name
+        shutil.copytree(src, folder)
+        p = plan(folder, rebuild_real.inputs(tag))
+        recorded = read_csv(src / "dataset.csv")
+        times = ("ttft_s", "tpot_s", "decode_step_s")      # re-derived from rounded samples
+        for a, b in zip(recorded, p.rows, strict=True):
+            assert b.model_dump(exclude=set(times)) == {
+                **a.model_dump(exclude=set(times)), "max_running": max_running}
+            for t in times:
+                assert getattr(b, t) == pytest.approx(getattr(a, t), abs=2e-6)
+        (got, weights), = p.facts.values()
+        assert weights == "dummy"
+        assert {k: getattr(got, k) for k in facts} == facts
+        stored = p.manifest["engines"]["dcp=1,mem=0.9"]["facts"]
+        assert {k: stored[k] for k in facts} == facts
+        assert ("max_running_requested" in stored) == (max_running is not None)
 
 
 def test_the_unfitted_real_dataset():

@@ -156,6 +156,38 @@ def test_the_engine_log_gives_the_memory_split(tmp_path):
     assert not [e for e in events_of(tmp_path / "run") if e["kind"] == "jit"]
 
 
+def test_rows_record_the_running_limit_as_launched(tmp_path):
+    """vLLM's --max-num-seqs from the log's non-default arguments (the H200 Nemotron-3-Nano
+    start), SGLang's --max-running-requests from its server info; the engine's own limit and a
+    hybrid's state pool go to the manifest."""
+    from test_engine_facts import LOGS
+    log = tmp_path / "vllm.log"
+    log.write_bytes((LOGS / "vllm-nemotron-3-nano-30b-a3b.log").read_bytes())
+    fake = FakeEngine(metrics=VLLM_METRICS)
+    Sweep(config(tmp_path, engine_log=str(log), contexts=[1024], batch_sizes=[1],
+                 preset="nemotron-3-nano-30b-a3b"), fake.transport()).run()
+    (row,) = read_csv(tmp_path / "run" / "dataset.csv")
+    assert row.max_running == 128
+    facts = json.loads((tmp_path / "run" / "manifest.json").read_text())["engines"][
+        "dcp=1,mem=0.9"]["facts"]
+    assert (facts["max_running"], facts["max_running_requested"], facts["max_concurrency"]) == (
+        128, 128, 41.78)
+    for limit in (None, 48):
+        info = {"load_format": "dummy", "max_total_num_tokens": 1152938,
+                "max_running_requests": limit, "internal_states": [
+                    {"effective_max_running_requests_per_dp": limit or 66,
+                     "max_mamba_cache_size": 330}]}
+        out = tmp_path / f"sglang-{limit}"
+        Sweep(config(tmp_path, engine="sglang", contexts=[512], batch_sizes=[1], out=str(out),
+                     preset="qwen3-next-80b-a3b-fp8"),
+              FakeEngine("sglang", server_info=info).transport()).run()
+        (row,) = read_csv(out / "dataset.csv")
+        assert row.max_running == limit
+        facts = json.loads((out / "manifest.json").read_text())["engines"]["dcp=1,mem=0.9"][
+            "facts"]
+        assert (facts["max_running"], facts["state_slots"]) == (limit or 66, 330)
+
+
 def test_sglang_states_its_load_format_and_capacity(tmp_path):
     info = {"load_format": "dummy", "max_total_num_tokens": 3303934, "chunked_prefill_size": 8192,
             "disable_radix_cache": True}

@@ -172,3 +172,148 @@ def test_every_engine_has_a_log_parser():
     from model import engines
     assert set(LOG_PARSERS) == set(engines.names())
     assert set(SERVER_INFO_PARSERS) <= set(engines.names())
+
+
+# ----------------------------------------------------------------------------- hybrid models
+# Lines of the 2026-12-03 H200 start-up logs (bench/data/h200-real/logs/), as the engines wrote
+# them (the argument dictionaries and ServerArgs shortened around the keys that matter)
+VLLM_NEMOTRON = """\
+(APIServer pid=2111) INFO 12-03 13:45:37 [api_utils.py:273] non-default args: {'model_tag': \
+'/tmp/res-vl/models/nemotron-3-nano-30b-a3b', 'max_model_len': 262144, 'load_format': 'dummy', \
+'gpu_memory_utilization': 0.9, 'max_num_seqs': 128}
+(EngineCore pid=2247) INFO 12-03 13:46:29 [interface.py:905] Setting attention block size to \
+2096 tokens to ensure that attention page size is >= mamba page size.
+(EngineCore pid=2247) INFO 12-03 13:46:29 [interface.py:929] Padding mamba page size by 0.58% \
+to ensure that mamba page size and attention page size are exactly equal.
+(EngineCore pid=2247) WARNING 12-03 13:48:08 [kv_cache_utils.py:1237] Add 1 padding layers, \
+may waste at most 4.35% KV cache memory
+(EngineCore pid=2247) INFO 12-03 13:48:13 [gpu_worker.py:560] Available KV cache memory: \
+65.14 GiB
+(EngineCore pid=2247) INFO 12-03 13:48:13 [kv_cache_utils.py:2177] GPU KV cache size: \
+10,951,569 tokens
+(EngineCore pid=2247) INFO 12-03 13:48:13 [kv_cache_utils.py:2178] Maximum concurrency for \
+262,144 tokens per request: 41.78x
+"""
+SGLANG_QWEN3_NEXT = """\
+[2026-12-03 13:49:57] server_args=ServerArgs(model_path='/tmp/res-sg/models/qwen3-next-80b-a3b\
+-fp8', load_format='dummy', mem_fraction_static=0.9, max_running_requests=None, \
+max_queued_requests=None, max_total_tokens=None, chunked_prefill_size=8192, \
+max_prefill_tokens=16384, disable_radix_cache=False, max_mamba_cache_size=None)
+[2026-12-03 13:50:24] Mamba Cache is allocated. max_mamba_cache_size: 330, conv_state size: \
+0.55GB, ssm_state size: 23.27GB 
+[2026-12-03 13:50:24] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 1152938, K size: \
+13.19 GB, V size: 13.19 GB
+[2026-12-03 13:50:24] Memory pool end. avail mem=13.78 GB
+[2026-12-03 13:52:18] max_total_num_tokens=1152938, chunked_prefill_size=8192, \
+max_prefill_tokens=16384, max_running_requests=66, context_len=262144, \
+available_gpu_mem=11.15 GB
+"""
+
+
+def test_vllm_hybrid_start_up_lines():
+    f = parse_log("vllm", VLLM_NEMOTRON)
+    assert (f.block_size, f.max_concurrency, f.kv_capacity_tokens) == (2096, 41.78, 10_951_569)
+    assert (f.max_running, f.max_running_requested) == (128, 128)   # --max-num-seqs 128
+    assert (f.state_slots, f.state_pool_gib) == (None, None)          # SGLang's facts
+    assert f.sources["max_running"] == "log" and f.kv_cache_gib == 65.14
+    # without --max-num-seqs vLLM does not log its default: neither limit is known
+    default = parse_log("vllm", VLLM_NEMOTRON.replace(", 'max_num_seqs': 128", ""))
+    assert (default.max_running, default.max_running_requested) == (None, None)
+    # a backend's own block size, on a model without Mamba layers
+    backend = parse_log("vllm", "INFO 12-01 09:00:00 [interface.py:636] Setting kv cache block "
+                                "size to 64 for FLASHMLA backend.\n")
+    assert backend.block_size == 64
+
+
+def test_sglang_hybrid_start_up_lines():
+    f = parse_log("sglang", SGLANG_QWEN3_NEXT)
+    assert (f.state_slots, f.state_pool_gib) == (330, pytest.approx(0.55 + 23.27))
+    assert (f.kv_capacity_tokens, f.kv_cache_gib) == (1_152_938, pytest.approx(26.38))
+    assert f.max_running == 66                   # what the scheduler runs with
+    assert f.max_running_requested is None       # max_running_requests=None: the default
+    assert (f.block_size, f.max_concurrency) == (None, None)
+    # a launch that asked for a limit the pools could not hold
+    asked = parse_log("sglang", SGLANG_QWEN3_NEXT.replace(
+        "max_running_requests=None", "max_running_requests=256"))
+    assert (asked.max_running_requested, asked.max_running) == (256, 66)
+    warned = parse_log("sglang", "[2026-12-03 13:50:25] max_running_requests was reduced from "
+                                 "the requested 256 to 66 (per dp worker) due to the available "
+                                 "KV cache capacity.\n")
+    assert (warned.max_running_requested, warned.max_running) == (256, 66)
+    # with speculative decoding the state pool also holds the intermediate caches
+    spec = parse_log("sglang", "Mamba Cache is allocated. max_mamba_cache_size: 263, conv_state "
+                               "size: 0.44GB, ssm_state size: 18.56GB intermediate_ssm_state_cache"
+                               " size: 1.50GB intermediate_conv_window_cache size: 0.10GB \n")
+    assert (spec.state_slots, spec.state_pool_gib) == (263, pytest.approx(20.6))
+
+
+def test_the_hybrid_logs():
+    """The three hybrid start-ups of 2026-12-03, whole: vLLM Nemotron-3-Nano, SGLang Qwen3-Next
+    and vLLM Qwen3-Next (start-up only: its engine died at the first request)."""
+    nemotron = parse_log("vllm", text("vllm-nemotron-3-nano-30b-a3b.log"))
+    assert (nemotron.block_size, nemotron.max_concurrency, nemotron.max_running,
+            nemotron.max_running_requested) == (2096, 41.78, 128, 128)
+    assert (nemotron.kv_capacity_tokens, nemotron.max_model_len) == (10_951_569, 262_144)
+    qwen_vllm = parse_log("vllm", text("vllm-qwen3-next-80b-a3b-fp8.log"))
+    assert (qwen_vllm.block_size, qwen_vllm.max_concurrency, qwen_vllm.max_running,
+            qwen_vllm.kv_capacity_tokens) == (544, 8.07, 128, 2_114_988)
+    assert qwen_vllm.kv_cache_gib == 48.72 and qwen_vllm.weights_gib == 74.9
+    qwen = parse_log("sglang", text("sglang-qwen3-next-80b-a3b-fp8.log"))
+    assert (qwen.state_slots, qwen.state_pool_gib, qwen.max_running,
+            qwen.max_running_requested) == (330, 23.82, 66, None)
+    assert (qwen.kv_capacity_tokens, qwen.kv_cache_gib, qwen.weights_gib) == (
+        1_152_938, 26.38, 74.97)
+    # the models without Mamba layers: SGLang's scheduler limit, no state pool
+    llama = parse_log("sglang", text("sglang-llama-3.1-8b.log"))
+    assert (llama.max_running, llama.max_running_requested, llama.state_slots) == (
+        3524, None, None)
+    plain = parse_log("vllm", text("vllm-llama-3.1-8b.log"))
+    assert (plain.max_running, plain.block_size, plain.max_concurrency) == (None, None, 6.84)
+
+
+def test_hybrid_metrics_and_server_info_agree_with_the_logs():
+    nemotron = parse_metrics(text("vllm-nemotron-3-nano-30b-a3b.metrics.txt"))
+    assert (nemotron.block_size, nemotron.num_gpu_blocks) == (2096, 5431)
+    assert nemotron.max_concurrency == pytest.approx(41.78, abs=0.005)
+    assert nemotron.max_running is None          # vLLM's /metrics does not say it
+    # SGLang: slots free + radix-cached + in use after the sweep = the pool
+    qwen = parse_metrics(text("sglang-qwen3-next-80b-a3b-fp8.metrics.txt"))
+    assert (qwen.state_slots, qwen.kv_capacity_tokens) == (330, 1_152_938)
+    assert parse_metrics(text("sglang-llama-3.1-8b.metrics.txt")).state_slots is None
+    info = parse_sglang_server_info(json.loads(text("sglang-qwen3-next-80b-a3b-fp8.info.json")))
+    assert (info.max_running, info.max_running_requested, info.state_slots) == (66, None, 330)
+    llama = parse_sglang_server_info(json.loads(text("sglang-llama-3.1-8b.info.json")))
+    assert (llama.max_running, llama.max_running_requested, llama.state_slots) == (
+        3524, None, None)
+    asked = parse_sglang_server_info({"max_running_requests": 32, "internal_states": [
+        {"max_running_requests": 32, "effective_max_running_requests_per_dp": 32}]})
+    assert (asked.max_running, asked.max_running_requested) == (32, 32)
+
+
+@pytest.mark.parametrize("engine, command, requested, running", [
+    ("vllm", ["vllm", "serve", "m", "--max-num-seqs", "128"], 128, 128),
+    ("vllm", ["vllm", "serve", "m", "--max_num_seqs=64"], 64, 64),
+    ("sglang", ["python3", "-m", "sglang.launch_server", "--max-running-requests", "32"], 32,
+     None),       # SGLang may lower it: the scheduler's line says what it runs with
+    ("sglang", ["python3", "-m", "sglang.launch_server", "--max-num-seqs", "32"], None, None),
+    ("vllm", ["vllm", "serve", "m"], None, None)])
+def test_the_launch_command_gives_the_running_limit(engine, command, requested, running):
+    f = gather(engine, command=command)
+    assert (f.max_running_requested, f.max_running) == (requested, running)
+    if requested:
+        assert f.sources["max_running_requested"] == "command"
+
+
+def test_hybrid_facts_round_trip_through_the_manifest():
+    f = gather("sglang", log=SGLANG_QWEN3_NEXT,
+               server_info=json.loads(text("sglang-qwen3-next-80b-a3b-fp8.info.json")))
+    assert f.sources["max_running"] == "server_info" and f.sources["state_pool_gib"] == "log"
+    d = f.to_json()
+    assert (d["max_running"], d["state_slots"], d["state_pool_gib"]) == (66, 330, 23.82)
+    assert "max_running_requested" not in d
+    back = EngineFacts.from_json(json.loads(json.dumps(d)))
+    assert (back.max_running, back.state_slots, back.state_pool_gib) == (66, 330, 23.82)
+    assert back.sources == f.sources
+    v = EngineFacts.from_json(gather("vllm", log=VLLM_NEMOTRON).to_json())
+    assert (v.max_running_requested, v.block_size, v.max_concurrency) == (128, 2096, 41.78)
+    assert EngineFacts.from_json({"state_slots": "330", "max_concurrency": True}).empty
