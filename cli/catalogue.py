@@ -123,13 +123,14 @@ def preset_table() -> str:
     from model.arch import PRESETS
     from model.physics.shape import preset_shape
 
-    head = (f"{'preset':<18}{'attention':<10}{'layers (full / linear)':>23}"
+    wide = max(map(len, PRESETS)) + 2
+    head = (f"{'preset':<{wide}}{'attention':<10}{'layers (full / linear)':>23}"
             f"{'KV B/token bf16':>17}{'weights':>12}  source")
     lines = [head, "-" * len(head)]
     for name in PRESETS:
         s = preset_shape(name, "bf16")
         layers = f"{s.n_layers} ({s.n_full_layers} / {s.n_linear_layers})"
-        lines.append(f"{name:<18}{s.attention.upper():<10}{layers:>23}"
+        lines.append(f"{name:<{wide}}{s.attention.upper():<10}{layers:>23}"
                      f"{s.kv_bytes_per_token:>17,.0f}{s.weight_bytes / 1e9:>9,.1f} GB  "
                      f"{_source(name)}")
     lines += ["", "another model: --hf-config config.json (any Hugging Face config), or "

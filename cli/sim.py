@@ -36,8 +36,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(default: the embedded model)")
     p.add_argument("--time-scale", type=float, default=1.0,
                    help="multiply every simulated duration (0.001: 100 s take 0.1 s)")
-    p.add_argument("--max-running", type=int, default=256,
-                   help="max running sequences; the rest wait (default 256)")
+    p.add_argument("--max-running", "--max-num-seqs", "--max-running-requests",
+                   dest="max_running", type=int, default=None, metavar="N",
+                   help="the running-request limit as launched (vLLM --max-num-seqs, SGLang "
+                        "--max-running-requests); the rest wait. Default: the engine's own "
+                        "(vLLM 1024 on GPUs of 70 GiB and more, else 256; SGLang from its "
+                        "pools)")
+    p.add_argument("--max-mamba-cache-size", type=int, default=None, metavar="N",
+                   help="SGLang, hybrid models: state slots of the state pool (default: "
+                        "--mamba-full-memory-ratio's share of the memory)")
+    p.add_argument("--mamba-full-memory-ratio", type=float, default=None, metavar="R",
+                   help="SGLang, hybrid models: state pool : KV pool memory, 0 < R <= 10 "
+                        "(default 0.9)")
     p.add_argument("--max-model-len", type=int, default=262_144,
                    help="context length limit in tokens (default 262144)")
     p.add_argument("--fail-rate", type=float, default=0.0,
@@ -52,9 +62,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "threshold (default 0.05)")
     p.add_argument("--oom-on-startup", action="store_true",
                    help="at/above the threshold, fail at startup (exit 1) instead")
-    p.add_argument("--disable-prefix-caching", action="store_true",
+    p.add_argument("--disable-prefix-caching", "--disable-radix-cache",
+                   dest="disable_prefix_caching", action="store_true",
                    help="no prefix cache (vLLM --no-enable-prefix-caching, SGLang "
-                        "--disable-radix-cache); by default shared prompt prefixes prefill less")
+                        "--disable-radix-cache: a hybrid's request then holds one state slot, "
+                        "not five); by default shared prompt prefixes prefill less (vLLM "
+                        "serves hybrid models without it)")
     p.add_argument("--tokenizer", metavar="PATH",
                    help="a Hugging Face tokenizer.json to count and generate tokens with, so "
                         "that prompt counts equal a client's using the same file (needs the "
@@ -68,22 +81,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def config_of(args: argparse.Namespace):
+    """The ``sim.config.SimConfig`` of parsed ``sim`` arguments."""
     from sim.config import SimConfig
 
-    cfg = SimConfig(engine=args.engine, host=args.host, port=args.port,
-                    model_name=args.model_name, gpu=args.gpu, num_gpus=args.num_gpus,
-                    dcp_size=args.dcp_size, mem_fraction=args.mem_fraction,
-                    kv_bytes_per_token=args.kv_bytes_per_token, kv_shards=args.kv_shards,
-                    weight_bytes=args.weight_bytes, model_artifact=args.model,
-                    time_scale=args.time_scale, max_running=args.max_running,
-                    max_model_len=args.max_model_len, fail_rate=args.fail_rate,
-                    startup_seconds=args.startup_seconds, seed=args.seed,
-                    oom_threshold=args.oom_threshold, oom_rate=args.oom_rate,
-                    oom_on_startup=args.oom_on_startup,
-                    disable_prefix_caching=args.disable_prefix_caching,
-                    tokenizer=args.tokenizer, admit_window_ms=args.admit_window_ms,
-                    custom_gpu=args.gpu_spec.model_dump() if args.gpu_spec else None)
+    return SimConfig(engine=args.engine, host=args.host, port=args.port,
+                     model_name=args.model_name, gpu=args.gpu, num_gpus=args.num_gpus,
+                     dcp_size=args.dcp_size, mem_fraction=args.mem_fraction,
+                     kv_bytes_per_token=args.kv_bytes_per_token, kv_shards=args.kv_shards,
+                     weight_bytes=args.weight_bytes, model_artifact=args.model,
+                     time_scale=args.time_scale, max_running=args.max_running,
+                     max_mamba_cache_size=args.max_mamba_cache_size,
+                     mamba_full_memory_ratio=args.mamba_full_memory_ratio,
+                     max_model_len=args.max_model_len, fail_rate=args.fail_rate,
+                     startup_seconds=args.startup_seconds, seed=args.seed,
+                     oom_threshold=args.oom_threshold, oom_rate=args.oom_rate,
+                     oom_on_startup=args.oom_on_startup,
+                     disable_prefix_caching=args.disable_prefix_caching,
+                     tokenizer=args.tokenizer, admit_window_ms=args.admit_window_ms,
+                     custom_gpu=args.gpu_spec.model_dump() if args.gpu_spec else None)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = config_of(args)
     problems = cfg.problems()
     if problems:
         print(f"engine-advisor: error: {'; '.join(problems)}", file=sys.stderr)

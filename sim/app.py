@@ -17,12 +17,14 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from model.engines.sglang import STATE_RATIO
+from model.physics.capacity import Pool
 from sim import engines, native, resolution
 from sim.config import SimConfig
 from sim.engine import EngineCore, SimRequest
 from sim.faults import FaultInjector, HeaderError, oom_message
 from sim.httputil import SSE_HEADERS, read_json, wait_disconnect
-from sim.prefix import BLOCK, PrefixCache
+from sim.prefix import PrefixCache
 from sim.protocol import (
     DONE_EVENT,
     ApiError,
@@ -43,7 +45,7 @@ from sim.tokenizer import BUILTIN, Tokenizer
 class SimState:
     """Everything the routes share: settings, the engine core, fault injection, readiness."""
 
-    def __init__(self, cfg: SimConfig, timer: StepTimer, capacity: int, max_model_len: int,
+    def __init__(self, cfg: SimConfig, timer: StepTimer, pool: Pool, max_model_len: int,
                  log: Callable[[str], None], tok: Tokenizer = BUILTIN,
                  note: Callable[[str], None] | None = None):
         self.cfg = cfg
@@ -53,14 +55,16 @@ class SimState:
         self.note = note or (lambda _: None)
         self.time_resolution: dict[str, Any] | None = None
         self.timer = timer
-        self.capacity = capacity
+        self.pool = pool                     # the engine's memory (SimConfig.pool)
+        self.capacity = pool.capacity_tokens
         self.max_model_len = max_model_len
         self.log = log
         self.core: EngineCore | None = None
         self.ready = False
         self.started = time.time()
         self.in_flight = 0
-        self.prefix = PrefixCache(capacity, enabled=not cfg.disable_prefix_caching)
+        self.prefix_caching = self.engine.prefix_caching(cfg, pool)
+        self.prefix = PrefixCache(self.capacity, enabled=self.prefix_caching)
         self.faults = FaultInjector(fail_rate=cfg.fail_rate, oom_active=cfg.oom_active,
                                     oom_rate=cfg.oom_rate, seed=cfg.seed,
                                     oom_text=oom_message(cfg.gpu_spec.memory_bytes,
@@ -74,6 +78,8 @@ class SimState:
                 "tp_size": c.num_gpus, "dp_size": 1, "pp_size": 1, "dcp_size": c.dcp_size,
                 "decode_context_parallel_size": c.dcp_size,
                 "mem_fraction_static": c.mem_fraction, "max_running_requests": c.max_running,
+                "max_mamba_cache_size": c.max_mamba_cache_size,
+                "mamba_full_memory_ratio": c.mamba_full_memory_ratio or STATE_RATIO,
                 "max_total_num_tokens": self.capacity, "context_length": self.max_model_len,
                 "random_seed": c.seed, "enable_metrics": True,
                 "disable_radix_cache": c.disable_prefix_caching,
@@ -83,6 +89,8 @@ class SimState:
     def sim_info(self) -> dict[str, Any]:
         return {"engine": self.cfg.engine, "version": self.cfg.version,
                 "kv_capacity_tokens": self.capacity, "max_model_len": self.max_model_len,
+                "max_running_requests": self.pool.max_running,
+                "state_slots": self.pool.state_slots or None,
                 "oom_active": self.cfg.oom_active, "ready": self.ready,
                 "tokenizer": self.tok.name, "time_resolution": self.time_resolution,
                 "cost_model_version": self.timer.model.version, "config": self.cfg.as_dict()}
@@ -310,11 +318,11 @@ def create_app(state: SimState) -> Starlette:
         return Response(status_code=200)
 
     async def metrics_route(request: Request) -> Response:
-        info = {"gpu_memory_utilization": str(cfg.mem_fraction), "block_size": str(BLOCK),
-                "num_gpu_blocks": str(state.capacity // BLOCK), "cache_dtype": "auto",
-                "enable_prefix_caching": str(not cfg.disable_prefix_caching),
+        info = {"gpu_memory_utilization": str(cfg.mem_fraction), "cache_dtype": "auto",
+                "enable_prefix_caching": str(state.prefix_caching),
                 "decode_context_parallel_size": str(cfg.dcp_size),
-                "tensor_parallel_size": str(cfg.num_gpus)}
+                "tensor_parallel_size": str(cfg.num_gpus),
+                **engine.cache_info(state.pool, state.max_model_len)}
         text = engine.render_metrics(state.core, cfg.model_name, info)
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
@@ -333,9 +341,12 @@ def create_app(state: SimState) -> Starlette:
     async def server_info(request: Request) -> Response:
         core = state.core
         internal = {"max_total_num_tokens": state.capacity,
+                    "effective_max_running_requests_per_dp": state.pool.max_running,
                     "last_gen_throughput": core.stats.gen_throughput(time.monotonic()),
                     "num_running_reqs": core.num_running, "num_queue_reqs": core.num_waiting,
                     "token_usage": core.kv_usage()}
+        if state.pool.state_slots:      # what the state pool holds, as SGLang records it
+            internal["max_mamba_cache_size"] = state.pool.state_slots
         return JSONResponse({**state.server_args(), "internal_states": [internal],
                              "version": cfg.version,
                              "simulator": {"time_scale": cfg.time_scale,
@@ -381,9 +392,9 @@ def create_app(state: SimState) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
-        core = EngineCore(state.timer, capacity_tokens=state.capacity,
-                          max_running=cfg.max_running, time_scale=cfg.time_scale,
-                          admit_window_s=cfg.admit_window_ms / 1e3)
+        core = EngineCore(state.timer, state.pool, time_scale=cfg.time_scale,
+                          admit_window_s=cfg.admit_window_ms / 1e3,
+                          slots_per_request=engine.slots_per_request(cfg, state.pool))
         state.core = core
         core.start()
 

@@ -6,8 +6,10 @@ import dataclasses
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from model.engines.base import MemoryKnobs
 from model.hardware.gpus import BUILTIN_GPUS, GpuSpec
-from model.physics.memory import OOM_THRESHOLD, instance_kv_capacity
+from model.physics.capacity import Pool, instance_pool
+from model.physics.memory import OOM_THRESHOLD
 from model.physics.shape import ModelShape
 from sim import engines
 
@@ -29,7 +31,10 @@ class SimConfig:
     weight_bytes: float | None = None
     model_artifact: str | None = None
     time_scale: float = 1.0
-    max_running: int = 256
+    # memory knobs as the engines spell them (None: the engine's default)
+    max_running: int | None = None           # vLLM --max-num-seqs, SGLang --max-running-requests
+    max_mamba_cache_size: int | None = None  # SGLang's state slots
+    mamba_full_memory_ratio: float | None = None   # SGLang's state : KV memory ratio
     max_model_len: int = 262_144
     fail_rate: float = 0.0
     startup_seconds: float = 0.0
@@ -37,7 +42,7 @@ class SimConfig:
     oom_threshold: float = OOM_THRESHOLD
     oom_rate: float = 0.05
     oom_on_startup: bool = False
-    disable_prefix_caching: bool = False
+    disable_prefix_caching: bool = False     # SGLang --disable-radix-cache
     tokenizer: str | None = None
     admit_window_ms: float = 0.0
     custom_gpu: dict | None = None      # a GpuSpec's fields (--gpu-spec), instead of --gpu
@@ -68,8 +73,18 @@ class SimConfig:
             p.append(f"--weight-bytes: {self.weight_bytes} is outside 0 .. 1e14")
         if not 1e-6 <= self.time_scale <= 1e3:
             p.append(f"--time-scale: {self.time_scale} is outside 1e-6 .. 1000")
-        if not 1 <= self.max_running <= 65536:
+        if self.max_running is not None and not 1 <= self.max_running <= 65536:
             p.append(f"--max-running: {self.max_running} is outside 1 .. 65536")
+        slots = self.max_mamba_cache_size
+        if slots is not None and not 1 <= slots <= 1 << 24:
+            p.append(f"--max-mamba-cache-size: {slots} is outside 1 .. 16777216")
+        r = self.mamba_full_memory_ratio
+        if r is not None and not 0 < r <= 10:     # NaN included
+            p.append(f"--mamba-full-memory-ratio: {r} is outside (0, 10]")
+        if self.engine != "sglang":
+            for flag, v in (("--max-mamba-cache-size", slots), ("--mamba-full-memory-ratio", r)):
+                if v is not None:
+                    p.append(f"{flag}: SGLang's flag; {self.engine} has no separate state pool")
         if not 16 <= self.max_model_len <= 16_777_216:
             p.append(f"--max-model-len: {self.max_model_len} is outside 16 .. 16777216")
         for flag, v in (("--fail-rate", self.fail_rate), ("--oom-rate", self.oom_rate)):
@@ -111,15 +126,30 @@ class SimConfig:
         except ValueError:
             return shape_of("", "bf16", self.kv_bytes_per_token, self.kv_shards)
 
-    def kv_capacity(self) -> int:
-        """KV tokens the instance holds: the recommender's capacity of this configuration
-        (``model.physics.memory.instance_kv_capacity``: weights, the engine's reserve and the
-        linear-attention state pool of --max-running sequences subtracted)."""
+    def knobs(self) -> MemoryKnobs:
+        """The engine's memory knobs as launched (``model.engines.base.MemoryKnobs``; unset:
+        the engine's default). SGLang's state slots, state ratio and radix cache apply to
+        SGLang only; vLLM's prefix caching does not change its pool (off for hybrids)."""
+        sglang = self.engine == "sglang"
+        return MemoryKnobs(
+            max_running=self.max_running or 0,
+            state_slots=(self.max_mamba_cache_size or 0) if sglang else 0,
+            no_prefix_cache=self.disable_prefix_caching and sglang,
+            state_ratio=(self.mamba_full_memory_ratio or 0.0) if sglang else 0.0)
+
+    def pool(self) -> Pool:
+        """The instance's memory as the recommender models it
+        (``model.physics.capacity.instance_pool``: weights, the engine's reserve, its layout of
+        a hybrid's state and KV, the running-request limit)."""
         shape = self.shape()
         if self.weight_bytes is not None:
             shape = dataclasses.replace(shape, weight_bytes=self.weight_bytes)
-        return instance_kv_capacity(self.engine, self.mem_fraction, self.gpu_spec.memory_bytes,
-                                    shape, self.num_gpus, self.dcp_size, self.max_running)
+        return instance_pool(self.engine, self.mem_fraction, self.gpu_spec, shape,
+                             self.num_gpus, self.dcp_size, self.knobs())
+
+    def kv_capacity(self) -> int:
+        """KV tokens the instance reports (``pool().capacity_tokens``)."""
+        return self.pool().capacity_tokens
 
     @property
     def version(self) -> str:

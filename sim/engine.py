@@ -1,11 +1,14 @@
 """The engine core: one scheduler task doing continuous batching with cost-model step times.
 
-Each loop iteration either prefills the requests it can admit (at most ``max_running`` running,
-KV reserved for prompt + planned output within ``capacity_tokens``; FCFS, so the head of the
-queue blocks the rest like the engines' default scheduler) or runs one decode step of every
-running sequence. A prefill of k new requests takes the cost model's TTFT at batch k and their
-mean prompt length and yields each request's first token; a decode step takes the cost model's
-TPOT at batch = number running and context = their mean, and yields one token each.
+Each loop iteration either prefills the requests it can admit or runs one decode step of every
+running sequence. Admission is the engine's memory as the recommender models it
+(``model.physics.capacity.Pool``): a request of prompt + planned output ``n`` tokens reserves
+``pool.units_for(n)`` of the pool's ``units`` (KV tokens; for a hybrid on vLLM, pages of KV and
+state; on SGLang, KV tokens beside its state slots), at most ``pool.max_running`` run, FCFS, so
+the head of the queue blocks the rest like the engines' default scheduler. A prefill of k new
+requests takes the cost model's TTFT at batch k and their mean prompt length and yields each
+request's first token; a decode step takes the cost model's TPOT at batch = number running and
+context = their mean, and yields one token each.
 
 An idle engine that receives a request collects arrivals for ``admit_window_s`` (wall seconds,
 default 0; ``sim --admit-window-ms``) before its first step, so that requests a client sends at
@@ -25,7 +28,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import deque
+from collections.abc import Callable
 
+from model.engines.base import NO_STATE, StateLayout
+from model.physics.capacity import Pool
 from sim.metrics import Stats
 from sim.timing import StepTimer
 
@@ -33,21 +39,28 @@ WAITING, PREFILL, RUNNING, DONE = range(4)
 MAX_STEPS_PER_ITERATION = 256
 
 
+def token_pool(capacity_tokens: int, max_running: int) -> Pool:
+    """A pool of plain KV tokens: a request of ``n`` tokens takes ``n`` of
+    ``capacity_tokens``, at most ``max_running`` run (a model without state)."""
+    return Pool(float(capacity_tokens), 1.0, 1.0, 0.0, max_running, capacity_tokens, 0,
+                StateLayout(NO_STATE, state_bytes=0.0, unit_bytes=0.0))
+
+
 class SimRequest:
     """One request inside the engine; the HTTP layer waits on ``event`` for progress."""
 
-    __slots__ = ("rid", "prompt_len", "n_out", "cached", "reserve", "arrival", "ready_at",
+    __slots__ = ("rid", "prompt_len", "n_out", "cached", "units", "arrival", "ready_at",
                  "state", "produced", "first_token_at", "last_token_at", "finished_at",
                  "aborted", "event", "reason")
 
-    def __init__(self, rid: str, prompt_len: int, n_out: int, arrival: float, cached: int = 0,
-                 reason: str = "length"):
+    def __init__(self, rid: str, prompt_len: int, n_out: int, arrival: float, units: float,
+                 cached: int = 0, reason: str = "length"):
         self.rid = rid
         self.reason = reason
         self.prompt_len = prompt_len
         self.n_out = n_out
         self.cached = cached
-        self.reserve = prompt_len + n_out
+        self.units = units            # of the pool, for prompt + planned output
         self.arrival = arrival
         self.ready_at = arrival       # the earliest the engine may start it (a burst: its first)
         self.state = WAITING
@@ -64,18 +77,24 @@ class SimRequest:
 
 
 class EngineCore:
-    def __init__(self, timer: StepTimer, *, capacity_tokens: int, max_running: int,
-                 time_scale: float, stats: Stats | None = None, admit_window_s: float = 0.0):
+    def __init__(self, timer: StepTimer, pool: Pool, *, time_scale: float,
+                 stats: Stats | None = None, admit_window_s: float = 0.0,
+                 slots_per_request: int = 0):
         self.timer = timer
         self.admit_window = admit_window_s
-        self.capacity = capacity_tokens
-        self.max_running = max_running
+        self.pool = pool
+        # SGLang's state slots a running request holds (its metrics report them; the pool's
+        # running limit already accounts for them)
+        self.slots_per_request = slots_per_request
+        self.units = pool.units
+        self.max_running = pool.max_running
+        self._units_for: Callable[[float], float] = pool.units_for
         self.scale = time_scale
         self.stats = stats or Stats()
         self.waiting: deque[SimRequest] = deque()
         self.prefilling: list[SimRequest] = []
         self.running: list[SimRequest] = []
-        self.kv_reserved = 0
+        self.reserved = 0.0          # units held by the running and prefilling requests
         self._ctx_sum = 0            # sum of current contexts (prompt + produced) of running
         self._wake = asyncio.Event()
         self._clock = 0.0
@@ -107,11 +126,12 @@ class EngineCore:
         return self._ctx_sum + sum(r.prompt_len for r in self.prefilling)
 
     def kv_usage(self) -> float:
-        return min(self.kv_used_tokens() / self.capacity, 1.0) if self.capacity else 0.0
+        """The pool's units reserved, 0 .. 1."""
+        return min(max(self.reserved / self.units, 0.0), 1.0) if self.units > 0 else 0.0
 
     def fits(self, prompt_len: int, n_out: int) -> bool:
-        """Whether a request could ever be admitted (its KV alone fits the capacity)."""
-        return prompt_len + n_out <= self.capacity
+        """Whether a request could ever be admitted (alone in the pool)."""
+        return self.pool.holds(prompt_len + n_out)
 
     def submit(self, prompt_len: int, n_out: int, *, reason: str = "length",
                cached: int = 0, received: float | None = None) -> SimRequest:
@@ -120,7 +140,8 @@ class EngineCore:
         parsing and tokenization since then are the simulator's overhead), else now."""
         now = asyncio.get_running_loop().time()
         arrival = now if received is None else min(received, now)
-        req = SimRequest(f"{next(self._ids)}", prompt_len, n_out, arrival, cached, reason)
+        req = SimRequest(f"{next(self._ids)}", prompt_len, n_out, arrival,
+                         self._units_for(prompt_len + n_out), cached, reason)
         self.waiting.append(req)
         self._wake.set()
         return req
@@ -136,10 +157,10 @@ class EngineCore:
                 pass
         elif req.state == PREFILL:
             self.prefilling.remove(req)
-            self.kv_reserved -= req.reserve
+            self._release(req)
         elif req.state == RUNNING:
             self.running.remove(req)
-            self.kv_reserved -= req.reserve
+            self._release(req)
             self._ctx_sum -= req.prompt_len + req.produced
         req.aborted = True
         req.state = DONE
@@ -191,13 +212,22 @@ class EngineCore:
     def _admit(self) -> bool:
         while self.waiting and self.num_running < self.max_running:
             req = self.waiting[0]
-            if self.kv_reserved + req.reserve > self.capacity:
+            if self.reserved + req.units > self.units + 1e-6:
                 break
             self.waiting.popleft()
-            self.kv_reserved += req.reserve
+            self.reserved += req.units
             req.state = PREFILL
             self.prefilling.append(req)
         return bool(self.prefilling)
+
+    def _release(self, req: SimRequest) -> None:
+        """Give back the units of a request that has left the running or prefilling set."""
+        self.reserved -= req.units
+        self._settle()
+
+    def _settle(self) -> None:
+        if not self.running and not self.prefilling:
+            self.reserved = 0.0      # no rounding residue of fractional units left behind
 
     async def _prefill(self, loop: asyncio.AbstractEventLoop) -> None:
         batch = self.prefilling
@@ -232,12 +262,13 @@ class EngineCore:
             stats.generation_tokens += 1
             if r.n_out <= 1:
                 self._finish(r, now)
-                self.kv_reserved -= r.reserve
+                self.reserved -= r.units
             else:
                 r.state = RUNNING
                 self.running.append(r)
                 self._ctx_sum += r.prompt_len + 1
             r.event.set()
+        self._settle()
         stats.sample_throughput(now)
 
     async def _decode(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -276,11 +307,12 @@ class EngineCore:
             for r in running:
                 if r.produced >= r.n_out:
                     self._finish(r, now)
-                    self.kv_reserved -= r.reserve
+                    self.reserved -= r.units
                     self._ctx_sum -= r.prompt_len + r.produced
                 else:
                     keep.append(r)
             self.running = keep
+            self._settle()
         stats.sample_throughput(now)
         if n > 1:
             await asyncio.sleep(0)      # let the streams write before the next burst

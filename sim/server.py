@@ -25,22 +25,26 @@ def serve(cfg: SimConfig, model: CostModel, tok: Tokenizer = BUILTIN) -> int:
     """Run until interrupted; the exit status is non-zero when startup fails like an engine."""
     engine = engines.get(cfg.engine)
     log = _logger(engine)
-    gib = 1024**3
     gpu = cfg.gpu_spec
-    capacity = cfg.kv_capacity()
-    kv_gib = capacity * cfg.kv_bytes_per_gpu_token / cfg.dcp_size / gib
-    engine.startup(log, cfg, capacity, kv_gib)
+    pool = cfg.pool()           # the recommender's memory of this instance
+    capacity = pool.capacity_tokens
+    engine.startup(log, cfg, pool)
     if capacity <= 0:
         log("No available memory for the cache blocks. Try increasing the memory fraction "
             "when initializing the engine.", level="ERROR")
         return 1
+    if pool.max_running < 1:
+        log("Hybrid (mamba/linear-attention) state cache is too small to serve any requests. "
+            "Try increasing --mamba-full-memory-ratio or --max-mamba-cache-size.",
+            level="ERROR")
+        return 1
     max_model_len = cfg.max_model_len
-    if capacity < max_model_len:
-        clamped = engine.too_long(log, cfg, capacity, kv_gib)
+    if capacity < max_model_len or not pool.holds(max_model_len):
+        clamped = engine.too_long(log, cfg, pool)
         if clamped is None:
             return 1
         max_model_len = clamped
-    engine.limits(log, cfg, capacity, max_model_len)
+    engine.limits(log, cfg, pool, max_model_len)
     if cfg.oom_active and cfg.oom_on_startup:
         log("Capturing CUDA graphs (mixed prefill-decode, FULL) ...", where="gpu_model_runner.py")
         time.sleep(cfg.startup_seconds)
@@ -63,7 +67,7 @@ def serve(cfg: SimConfig, model: CostModel, tok: Tokenizer = BUILTIN) -> int:
 
     if tok is not BUILTIN:
         log(f"tokenizer: {tok.name} ({tok.vocab_size} tokens)")
-    state = SimState(cfg, timer, capacity, max_model_len, ready_log, tok, note=log)
+    state = SimState(cfg, timer, pool, max_model_len, ready_log, tok, note=log)
     app = create_app(state)
 
     import uvicorn

@@ -1,8 +1,9 @@
 """Step durations from the cost model: prefill of a batch and one decode step of the running set.
 
 The same physical terms (``model.physics.terms``) and fitted engine coefficients the recommender
-uses;
-the scheduler asks once per step, never per token or per request.
+uses, a decode step reading and writing each sequence's linear-attention state at the engine's
+own dtypes (``model.physics.memory.state_layout``: vLLM keeps Qwen3-Next's GDN state in bf16,
+SGLang in fp32); the scheduler asks once per step, never per token or per request.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from model import engines
 from model.fit.costmodel import CostModel
 from model.hardware.gpus import GpuSpec
 from model.hardware.silicon import silicon_for
+from model.physics.memory import state_layout
 from model.physics.shape import ModelShape
 from model.physics.terms import N_PREFILL, Hardware, decode_terms, prefill_terms
 from model.predict.predictor import predictor_for
@@ -32,6 +34,10 @@ class StepTimer:
         # the largest prefill pass this engine replays as a CUDA graph for this model
         self.graph_tokens = float(engines.get(engine).graphed_prefill_tokens(shape.attention))
         self.hw = Hardware(silicon_for(gpu), tp)
+        # one sequence's state per GPU as this engine holds it (what the recommender's rows
+        # carry: model.physics.features.static_rows)
+        self.state_bytes = float(state_layout(engine, shape, tp, gpu.name,
+                                              gpu.memory_bytes).state_bytes)
         self.prefill_s(1, 1.0)   # the compiled formulas, before the first step is timed
         self.step_s(1, 1.0)
 
@@ -44,5 +50,5 @@ class StepTimer:
     def step_s(self, batch: int, context: float) -> float:
         """One decode step of ``batch`` running sequences at mean context ``context``."""
         f = decode_terms(self.shape, self.hw, float(max(batch, 1)), float(max(context, 1.0)),
-                         self.dcp)
+                         self.dcp, self.state_bytes)
         return float(sum(t * c for t, c in zip(f, self.coef_decode, strict=True)))

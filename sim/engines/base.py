@@ -9,13 +9,32 @@ import datetime as dt
 import time
 from typing import TYPE_CHECKING
 
-from model.engines.base import Engine
+from model.engines.base import NO_STATE, Engine
 
 if TYPE_CHECKING:
+    from model.physics.capacity import Pool
     from sim.config import SimConfig
     from sim.engine import EngineCore
 
+GIB = 1024 ** 3
 
+
+def hybrid(pool: Pool) -> bool:
+    """Whether the engine lays out a linear-attention state pool beside the KV cache."""
+    return pool.layout.mode != NO_STATE
+
+
+def kv_gib(cfg: SimConfig, pool: Pool) -> float:
+    """GiB of KV cache one GPU holds: the pool's tokens at the served model's KV bytes per GPU
+    token (DCP stripes them over ``dcp`` ranks)."""
+    return pool.capacity_tokens * cfg.kv_bytes_per_gpu_token / cfg.dcp_size / GIB
+
+
+def longest(pool: Pool) -> int:
+    """The most tokens (prompt and output) one request can hold, alone in the pool."""
+    if pool.attn_units <= 0 or pool.units < pool.fixed_units:
+        return 0
+    return int((pool.units - pool.fixed_units) // pool.attn_units * pool.unit_tokens)
 
 
 class SimEngine:
@@ -40,23 +59,37 @@ class SimEngine:
     def log_line(self, now: dt.datetime, level: str, where: str, message: str) -> str:
         raise NotImplementedError
 
-    def startup(self, log, cfg: SimConfig, capacity: int, kv_gib: float) -> None:
-        """The lines an engine prints once it has sized its KV cache."""
+    def startup(self, log, cfg: SimConfig, pool: Pool) -> None:
+        """The lines an engine prints once it has sized its KV cache (and a hybrid's state)
+        as ``pool`` (``SimConfig.pool``)."""
         raise NotImplementedError
 
-    def too_long(self, log, cfg: SimConfig, capacity: int, kv_gib: float) -> int | None:
+    def too_long(self, log, cfg: SimConfig, pool: Pool) -> int | None:
         """When ``cfg.max_model_len`` exceeds the KV capacity: the context length the engine
         clamps to, or None when it refuses to start (after logging why)."""
         raise NotImplementedError
 
-    def limits(self, log, cfg: SimConfig, capacity: int, max_model_len: int) -> None:
-        """The line stating how much the instance holds at once."""
+    def limits(self, log, cfg: SimConfig, pool: Pool, max_model_len: int) -> None:
+        """The lines stating how much the instance holds at once."""
         raise NotImplementedError
 
     def ready(self, log, cfg: SimConfig) -> None:
         raise NotImplementedError
 
+    def slots_per_request(self, cfg: SimConfig, pool: Pool) -> int:
+        """State slots of a separate state pool one running request holds (0: none)."""
+        return 0
+
+    def prefix_caching(self, cfg: SimConfig, pool: Pool) -> bool:
+        """Whether the engine caches prompt prefixes (``--disable-prefix-caching`` turns it
+        off)."""
+        return not cfg.disable_prefix_caching
+
     # ---------------------------------------------------------------- metrics
+    def cache_info(self, pool: Pool, max_model_len: int) -> dict[str, str]:
+        """Labels of the engine's cache-configuration metric that follow from its pool."""
+        return {}
+
     def metric_lines(self, out: list[str], core: EngineCore, labels: str,
                      info: dict[str, str], now: float) -> None:
         raise NotImplementedError

@@ -1,11 +1,19 @@
 """The simulator's vLLM: OpenAI server log lines, nested errors, ``/version`` and ``/load``,
-``vllm:`` metrics."""
+``vllm:`` metrics.
+
+A hybrid model's start-up lines are vLLM 0.26.0's for its one pool of pages
+(``model.engines.vllm``): the layout's notes (the attention block raised to the state's page,
+the state page padded, padding layers), "Available KV cache memory" (the pool's pages: blocks x
+page x layers per group), "GPU KV cache size" (the pool over one request of the model's maximum
+length, times that length) and "Maximum concurrency" (blocks / blocks of one request of the
+served length)."""
 
 from __future__ import annotations
 
 from model.engines import vllm
-from sim.engines.base import SimEngine
+from sim.engines.base import GIB, SimEngine, hybrid, kv_gib
 from sim.metrics import gauge, histogram
+from sim.prefix import BLOCK
 
 
 class Vllm(SimEngine):
@@ -22,27 +30,74 @@ class Vllm(SimEngine):
     def log_line(self, now, level, where, message):
         return f"{level} {now:%m-%d %H:%M:%S} [{where}] {message}"
 
-    def startup(self, log, cfg, capacity, kv_gib):
-        log(f"vLLM API server version {cfg.version}", where="api_server.py")
-        log(f"non-default args: {{'model': '{cfg.model_name}', 'tensor_parallel_size': "
-            f"{cfg.num_gpus}, 'decode_context_parallel_size': {cfg.dcp_size}, "
-            f"'gpu_memory_utilization': {cfg.mem_fraction}, 'max_num_seqs': {cfg.max_running}}}",
-            where="utils.py")
-        log(f"Available KV cache memory: {kv_gib:.2f} GiB", where="gpu_worker.py")
-        log(f"GPU KV cache size: {capacity:,} tokens", where="kv_cache_utils.py")
+    @staticmethod
+    def blocks(pool) -> float:
+        """A hybrid's pool blocks, the null block included (``Pool.units`` leaves it out)."""
+        return pool.units + 1 if pool.units > 0 else 0.0
 
-    def too_long(self, log, cfg, capacity, kv_gib):
-        need = cfg.max_model_len * cfg.kv_bytes_per_gpu_token / cfg.dcp_size / 1024**3
+    def memory_gib(self, cfg, pool) -> float:
+        """What "Available KV cache memory" states: for a hybrid the pool's blocks x page x
+        layers per group (the budget rounded down to whole blocks), else the KV tokens'."""
+        if hybrid(pool):
+            return self.blocks(pool) * pool.layout.unit_bytes / GIB
+        return kv_gib(cfg, pool)
+
+    def concurrency(self, pool, max_model_len: int) -> float:
+        """Requests of ``max_model_len`` tokens the pool holds at once (vLLM's "Maximum
+        concurrency": blocks / blocks of one such request, for a hybrid)."""
+        if hybrid(pool):
+            return self.blocks(pool) / pool.units_for(max_model_len)
+        return pool.capacity_tokens / max_model_len
+
+    def startup(self, log, cfg, pool):
+        log(f"vLLM API server version {cfg.version}", where="api_server.py")
+        args = {"model": cfg.model_name, "tensor_parallel_size": cfg.num_gpus,
+                "decode_context_parallel_size": cfg.dcp_size,
+                "gpu_memory_utilization": cfg.mem_fraction}
+        if cfg.max_running:
+            args["max_num_seqs"] = cfg.max_running
+        log(f"non-default args: {args!r}", where="utils.py")
+        padding = [n for n in pool.layout.notes if n.startswith("Add ")]
+        for note in pool.layout.notes:
+            if note not in padding:
+                log(note, where="interface.py")
+        for note in padding:         # once while profiling, once when allocating (as 0.26.0)
+            log(note, level="WARNING", where="kv_cache_utils.py")
+        log(f"Available KV cache memory: {round(self.memory_gib(cfg, pool), 2)} GiB",
+            where="gpu_worker.py")
+        for note in padding:
+            log(note, level="WARNING", where="kv_cache_utils.py")
+        log(f"GPU KV cache size: {pool.capacity_tokens:,} tokens", where="kv_cache_utils.py")
+
+    def too_long(self, log, cfg, pool):
+        if hybrid(pool):
+            need = pool.units_for(cfg.max_model_len) * pool.layout.unit_bytes / GIB
+        else:
+            need = cfg.max_model_len * cfg.kv_bytes_per_gpu_token / cfg.dcp_size / GIB
         log(f"ValueError: To serve at least one request with the models's max seq len "
             f"({cfg.max_model_len}), {need:.2f}"
             f" GiB KV cache is needed, which is larger than the available KV cache memory "
-            f"({kv_gib:.2f} GiB). Try increasing `gpu_memory_utilization` or decreasing "
-            f"`max_model_len` when initializing the engine.", level="ERROR")
+            f"({self.memory_gib(cfg, pool):.2f} GiB). Try increasing `gpu_memory_utilization` "
+            f"or decreasing `max_model_len` when initializing the engine.", level="ERROR")
         return None
 
-    def limits(self, log, cfg, capacity, max_model_len):
+    def limits(self, log, cfg, pool, max_model_len):
         log(f"Maximum concurrency for {max_model_len:,} tokens per request: "
-            f"{capacity / max_model_len:.2f}x", where="kv_cache_utils.py")
+            f"{self.concurrency(pool, max_model_len):.2f}x", where="kv_cache_utils.py")
+
+    def prefix_caching(self, cfg, pool):
+        """Off for hybrid models: vLLM 0.26.0 enables it by default only for models without
+        linear-attention layers (its pool then holds one state block per request)."""
+        return not cfg.disable_prefix_caching and not hybrid(pool)
+
+    def cache_info(self, pool, max_model_len):
+        if not hybrid(pool):
+            return {"block_size": str(BLOCK), "num_gpu_blocks": str(pool.capacity_tokens // BLOCK)}
+        # a hybrid's blocks hold state too: the tokens and concurrency as its log states them
+        return {"block_size": str(int(pool.layout.block_tokens)),
+                "num_gpu_blocks": str(int(self.blocks(pool))),
+                "kv_cache_size_tokens": str(pool.capacity_tokens),
+                "kv_cache_max_concurrency": repr(self.concurrency(pool, max_model_len))}
 
     def ready(self, log, cfg):
         log(f"Starting vLLM API server on http://{cfg.host}:{cfg.port}", where="launcher.py")

@@ -10,7 +10,7 @@ import pytest
 from simproc import SimProcess
 
 from model.hardware.gpus import builtin_gpu
-from model.physics.memory import instance_kv_capacity
+from model.physics.capacity import instance_pool
 from model.physics.shape import bare
 from sim import tokenizer
 
@@ -168,8 +168,8 @@ def test_vllm_only_endpoints(vllm):
 def _capacity(engine: str, fraction: float, dcp: int) -> int:
     """The recommender's capacity of the served model (27,648 KV bytes per token, no weights
     known), as tests/sim/test_sim_capacity.py checks it against the recommender's own."""
-    return instance_kv_capacity(engine, fraction, builtin_gpu("B300").memory_bytes,
-                                bare(27648), 8, dcp)
+    return instance_pool(engine, fraction, builtin_gpu("B300"), bare(27648), 8,
+                         dcp).capacity_tokens
 
 
 def test_vllm_startup_log_reports_kv_capacity(vllm):

@@ -10,7 +10,7 @@ from model.fit.default import default_model
 from model.hardware.gpus import builtin_gpu
 from model.physics.shape import bare, preset_shape
 from sim import tokenizer
-from sim.engine import EngineCore
+from sim.engine import EngineCore, token_pool
 from sim.textgen import WORDS, plan_output
 from sim.timing import StepTimer
 
@@ -72,7 +72,7 @@ def test_step_time_grows_with_batch_and_context():
 
 def test_scheduler_queues_beyond_max_running_and_capacity():
     async def scenario():
-        core = EngineCore(_timer(), capacity_tokens=1000, max_running=2, time_scale=0.2)
+        core = EngineCore(_timer(), token_pool(1000, 2), time_scale=0.2)
         core.start()
         reqs = [core.submit(100, 50) for _ in range(3)]
         big = core.submit(800, 100)          # fits alone, not beside the others
@@ -87,7 +87,7 @@ def test_scheduler_queues_beyond_max_running_and_capacity():
         while not all(r.finished for r in reqs + [big]):
             await asyncio.sleep(0.005)
         assert [r.produced for r in reqs[1:]] == [50, 50] and big.produced == 100
-        assert core.kv_reserved == 0 and core.kv_used_tokens() == 0
+        assert core.reserved == 0 and core.kv_used_tokens() == 0 and core.kv_usage() == 0
         assert core.stats.generation_tokens == 200 + reqs[0].produced
         await core.stop()
 
@@ -102,7 +102,7 @@ def test_admit_window_times_a_burst_from_its_first_arrival():
     timer = _timer()
 
     async def burst(window: float, scale: float) -> tuple[list, float]:
-        core = EngineCore(timer, capacity_tokens=10**7, max_running=64, time_scale=scale,
+        core = EngineCore(timer, token_pool(10**7, 64), time_scale=scale,
                           admit_window_s=window)
         core.start()
         loop = asyncio.get_running_loop()
@@ -163,3 +163,86 @@ def test_a_lone_surrogate_is_a_token_error_not_a_crash():
     with pytest.raises(TokenError, match="lone surrogate \\\\ud800"):
         encode("hi \ud800 there")
     assert decode(encode("hi \U0001f600")) == "hi \U0001f600"       # a pair is a character
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_hybrids_step_time_is_the_recommenders_tpot(engine):
+    """Qwen3-Next's decode step reads and writes each sequence's GDN state as the engine holds
+    it (vLLM bf16, SGLang fp32): the simulator's step is the recommender's TPOT."""
+    from model.physics.shape import shape_of
+    from model.recommend import recommend
+    from model.workload import Workload
+
+    m = default_model()
+    w = Workload(context_tokens=8192, output_tokens=2, batch_size=16,
+                 preset="qwen3-next-80b-a3b-fp8", gpu="H200", num_gpus=1, engines=[engine],
+                 allow_extrapolation=True)
+    tpot = next(p.tpot_s for p in recommend(m, w, "v").predictions if p.engine == engine)
+    timer = StepTimer(m, engine, builtin_gpu("H200"),
+                      shape_of("qwen3-next-80b-a3b-fp8", "bf16", 24_576), 1)
+    assert timer.state_bytes == {"vllm": 36 * 1_097_728, "sglang": 77_266_944}[engine]
+    assert timer.step_s(16, 8193) == pytest.approx(tpot, rel=1e-9)
+
+
+def test_scheduler_admits_by_the_pools_units():
+    """A pool of pages (vLLM's for a hybrid): a request of n tokens takes ceil(n / block)
+    pages of KV and 3 of state; at most as many run as their pages fit."""
+    from model.engines.base import PAGED, StateLayout
+    from model.physics.capacity import Pool
+
+    pool = Pool(20.0, 544.0, 1.0, 3.0, 100, 10_000, 0,
+                StateLayout(PAGED, state_bytes=1.0, unit_bytes=1.0, block_tokens=544,
+                            state_units=3))
+
+    async def scenario():
+        core = EngineCore(_timer(), pool, time_scale=0.2)
+        assert core.fits(544 * 17, 0) and not core.fits(544 * 17 + 1, 0)
+        core.start()
+        reqs = [core.submit(900, 100) for _ in range(5)]        # 2 + 3 = 5 pages each
+        for _ in range(200):
+            await asyncio.sleep(0.001)
+            if core.num_running == 4:
+                break
+        assert (core.num_running, core.num_waiting) == (4, 1)
+        assert core.reserved == 20 and core.kv_usage() == 1.0
+        core.abort(reqs[0])
+        for _ in range(200):
+            await asyncio.sleep(0.001)
+            if core.num_waiting == 0:
+                break
+        assert (core.num_running, core.num_waiting) == (4, 0)
+        for r in reqs:
+            core.abort(r)
+        assert core.reserved == 0 and core.kv_usage() == 0
+        await core.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_memory_knobs_as_the_engines_spell_them():
+    """--max-running and its engine spellings, SGLang's state knobs, --disable-radix-cache;
+    each invalid value a '--flag: reason' problem."""
+    from cli.main import build_parser
+    from cli.sim import config_of
+    from model.engines.base import MemoryKnobs
+
+    def cfg(*args):
+        return config_of(build_parser().parse_args(["sim", "--port", "1", *args]))
+
+    assert cfg("--engine", "vllm").knobs() == MemoryKnobs()
+    assert cfg("--engine", "vllm", "--max-num-seqs", "64").knobs() == MemoryKnobs(64)
+    sg = cfg("--engine", "sglang", "--max-running-requests", "21", "--disable-radix-cache",
+             "--max-mamba-cache-size", "40", "--mamba-full-memory-ratio", "0.5")
+    assert sg.problems() == []
+    assert sg.knobs() == MemoryKnobs(21, 40, True, 0.5)
+    assert cfg("--engine", "vllm", "--disable-radix-cache").disable_prefix_caching
+    assert cfg("--engine", "vllm", "--disable-radix-cache").knobs() == MemoryKnobs()
+    bad = cfg("--engine", "sglang", "--max-running", "0", "--max-mamba-cache-size", "0",
+              "--mamba-full-memory-ratio", "11").problems()
+    assert [p.split(":")[0] for p in bad] == ["--max-running", "--max-mamba-cache-size",
+                                             "--mamba-full-memory-ratio"]
+    for ratio in ("0", "-1", "nan", "inf"):
+        assert cfg("--engine", "sglang", "--mamba-full-memory-ratio", ratio).problems() == [
+            f"--mamba-full-memory-ratio: {float(ratio)} is outside (0, 10]"]
+    assert cfg("--engine", "vllm", "--max-mamba-cache-size", "8").problems() == [
+        "--max-mamba-cache-size: SGLang's flag; vllm has no separate state pool"]
