@@ -9,8 +9,8 @@ from model.engines import get as engine
 from model.formulas import CHUNK_TOKENS
 from model.hardware.gpus import GpuSpec
 from model.hardware.silicon import SPEC_EFFICIENCY, Silicon
-from model.physics.features import Case, case_features
 from model.physics.capacity import instance_fit, instance_pool
+from model.physics.features import Case, case_features
 from model.physics.memory import DEFAULT_ACTIVATION
 from model.physics.shape import bare
 from model.physics.terms import DECODE_TERMS, PREFILL_TERMS, Hardware, decode_terms, prefill_terms
