@@ -30,8 +30,7 @@ def test_no_point_group_is_worse_than_the_prior(s):
 def test_kv_capacity_within_3_percent_of_the_engines_logs(s):
     assert {(c["engine"], c["model"]) for c in s["capacity"]} == {
         (e, m) for e in ("vllm", "sglang")
-        for m in ("deepseek-v2-lite", "llama-3.1-8b", "qwen3-32b")} | {
-        ("vllm", "nemotron-3-nano-30b-a3b")}
+        for m in ("deepseek-v2-lite", "llama-3.1-8b", "qwen3-32b")}
     for c in s["capacity"]:
         assert abs(c["error"]) <= 0.03, c
 
@@ -157,21 +156,23 @@ def _median_errors(model, rows, name: str) -> dict[str, float]:
     return out
 
 
-def test_a_hybrid_holds_in_the_fit_and_left_out(s):
-    """Nemotron-3-Nano (23 Mamba2 and 6 attention layers, 128 experts) on a real vLLM 0.26.0:
-    held out point by point in the default model's fit, the batch prefill, the decode step
-    and the total within 10 % in the median; left out of the fit (this model's physics,
-    the other models' efficiencies), the batch prefill within 10 % (the batch-1 decode step
-    is 16 % too slow: its 52 blocks cost less per step than the 26 decoder layers they count
-    as)."""
+def test_a_hybrid_holds_in_a_fit_and_left_out():
+    """Nemotron-3-Nano (23 Mamba2 and 6 attention layers, 128 experts) on a real vLLM 0.26.0,
+    shipped unfitted (bench/real_engines/rebuild_real.py says why). Fitted with the default
+    model's data, held out point by point: the batch prefill, the decode step and the total
+    within 10 % in the median. Left out (the default model: this model's physics, the other
+    models' efficiencies): the batch prefill within 10 % (the batch-1 decode step 16 % slow:
+    its 52 blocks cost less per step than the 26 decoder layers they count as)."""
     from model.fit.costmodel import CostModel
     from model.fit.default import fitted_rows
+    from model.validation import error_table
 
     name = "nemotron-3-nano-30b-a3b"
-    fitted = {g["quantity"]: g["held_out"] for g in s["groups"] if g["model"] == name}
-    assert set(fitted) == {"total", "ttft", "step"}
+    rows = [r for r in unfitted_rows() if r.model == name]
+    assert len(rows) == 10 and {r.max_running for r in rows} == {128}
+    with_it = CostModel.fit(fitted_rows() + rows)
+    fitted = {g["quantity"]: g["held_out"] for g in error_table(with_it, "H200")
+              if g["model"] == name}
     assert fitted["ttft"] <= 0.10 and fitted["total"] <= 0.10 and fitted["step"] <= 0.10
-    rows = fitted_rows()
-    without = CostModel.fit([r for r in rows if r.model != name])
-    outside = _median_errors(without, rows, name)
+    outside = _median_errors(default_model(), rows, name)
     assert outside["ttft"] <= 0.10 and outside["step"] <= 0.20
