@@ -245,7 +245,9 @@ def _best_concurrency(model: CostModel, w: Workload, e1: Evaluated, req: PlanReq
                       ) -> tuple[Evaluated, int, str] | str:
     """(evaluation at B, B, what limits B) or the reason the config cannot meet the SLO."""
     per_seq = w.context_tokens + w.output_tokens
-    kv_max = e1.pred.kv_capacity_tokens // per_seq
+    # the most sequences the instance's memory runs at once: KV, and a hybrid's state as its
+    # engine lays it out, with the memory knobs chosen for that many (model.formulas.memory_fit)
+    kv_max = _at(model, w, e1.config, req.max_concurrency).pred.running_sequences
     label = f"{e1.config.engine} dcp {e1.config.dcp_size}"
     if kv_max < 1:
         return (f"{label}: one sequence needs {per_seq:,} KV tokens, the instance holds "

@@ -290,3 +290,37 @@ def silicon_sources(ctx) -> str:
         out.append(f"| {g.name} | " + " | ".join(f"`{c}`" if c.endswith(".json") else c
                                                for c in cells) + " |")
     return "\n".join(out)
+
+
+@figure("arch.k3.memory")
+def k3_memory(ctx) -> str:
+    """How each engine holds Kimi-K3 on 8 x B300 at 0.92, DCP 1 and 8 (model.physics.capacity),
+    and how many of 64 sequences of 204,800 + 2,048 tokens run at once, with the engines'
+    defaults and with the knobs a recommendation proposes."""
+    from model.hardware.gpus import builtin_gpu
+    from model.physics.capacity import instance_fit, instance_pool
+    from model.physics.shape import preset_shape
+
+    shape, gpu = preset_shape("kimi-k3", "bf16"), builtin_gpu("B300")
+    out = ["| engine | DCP | pool | KV tokens | 64 × 204,800 at once: defaults | "
+           "with the proposed knobs |", "|---|---|---|---|---|---|"]
+    for engine in ("vllm", "sglang"):
+        for dcp in (1, 8):
+            p = instance_pool(engine, 0.92, gpu, shape, 8, dcp)
+            if engine == "vllm":
+                pool = (f"{int(p.units + 1):,} pages of {p.layout.block_tokens:,.0f} tokens, "
+                        f"{p.layout.attn_units:.0f} + {p.layout.state_units:.0f} groups")
+            else:
+                pool = f"{p.state_slots:,} state slots, at most {p.max_running:,} running"
+            d = instance_fit(engine, 0.92, gpu, shape, 8, dcp, 64, 204_800, 2048)
+            a = instance_fit(engine, 0.92, gpu, shape, 8, dcp, 64, 204_800, 2048, advise=True)
+            flags = " ".join(ENGINE_FLAGS(engine, a.knobs)) or "none"
+            out.append(f"| {ENGINE_NAMES[engine]} | {dcp} | {pool} | {p.capacity_tokens:,} | "
+                       f"{d.running} ({d.limit}) | {a.running} (`{flags}`) |")
+    return "\n".join(out)
+
+
+def ENGINE_FLAGS(engine: str, knobs) -> list[str]:  # noqa: N802 - a table's column
+    from model import engines
+
+    return engines.get(engine).knob_args(knobs)
