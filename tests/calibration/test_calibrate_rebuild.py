@@ -163,32 +163,19 @@ def test_the_combined_real_dataset():
     rows = read_csv(path)
     caps = {("vllm", "deepseek-v2-lite"): 3_284_944, ("sglang", "deepseek-v2-lite"): 3_303_934,
             ("vllm", "llama-3.1-8b"): 896_912, ("sglang", "llama-3.1-8b"): 902_375,
-            ("vllm", "qwen3-32b"): 257_856, ("sglang", "qwen3-32b"): 262_675,
-            ("vllm", "nemotron-3-nano-30b-a3b"): 10_951_569,
-            ("sglang", "qwen3-next-80b-a3b-fp8"): 1_152_938}
+            ("vllm", "qwen3-32b"): 257_856, ("sglang", "qwen3-32b"): 262_675}
     assert {(r.engine, r.model) for r in rows} == set(caps)
-    # points without a pure decode step: batches above the running limit (vLLM's 128, SGLang's
-    # 66) ran in waves, and vLLM streamed its 260,000-token point's outputs in three chunks
-    no_step = {("vllm", 1024, 192), ("vllm", 260000, 1), ("sglang", 1024, 192),
-               ("sglang", 32768, 80)}
     for r in rows:
         assert r.kv_capacity_tokens == caps[(r.engine, r.model)] and r.weights == "dummy"
-        hybrid = r.model in ("nemotron-3-nano-30b-a3b", "qwen3-next-80b-a3b-fp8")
-        assert (r.decode_step_s is None) == (
-            hybrid and (r.engine, r.context_tokens, r.batch_size) in no_step), r
+        assert r.decode_step_s is not None and r.max_running is None, r
         jit_hit = (r.engine, r.model, r.context_tokens, r.batch_size) == (
             "vllm", "deepseek-v2-lite", 1024, 8)
         assert (r.ttft_s is None and r.total_s is None) == jit_hit, r
         assert (r.gpu, r.num_gpus, r.engine_version) == (
             "H200", 1, {"vllm": "0.26.0", "sglang": "0.5.16"}[r.engine])
-        # the running-request limit as launched: vLLM's hybrid --max-num-seqs, else the default
-        assert r.max_running == (128 if r.model == "nemotron-3-nano-30b-a3b" else None), r
-        # SGLang's 1,024 x 192: one request of the first attempt lost its connection
-        assert r.errors == int((r.engine, r.model, r.context_tokens, r.batch_size) == (
-            "sglang", "qwen3-next-80b-a3b-fp8", 1024, 192)), r
     per_folder = sum(len(read_csv(f / "dataset.csv"))
                      for tag in rebuild_real.TAGS for f in (REAL / "runs" / tag).iterdir())
-    assert len(rows) == per_folder == 111
+    assert len(rows) == per_folder == 90
 
 
 @pytest.mark.parametrize("tag, max_running, facts", [
@@ -201,7 +188,7 @@ def test_the_hybrid_folders_rebuild_with_their_running_limit(tmp_path, tag, max_
     """The hybrids' folders (measured by the current sweep, before ``max_running``): the same
     rows again, with the limit as launched; the manifest gains the engines' hybrid facts."""
     rebuild_real = _script()
-    assert tag in rebuild_real.TAGS
+    assert tag in rebuild_real.UNFITTED_TAGS and tag in rebuild_real.REBUILT_UNFITTED
     for src in sorted((REAL / "runs" / tag).iterdir()):
         folder = tmp_path / src.name
         shutil.copytree(src, folder)
@@ -223,20 +210,35 @@ def test_the_hybrid_folders_rebuild_with_their_running_limit(tmp_path, tag, max_
 
 def test_the_unfitted_real_dataset():
     """The runs shipped for the left-out check: Qwen3-30B-A3B and Mixtral-8x7B on both engines,
-    the two stalled prefills' times left out."""
+    the two stalled prefills' times left out; the hybrids, vLLM's Nemotron-3-Nano with its
+    running limit as launched and SGLang's Qwen3-Next."""
     rebuild_real = _script()
     rows = read_csv(REPO / "model" / "data" / "h200_real_unfitted.csv")
     caps = {("vllm", "qwen3-30b-a3b"): 714_128, ("sglang", "qwen3-30b-a3b"): 745_609,
-            ("vllm", "mixtral-8x7b"): 296_352, ("sglang", "mixtral-8x7b"): 312_663}
+            ("vllm", "mixtral-8x7b"): 296_352, ("sglang", "mixtral-8x7b"): 312_663,
+            ("vllm", "nemotron-3-nano-30b-a3b"): 10_951_569,
+            ("sglang", "qwen3-next-80b-a3b-fp8"): 1_152_938}
     assert {(r.engine, r.model) for r in rows} == set(caps)
     stalls = {("vllm", "qwen3-30b-a3b", 1024, 64), ("vllm", "mixtral-8x7b", 32640, 2)}
+    # points without a pure decode step: batches above the running limit (vLLM's 128, SGLang's
+    # 66) ran in waves, and vLLM streamed its 260,000-token point's outputs in three chunks
+    no_step = {("vllm", 1024, 192), ("vllm", 260000, 1), ("sglang", 1024, 192),
+               ("sglang", 32768, 80)}
     for r in rows:
-        assert r.kv_capacity_tokens == caps[(r.engine, r.model)] and r.decode_step_s
+        hybrid = r.model in ("nemotron-3-nano-30b-a3b", "qwen3-next-80b-a3b-fp8")
+        assert r.kv_capacity_tokens == caps[(r.engine, r.model)]
+        assert (r.decode_step_s is None) == (
+            hybrid and (r.engine, r.context_tokens, r.batch_size) in no_step), r
         stalled = (r.engine, r.model, r.context_tokens, r.batch_size) in stalls
         assert (r.ttft_s is None and r.total_s is None) == stalled, r
+        # the running-request limit as launched: vLLM's hybrid --max-num-seqs, else the default
+        assert r.max_running == (128 if r.model == "nemotron-3-nano-30b-a3b" else None), r
+        # SGLang's 1,024 x 192: one request of the first attempt lost its connection
+        assert r.errors == int((r.engine, r.model, r.context_tokens, r.batch_size) == (
+            "sglang", "qwen3-next-80b-a3b-fp8", 1024, 192)), r
     per_folder = sum(len(read_csv(f / "dataset.csv")) for tag in rebuild_real.UNFITTED_TAGS
                      for f in (REAL / "runs" / tag).iterdir())
-    assert len(rows) == per_folder == 52
+    assert len(rows) == per_folder == 73
 
 
 def test_rebuild_reads_a_launched_engines_own_log(tmp_path):
