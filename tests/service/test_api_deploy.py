@@ -53,3 +53,40 @@ def test_bad_workload_and_vendor(client):
     assert_error(client.post("/v1/deploy", json={**SEED,
                                                  "requirements": {"hardware_vendor": "tpu"}}),
                  422, param="requirements.hardware_vendor", contains="not tpu")
+
+
+HYBRID = {"context_tokens": 200_000, "output_tokens": 1000, "batch_size": 8,
+          "preset": "qwen3-next-80b-a3b-fp8", "gpu": "H200", "num_gpus": 1,
+          "engines": ["sglang"]}
+KNOBS = ["--disable-radix-cache", "--max-running-requests", "8"]
+
+
+def test_the_memory_knob_advice_reaches_every_surface(client):
+    """Few long sequences on a hybrid: SGLang's state pool sized to them is in the REST
+    answer (the prediction's memory_flags, the launch command, a reason), the deployment
+    files' container command and the CLI's launch line."""
+    r = client.post("/v1/recommend", json=HYBRID)
+    assert r.status_code == 200, r.text
+    rec = r.json()
+    (p,) = rec["predictions"]
+    assert p["memory_flags"] == KNOBS and p["running_sequences"] == 8
+    assert p["running_limit"] == "none" and p["state_slots"] == 8
+    assert rec["launch_command"][-3:] == KNOBS
+    assert any(x.startswith(" ".join(KNOBS)) for x in rec["reasons"])
+    for fmt in ("k8s", "compose"):
+        text = client.post("/v1/deploy", params={"format": fmt}, json=HYBRID).text
+        doc = next(yaml.safe_load_all(text))
+        cmd = (doc["spec"]["template"]["spec"]["containers"][0]["command"] if fmt == "k8s"
+               else doc["services"]["sglang"]["entrypoint"])
+        assert cmd[cmd.index("--disable-radix-cache"):][:3] == KNOBS, cmd
+    import contextlib
+    import io
+
+    from cli.main import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main(["recommend", "--preset", HYBRID["preset"], "--gpu", "H200", "--num-gpus", "1",
+              "--context-tokens", "200000", "--output-tokens", "1000", "--batch-size", "8",
+              "--engines", "sglang"])
+    assert "--mem-fraction-static 0.90 " + " ".join(KNOBS) in out.getvalue()

@@ -139,6 +139,15 @@ def test_shared_link_renders_the_answer(server, open_page, shots):
     expect(page.locator("#copy-launch")).to_have_text("Copied")
     assert page.evaluate("navigator.clipboard.readText()") == " ".join(rec["launch_command"])
     assert page.locator("#reasons li").all_inner_texts() == rec["reasons"]
+    # the chosen configuration's memory flags (Kimi-K3's KDA state: SGLang's pool sized to the
+    # batch) and how many run at once with them
+    chosen = next(p for p in rec["predictions"]
+                  if (p["engine"], p["dcp_size"]) == (rec["engine"], rec["dcp_size"]))
+    assert chosen["memory_flags"]
+    assert text(page, "#answer [data-field=memory_flags] .card-value") == \
+        " ".join(chosen["memory_flags"])
+    assert f"{chosen['running_sequences']} of 64 sequences at once" in text(
+        page, "#answer [data-field=memory_flags]")
 
     # the predictions table: one row per prediction, the numbers the API gave
     rows = page.locator("#predictions tbody tr")
@@ -149,6 +158,10 @@ def test_shared_link_renders_the_answer(server, open_page, shots):
         assert row.get_attribute("data-dcp") == str(p["dcp_size"])
         shown = float(row.locator("td[data-key=total_s]").get_attribute("data-value"))
         assert math.isclose(shown, p["total_s"], rel_tol=1e-9)
+        flags = row.locator("td[data-key=memory_flags]").inner_text()
+        assert flags == (" ".join(p["memory_flags"]) or "defaults")
+        running = row.locator("td[data-key=running_sequences]").inner_text()
+        assert running.startswith(f"{p['running_sequences']:,}")
         status = row.locator("td[data-key=status]").inner_text()
         word = ("calibrated" if p["calibrated"] and not p["extrapolated"] else
                 "extrapolated" if p["calibrated"] else
