@@ -104,6 +104,7 @@ def run_calibrate_run(args: argparse.Namespace) -> int:
         summary_table,
     )
     from calibration.sweep.launcher import LaunchTemplateError
+    from model.errors import DiskError
 
     try:
         cfg = SweepConfig(
@@ -139,6 +140,11 @@ def run_calibrate_run(args: argparse.Namespace) -> int:
         print(f"engine-advisor: stopped; {len(sweep.store.done)} points are recorded in "
               f"{sweep.store.dataset_path}; re-run the same command to resume", file=sys.stderr)
         raise
+    except DiskError as exc:        # a full or read-only disk under the run folder
+        n = len(sweep.store.done)
+        raise CliError(f"{exc}; {n} point{'s are' if n != 1 else ' is'} recorded in "
+                       f"{sweep.store.dataset_path}; free space (or make it writable) and "
+                       "re-run the same command to resume") from None
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -95,8 +95,16 @@ def _load_raw(path: str, keys: tuple[str, ...]) -> dict:
 
 def _save_raw(path: str | None, data: dict) -> None:
     if path:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(data))
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(json.dumps(data))
+        except OSError as exc:
+            raise CliError(_cannot_write("--save-raw", path, exc)) from None
+
+
+def _cannot_write(flag: str, path: str | Path, exc: OSError) -> str:
+    """``--out: PATH: cannot write (No space left on device)``, naming the file that failed."""
+    return f"{flag}: {exc.filename or path}: cannot write ({exc.strerror or exc})"
 
 
 def _command(args: argparse.Namespace, name: str) -> str:
@@ -120,10 +128,12 @@ def run_gpu(args: argparse.Namespace) -> int:
         _save_raw(args.save_raw, data)
     from calibration.kernels.gpu_profile import summary, write_profile
 
-    out.parent.mkdir(parents=True, exist_ok=True)
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
         prof = write_profile(out, data["rows"], data["meta"], data.get("command")
                              or _command(args, "gpu"), args.gpu_name)
+    except OSError as exc:
+        raise CliError(_cannot_write("--out", out, exc)) from None
     except ValueError as exc:
         raise CliError(str(exc)) from None
     print(summary(prof))
@@ -175,10 +185,12 @@ def run_dcp(args: argparse.Namespace) -> int:
         _save_raw(args.save_raw, data)
     from calibration.kernels.dcp_profile import summary, write_profile
 
-    out.parent.mkdir(parents=True, exist_ok=True)
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
         prof = write_profile(out, data, data.get("command") or _command(args, "dcp"),
                              args.gpu_name)
+    except OSError as exc:
+        raise CliError(_cannot_write("--out", out, exc)) from None
     except ValueError as exc:
         raise CliError(str(exc)) from None
     print(summary(prof))

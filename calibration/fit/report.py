@@ -12,6 +12,7 @@ inside their interval.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from collections import Counter, defaultdict
@@ -23,6 +24,7 @@ import numpy as np
 
 from model.arch import PRESETS
 from model.decision.crossover import crossovers
+from model.errors import DiskError
 from model.fit.artifact import atomic_write
 from model.fit.costmodel import (
     EXTRAPOLATION_REL_SIGMA,
@@ -170,6 +172,17 @@ def _plain_log_ticks(ax, axes: str = "y") -> None:
         axis.set_minor_formatter(NullFormatter())
 
 
+def _save_png(plt, fig, path: Path) -> None:
+    """The figure as a PNG at ``path``, written atomically (``atomic_write``: a full disk leaves
+    the old plot and no half file, and says so naming the path)."""
+    buf = io.BytesIO()
+    try:
+        fig.savefig(buf, format="png", dpi=110)
+    finally:
+        plt.close(fig)
+    atomic_write(path, buf.getvalue())
+
+
 def plot_measured_vs_predicted(cv: list[dict[str, Any]], path: Path) -> None:
     plt = _plt()
     quantities = [q for q in QUANTITIES if any(r["quantity"] == q for r in cv)]
@@ -209,8 +222,7 @@ def plot_measured_vs_predicted(cv: list[dict[str, Any]], path: Path) -> None:
         ax.legend(fontsize=8, loc="upper left")
     fig.suptitle("Cross-validated predictions with 90 % intervals")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save_png(plt, fig, path)
 
 
 def plot_total_vs_context(model: CostModel, rows: Sequence[Measurement],
@@ -252,8 +264,7 @@ def plot_total_vs_context(model: CostModel, rows: Sequence[Measurement],
         ax.legend(fontsize=8, loc="upper left")
     fig.suptitle("Predicted total time vs context (shaded: 90 % interval)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save_png(plt, fig, path)
 
 
 # ------------------------------------------------------------------------ the report
@@ -296,7 +307,10 @@ def build_report(model: CostModel, rows: Sequence[Measurement]) -> tuple[dict[st
 def write_report(model: CostModel, rows: Sequence[Measurement], folder: str | Path
                  ) -> dict[str, Any]:
     out = Path(folder)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DiskError.of(out, exc, "cannot create the report folder") from None
     report, panels = build_report(model, rows)
     plots = []
     if report["held_out"]:

@@ -65,7 +65,8 @@ from calibration.sweep.engine_facts import EngineFacts, FactsError, weights_of
 from calibration.sweep.honesty import overhead_warnings, resolution_of
 from calibration.sweep.served_model import ServedModelError, resolve_served_model
 from calibration.sweep.streams import Stream, stream_times
-from model.fit.artifact import atomic_write
+from model.errors import DiskError
+from model.fit.artifact import atomic_write, file_kind
 from model.fit.dataset import Measurement, header_csv, read_csv, row_csv
 
 
@@ -460,9 +461,13 @@ def import_files(paths: list[str], fmt: str, d: Defaults) -> list[Measurement]:
 
 
 def write_rows(out: str, rows: list[Measurement], append: bool) -> None:
-    """Write (or append to) a dataset CSV atomically: the file is whole or unchanged."""
+    """Write (or append to) a dataset CSV atomically: the file is whole or unchanged (a full
+    or read-only disk raises ``model.errors.DiskError`` naming the file and the cause)."""
     p = Path(out)
     existing: list[Measurement] = []
+    kind = file_kind(p.stat().st_mode) if p.exists() else None
+    if kind is not None:
+        raise DiskError(None, None, out, f"{kind}; --out names the dataset CSV to write")
     if p.exists():
         if not append:
             raise FileExistsError(f"--out {out} exists; use --append to add rows to it")

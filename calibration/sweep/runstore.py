@@ -12,10 +12,14 @@ Durability rules:
   opening, lines of points without a dataset row are dropped, so a point re-run after a kill
   never appears twice.
 - ``manifest.json`` is replaced atomically (``model.fit.artifact.atomic_write``).
+- A full or read-only disk raises ``model.errors.DiskError`` naming the file and the cause;
+  an append the disk refused part-way is cut back off, so nothing torn is left for the next
+  append to join.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import json
@@ -25,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from calibration.errors import CalibrationError
+from model.errors import DiskError
 from model.fit.artifact import atomic_write
 from model.fit.dataset import DatasetError, Measurement, header_csv, parse_csv, row_csv
 
@@ -81,13 +86,24 @@ def sweep_id(params: dict[str, Any]) -> str:
 
 
 def _fsync_append(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    """Append ``data`` whole, or not at all: a write the disk refuses part-way (full) is cut
+    back off, and the error (``DiskError``) names the file and the cause."""
     try:
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
-        os.fsync(fd)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise DiskError.of(path, exc) from None
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            os.fsync(fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):     # no torn line for the next append to join
+                os.ftruncate(fd, size)
+            raise DiskError.of(path, exc) from None
     finally:
         os.close(fd)
 
@@ -100,7 +116,10 @@ class RunStore:
         self.params = params
         self.id = sweep_id(params)
         self.repaired: list[str] = []
-        self.folder.mkdir(parents=True, exist_ok=True)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DiskError.of(self.folder, exc, "cannot create the run folder") from None
         self.manifest = self._open_manifest()
         self.rows: list[Measurement] = self._open_dataset()
         self.done: set[PointKey] = {k for k in map(key_of_row, self.rows) if k is not None}

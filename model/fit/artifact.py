@@ -14,17 +14,26 @@ fitted attributes. ``NAME.npz`` beside it holds the arrays, read with ``allow_pi
   so the document goes first and carries the document it replaces (``replaces``): a writer
   killed between the two renames leaves the old arrays with a document that still vouches for
   them, and ``load`` loads the old model; never neither.
+- A write that fails (a full or read-only disk ...) raises ``model.errors.DiskError``, one line
+  naming the path and the cause, and leaves the old artifact as it was and no temp file: if
+  the arrays cannot be written after the new document went in, the old document (kept aside
+  as a hard link, ``.NAME.json.previous``, while saving) is put back.
+- Reading opens non-blocking and checks the kind of file first: a directory or a FIFO is named
+  as such (``is not a regular file (a FIFO)``), never read or waited on.
 - joblib (pickle) artifacts of schema 2 are refused; ``engine-advisor model convert`` turns
   one the user trusts into this format (``model.fit.legacy``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import errno
 import hashlib
 import io
 import json
 import os
+import stat
 import tempfile
 import zipfile
 from importlib import metadata as importlib_metadata
@@ -34,6 +43,7 @@ from typing import Any
 import numpy as np
 import sklearn
 
+from model.errors import DiskError
 from model.fit.codec import CodecError, decode_model, encode_model
 from model.fit.costmodel import CostModel
 from model.physics.terms import TERMS
@@ -68,24 +78,80 @@ def _package_version() -> str:
         return "0+unknown"
 
 
+def file_kind(mode: int) -> str | None:
+    """What a file of this ``st_mode`` is, when it is not a regular file: ``is a directory``,
+    ``is not a regular file (a FIFO)``...; None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "is a directory"
+    kind = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
+            stat.S_IFBLK: "a block device"}.get(stat.S_IFMT(mode), "a special file")
+    return f"is not a regular file ({kind})"
+
+
+def read_regular(path: Path) -> bytes:
+    """The bytes of the regular file at ``path``. Raises the OS's OSError (FileNotFoundError,
+    PermissionError ...), or ``DiskError`` (``strerror`` None) saying what the path is when it
+    is no regular file. Never blocks on a FIFO: it is opened non-blocking and looked at
+    before anything is read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        kind = file_kind(os.fstat(fd).st_mode)
+        if kind is not None:
+            raise DiskError(errno.EISDIR if kind == "is a directory" else errno.EINVAL, None,
+                            str(path), kind)
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the new one, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    """Write ``data`` to ``path`` so that readers see the old file or the new one, never half.
+
+    Any failure (a full or read-only disk, a missing permission, a directory or a FIFO at
+    ``path``) raises ``DiskError`` naming ``path`` and the cause, after the temp file is
+    removed: the old file, if any, is untouched."""
+    path = Path(path)
+    try:
+        kind = file_kind(path.stat().st_mode)
+    except OSError:                 # absent (or unreadable: the write below says why)
+        kind = None
+    if kind is not None:
+        raise DiskError(errno.EISDIR if kind == "is a directory" else errno.EINVAL, None,
+                        str(path), f"{kind}; not replacing it")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DiskError.of(path, exc, f"cannot create its folder {path.parent}") from None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as exc:
+        raise DiskError.of(path, exc) from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):     # a disk turned read-only keeps it: nothing to do
+            os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise DiskError.of(path, exc) from None
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as exc:
+        raise DiskError.of(path, exc, f"written, but its folder {path.parent} cannot be "
+                                      "synced") from None
 
 
 def _canonical(obj: Any) -> bytes:
@@ -134,10 +200,19 @@ def _metadata(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_name(p: Path) -> None:
-    """Refuse a path that is not ``NAME.json`` (before a fit spends its time)."""
+    """Refuse a path that is not ``NAME.json``, or where a directory, a FIFO ... stands (before
+    a fit spends its time)."""
     if p.suffix != SUFFIX:
         raise ArtifactError(f"artifact {p}: name it NAME{SUFFIX} (its arrays go to "
                             f"NAME{ARRAYS_SUFFIX} beside it)")
+    for f in (p, arrays_path(p)):
+        try:
+            kind = file_kind(f.stat().st_mode)
+        except OSError:
+            continue
+        if kind is not None:
+            what = f"artifact {p}" + (f": its arrays {f.name}" if f != p else ":")
+            raise ArtifactError(f"{what} {kind}; name a file to write")
 
 
 def save(model: CostModel, path: str | Path) -> dict[str, Any]:
@@ -162,16 +237,51 @@ def save(model: CostModel, path: str | Path) -> dict[str, Any]:
         text = json.dumps(doc, indent=1, sort_keys=True, allow_nan=True) + "\n"
     except (TypeError, ValueError) as exc:   # not expected: encode_model checked the state
         raise ArtifactError(f"artifact {p}: cannot save this model: {exc}") from None
-    atomic_write(p, text.encode())
-    atomic_write(arrays_path(p), data)
+    existed, keep = p.exists(), _link_aside(p)
+    try:
+        atomic_write(p, text.encode())
+        try:
+            atomic_write(arrays_path(p), data)
+        except OSError:
+            _put_back(p, keep, existed)
+            raise
+    finally:
+        if keep is not None:
+            with contextlib.suppress(OSError):
+                keep.unlink()
     return {**meta, "arrays_sha256": arrays_sha}
+
+
+def _link_aside(p: Path) -> Path | None:
+    """A hard link to the document at ``p`` (no space needed), to put back if the arrays cannot
+    be written; None when there is none (or the file system has no hard links)."""
+    aside = p.with_name(f".{p.name}.previous")
+    with contextlib.suppress(OSError):
+        aside.unlink()              # left by a writer that was killed
+    try:
+        os.link(p, aside)
+    except OSError:
+        return None
+    return aside
+
+
+def _put_back(p: Path, aside: Path | None, existed: bool) -> None:
+    """After the new document went in and its arrays could not: the old document back (it
+    vouches for the old arrays, still in place), or no document when there was none. Best
+    effort: where it cannot (no hard link was made, or this fails), the new document stays and
+    its ``replaces`` still vouches for the old arrays."""
+    with contextlib.suppress(OSError):
+        if aside is not None:
+            os.replace(aside, p)
+        elif not existed:
+            p.unlink()
 
 
 def _intact(p: Path) -> dict[str, Any] | None:
     """The document at ``p`` (without its own ``replaces``) if it and its arrays are whole."""
     try:
-        doc = _parse(p.read_bytes())
-        data = arrays_path(p).read_bytes()
+        doc = _parse(read_regular(p))
+        data = read_regular(arrays_path(p))
     except (OSError, ArtifactError):
         return None
     if not _vouches(doc, hashlib.sha256(data).hexdigest()):
@@ -205,11 +315,12 @@ def load(path: str | Path) -> tuple[CostModel, dict[str, Any]]:
         old = p if p.suffix == ".joblib" else p.with_suffix("")
         raise ArtifactError(f"artifact {p}: a joblib (pickle) artifact, which engine-advisor "
                             f"no longer loads (unpickling can run code); {convert_hint(old)}")
-    if not p.is_file():
-        raise ArtifactError(f"artifact {p}: no such file")
     try:
-        raw = p.read_bytes()
-        doc = _parse(raw)
+        doc = _parse(read_regular(p))
+    except FileNotFoundError:
+        raise ArtifactError(f"artifact {p}: no such file") from None
+    except DiskError as exc:        # a directory, a FIFO ...
+        raise ArtifactError(f"artifact {p}: {exc.doing}") from None
     except OSError as exc:
         raise ArtifactError(f"artifact {p}: cannot read ({exc.strerror})") from None
     except ArtifactError as exc:
@@ -228,7 +339,9 @@ def load(path: str | Path) -> tuple[CostModel, dict[str, Any]]:
                             f"reads {SCHEMA_VERSION}; {hint}")
     ap = arrays_path(p)
     try:
-        data = ap.read_bytes()
+        data = read_regular(ap)
+    except DiskError as exc:        # a directory, a FIFO ...
+        raise ArtifactError(f"artifact {p}: its arrays {ap.name} {exc.doing}") from None
     except OSError as exc:
         raise ArtifactError(f"artifact {p}: its arrays {ap.name}: cannot read "
                             f"({exc.strerror})") from None

@@ -145,3 +145,74 @@ def test_reload_body_validation(admin):
     assert_error(c.post("/v1/model/reload", json={"path": ""}, headers=AUTH), 422, param="path")
     assert_error(c.post("/v1/model/reload", json={"paht": "x"}, headers=AUTH), 422, param="paht")
     assert_error(c.post("/v1/model/reload", json={"path": 5}, headers=AUTH), 422, param="path")
+
+
+def _reload_within(c, path: str, seconds: float = 10.0):
+    """POST /v1/model/reload of ``path`` in a thread: its response, or a failure if it has
+    not answered within ``seconds`` (a reader blocked on a FIFO)."""
+    import threading
+
+    box = {}
+    t = threading.Thread(target=lambda: box.setdefault(
+        "r", c.post("/v1/model/reload", json={"path": path}, headers=AUTH)), daemon=True)
+    t.start()
+    t.join(seconds)
+    return box.get("r")
+
+
+@pytest.mark.parametrize("kind, words", [
+    ("directory", "is a directory"),
+    ("fifo", "is not a regular file (a FIFO)"),
+])
+def test_reload_of_a_directory_or_a_fifo_says_what_it_is(admin, kind, words):
+    """A 4xx naming the path and what it is (not "no such file"), without waiting on the
+    FIFO; the old model keeps serving."""
+    import os
+
+    c, models = admin
+    path = models / "odd.json"
+    if kind == "directory":
+        path.mkdir()
+    else:
+        os.mkfifo(path)
+    try:
+        r = _reload_within(c, "odd.json")
+        assert r is not None, f"reload of a {kind} did not answer: it blocked"
+    finally:
+        if kind == "fifo":      # let a blocked reader go
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:     # ENXIO: no reader, nothing blocked
+                pass
+    err = assert_error(r, 422, param="path", contains=words)
+    assert str(path) in err["message"] and "no such file" not in err["message"]
+    assert "still serving model default-" in err["message"]
+    assert c.get("/v1/model").json()["model_version"].startswith("default-")
+    assert 'engine_advisor_model_reloads_total{result="failed"} 1.0' in c.get("/metrics").text
+
+
+@pytest.mark.parametrize("kind, words", [
+    ("directory", "its arrays odd.npz is a directory"),
+    ("fifo", "its arrays odd.npz is not a regular file (a FIFO)"),
+])
+def test_reload_whose_arrays_are_a_directory_or_a_fifo(admin, kind, words):
+    import os
+
+    c, models = admin
+    shutil.copy(models / "good.json", models / "odd.json")
+    npz = models / "odd.npz"
+    if kind == "directory":
+        npz.mkdir()
+    else:
+        os.mkfifo(npz)
+    try:
+        r = _reload_within(c, "odd.json")
+        assert r is not None, f"reload with arrays a {kind} did not answer: it blocked"
+    finally:
+        if kind == "fifo":
+            try:
+                os.close(os.open(npz, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass
+    assert_error(r, 422, param="path", contains=words)
+    assert c.get("/v1/model").json()["model_version"].startswith("default-")
