@@ -109,6 +109,22 @@ def read_regular(path: Path) -> bytes:
         os.close(fd)
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it (Linux ``/proc``), else set-and-reset once."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_NEW_FILE_MODE = 0o666 & ~_umask()
+
+
 def atomic_write(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see the old file or the new one, never half.
 
@@ -117,12 +133,15 @@ def atomic_write(path: Path, data: bytes) -> None:
     removed: the old file, if any, is untouched."""
     path = Path(path)
     try:
-        kind = file_kind(path.stat().st_mode)
+        old_mode: int | None = path.stat().st_mode
     except OSError:                 # absent (or unreadable: the write below says why)
-        kind = None
+        old_mode = None
+    kind = None if old_mode is None else file_kind(old_mode)
     if kind is not None:
         raise DiskError(errno.EISDIR if kind == "is a directory" else errno.EINVAL, None,
                         str(path), f"{kind}; not replacing it")
+    # a replaced file keeps its permissions; a new one gets what open() would give it
+    mode = _NEW_FILE_MODE if old_mode is None else stat.S_IMODE(old_mode)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -133,6 +152,7 @@ def atomic_write(path: Path, data: bytes) -> None:
         raise DiskError.of(path, exc) from None
     try:
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), mode)                # mkstemp makes it 0600
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

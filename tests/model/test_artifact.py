@@ -307,3 +307,25 @@ def test_model_convert_command(tmp_path, capsys):
     assert f"wrote {new} (model {meta['model_version']})" in capsys.readouterr().out
     assert main(["model", "convert", str(tmp_path / "nope.joblib"), str(new)]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_atomic_write_gives_open_s_permissions_and_keeps_a_replaced_file_s(tmp_path):
+    """mkstemp makes its file 0600; the written file must read as a plain open() would make it
+    (0666 less the umask), so a service running as another user can read an artifact, and a
+    file replaced keeps the permissions it had."""
+    import os
+    import stat
+
+    from model.fit.artifact import atomic_write
+
+    mask = os.umask(0o022)
+    os.umask(mask)
+    fresh = tmp_path / "fresh.json"
+    atomic_write(fresh, b"{}")
+    assert stat.S_IMODE(fresh.stat().st_mode) == 0o666 & ~mask
+    kept = tmp_path / "kept.json"
+    kept.write_bytes(b"old")
+    kept.chmod(0o640)
+    atomic_write(kept, b"new")
+    assert kept.read_bytes() == b"new"
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o640
