@@ -169,7 +169,7 @@ def _picker_counts(settings):
 
 
 def run_openapi(args: argparse.Namespace) -> int:
-    from model.fit.artifact import atomic_write
+    from model.diskio import atomic_write
     from service.openapi import openapi_yaml
 
     atomic_write(Path(args.out), openapi_yaml().encode("utf-8"))

@@ -29,7 +29,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from calibration.sweep.rebuild import RebuildInputs, rebuild  # noqa: E402
-from model.fit.artifact import atomic_write  # noqa: E402
+from model.diskio import atomic_write  # noqa: E402
 from model.fit.dataset import header_csv, read_csv, row_csv  # noqa: E402
 
 DATA = REPO / "bench" / "data" / "h200-real"

@@ -24,8 +24,8 @@ import numpy as np
 
 from model.arch import PRESETS
 from model.decision.crossover import crossovers
+from model.diskio import atomic_write
 from model.errors import DiskError
-from model.fit.artifact import atomic_write
 from model.fit.costmodel import (
     EXTRAPOLATION_REL_SIGMA,
     TRANSFERRED_REL_SIGMA,

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import nnls
 
+from model.diskio import atomic_write
 from model.hardware.gpus import BUILTIN_GPUS
 from model.hardware.profiles import (
     KIND_DCP,
@@ -213,7 +214,7 @@ def write_profile(out: Path, data: dict, command: str, gpu_name: str | None = No
     csv_path = out.with_suffix(".csv")
     write_rows(csv_path, data["rows"], DCP_COLUMNS)
     prof = build_profile(data, dataset_name=csv_path.name, command=command, gpu_name=gpu_name)
-    out.write_text(json.dumps(prof, indent=1, allow_nan=False) + "\n")
+    atomic_write(out, (json.dumps(prof, indent=1, allow_nan=False) + "\n").encode())
     return prof
 
 

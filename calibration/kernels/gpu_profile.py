@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import io
 import json
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from model.diskio import atomic_write
 from model.hardware.gpus import BUILTIN_GPUS
 from model.hardware.profiles import (
     KIND_GPU,
@@ -38,12 +40,13 @@ ROW_COLUMNS = ("gpu", "kind", "shape", "impl", "dtype", "batch_size", "context_t
 
 
 def write_rows(path: Path, rows: Sequence[dict], columns: Sequence[str]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(columns), lineterminator="\n")
-        w.writeheader()
-        for r in rows:
-            w.writerow({c: _fmt(r.get(c, "")) for c in columns})
+    """The rows as a CSV at ``path``, written whole or not at all (``atomic_write``)."""
+    fh = io.StringIO(newline="")
+    w = csv.DictWriter(fh, fieldnames=list(columns), lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({c: _fmt(r.get(c, "")) for c in columns})
+    atomic_write(Path(path), fh.getvalue().encode())
 
 
 def _fmt(v):
@@ -191,7 +194,7 @@ def write_profile(out: Path, rows: Sequence[dict], meta: dict, command: str,
     write_rows(csv_path, rows, ROW_COLUMNS)
     prof = build_profile(rows, meta, dataset_name=csv_path.name, command=command,
                          gpu_name=gpu_name)
-    out.write_text(json.dumps(prof, indent=1, allow_nan=False) + "\n")
+    atomic_write(out, (json.dumps(prof, indent=1, allow_nan=False) + "\n").encode())
     return prof
 
 

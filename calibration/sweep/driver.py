@@ -78,7 +78,7 @@ from calibration.sweep.served_model import (
     resolve_served_model,
 )
 from calibration.sweep.warmup import long_prompt_tokens, warm_up
-from model.fit.artifact import atomic_write
+from model.diskio import atomic_write
 from model.fit.dataset import Measurement
 
 IDENTITY = ("engine", "model", "contexts", "output_tokens", "batch_sizes", "repeats",

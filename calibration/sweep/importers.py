@@ -65,8 +65,8 @@ from calibration.sweep.engine_facts import EngineFacts, FactsError, weights_of
 from calibration.sweep.honesty import overhead_warnings, resolution_of
 from calibration.sweep.served_model import ServedModelError, resolve_served_model
 from calibration.sweep.streams import Stream, stream_times
+from model.diskio import atomic_write, file_kind
 from model.errors import DiskError
-from model.fit.artifact import atomic_write, file_kind
 from model.fit.dataset import Measurement, header_csv, read_csv, row_csv
 
 

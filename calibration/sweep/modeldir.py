@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from calibration.errors import CalibrationError
+from model.diskio import atomic_write
 
 SPECIAL = ("<unk>", "<s>", "</s>")
 UNK, BOS, EOS = 0, 1, 2
@@ -73,7 +74,7 @@ def write_model_dir(config: dict[str, Any], out: str | Path, *,
     folder.mkdir(parents=True, exist_ok=True)
 
     def dump(name: str, obj: dict[str, Any]) -> None:
-        (folder / name).write_text(json.dumps(obj, indent=1) + "\n", encoding="utf-8")
+        atomic_write(folder / name, (json.dumps(obj, indent=1) + "\n").encode())
 
     dump("config.json", cfg)
     dump("tokenizer.json", tokenizer_json(vocab))

@@ -54,7 +54,7 @@ from calibration.sweep.served_model import (
     config_key,
     resolve_served_model,
 )
-from model.fit.artifact import atomic_write
+from model.diskio import atomic_write
 from model.fit.dataset import DatasetError, Measurement, header_csv, read_csv, row_csv
 
 

@@ -11,7 +11,7 @@ Durability rules:
 - ``samples.jsonl`` (per-request measurements) is written before the point's dataset row; on
   opening, lines of points without a dataset row are dropped, so a point re-run after a kill
   never appears twice.
-- ``manifest.json`` is replaced atomically (``model.fit.artifact.atomic_write``).
+- ``manifest.json`` is replaced atomically (``model.diskio.atomic_write``).
 - A full or read-only disk raises ``model.errors.DiskError`` naming the file and the cause;
   an append the disk refused part-way is cut back off, so nothing torn is left for the next
   append to join.
@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from calibration.errors import CalibrationError
+from model.diskio import atomic_write
 from model.errors import DiskError
-from model.fit.artifact import atomic_write
 from model.fit.dataset import DatasetError, Measurement, header_csv, parse_csv, row_csv
 
 DATASET = "dataset.csv"

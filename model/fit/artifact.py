@@ -10,7 +10,7 @@ fitted attributes. ``NAME.npz`` beside it holds the arrays, read with ``allow_pi
 - ``arrays_sha256`` pins the ``.npz``'s bytes; ``artifact_sha256`` (whose first 12 digits are
   the model version) pins the ``model`` section and the arrays together. ``load`` checks both
   and refuses a file that was modified or truncated.
-- Writes are atomic (temp file, fsync, rename). The two files cannot be replaced in one step,
+- Writes are atomic (``model.diskio.atomic_write``). The two files cannot be replaced in one step,
   so the document goes first and carries the document it replaces (``replaces``): a writer
   killed between the two renames leaves the old arrays with a document that still vouches for
   them, and ``load`` loads the old model; never neither.
@@ -18,8 +18,8 @@ fitted attributes. ``NAME.npz`` beside it holds the arrays, read with ``allow_pi
   naming the path and the cause, and leaves the old artifact as it was and no temp file: if
   the arrays cannot be written after the new document went in, the old document (kept aside
   as a hard link, ``.NAME.json.previous``, while saving) is put back.
-- Reading opens non-blocking and checks the kind of file first: a directory or a FIFO is named
-  as such (``is not a regular file (a FIFO)``), never read or waited on.
+- Reading (``model.diskio.read_regular``) names a directory or a FIFO as such, never read or
+  waited on.
 - joblib (pickle) artifacts of schema 2 are refused; ``engine-advisor model convert`` turns
   one the user trusts into this format (``model.fit.legacy``).
 """
@@ -28,13 +28,10 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import errno
 import hashlib
 import io
 import json
 import os
-import stat
-import tempfile
 import zipfile
 from importlib import metadata as importlib_metadata
 from pathlib import Path
@@ -43,6 +40,7 @@ from typing import Any
 import numpy as np
 import sklearn
 
+from model.diskio import atomic_write, file_kind, read_regular
 from model.errors import DiskError
 from model.fit.codec import CodecError, decode_model, encode_model
 from model.fit.costmodel import CostModel
@@ -76,102 +74,6 @@ def _package_version() -> str:
         return importlib_metadata.version("engine-advisor")
     except importlib_metadata.PackageNotFoundError:
         return "0+unknown"
-
-
-def file_kind(mode: int) -> str | None:
-    """What a file of this ``st_mode`` is, when it is not a regular file: ``is a directory``,
-    ``is not a regular file (a FIFO)``...; None for a regular file."""
-    if stat.S_ISREG(mode):
-        return None
-    if stat.S_ISDIR(mode):
-        return "is a directory"
-    kind = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
-            stat.S_IFBLK: "a block device"}.get(stat.S_IFMT(mode), "a special file")
-    return f"is not a regular file ({kind})"
-
-
-def read_regular(path: Path) -> bytes:
-    """The bytes of the regular file at ``path``. Raises the OS's OSError (FileNotFoundError,
-    PermissionError ...), or ``DiskError`` (``strerror`` None) saying what the path is when it
-    is no regular file. Never blocks on a FIFO: it is opened non-blocking and looked at
-    before anything is read."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        kind = file_kind(os.fstat(fd).st_mode)
-        if kind is not None:
-            raise DiskError(errno.EISDIR if kind == "is a directory" else errno.EINVAL, None,
-                            str(path), kind)
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
-def _umask() -> int:
-    """The process's umask, read without changing it (Linux ``/proc``), else set-and-reset once."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-_NEW_FILE_MODE = 0o666 & ~_umask()
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the new one, never half.
-
-    Any failure (a full or read-only disk, a missing permission, a directory or a FIFO at
-    ``path``) raises ``DiskError`` naming ``path`` and the cause, after the temp file is
-    removed: the old file, if any, is untouched."""
-    path = Path(path)
-    try:
-        old_mode: int | None = path.stat().st_mode
-    except OSError:                 # absent (or unreadable: the write below says why)
-        old_mode = None
-    kind = None if old_mode is None else file_kind(old_mode)
-    if kind is not None:
-        raise DiskError(errno.EISDIR if kind == "is a directory" else errno.EINVAL, None,
-                        str(path), f"{kind}; not replacing it")
-    # a replaced file keeps its permissions; a new one gets what open() would give it
-    mode = _NEW_FILE_MODE if old_mode is None else stat.S_IMODE(old_mode)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise DiskError.of(path, exc, f"cannot create its folder {path.parent}") from None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    except OSError as exc:
-        raise DiskError.of(path, exc) from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), mode)                # mkstemp makes it 0600
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):     # a disk turned read-only keeps it: nothing to do
-            os.unlink(tmp)
-        if isinstance(exc, OSError):
-            raise DiskError.of(path, exc) from None
-        raise
-    try:
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except OSError as exc:
-        raise DiskError.of(path, exc, f"written, but its folder {path.parent} cannot be "
-                                      "synced") from None
 
 
 def _canonical(obj: Any) -> bytes:

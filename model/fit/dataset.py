@@ -17,6 +17,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from model import engines
+from model.diskio import atomic_write
 
 COLUMNS = ("engine", "engine_version", "gpu", "num_gpus", "dcp_size", "mem_fraction",
            "context_tokens", "output_tokens", "batch_size", "kv_bytes_per_token", "kv_shards",
@@ -168,7 +169,8 @@ def read_csv(path: str | Path) -> list[Measurement]:
 
 
 def write_csv(path: str | Path, rows: Iterable[Measurement]) -> None:
-    Path(path).write_text(header_csv() + "".join(row_csv(r) for r in rows), encoding="utf-8")
+    """The rows as a dataset CSV at ``path``, written whole or not at all."""
+    atomic_write(Path(path), (header_csv() + "".join(row_csv(r) for r in rows)).encode())
 
 
 def dataset_sha256(rows: Iterable[Measurement]) -> str:

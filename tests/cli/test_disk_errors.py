@@ -26,9 +26,11 @@ from proc import EXE, Proc
 
 from calibration.sweep import runstore
 from cli.main import main
+from model import diskio
+from model.diskio import atomic_write
 from model.errors import DiskError
 from model.fit import artifact
-from model.fit.artifact import arrays_path, atomic_write, load, save
+from model.fit.artifact import arrays_path, load, save
 from model.fit.dataset import read_csv
 from model.fit.default import REFERENCE_CSV, default_model
 
@@ -108,9 +110,9 @@ def test_atomic_write_names_the_path_keeps_the_old_file_and_no_temp(tmp_path, mo
     target = tmp_path / "out.yaml"
     target.write_bytes(b"old\n")
     if state == "full":      # the data went out, the disk refused it at fsync
-        monkeypatch.setattr(artifact, "os", stand_in(os, fsync=refuse(exc)))
+        monkeypatch.setattr(diskio, "os", stand_in(os, fsync=refuse(exc)))
     else:                    # the temp file cannot be created
-        monkeypatch.setattr(artifact, "tempfile",
+        monkeypatch.setattr(diskio, "tempfile",
                             stand_in(tempfile, mkstemp=refuse(exc)))
     with pytest.raises(DiskError) as info:
         atomic_write(target, b"new\n")
@@ -154,9 +156,9 @@ def test_fit_out_on_a_bad_disk_is_one_line_and_keeps_the_previous_artifact(
     before = snapshot(previous.parent)
     old_version = load(previous)[1]["model_version"]
     if state == "full":
-        monkeypatch.setattr(artifact, "os", stand_in(os, fsync=refuse(exc)))
+        monkeypatch.setattr(diskio, "os", stand_in(os, fsync=refuse(exc)))
     else:
-        monkeypatch.setattr(artifact, "tempfile", stand_in(tempfile, mkstemp=refuse(exc)))
+        monkeypatch.setattr(diskio, "tempfile", stand_in(tempfile, mkstemp=refuse(exc)))
     r = run_cli("fit", str(REFERENCE_CSV), "--out", str(previous))
     line = assert_one_error_line(r, previous, cause)
     assert line == f"engine-advisor: error: {previous}: cannot write ({cause})"
@@ -171,7 +173,7 @@ def test_fit_whose_arrays_cannot_be_written_puts_the_old_document_back(previous,
     old_version = load(previous)[1]["model_version"]
     npz = arrays_path(previous)
     real_replace = os.replace
-    monkeypatch.setattr(artifact, "os", stand_in(
+    monkeypatch.setattr(diskio, "os", stand_in(
         os, replace=refuse(ENOSPC, when=lambda src, dst: Path(dst) == npz, real=real_replace)))
     r = run_cli("fit", str(REFERENCE_CSV), "--out", str(previous))
     assert_one_error_line(r, npz, "No space left on device")
@@ -182,7 +184,7 @@ def test_fit_whose_arrays_cannot_be_written_puts_the_old_document_back(previous,
 def test_fit_with_no_previous_artifact_leaves_nothing_behind(tmp_path, monkeypatch):
     out = tmp_path / "m.json"
     npz = arrays_path(out)
-    monkeypatch.setattr(artifact, "os", stand_in(
+    monkeypatch.setattr(diskio, "os", stand_in(
         os, replace=refuse(ENOSPC, when=lambda src, dst: Path(dst) == npz, real=os.replace)))
     r = run_cli("fit", str(REFERENCE_CSV), "--out", str(out))
     assert_one_error_line(r, npz, "No space left on device")
@@ -206,7 +208,7 @@ def test_fit_report_and_openapi_out_on_a_bad_disk(tmp_path, monkeypatch, state):
     (tmp_path / "api.yaml").write_text("old: api\n")
     before = snapshot(tmp_path)
     report, real = tmp_path / "report", tempfile.mkstemp      # the artifact goes in, not these
-    monkeypatch.setattr(artifact, "tempfile", stand_in(tempfile, mkstemp=refuse(
+    monkeypatch.setattr(diskio, "tempfile", stand_in(tempfile, mkstemp=refuse(
         exc, when=lambda prefix, dir: Path(dir) == report or prefix.startswith(".api."),
         real=real)))
     r = run_cli("fit", str(REFERENCE_CSV), "--out", str(tmp_path / "m.json"), "--report",
@@ -228,9 +230,9 @@ def test_calibrate_import_out_on_a_bad_disk(tmp_path, monkeypatch, state, append
         assert run_cli(*IMPORT, "--out", str(out)).returncode == 0
     before = snapshot(tmp_path)
     if state == "full":
-        monkeypatch.setattr(artifact, "os", stand_in(os, fsync=refuse(exc)))
+        monkeypatch.setattr(diskio, "os", stand_in(os, fsync=refuse(exc)))
     else:
-        monkeypatch.setattr(artifact, "tempfile", stand_in(tempfile, mkstemp=refuse(exc)))
+        monkeypatch.setattr(diskio, "tempfile", stand_in(tempfile, mkstemp=refuse(exc)))
     r = run_cli(*IMPORT, "--out", str(out), *(["--append"] if append else []))
     assert_one_error_line(r, out, cause)
     assert snapshot(tmp_path) == before
@@ -305,7 +307,7 @@ def test_calibrate_run_on_a_bad_disk_mid_sweep_names_the_file_and_resumes(
     monkeypatch.setattr(runstore, "os", stand_in(
         os, write=refuse(exc, when=from_the_third_point, real=real_write),
         fsync=refuse(exc, when=lambda *a: bool(gone_bad), real=os.fsync)))
-    monkeypatch.setattr(artifact, "os", stand_in(os, fsync=refuse(
+    monkeypatch.setattr(diskio, "os", stand_in(os, fsync=refuse(
         exc, when=lambda *a: bool(gone_bad), real=os.fsync)))
     r = run_cli(*sweep_args(sim, out))
     line = assert_one_error_line(r, out, cause)
@@ -321,7 +323,7 @@ def test_calibrate_run_on_a_bad_disk_mid_sweep_names_the_file_and_resumes(
 
 def test_calibrate_run_into_a_folder_it_cannot_write(tmp_path, monkeypatch, sim):
     out = tmp_path / "run"
-    monkeypatch.setattr(artifact, "tempfile", stand_in(tempfile, mkstemp=refuse(EROFS)))
+    monkeypatch.setattr(diskio, "tempfile", stand_in(tempfile, mkstemp=refuse(EROFS)))
     r = run_cli(*sweep_args(sim, out))
     assert_one_error_line(r, out / "manifest.json", "Read-only file system")
 
@@ -476,8 +478,31 @@ def test_calibrate_gpu_out_that_cannot_be_written(tmp_path):
     out = tmp_path / "h200.json"
     out.with_suffix(".csv").mkdir()
     r = run_cli("calibrate", "gpu", "--from-raw", str(GPU_RAW), "--out", str(out))
-    assert_one_error_line(r, out.with_suffix(".csv"), "Is a directory")
+    assert_one_error_line(r, out.with_suffix(".csv"), "is a directory")
 
+
+
+@pytest.mark.parametrize("writer", ["dataset csv", "kernel profile rows", "model folder"])
+def test_every_data_file_is_written_whole_or_not_at_all(tmp_path, monkeypatch, writer):
+    """The dataset CSV, the kernel profiles' rows and the served model's folder go through
+    ``atomic_write`` too: a disk that refuses the write leaves the old file, byte for byte."""
+    from calibration.kernels.gpu_profile import write_rows
+    from calibration.sweep.modeldir import write_model_dir
+    from model.fit.dataset import write_csv
+
+    target = tmp_path / {"dataset csv": "d.csv", "kernel profile rows": "k.csv",
+                         "model folder": "config.json"}[writer]
+    target.write_bytes(b"old\n")
+    monkeypatch.setattr(diskio, "os", stand_in(os, fsync=refuse(ENOSPC)))
+    with pytest.raises(DiskError, match="No space left on device"):
+        if writer == "dataset csv":
+            write_csv(target, read_csv(REFERENCE_CSV)[:3])
+        elif writer == "kernel profile rows":
+            write_rows(target, [{"gpu": "h200", "seconds": 1.0}], ["gpu", "seconds"])
+        else:
+            write_model_dir({"architectures": ["LlamaForCausalLM"], "vocab_size": 64},
+                            tmp_path)
+    assert snapshot(tmp_path) == {target.name: b"old\n"}
 
 @pytest.mark.parametrize("state", ["full", "read-only"])
 def test_tmpfs_calibrate_gpu_out(disk, state):
@@ -496,8 +521,9 @@ def test_without_hard_links_a_failed_save_keeps_a_document_that_loads_the_old_mo
     old_version = load(previous)[1]["model_version"]
     npz = arrays_path(previous)
     monkeypatch.setattr(artifact, "os", stand_in(
-        os, link=refuse(OSError(errno.EPERM, "Operation not permitted")),
-        replace=refuse(ENOSPC, when=lambda src, dst: Path(dst) == npz, real=os.replace)))
+        os, link=refuse(OSError(errno.EPERM, "Operation not permitted"))))
+    monkeypatch.setattr(diskio, "os", stand_in(
+        os, replace=refuse(ENOSPC, when=lambda src, dst: Path(dst) == npz, real=os.replace)))
     r = run_cli("fit", str(REFERENCE_CSV), "--out", str(previous))
     assert_one_error_line(r, npz, "No space left on device")
     assert sorted(p.name for p in previous.parent.iterdir()) == ["m.json", "m.npz"]

@@ -316,7 +316,7 @@ def test_atomic_write_gives_open_s_permissions_and_keeps_a_replaced_file_s(tmp_p
     import os
     import stat
 
-    from model.fit.artifact import atomic_write
+    from model.diskio import atomic_write
 
     mask = os.umask(0o022)
     os.umask(mask)
