@@ -104,7 +104,7 @@ def _save_raw(path: str | None, data: dict) -> None:
 
 def _cannot_write(flag: str, path: str | Path, exc: OSError) -> str:
     """``--out: PATH: cannot write (No space left on device)``, naming the file that failed."""
-    from model.errors import DiskError      # here: --save-raw runs where only torch may be
+    from model.errors import DiskError  # here: --save-raw runs where only torch may be
 
     if isinstance(exc, DiskError):          # already names the path and the cause
         return f"{flag}: {exc}"

@@ -324,7 +324,14 @@ class Sweep:
             run_rec.update(finished=utc_now(), status=status,
                            points_recorded=sum(o.row is not None for o in self.outcomes),
                            points_failed=sum(o.row is None for o in self.outcomes))
-            store.update_manifest()
+            failing = sys.exc_info()[1]     # what ends the sweep, if anything
+            try:
+                store.update_manifest()
+            except OSError:
+                if failing is None:
+                    raise
+                # the sweep already failed (the disk, most likely): report that first error,
+                # not this echo of it
         return self.outcomes
 
     def _combo(self, dcp: int, mem: float, keys: list[PointKey]) -> None:
