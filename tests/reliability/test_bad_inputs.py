@@ -258,7 +258,7 @@ CLI = [
     ("cli-unknown-engine", rec("--engines", "trtllm"), ["--engines", "vllm", "sglang"]),
     ("cli-model-traversal", rec("--model", UP_TO_ETC_PASSWD), ["not valid json",
                                                                "not an artifact"]),
-    ("cli-model-directory", rec("--model", "/etc"), ["no such file"]),
+    ("cli-model-directory", rec("--model", "/etc"), ["/etc", "is a directory"]),
     ("fit-directory-traversal", ["fit", "--out", "OUT/m.json", UP_TO_ETC],
      ["etc"]),
     ("fit-not-a-csv", ["fit", "--out", "OUT/m.json", "/etc/passwd"], ["passwd"]),
