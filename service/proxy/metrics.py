@@ -62,6 +62,12 @@ class ProxyMetrics:
             "upstreams: the request's own failure, counted against no breaker", ["reason",
                                                                                  "status"],
             registry=r)
+        self.upstream_faults = Counts(
+            "engine_advisor_proxy_upstream_faults", "answers that broke the protocol, by "
+            "upstream and kind: invalid (a body or data line that is not JSON), idle (no byte "
+            "for idle_s in an answer under way), unended (after [DONE] the response did not end "
+            "cleanly within end_grace_s: its connection closed, the request counted as answered)",
+            ["upstream", "reason"], registry=r)
         self.decisions = Counts(
             "engine_advisor_proxy_decisions", "routing decisions by engine and DCP size",
             ["engine", "dcp_size"], registry=r)
@@ -104,6 +110,9 @@ class ProxyMetrics:
         if key is None:
             key = self._status[(engine, upstream, status)] = (engine, upstream, str(status))
         self.requests.inc(key)
+
+    def fault(self, upstream: str, reason: str) -> None:
+        self.upstream_faults.inc((upstream, reason))
 
     def track(self, names: list[str]) -> None:
         """Export the upstreams of a (re)loaded pools file; forget dropped ones."""

@@ -15,7 +15,8 @@ workload:                   # what the recommender needs beyond each request
   output_tokens: 2048       # when a request sets no max_tokens
 ```
 plus optional ``tokens``, ``timeouts``, ``retries``, ``breaker``, ``health``, ``limits``,
-``client_api_keys`` and ``observations`` sections (defaults below). Unknown keys are errors.
+``client_api_keys`` and ``observations`` sections (defaults below). An upstream may set its own
+``timeouts: {idle_s, end_grace_s, keepalive_s}``. Unknown keys are errors.
 
 A file is parsed into ``PoolsConfig`` (pure data, validated); ``Pools`` is the running form
 with one ``Upstream`` (in-flight count, health, circuit breaker, HTTP clients) per entry.
@@ -57,6 +58,14 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class UpstreamTimeouts(Strict):
+    """An upstream's own values of these ``timeouts`` (unset: the file's)."""
+
+    idle_s: PosFloat | None = None
+    end_grace_s: Annotated[float, Field(ge=0, le=60)] | None = None
+    keepalive_s: Annotated[float, Field(gt=0, le=3600)] | None = None
+
+
 class UpstreamSpec(Strict):
     name: Annotated[str, Field(pattern=NAME.pattern)] | None = Field(
         default=None, description="label in headers and metrics (default ENGINE-INDEX)")
@@ -69,6 +78,9 @@ class UpstreamSpec(Strict):
     max_connections: Annotated[int, Field(gt=0, le=100_000)] = 512
     max_model_len: Annotated[int, Field(gt=0, le=MAX_CONTEXT)] | None = Field(
         default=None, description="the engine's context limit (sizes the default body cap)")
+    timeouts: UpstreamTimeouts | None = Field(
+        default=None, description="this upstream's idle_s, end_grace_s, keepalive_s (else the "
+                                  "file's timeouts)")
 
     @field_validator("url")
     @classmethod
@@ -131,8 +143,20 @@ class TimeoutsSpec(Strict):
         default=600.0, description="non-streaming: the whole answer (an engine sends it once it "
                                    "has generated the whole output, so this bounds the "
                                    "generation)")
-    idle_s: PosFloat = Field(default=60.0, description="streaming: the longest gap between events")
+    idle_s: PosFloat = Field(
+        default=60.0, description="the longest gap between a stream's events, and the longest "
+                                  "an answer under way (whole or streamed) may go without a "
+                                  "byte")
     total_s: PosFloat = Field(default=1800.0, description="the whole request")
+    end_grace_s: Annotated[float, Field(ge=0, le=60)] = Field(
+        default=2.0, description="after a stream's [DONE], how long the upstream may take to "
+                                 "end its response (chunked terminator or close); then its "
+                                 "connection is closed (the client's stream is complete "
+                                 "at [DONE] either way)")
+    keepalive_s: Annotated[float, Field(gt=0, le=3600)] = Field(
+        default=4.0, description="a pooled upstream connection unused this long is closed; keep "
+                                 "it below the upstreams' own keep-alive timeout (uvicorn's: "
+                                 "5 s)")
 
 
 class RetriesSpec(Strict):
@@ -273,6 +297,9 @@ class Upstream:
     not_before: float = 0.0     # Retry-After: no requests before this monotonic time
     picked: int = 0             # when it was last picked (ties of in-flight go round-robin)
     name: str = field(init=False, default="")    # spec.name, fixed for the upstream's life
+    # its timeouts.idle_s, end_grace_s and keepalive_s (its own, else the file's): ``timing``
+    idle_s: float = field(init=False, default=60.0)
+    end_grace_s: float = field(init=False, default=2.0)
     lines: bytes = field(init=False, default=b"")  # its response header lines (see below)
     _labels: tuple[tuple[str, str], int] = field(init=False, default=(("", ""), 0),
                                                  repr=False, compare=False)
@@ -288,9 +315,12 @@ class Upstream:
 
     @classmethod
     def create(cls, engine: str, spec: UpstreamSpec, cfg: PoolsConfig) -> Upstream:
-        return cls(engine, spec, CircuitBreaker(cfg.breaker.failure_threshold, cfg.breaker.open_s),
-                   new_client(spec.max_connections),
-                   Http1Pool(spec.base_url(), spec.max_connections, cfg.limits.client_limits()))
+        up = cls(engine, spec,
+                 CircuitBreaker(cfg.breaker.failure_threshold, cfg.breaker.open_s),
+                 new_client(spec.max_connections),
+                 Http1Pool(spec.base_url(), spec.max_connections, cfg.limits.client_limits()))
+        up.timing(cfg)
+        return up
 
     def configure(self, spec: UpstreamSpec, cfg: PoolsConfig) -> None:
         """A reload kept this upstream: take the new file's settings."""
@@ -298,6 +328,16 @@ class Upstream:
         self.breaker.failure_threshold = cfg.breaker.failure_threshold
         self.breaker.open_s = cfg.breaker.open_s
         self.fast.limits = cfg.limits.client_limits()
+        self.timing(cfg)
+
+    def timing(self, cfg: PoolsConfig) -> None:
+        """Its timeouts: its own ``timeouts`` entry over the file's (the pool's too)."""
+        t, own = cfg.timeouts, self.spec.timeouts or UpstreamTimeouts()
+        self.idle_s = own.idle_s if own.idle_s is not None else t.idle_s
+        self.end_grace_s = own.end_grace_s if own.end_grace_s is not None else t.end_grace_s
+        self.fast.keepalive_s = own.keepalive_s if own.keepalive_s is not None \
+            else t.keepalive_s
+        self.fast.idle_s = self.idle_s
 
     async def aclose(self) -> None:
         await self.client.aclose()

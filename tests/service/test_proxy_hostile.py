@@ -111,9 +111,15 @@ CASES = {
                     b"connection: close\r\n\r\n" + answer(r), "ok"),
     "stream-event-over-limit": (lambda r: chunked([b"data: " + b"x" * 20_000],
                                                   ctype=b"text/event-stream"), "5xx"),
+    # well framed, but not what a client can parse
+    "body-not-json": (lambda r: sized(b'{"id": "' + r.encode() + b'", "choices": [ ' +
+                                      EVIL.encode()), "5xx"),
+    "stream-not-json": (lambda r: chunked([b"data: {" + EVIL.encode() + b"\n\n",
+                                           b"data: [DONE]\n\n"], ctype=b"text/event-stream"),
+                        "5xx"),
 }
 CLOSE_AFTER = {"closed-mid-body", "until-close", "chunk-huge"}
-STREAMED = {"stream-event-over-limit"}
+STREAMED = {"stream-event-over-limit", "stream-not-json"}
 
 
 class Upstream:

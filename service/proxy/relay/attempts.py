@@ -20,6 +20,7 @@ from service.proxy.upstreams import Pools, Upstream
 from service.transport.client import (
     ConnectError,
     ConnectTimeout,
+    IdleTimeout,
     LimitError,
     PoolTimeout,
     UpstreamError,
@@ -164,13 +165,24 @@ class Relay:
                                         batch)
                 return await stream(self, up, resp, cm, deadline, sent_at, batch)
         except TimeoutError:
+            if self.phase == "grace":         # the client's stream is complete and counted
+                st.metrics.fault(up.name, "unended")
+                log.info("upstream %s did not end its response within %g s of [DONE] "
+                         "(connection closed)", up.name, up.end_grace_s)
+                return None
             up.breaker.failure()
             what = {"first": f"no first event within {t.first_byte_s:g} s" if self.req.stream
                     else f"no answer within {t.answer_s:g} s",
-                    "idle": f"no event for {t.idle_s:g} s",
+                    "idle": f"no event for {up.idle_s:g} s",
                     "total": f"not finished within {t.total_s:g} s"}[self.phase]
             return await self.failed_midway(up, Failure(
                 "timeout", f"upstream {up.name} timed out: {what}", False, 504))
+        except IdleTimeout as exc:            # an answer under way stalled (the reaper's)
+            up.breaker.failure()
+            st.metrics.fault(up.name, "idle")
+            log.warning("upstream %s: %s (connection closed)", up.name, exc)
+            return await self.failed_midway(up, Failure(
+                "timeout", f"upstream {up.name} timed out: {exc}", False, 504))
         except (ConnectError, ConnectTimeout, PoolTimeout) as exc:
             up.breaker.failure()
             if isinstance(exc, ConnectError):

@@ -17,7 +17,7 @@ DEFERRED = frozenset({"status", "read", "limit"})
 
 @dataclass
 class Failure:
-    reason: str                    # connect | timeout | read | limit | status
+    reason: str                    # connect | timeout | read | limit | status | invalid
     message: str
     retryable: bool
     status: int = 502

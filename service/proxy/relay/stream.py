@@ -1,19 +1,30 @@
-"""A streamed answer passed on event by event, whole events only."""
+"""A streamed answer passed on event by event, whole events only, each data line JSON.
+
+The stream is over at ``[DONE]``: the client's response ends in the same write, and the
+request is counted and observed then. The upstream then has ``end_grace_s`` (the relay's
+phase ``grace``, on the attempt's deadline) to end its response, so that its connection can be
+reused; past it, or when that end is malformed, the connection is closed and counted as an
+``unended`` upstream fault (service.proxy.relay.attempts), and the client never waits for it.
+"""
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING
 
 from service.proxy.relay.failure import Failure
 from service.proxy.relay.observe import COMPLETION, observe
 from service.proxy.relay.passed import passed
+from service.proxy.relay.valid import first_invalid
 from service.proxy.upstreams import Upstream
 from service.transport.client import LimitError, UpstreamError
 from service.transport.client import Response as Http1Response
 
 if TYPE_CHECKING:
     from service.proxy.relay.attempts import Relay
+
+log = logging.getLogger("engine_advisor.proxy")
 
 DONE = b"data: [DONE]"
 
@@ -36,10 +47,10 @@ def ends_with_done(events: bytes) -> bool:
 async def stream(relay: Relay, up: Upstream, resp: Http1Response, cm, deadline: float,
                  sent_at: float, batch: int) -> Failure | None:
     """``resp``: a 2xx streamed answer; ``cm``: the attempt's deadline, moved on as events
-    arrive (first byte, idle, total)."""
-    t = relay.pools.config.timeouts
+    arrive (first byte, idle, total, then the grace after [DONE])."""
     loop = relay.loop
     send = relay.writer.send
+    idle_s = up.idle_s
     pending = b""
     last = b""
     ttft = None
@@ -56,6 +67,9 @@ async def stream(relay: Relay, up: Upstream, resp: Http1Response, cm, deadline: 
             pending = buf
             continue
         out, pending = (buf, b"") if end == len(buf) else (buf[:end], buf[end:])
+        bad = first_invalid(out)
+        if bad >= 0:
+            return await invalid(relay, up, out[:bad])
         cm.reschedule(None)
         if not relay.started:
             ttft = time.perf_counter() - sent_at
@@ -71,28 +85,39 @@ async def stream(relay: Relay, up: Upstream, resp: Http1Response, cm, deadline: 
                         "headers": headers})
             relay.started = True
             relay.final = (up.engine, up.name, resp.status)
-        # [DONE] ends the client's stream in the same write (the upstream's chunked
-        # terminator is still read below, so its connection can be reused)
+        # [DONE] ends the client's stream in the same write; from then on the client's
+        # going away cancels nothing (the request is answered)
         ended = ends_with_done(out)
+        if ended:
+            relay.watch.close()
         await send({"type": "http.response.body", "body": out, "more_body": not ended})
         events += out.count(b"\n\n") or out.count(b"\r\n\r\n")
         skipped += out.count(b'"choices":[]') + out.count(b'"content":""') + out.count(DONE)
         last = out
         if ended:
             break
-        relay.phase = "idle" if loop.time() + t.idle_s < deadline else "total"
-        cm.reschedule(min(loop.time() + t.idle_s, deadline))
+        relay.phase = "idle" if loop.time() + idle_s < deadline else "total"
+        cm.reschedule(min(loop.time() + idle_s, deadline))
     if ended:
-        relay.finished, pending = True, b""
-        relay.phase = "total"
-        cm.reschedule(deadline)
-        try:                   # the chunked terminator, so the connection is reused
+        relay.finished = True
+        succeeded(relay, up, resp.status, last, events, skipped, ttft, sent_at, batch)
+        # the upstream's end of the response (chunked terminator or close), within the grace,
+        # so the connection can be reused; anything after [DONE] is dropped
+        relay.phase = "grace"
+        cm.reschedule(min(loop.time() + up.end_grace_s, deadline))
+        try:
             async for _ in chunks:
                 pass
-        except UpstreamError:
-            pass               # not reused: release() closes it
+        except UpstreamError as exc:   # not reused: release() closes it
+            relay.state.metrics.fault(up.name, "unended")
+            log.info("upstream %s after [DONE]: %s: %s (connection closed)", up.name,
+                     type(exc).__name__, exc)
+        cm.reschedule(None)
+        return None
     cm.reschedule(None)
     if pending:   # an unterminated last event: pass it on as it came
+        if first_invalid(pending) >= 0:
+            return await invalid(relay, up, b"")
         if not relay.started:
             return Failure("read", f"upstream {up.name} sent no complete event", True, 502)
         await send({"type": "http.response.body", "body": pending, "more_body": True})
@@ -104,14 +129,38 @@ async def stream(relay: Relay, up: Upstream, resp: Http1Response, cm, deadline: 
         up.breaker.failure()
         return await relay.failed_midway(up, Failure(
             "read", f"upstream {up.name} ended the stream before [DONE]", False, 502))
+    relay.watch.close()
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+    succeeded(relay, up, resp.status, last, events, skipped, ttft, sent_at, batch)
+    return None
+
+
+def succeeded(relay: Relay, up: Upstream, status: int, last: bytes, events: int, skipped: int,
+              ttft: float | None, sent_at: float, batch: int) -> None:
+    """The client's stream is complete: the breaker, the request's count, its observation."""
     up.breaker.success()
-    if not ended:
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-    relay.state.metrics.count(up.engine, up.name, resp.status)
+    relay.state.metrics.count(up.engine, up.name, status)
     total = time.perf_counter() - sent_at
     n = COMPLETION.last(last)
     if n is None:
         n = max(events - skipped, 0)
     if n > 0:
         observe(relay, up, last, n, ttft, total, batch)
-    return None
+
+
+async def invalid(relay: Relay, up: Upstream, good: bytes) -> Failure | None:
+    """A data line that is not JSON: before the first event, a failed attempt (502, retried
+    elsewhere); after it, the events before it (``good``) and an error event. Counted against
+    the upstream's breaker at once (a probe's garbage opens it again)."""
+    up.breaker.failure()
+    relay.state.metrics.fault(up.name, "invalid")
+    f = Failure("invalid", f"upstream {up.name} sent an event whose data is not JSON",
+                not relay.started, 502)
+    if not relay.started:
+        log.warning("upstream %s: an event whose data is not JSON (connection closed)",
+                    up.name)
+        return f
+    if good:
+        await relay.writer.send({"type": "http.response.body", "body": good,
+                                 "more_body": True})
+    return await relay.failed_midway(up, f)

@@ -1,17 +1,27 @@
-"""A whole answer of an upstream passed on to the client, or the relay's error answer."""
+"""A whole answer of an upstream passed on to the client, or the relay's error answer.
+
+What reaches the client is JSON: a 2xx body that is not is a failed attempt (502, retried
+elsewhere, counted against the upstream's breaker at once); a 4xx or 5xx body that is not is
+replaced by an error envelope with the upstream's status (the client may have caused those, so
+they count against no breaker for it)."""
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING
 
 from service.proxy.relay.failure import Failure, error_bytes, retry_after
 from service.proxy.relay.observe import COMPLETION, observe
 from service.proxy.relay.passed import PASS_RESPONSE, passed, passed_lines
+from service.proxy.relay.valid import is_json
 from service.proxy.upstreams import Upstream
 
 if TYPE_CHECKING:
     from service.proxy.relay.attempts import Relay
+
+log = logging.getLogger("engine_advisor.proxy")
+JSON = [(b"content-type", b"application/json")]
 
 
 async def answer(relay: Relay, up: Upstream, status: int, headers: list[tuple[bytes, bytes]],
@@ -26,8 +36,21 @@ async def answer(relay: Relay, up: Upstream, status: int, headers: list[tuple[by
         if after:
             up.not_before = time.monotonic() + min(
                 after, relay.pools.config.retries.backoff_max_s * 10)
+        if not is_json(body):             # fail() answers with an envelope instead
+            body = None
         return Failure("status", f"upstream {up.name} answered {status}", True, status,
                        body, [(k, v) for k, v in headers if k in PASS_RESPONSE], after)
+    if not is_json(body) and status != 204:
+        if status < 300:
+            up.breaker.failure()
+            relay.state.metrics.fault(up.name, "invalid")
+            log.warning("upstream %s: a %d answer that is not JSON", up.name, status)
+            return Failure("invalid", f"upstream {up.name} answered {status} with a body that "
+                                      "is not JSON", True, 502)
+        if status >= 400:
+            body = error_bytes(status, f"upstream {up.name} answered {status} with a body "
+                                       "that is not JSON")
+            headers = [(k, v) for k, v in headers if k != b"content-type"] + JSON
     br = up.breaker
     if not br.closed or br.failures or br.probing:    # else success() changes nothing
         br.success()
@@ -66,7 +89,7 @@ async def fail(relay: Relay, failures: list[tuple[Upstream, Failure]]) -> None:
                 + "; ".join(f"{u.name}: {f.reason}" for u, f in failures) + ")")
         body = error_bytes(status, msg, "service_unavailable" if status == 503 else
                            "upstream_timeout" if status == 504 else "upstream_error")
-        headers = [(b"content-type", b"application/json")]
+        headers = list(JSON)
     relay.final = (up.engine, up.name, status)
     relay.state.metrics.count(up.engine, up.name, status)
     relay.status_code = status
