@@ -73,6 +73,7 @@ class ProxyState:
         self.decider = Decider()
         self.deadlines = Deadlines()      # the timeouts of proxied requests
         self.observations = Observations(0)
+        self.observations.export(registry)     # pending, dropped, written, write errors
         self.obs_file: ObservationFile | None = None    # with a data directory
         self.checker = HealthChecker(lambda: self.pools, on_round=self._export_health)
         self.last_reload = ReloadRecord()
@@ -267,7 +268,10 @@ class ProxyState:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self._tasks.clear()
-        await self.flush_observations()         # a graceful stop loses none
+        await self.flush_observations()         # a graceful stop loses none the disk takes
+        if self.obs_file is not None and self.observations.pending:
+            log.error("observations: %d row(s) could not be written to %s before this stop "
+                      "and are lost", self.observations.pending, self.obs_file.path)
         for u in [*(self.pools.upstreams if self.pools else []), *self._retired]:
             await u.aclose()
         self._retired.clear()
