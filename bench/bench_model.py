@@ -19,10 +19,10 @@ import time
 
 import numpy as np
 
-from model.fit.default import default_model
-from model.predict.batch import predict_grid
-from model.recommend import recommend
-from model.workload import Config, Workload
+from engine_advisor.model.fit.default import default_model
+from engine_advisor.model.predict.batch import predict_grid
+from engine_advisor.model.recommend import recommend
+from engine_advisor.model.workload import Config, Workload
 
 SEED = {"output_tokens": 2048, "batch_size": 64, "preset": "kimi-k3", "gpu": "B300",
         "num_gpus": 8}
@@ -32,7 +32,7 @@ def bench_single(n: int, repeats: int, fresh: bool) -> list[float]:
     """CPU seconds per recommendation of the seed's batch and output. ``fresh``: every call a
     context not seen before, so nothing of a previous answer can be reused but the crossover
     scan, which does not depend on the context; else the seed workload (204,800 tokens) every
-    call, so the memoised terms (model.physics.terms.Physics) answer."""
+    call, so the memoised terms (engine_advisor.model.physics.terms.Physics) answer."""
     m = default_model()
     rng = np.random.default_rng(1)
     contexts = (rng.integers(1024, 1_000_000, n * (repeats + 1)).tolist() if fresh

@@ -33,9 +33,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = """
 import sys
 import numpy as np
-from model.fit.default import default_model
-from model.recommend import recommend
-from model.workload import Workload
+from engine_advisor.model.fit.default import default_model
+from engine_advisor.model.recommend import recommend
+from engine_advisor.model.workload import Workload
 SEED = {"output_tokens": 2048, "batch_size": 64, "preset": "kimi-k3", "gpu": "B300",
         "num_gpus": 8}
 m = default_model()

@@ -61,7 +61,7 @@ from pathlib import Path
 
 import httpx
 
-from calibration.ports import free_port
+from engine_advisor.calibration.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 EXE = Path(sys.executable).parent / "engine-advisor"

@@ -45,7 +45,7 @@ from bench_proxy import (
     write_upstreams,
 )
 
-from calibration.ports import free_port
+from engine_advisor.calibration.ports import free_port
 
 
 def control(flag: str, pid: int, prefix: Path) -> None:
@@ -108,7 +108,7 @@ def main() -> int:
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
              f"--vgdb-prefix={tmp / 'vgdb'}",        # callgrind_control of others: not ours
              "--smc-check=all-non-file", sys.executable, "-c",
-             "import sys; from cli.main import main; sys.exit(main())", "serve",
+             "import sys; from engine_advisor.cli.main import main; sys.exit(main())", "serve",
              "--port", str(port), "--upstreams", str(tmp / "upstreams.yaml"),
              "--log-level", "warning"], tmp / "proxy.log",
             env={"PYTHONHASHSEED": "0", "PYTHONPATH": str(ROOT)}))

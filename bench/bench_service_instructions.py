@@ -50,7 +50,7 @@ def _scope(path: str, body: bytes) -> dict:
 async def _drive(tmp: Path, n: int) -> None:
     """The program valgrind runs: the app, a warm-up, then the phases between barriers."""
     os.environ["ENGINE_ADVISOR_BENCH_ROUTES"] = "1"
-    from service.main import app_from_env
+    from engine_advisor.service.main import app_from_env
     app = app_from_env()
 
     async def call(path: str, body: bytes) -> None:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 
-from calibration.ports import free_port
+from engine_advisor.calibration.ports import free_port
 
 TOKEN_MARK = b'"delta":{"content":"'     # one per token event (the role event has "role")
 USAGE_MARK = b'"choices":[],"usage":'

@@ -27,9 +27,9 @@ from pathlib import Path
 import numpy as np
 from pydantic import ValidationError
 
-from model.fit.default import default_model
-from model.recommend import recommend
-from model.workload import Workload
+from engine_advisor.model.fit.default import default_model
+from engine_advisor.model.recommend import recommend
+from engine_advisor.model.workload import Workload
 
 ROOT = Path(__file__).resolve().parents[1]
 KV_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "fp8": "fp8"}

@@ -92,7 +92,8 @@ class Stack:
 
 
 def _knows_answer_s() -> bool:
-    r = subprocess.run([sys.executable, "-c", "from service.proxy.upstreams import TimeoutsSpec;"
+    r = subprocess.run([sys.executable, "-c",
+                        "from engine_advisor.service.proxy.upstreams import TimeoutsSpec;"
                         "print('answer_s' in TimeoutsSpec.model_fields)"],
                        capture_output=True, text=True, timeout=60)
     return r.stdout.strip() == "True"

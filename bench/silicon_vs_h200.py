@@ -15,7 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
-from calibration.silicon.tables import find_table, load_system, package_systems_dir, read_table
+from engine_advisor.calibration.silicon.tables import (
+    find_table,
+    load_system,
+    package_systems_dir,
+    read_table,
+)
 
 PROFILES = Path(__file__).resolve().parents[1] / "calibration" / "profiles"
 GQA = {"gqa-8x128": (64, 8), "gqa-4x128": (32, 4), "gqa-1x128": (8, 1)}

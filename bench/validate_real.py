@@ -4,8 +4,8 @@
 
     python bench/validate_real.py [--plot docs/img/real-h200.png]
 
-Every calibrated figure is held out (model.validation): each point is predicted by a fit that
-did not see it. Runs on the CPU in a few seconds.
+Every calibrated figure is held out (engine_advisor.model.validation): each point is predicted by a
+fit that did not see it. Runs on the CPU in a few seconds.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from model.fit.default import LEFT_OUT, default_model, left_out_rows, real_rows  # noqa: E402
-from model.validation import (  # noqa: E402
+from engine_advisor.model.fit.default import LEFT_OUT, default_model, left_out_rows, real_rows  # noqa: E402
+from engine_advisor.model.validation import (  # noqa: E402
     NAMES,
     leave_model_out,
     markdown,

@@ -1,17 +1,17 @@
 """Calibration commands: ``engine-advisor fit`` and the ``engine-advisor calibrate ...`` group.
 
 ``calibrate run`` sweeps a live (or launched) engine, ``calibrate import`` turns benchmark files
-into dataset rows, ``calibrate plan`` suggests what to measure next. The GPU engineer's
-``calibrate gpu`` / ``calibrate dcp`` register themselves through ``cli.gpu``. The handlers are
-in ``cli.calibrate_commands``.
+into dataset rows, ``calibrate plan`` suggests what to measure next. The GPU engineer's ``calibrate
+gpu`` / ``calibrate dcp`` register themselves through ``engine_advisor.cli.gpu``. The handlers are
+in ``engine_advisor.cli.calibrate_commands``.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from cli.args import fraction_list, int_list
-from cli.calibrate_commands import (
+from engine_advisor.cli.args import fraction_list, int_list
+from engine_advisor.cli.calibrate_commands import (
     run_calibrate_import,
     run_calibrate_model_dir,
     run_calibrate_plan,
@@ -19,9 +19,9 @@ from cli.calibrate_commands import (
     run_calibrate_run,
     run_fit,
 )
-from cli.catalogue import add_hardware_flags
-from cli.gpu import register_calibrate
-from model import engines
+from engine_advisor.cli.catalogue import add_hardware_flags
+from engine_advisor.cli.gpu import register_calibrate
+from engine_advisor.model import engines
 
 
 def _fraction(text: str) -> float:

@@ -10,12 +10,12 @@ import signal
 import sys
 from pathlib import Path
 
-from cli.errors import CliError
+from engine_advisor.cli.errors import CliError
 
 
 def run_calibrate_rebuild(args: argparse.Namespace) -> int:
-    from calibration.sweep.driver import read_hf_config
-    from calibration.sweep.rebuild import RebuildInputs, rebuild
+    from engine_advisor.calibration.sweep.driver import read_hf_config
+    from engine_advisor.calibration.sweep.rebuild import RebuildInputs, rebuild
 
     def text(path: str | None, flag: str) -> str | None:
         if path is None:
@@ -54,9 +54,9 @@ def run_calibrate_rebuild(args: argparse.Namespace) -> int:
 
 
 def run_calibrate_model_dir(args: argparse.Namespace) -> int:
-    from calibration.sweep.modeldir import write_model_dir
-    from model.arch.config import ArchConfigError
-    from model.arch.presets import preset_config
+    from engine_advisor.calibration.sweep.modeldir import write_model_dir
+    from engine_advisor.model.arch.config import ArchConfigError
+    from engine_advisor.model.arch.presets import preset_config
 
     try:
         if args.preset:
@@ -76,8 +76,8 @@ def run_calibrate_model_dir(args: argparse.Namespace) -> int:
 
 
 def run_fit(args: argparse.Namespace) -> int:
-    from calibration.fit.fitter import fit_files, format_fit_summary
-    from model.fit.dataset import DatasetError
+    from engine_advisor.calibration.fit.fitter import fit_files, format_fit_summary
+    from engine_advisor.model.fit.dataset import DatasetError
 
     try:
         model, meta = fit_files(args.data, args.out, kv_bytes_only=args.kv_bytes_only,
@@ -86,8 +86,8 @@ def run_fit(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     print(format_fit_summary(model, meta, args.out))
     if args.report:
-        from calibration.fit.fitter import read_all
-        from calibration.fit.report import write_report
+        from engine_advisor.calibration.fit.fitter import read_all
+        from engine_advisor.calibration.fit.report import write_report
 
         rows, _ = read_all(args.data)
         paths = write_report(model, rows, args.report)
@@ -96,15 +96,15 @@ def run_fit(args: argparse.Namespace) -> int:
 
 
 def run_calibrate_run(args: argparse.Namespace) -> int:
-    from calibration.sweep.driver import (
+    from engine_advisor.calibration.sweep.driver import (
         Sweep,
         SweepAbort,
         SweepConfig,
         read_hf_config,
         summary_table,
     )
-    from calibration.sweep.launcher import LaunchTemplateError
-    from model.errors import DiskError
+    from engine_advisor.calibration.sweep.launcher import LaunchTemplateError
+    from engine_advisor.model.errors import DiskError
 
     try:
         cfg = SweepConfig(
@@ -162,9 +162,9 @@ def run_calibrate_import(args: argparse.Namespace) -> int:
         return _import_silicon(args)
     if not args.files:
         raise CliError(f"FILE: at least one benchmark file is required with --format {args.format}")
-    from calibration.sweep.driver import read_hf_config
-    from calibration.sweep.importers import Defaults, import_files, write_rows
-    from model.fit.dataset import DatasetError
+    from engine_advisor.calibration.sweep.driver import read_hf_config
+    from engine_advisor.calibration.sweep.importers import Defaults, import_files, write_rows
+    from engine_advisor.model.fit.dataset import DatasetError
 
     try:
         hf_config = read_hf_config(args.hf_config)
@@ -196,7 +196,7 @@ def _fmt(v: float | None, scale: float = 1.0, unit: str = "s") -> str:
 
 def _import_silicon(args: argparse.Namespace) -> int:
     """``calibrate import --format aiconfigurator``: a GPU profile from NVIDIA's tables."""
-    from calibration.silicon.importer import build_profile, summary, write_profile
+    from engine_advisor.calibration.silicon.importer import build_profile, summary, write_profile
 
     if not args.system:
         raise CliError("--system: required with --format aiconfigurator (e.g. b300_sxm)")
@@ -230,9 +230,9 @@ PLAN_FLAGS = {"context_tokens": "--context-tokens", "output_tokens": "--output-t
 def run_calibrate_plan(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from calibration.sweep.plan import commands, plan
-    from cli.common import load_model, read_json_file, validation_message
-    from model.workload import Workload
+    from engine_advisor.calibration.sweep.plan import commands, plan
+    from engine_advisor.cli.common import load_model, read_json_file, validation_message
+    from engine_advisor.model.workload import Workload
 
     data = dict(read_json_file(args.workload, "--workload")) if args.workload else {}
     if not isinstance(data, dict):

@@ -50,11 +50,12 @@ class _List(argparse.Action):
 
 
 def gpu_spec(text: str):
-    """``--gpu-spec``: a ``model.hardware.gpus.GpuSpec`` from inline JSON or a JSON / YAML file."""
+    """``--gpu-spec``: a ``engine_advisor.model.hardware.gpus.GpuSpec`` from inline JSON or a JSON /
+    YAML file."""
     from pydantic import ValidationError
 
-    from model.errors import validation_message
-    from model.hardware.gpus import GpuSpec
+    from engine_advisor.model.errors import validation_message
+    from engine_advisor.model.hardware.gpus import GpuSpec
 
     raw = text.strip()
     if raw.startswith("{"):
@@ -102,8 +103,9 @@ def _tflops(x: float | None) -> str:
 
 
 def gpu_table() -> str:
-    """The built-in GPU catalogue (``model.hardware.gpus.BUILTIN_GPUS``), one line per GPU."""
-    from model.hardware.gpus import BUILTIN_GPUS, GIB
+    """The built-in GPU catalogue (``engine_advisor.model.hardware.gpus.BUILTIN_GPUS``), one line
+    per GPU."""
+    from engine_advisor.model.hardware.gpus import BUILTIN_GPUS, GIB
 
     head = (f"{'GPU':<8}{'vendor':<8}{'memory':>20}{'HBM':>11}{'NVLink/dir':>12}"
             f"  {'dense TFLOPS bf16 / fp8 / fp4'}")
@@ -119,9 +121,9 @@ def gpu_table() -> str:
 
 
 def preset_table() -> str:
-    """The built-in model presets (``model.arch.PRESETS``), one line per preset."""
-    from model.arch import PRESETS
-    from model.physics.shape import preset_shape
+    """The built-in model presets (``engine_advisor.model.arch.PRESETS``), one line per preset."""
+    from engine_advisor.model.arch import PRESETS
+    from engine_advisor.model.physics.shape import preset_shape
 
     wide = max(map(len, PRESETS)) + 2
     head = (f"{'preset':<{wide}}{'attention':<10}{'layers (full / linear)':>23}"
@@ -140,7 +142,7 @@ def preset_table() -> str:
 
 def _source(name: str) -> str:
     """The Hugging Face repository a preset's config.json comes from."""
-    from model.arch.presets import preset_source
+    from engine_advisor.model.arch.presets import preset_source
 
     words = preset_source(name).split()
     return words[2] if words[:2] == ["Hugging", "Face"] and len(words) > 2 else "-"

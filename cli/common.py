@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cli.errors import CliError
-from model.errors import validation_message  # noqa: F401 - the commands import it from here
-from model.fit.artifact import ArtifactError, load
-from model.fit.costmodel import CostModel
-from model.fit.default import default_model
+from engine_advisor.cli.errors import CliError
+from engine_advisor.model.errors import validation_message  # noqa: F401 - the commands import it from here
+from engine_advisor.model.fit.artifact import ArtifactError, load
+from engine_advisor.model.fit.costmodel import CostModel
+from engine_advisor.model.fit.default import default_model
 
 
 def load_model(path: str | None) -> CostModel:

@@ -1,15 +1,15 @@
 """The command line's user-error type, and how a command's handler is run: its own errors, the
-libraries' (``calibration.errors.CalibrationError``) and a file the disk would not take
-(``model.errors.DiskError``: a full or read-only disk ..., naming the path and the cause)
-print as ``engine-advisor: error: ...`` with exit status 2 (stdlib only: importable on a bare
-GPU image)."""
+libraries' (``engine_advisor.calibration.errors.CalibrationError``) and a file the disk would not
+take (``engine_advisor.model.errors.DiskError``: a full or read-only disk ..., naming the path and
+the cause) print as ``engine-advisor: error: ...`` with exit status 2 (stdlib only: importable on a
+bare GPU image)."""
 
 from __future__ import annotations
 
 import os
 import sys
 
-from calibration.errors import CalibrationError
+from engine_advisor.calibration.errors import CalibrationError
 
 
 class CliError(Exception):
@@ -39,7 +39,8 @@ def run_handler(args) -> int:
 
 
 def is_disk_error(exc: BaseException) -> bool:
-    """Whether ``exc`` is a ``model.errors.DiskError``. Looked up among the loaded modules, not
-    imported (model/ is not stdlib): a command that never loaded it cannot have raised one."""
-    errors = sys.modules.get("model.errors")
+    """Whether ``exc`` is a ``engine_advisor.model.errors.DiskError``. Looked up among the loaded
+    modules, not imported (model/ is not stdlib): a command that never loaded it cannot have raised
+    one."""
+    errors = sys.modules.get("engine_advisor.model.errors")
     return errors is not None and isinstance(exc, errors.DiskError)

@@ -1,8 +1,8 @@
 """``engine-advisor calibrate gpu`` and ``calibrate dcp``: GPU kernel calibration commands.
 
-Registered into the ``calibrate`` group by cli/calibrate.py through ``register_calibrate``.
-PyTorch is the optional extra ``gpu``; without it, or without a CUDA device, the commands exit
-with a clear error. ``python -m cli.gpu gpu|dcp ...`` runs them on a bare GPU image (no service
+Registered into the ``calibrate`` group by cli/calibrate.py through ``register_calibrate``. PyTorch
+is the optional extra ``gpu``; without it, or without a CUDA device, the commands exit with a clear
+error. ``python -m engine_advisor.cli.gpu gpu|dcp ...`` runs them on a bare GPU image (no service
 dependencies: this module and what it imports at the top are stdlib only).
 """
 
@@ -13,8 +13,8 @@ import json
 import sys
 from pathlib import Path
 
-from cli.args import int_list
-from cli.errors import CliError, run_handler
+from engine_advisor.cli.args import int_list
+from engine_advisor.cli.errors import CliError, run_handler
 
 
 def register_calibrate(csub: argparse._SubParsersAction) -> None:
@@ -104,7 +104,9 @@ def _save_raw(path: str | None, data: dict) -> None:
 
 def _cannot_write(flag: str, path: str | Path, exc: OSError) -> str:
     """``--out: PATH: cannot write (No space left on device)``, naming the file that failed."""
-    from model.errors import DiskError  # here: --save-raw runs where only torch may be
+    from engine_advisor.model.errors import (
+        DiskError,  # here: --save-raw runs where only torch may be
+    )
 
     if isinstance(exc, DiskError):          # already names the path and the cause
         return f"{flag}: {exc}"
@@ -126,11 +128,11 @@ def run_gpu(args: argparse.Namespace) -> int:
         data = _load_raw(args.from_raw, ("rows", "meta"))
     else:
         require_torch_cuda()
-        from calibration.kernels.gpu_bench import run
+        from engine_advisor.calibration.kernels.gpu_bench import run
 
         data = run(args.device, args.quick)
         _save_raw(args.save_raw, data)
-    from calibration.kernels.gpu_profile import summary, write_profile
+    from engine_advisor.calibration.kernels.gpu_profile import summary, write_profile
 
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -178,7 +180,7 @@ def run_dcp(args: argparse.Namespace) -> int:
         if world < 2:
             raise CliError(f"DCP needs at least 2 processes; {world} available "
                          "(--gpus, --cpu)")
-        from calibration.kernels.dcp_bench import run
+        from engine_advisor.calibration.kernels.dcp_bench import run
 
         try:
             data = run(world, device=device, quick=args.quick, dcps=args.dcp_sizes,
@@ -187,7 +189,7 @@ def run_dcp(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise CliError(str(exc)) from None
         _save_raw(args.save_raw, data)
-    from calibration.kernels.dcp_profile import summary, write_profile
+    from engine_advisor.calibration.kernels.dcp_profile import summary, write_profile
 
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -203,7 +205,7 @@ def run_dcp(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m cli.gpu gpu|dcp ...`` without the full CLI's dependencies."""
+    """``python -m engine_advisor.cli.gpu gpu|dcp ...`` without the full CLI's dependencies."""
     parser = argparse.ArgumentParser(prog="engine-advisor calibrate")
     register_calibrate(parser.add_subparsers(dest="calibrate_command", required=True))
     return run_handler(parser.parse_args(argv))

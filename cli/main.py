@@ -7,11 +7,12 @@ import argparse
 import importlib
 import sys
 
-from cli.errors import run_handler
-from cli.parser import CliParser
+from engine_advisor.cli.errors import run_handler
+from engine_advisor.cli.parser import CliParser
 
 # Modules with a ``register(subparsers)`` function, in help order.
-COMMAND_MODULES = ("cli.recommend", "cli.calibrate", "cli.model", "cli.serve", "cli.sim")
+COMMAND_MODULES = ("engine_advisor.cli.recommend", "engine_advisor.cli.calibrate",
+                   "engine_advisor.cli.model", "engine_advisor.cli.serve", "engine_advisor.cli.sim")
 
 
 def build_parser() -> argparse.ArgumentParser:

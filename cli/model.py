@@ -1,5 +1,5 @@
 """``engine-advisor model convert OLD NEW``: a joblib artifact (schema 2) the user trusts, into
-the JSON + ``.npz`` format (model.fit.artifact) that every other command loads."""
+the JSON + ``.npz`` format (engine_advisor.model.fit.artifact) that every other command loads."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_convert(args: argparse.Namespace) -> int:
-    from cli.errors import CliError
-    from model.fit.artifact import ArtifactError, save
-    from model.fit.legacy import read_trusted_joblib
+    from engine_advisor.cli.errors import CliError
+    from engine_advisor.model.fit.artifact import ArtifactError, save
+    from engine_advisor.model.fit.legacy import read_trusted_joblib
 
     try:
         model = read_trusted_joblib(args.old)

@@ -7,8 +7,8 @@ import re
 
 from pydantic import ValidationError
 
-from cli.args import int_list
-from cli.catalogue import add_hardware_flags
+from engine_advisor.cli.args import int_list
+from engine_advisor.cli.catalogue import add_hardware_flags
 
 FLAGS = {
     "context_tokens": "--context-tokens", "output_tokens": "--output-tokens",
@@ -65,11 +65,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cli.common import load_model, read_json_file, validation_message
-    from cli.errors import CliError
-    from model.errors import NoEligibleConfiguration
-    from model.recommend import recommend
-    from model.workload import Workload
+    from engine_advisor.cli.common import load_model, read_json_file, validation_message
+    from engine_advisor.cli.errors import CliError
+    from engine_advisor.model.errors import NoEligibleConfiguration
+    from engine_advisor.model.recommend import recommend
+    from engine_advisor.model.workload import Workload
 
     data = {k: getattr(args, k) for k in FLAGS if k not in ("hf_config", "model")
             and "." not in k and getattr(args, k, None) is not None}
@@ -120,9 +120,9 @@ DEPLOY_FLAGS = {"format": ("emit", "--emit"), "image": ("image", "--image"),
 
 def deploy_options(args: argparse.Namespace):
     """The --emit options, validated before the model loads; None without --emit."""
-    from cli.common import validation_message
-    from cli.errors import CliError
-    from model.presentation.deploy import DeployOptions
+    from engine_advisor.cli.common import validation_message
+    from engine_advisor.cli.errors import CliError
+    from engine_advisor.model.presentation.deploy import DeployOptions
 
     given = {k: getattr(args, dest) for k, (dest, _) in DEPLOY_FLAGS.items()
              if getattr(args, dest) is not None}
@@ -138,8 +138,8 @@ def deploy_options(args: argparse.Namespace):
 
 
 def emit(rec, workload, opts) -> str:
-    from cli.errors import CliError
-    from model.presentation.deploy import DeployError, render
+    from engine_advisor.cli.errors import CliError
+    from engine_advisor.model.presentation.deploy import DeployError, render
 
     try:
         return render(rec, workload, opts)

@@ -7,8 +7,8 @@ import contextlib
 import os
 from pathlib import Path
 
-from cli.errors import CliError
-from service.openapi import DEFAULT_OPENAPI
+from engine_advisor.cli.errors import CliError
+from engine_advisor.service.openapi import DEFAULT_OPENAPI
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -64,8 +64,8 @@ FLAGS = {"host": ("host", "--host"), "port": ("port", "--port"),
 def _settings(args: argparse.Namespace):
     from pydantic import ValidationError
 
-    from cli.common import validation_message
-    from service.settings import Settings
+    from engine_advisor.cli.common import validation_message
+    from engine_advisor.service.settings import Settings
 
     over = {name: getattr(args, dest) for name, (dest, _) in FLAGS.items()
             if getattr(args, dest) is not None}
@@ -79,8 +79,8 @@ def _settings(args: argparse.Namespace):
 def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from model.fit.artifact import ArtifactError
-    from service.holder import load_artifact
+    from engine_advisor.model.fit.artifact import ArtifactError
+    from engine_advisor.service.holder import load_artifact
 
     settings = _settings(args)
     if settings.model_path is not None:
@@ -100,7 +100,7 @@ def run_serve(args: argparse.Namespace) -> int:
         if not os.access(settings.data_dir, os.W_OK | os.X_OK):
             raise CliError(f"--data-dir {settings.data_dir}: not writable")
     if settings.upstreams is not None:
-        from service.proxy.upstreams import UpstreamsError, read
+        from engine_advisor.service.proxy.upstreams import UpstreamsError, read
 
         settings.upstreams = settings.upstreams.resolve()
         try:
@@ -108,7 +108,7 @@ def run_serve(args: argparse.Namespace) -> int:
         except UpstreamsError as exc:
             raise CliError(f"--upstreams: {exc}") from None
     if settings.epp_port is not None:
-        from service import epp
+        from engine_advisor.service import epp
 
         if settings.upstreams is None:
             raise CliError("--epp-port: needs the upstream pools (--upstreams FILE)")
@@ -116,7 +116,7 @@ def run_serve(args: argparse.Namespace) -> int:
             raise CliError(f"--epp-port: {settings.epp_port} is the HTTP port (--port) too")
         if not epp.available():
             raise CliError(epp.MISSING)
-        from service.epp.auth import problem
+        from engine_advisor.service.epp.auth import problem
 
         for name in ("epp_tls_cert", "epp_tls_key", "epp_tls_client_ca"):
             if getattr(settings, name) is not None:      # workers may start elsewhere
@@ -132,12 +132,12 @@ def run_serve(args: argparse.Namespace) -> int:
             os.environ.pop(key, None)
         else:
             os.environ[key] = str(value)
-    from service.transport.protocol import PROTOCOL
+    from engine_advisor.service.transport.protocol import PROTOCOL
 
     with _picker_counts(settings):
         # uvloop and httptools (dependencies) are what uvicorn's "auto" picks; PROTOCOL is
         # uvicorn's httptools protocol writing each response's head and body at once
-        uvicorn.run("service.main:app_from_env", factory=True, host=settings.host,
+        uvicorn.run("engine_advisor.service.main:app_from_env", factory=True, host=settings.host,
                     port=settings.port, workers=settings.workers, log_level=settings.log_level,
                     access_log=args.access_log, server_header=False, loop="auto",
                     http=PROTOCOL)
@@ -147,14 +147,14 @@ def run_serve(args: argparse.Namespace) -> int:
 @contextlib.contextmanager
 def _picker_counts(settings):
     """With the picker and several workers: the in-flight table they share
-    (service.epp.shared), in a directory of its own, removed when serve exits."""
+    (engine_advisor.service.epp.shared), in a directory of its own, removed when serve exits."""
     if settings.epp_port is None or settings.workers <= 1:
         yield
         return
     import shutil
     import tempfile
 
-    from service.epp import shared
+    from engine_advisor.service.epp import shared
 
     shm = Path("/dev/shm")
     folder = Path(tempfile.mkdtemp(prefix="engine-advisor-epp-",
@@ -169,8 +169,8 @@ def _picker_counts(settings):
 
 
 def run_openapi(args: argparse.Namespace) -> int:
-    from model.diskio import atomic_write
-    from service.openapi import openapi_yaml
+    from engine_advisor.model.diskio import atomic_write
+    from engine_advisor.service.openapi import openapi_yaml
 
     atomic_write(Path(args.out), openapi_yaml().encode("utf-8"))
     print(f"wrote {args.out}")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cli.catalogue import add_hardware_flags
-from sim import engines as sim_engines
+from engine_advisor.cli.catalogue import add_hardware_flags
+from engine_advisor.sim import engines as sim_engines
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -82,8 +82,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def config_of(args: argparse.Namespace):
-    """The ``sim.config.SimConfig`` of parsed ``sim`` arguments."""
-    from sim.config import SimConfig
+    """The ``engine_advisor.sim.config.SimConfig`` of parsed ``sim`` arguments."""
+    from engine_advisor.sim.config import SimConfig
 
     return SimConfig(engine=args.engine, host=args.host, port=args.port,
                      model_name=args.model_name, gpu=args.gpu, num_gpus=args.num_gpus,
@@ -109,26 +109,26 @@ def run(args: argparse.Namespace) -> int:
         print(f"engine-advisor: error: {'; '.join(problems)}", file=sys.stderr)
         return 2
     if args.model:
-        from model.fit.artifact import ArtifactError, load
+        from engine_advisor.model.fit.artifact import ArtifactError, load
         try:
             model = load(args.model)[0]
         except ArtifactError as exc:
             print(f"engine-advisor: error: --model: {exc}", file=sys.stderr)
             return 2
     else:
-        from model.fit.default import default_model
+        from engine_advisor.model.fit.default import default_model
         model = default_model()
     if cfg.engine not in model.engine_names:
         print(f"engine-advisor: error: --model: the cost model has no coefficients for "
               f"{cfg.engine} (it has {', '.join(model.engine_names)})", file=sys.stderr)
         return 2
-    from sim import tokenizer
+    from engine_advisor.sim import tokenizer
     try:
         tok = tokenizer.load(cfg.tokenizer)
-        from sim.textgen import Vocab
+        from engine_advisor.sim.textgen import Vocab
         Vocab(tok)
     except (tokenizer.TokenError, ValueError) as exc:
         print(f"engine-advisor: error: --tokenizer: {exc}", file=sys.stderr)
         return 2
-    from sim.server import serve
+    from engine_advisor.sim.server import serve
     return serve(cfg, model, tok)

@@ -1,10 +1,10 @@
 """Files written whole or not at all, and read without waiting on what is no file.
 
 - ``atomic_write``: temp file, fsync, rename, fsync of the folder; readers see the old file or
-  the new one, never half. A failure (a full or read-only disk, a missing permission, a
-  directory or a FIFO at the path) raises ``model.errors.DiskError`` naming the path the user
-  named (never the temp file) and the cause, after the temp file is removed. A new file gets
-  the permissions ``open()`` would give it (0666 less the umask); a replaced one keeps its own.
+  the new one, never half. A failure (a full or read-only disk, a missing permission, a directory or
+  a FIFO at the path) raises ``engine_advisor.model.errors.DiskError`` naming the path the user
+  named (never the temp file) and the cause, after the temp file is removed. A new file gets the
+  permissions ``open()`` would give it (0666 less the umask); a replaced one keeps its own.
 - ``read_regular``: opens non-blocking and checks the kind of file first; a directory or a FIFO
   is named as such, never read or waited on.
 
@@ -20,7 +20,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from model.errors import DiskError
+from engine_advisor.model.errors import DiskError
 
 
 def file_kind(mode: int) -> str | None:

@@ -5,16 +5,19 @@ few rows and a training grid of 80,000 rows run the same code (microseconds for 
 milliseconds for the second). The modules that own each quantity document it and pack its
 constants into the arrays these functions read:
 
-- ``read_s``: one decode-attention call's seconds on a read curve (``model.hardware.profiles``);
-- ``collective_s``: one collective (``model.hardware.silicon.Collective``);
+- ``read_s``: one decode-attention call's seconds on a read curve
+  (``engine_advisor.model.hardware.profiles``);
+- ``collective_s``: one collective (``engine_advisor.model.hardware.silicon.Collective``);
 - ``memory_fit``: KV capacity, state slots and the sequences that run at once, per engine
-  (``model.physics.memory``; each engine's layout ``model.engines.base.StateLayout``);
-- ``batch_terms``, ``decode_into``, ``prefill_into``: the terms (``model.physics.terms``; ``K``
-packed by
-  ``model.physics.terms.Physics``, positions below);
-- ``rows_into``: a case's rows, waves included (``model.physics.features.case_features``);
+  (``engine_advisor.model.physics.memory``; each engine's layout
+  ``engine_advisor.model.engines.base.StateLayout``);
+- ``batch_terms``, ``decode_into``, ``prefill_into``: the terms
+  (``engine_advisor.model.physics.terms``; ``K`` packed by
+  ``engine_advisor.model.physics.terms.Physics``, positions below);
+- ``rows_into``: a case's rows, waves included
+  (``engine_advisor.model.physics.features.case_features``);
 - ``predict_into``: coefficients x features, intervals; ``predict_rows`` both passes in one
-  call (``model.predict.predictor``).
+  call (``engine_advisor.model.predict.predictor``).
 
 They share one file because numba's on-disk cache is invalidated by the source file of the
 function it compiled, not by the files of the functions it calls. ``NUMBA_DISABLE_JIT=1`` runs
@@ -39,11 +42,12 @@ FIRST_PREFILL = N_TERMS            # a row of features: total terms | first pref
 STEP = N_TERMS + N_PREFILL
 ROW_FIELDS = ("reserve", "fraction", "batch", "context", "output", "dcp", "share", "diversity",
               "activations", "graph_tokens",
-              # the engine's memory layout for this model (model.engines.base.StateLayout)
+              # the engine's memory layout for this model
+              # (engine_advisor.model.engines.base.StateLayout)
               "mem_mode", "unit_bytes", "block_tokens", "state_units", "attn_units",
               "default_running", "state_ratio", "state_bytes",
-              # the memory knobs as launched (model.engines.base.MemoryKnobs; 0: the default),
-              # and whether to choose them for the workload (a recommendation's rows)
+              # the memory knobs as launched (engine_advisor.model.engines.base.MemoryKnobs; 0: the
+              # default), and whether to choose them for the workload (a recommendation's rows)
               "max_running", "state_slots", "no_prefix_cache", "advise")
 N_ROW_FIELDS = len(ROW_FIELDS)
 (R_MODE, R_UNIT, R_BLOCK, R_STATE_UNITS, R_ATTN_UNITS, R_DEFAULT_RUNNING, R_RATIO, R_STATE,
@@ -52,28 +56,29 @@ N_ROW_FIELDS = len(ROW_FIELDS)
 
 def fill_sizes(rows, batch, context, output, share, diversity) -> None:
     """Write a query's sizes into the ``ROW_FIELDS`` rows its configurations' fields were
-    filled in (``model.physics.features.static_rows``)."""
+    filled in (``engine_advisor.model.physics.features.static_rows``)."""
     rows[2] = batch
     rows[3] = context
     rows[4] = output
     rows[6] = share
     rows[7] = diversity
 CHUNK_TOKENS = 8192          # chunked-prefill budget per forward pass (both engines' default)
-# model.engines.base: NO_STATE, PAGED, SPLIT (a StateLayout's mode)
+# engine_advisor.model.engines.base: NO_STATE, PAGED, SPLIT (a StateLayout's mode)
 PAGED, SPLIT = 1.0, 2.0
 # SGLang's default running-request limit: int(KV tokens / context length x 512), within these
 ESTIMATE_LO, ESTIMATE_HI = 2048.0, 4096.0
 PROFILED_MAX = 8192.0        # vLLM profiles at most max_num_batched_tokens sequences
 # What binds the sequences running at once (a prediction's ``running_limit``)
 (LIMIT_NONE, LIMIT_KV, LIMIT_STATE, LIMIT_RUNNING) = (0.0, 1.0, 2.0, 3.0)
-# The memory knobs a recommendation proposes (model.engines.base.knobs_of reads the code)
+# The memory knobs a recommendation proposes (engine_advisor.model.engines.base.knobs_of reads the
+# code)
 (KNOB_NONE, KNOB_RUNNING, KNOB_SLOTS, KNOB_NO_PREFIX) = (0.0, 1.0, 2.0, 3.0)
 # per row: running, capacity, one fits, all fit, what binds, knob, running limit, state slots;
 # with the engine's default knobs: running, capacity, what binds
 N_FACTS = 11
 
-# Positions in model.physics.terms.Physics.K, the constants of one model on one GPU and TP size (a
-# tuple of floats: unlike an array, passing it on costs no reference counting)
+# Positions in engine_advisor.model.physics.terms.Physics.K, the constants of one model on one GPU
+# and TP size (a tuple of floats: unlike an array, passing it on costs no reference counting)
 (W_DENSE, LOG_Q_MISS, W_EXPERTS, MM, N_FULL, KV_CALL, ATTN_CALL, STATE, N_LAYERS, ACT, Q_GATHER,
  O_GATHER, WEIGHTS_PASS, ATTN_PF, ATTN_PF_LINEAR, MEMORY, WEIGHT_BYTES, TP, KV_GPU_TOKEN,
  WINDOW_GPU, READ_T0, READ_ASYM, READ_BPS, MM_MOE, IS_MLA, ACT_PEAK, N_MOE_LAYERS,
@@ -163,7 +168,7 @@ def pool_of(K, rows, i, d, req, slots_req, no_prefix):
     """The memory one instance of row ``i``'s engine holds at DCP ``d``, launched with a
     running-request limit ``req``, ``slots_req`` state slots and the prefix cache off
     (``no_prefix``; 0 / False: the defaults), as its engine lays it out (``rows``' ``R_MODE``,
-    the layout's fields ``model.engines.base.StateLayout``):
+    the layout's fields ``engine_advisor.model.engines.base.StateLayout``):
 
     - no state: KV tokens = budget / (KV bytes per token per GPU / d); what else a sequence
       holds (its sliding windows' KV, a state without an engine layout) in tokens of KV;
@@ -298,7 +303,7 @@ def batch_terms(K, coll, b, rho=1.0):
     """(gemm, moe, tp_comm) of a decode step of ``b`` sequences: the terms that do not depend
     on the context. ``rho`` is the batch's routing diversity: its tokens route like
     ``1 + rho (b - 1)`` independent tokens (1 for a trained router; a random-weight checkpoint
-    can route far fewer apart, ``model.fit.costmodel``)."""
+    can route far fewer apart, ``engine_advisor.model.fit.costmodel``)."""
     gemm = max(K[W_DENSE], b * K[MM])
     # expected share of a layer's experts the batch touches: 1 - q^t, q = 1 - k / E
     t = 1.0 + rho * (b - 1.0)
@@ -308,14 +313,14 @@ def batch_terms(K, coll, b, rho=1.0):
 
 @njit(cache=True, inline="always")
 def decode_into(K, coll, curve, b, c, d, gemm, moe, tp_comm, state_b, out, r, at):
-    """Write the ``DECODE_TERMS`` of one step of ``b`` sequences at context ``c``, DCP ``d``
-    into ``out[r, at:at + N_DECODE]``, given its ``batch_terms`` and the bytes of one
-    sequence's linear-attention state per GPU at its engine's dtypes (``state_b``: read and
-    written back each step, or its recurrent update's FLOPs if those take longer; plus a
-    sliding window's KV read, ``K[STATE]``); ``curve`` (levels, 4, m)
-    holds a read curve per DCP size (``model.physics.terms.dcp_read_levels``). The KV read goes to
-    ``kv_read`` (GQA / MHA) or ``mla_read`` (MLA's latent) without DCP, to ``dcp_read`` with
-    it: each engine's DCP attention kernel is its own term."""
+    """Write the ``DECODE_TERMS`` of one step of ``b`` sequences at context ``c``, DCP ``d`` into
+    ``out[r, at:at + N_DECODE]``, given its ``batch_terms`` and the bytes of one sequence's
+    linear-attention state per GPU at its engine's dtypes (``state_b``: read and written back each
+    step, or its recurrent update's FLOPs if those take longer; plus a sliding window's KV read,
+    ``K[STATE]``); ``curve`` (levels, 4, m) holds a read curve per DCP size
+    (``engine_advisor.model.physics.terms.dcp_read_levels``). The KV read goes to ``kv_read`` (GQA /
+    MHA) or ``mla_read`` (MLA's latent) without DCP, to ``dcp_read`` with it: each engine's DCP
+    attention kernel is its own term."""
     d = max(d, 1.0)
     kv = 0.0
     dcp_comm = 0.0
@@ -323,7 +328,7 @@ def decode_into(K, coll, curve, b, c, d, gemm, moe, tp_comm, state_b, out, r, at
     if K[N_FULL] > 0.0:
         # per rank: 1 / d of the context's bytes; the queries of all d ranks' heads are
         # gathered, so its FLOPs do not fall with d and its read is the curve of d x the
-        # heads (level d of ``curve``, model.physics.terms.dcp_read_levels)
+        # heads (level d of ``curve``, engine_advisor.model.physics.terms.dcp_read_levels)
         level = min(int(d), curve.shape[0] - 1)
         kv = K[N_FULL] * max(read_s(b * c / d * K[KV_CALL], curve[level], K[READ_T0],
                                     K[READ_ASYM], K[READ_BPS]), b * c * K[ATTN_CALL])
@@ -358,13 +363,13 @@ def decode_into(K, coll, curve, b, c, d, gemm, moe, tp_comm, state_b, out, r, at
 
 @njit(cache=True, inline="always")
 def prefill_into(K, coll, b, L, s, warm, graph, out, r, at):
-    """Write the ``PREFILL_TERMS`` of prefilling ``b`` prompts of ``L`` tokens, a share ``s``
-    of each cached, into ``out[r, at:at + N_PREFILL]``: the shared prefix is computed once, by
-    the first prompt, unless ``warm`` (an earlier wave left it in the cache). Each chunk's
-    dense GEMMs and routed experts are read- or compute-bound on their own. A pass the engine
-    launches kernel by kernel pays the launch-bound fixed costs: per layer (``pf_fixed``) and
-    per fused-MoE call (``pf_moe_fixed``); a pass of at most ``graph`` tokens replays a
-    captured CUDA graph and pays neither (``model.engines.base.Engine.prefill_graph_tokens``)."""
+    """Write the ``PREFILL_TERMS`` of prefilling ``b`` prompts of ``L`` tokens, a share ``s`` of
+    each cached, into ``out[r, at:at + N_PREFILL]``: the shared prefix is computed once, by the
+    first prompt, unless ``warm`` (an earlier wave left it in the cache). Each chunk's dense GEMMs
+    and routed experts are read- or compute-bound on their own. A pass the engine launches kernel by
+    kernel pays the launch-bound fixed costs: per layer (``pf_fixed``) and per fused-MoE call
+    (``pf_moe_fixed``); a pass of at most ``graph`` tokens replays a captured CUDA graph and pays
+    neither (``engine_advisor.model.engines.base.Engine.prefill_graph_tokens``)."""
     first = 0.0 if warm else 1.0    # the prompt that computes the shared prefix
     new = max(L * (b * (1.0 - s) + first * s), 1.0)
     chunks = np.ceil(new / CHUNK_TOKENS)
@@ -395,12 +400,12 @@ def prefill_into(K, coll, b, L, s, warm, graph, out, r, at):
 
 @njit(cache=True)
 def rows_into(K, coll, curve, rows, X, facts):
-    """Each row's features into ``X`` (``model.physics.features.Features``) and, into ``facts``
-    (N_FACTS, n), what ``memory_fit`` says of its memory, from ``rows`` (N_ROW_FIELDS, n):
-    engine reserve bytes, memory fraction, batch, context, output, DCP size, prefix share,
-    routing diversity, whether the engine's budget holds the model's activation peak
-    (``K[ACT_PEAK]``), the largest prefill pass it replays as a CUDA graph, its memory layout
-    for the model and its memory knobs per row (``ROW_FIELDS``).
+    """Each row's features into ``X`` (``engine_advisor.model.physics.features.Features``) and, into
+    ``facts`` (N_FACTS, n), what ``memory_fit`` says of its memory, from ``rows`` (N_ROW_FIELDS, n):
+    engine reserve bytes, memory fraction, batch, context, output, DCP size, prefix share, routing
+    diversity, whether the engine's budget holds the model's activation peak (``K[ACT_PEAK]``), the
+    largest prefill pass it replays as a CUDA graph, its memory layout for the model and its memory
+    knobs per row (``ROW_FIELDS``).
 
     How many sequences run at once (``memory_fit``: the engine runs what fits and queues the
     rest; when not even one fits, the batch is costed as if it ran at once), the first ``run``
@@ -483,15 +488,15 @@ MAX_TOKENS = 2.0 ** 62     # a capacity reported beyond this is reported as this
 @njit(cache=True)
 def evaluate_rows(K, coll, curve, static, batch, context, output, share, coef,
                   factors, noise, engine, sigma, bounds, per_doubling, z):
-    """One query's configurations at its sizes (``model.predict.query.Query.evaluate``), in one
-    call: ``static`` (N_ROW_FIELDS, n) the rows without sizes (``static_rows``), ``share`` each
-    row's cached prompt share; ``sigma`` each row's added
-    relative sd by calibration status, plus ``per_doubling`` per doubling of the sizes outside
-    its calibrated range, ``bounds`` (n, 6): low and high of (context, batch, output)
+    """One query's configurations at its sizes
+    (``engine_advisor.model.predict.query.Query.evaluate``), in one call: ``static`` (N_ROW_FIELDS,
+    n) the rows without sizes (``static_rows``), ``share`` each row's cached prompt share; ``sigma``
+    each row's added relative sd by calibration status, plus ``per_doubling`` per doubling of the
+    sizes outside its calibrated range, ``bounds`` (n, 6): low and high of (context, batch, output)
     (0 and inf without a range). Returns (n, N_EVAL): total, its interval, all prefill, decode
     (total less prefill), TPOT, sequences at once (0 when none fits), KV capacity (at most
-    MAX_TOKENS), whether the whole batch's KV fits, whether one sequence fits, doublings
-    outside the calibrated range; then the decode step's terms."""
+    MAX_TOKENS), whether the whole batch's KV fits, whether one sequence fits, doublings outside the
+    calibrated range; then the decode step's terms."""
     n = static.shape[1]
     rows = static.copy()
     extra = np.empty(n)

@@ -13,7 +13,8 @@ Queueing assumption (also returned in every plan's ``assumptions``):
   throughput per GPU within the SLO.
 - TTFT: a request arrives alone beside the ``B - 1`` others in flight (continuous batching
   admits it as another finishes): half a decode step's wait, the queue of the other arrivals'
-  prefills, and its own prefill (``model.predict.arrivals``). ``max_ttft_s`` bounds it.
+  prefills, and its own prefill (``engine_advisor.model.predict.arrivals``). ``max_ttft_s`` bounds
+  it.
 - TPOT as a client measures it, ``(E2E - TTFT) / (output - 1)``: the decode step at ``B`` and
   the prefills of the requests that arrive while the request decodes. ``max_tpot_s`` bounds it.
 - Little's law: requests in flight = ``rps x E2E(B)``. An instance holds ``B`` of them, kept at
@@ -29,17 +30,17 @@ from typing import Annotated, Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from model import engines
-from model.errors import validation_message
-from model.fit.costmodel import CostModel
-from model.hardware.gpus import GpuSpec
-from model.jsonnum import JsonModel
-from model.kv import KvDtype
-from model.predict.arrivals import arrival_tpot_s, arrival_ttft_s
-from model.predict.query import Evaluated
-from model.presentation.launch import launch_command
-from model.queries import evaluate, query_for
-from model.workload import (
+from engine_advisor.model import engines
+from engine_advisor.model.errors import validation_message
+from engine_advisor.model.fit.costmodel import CostModel
+from engine_advisor.model.hardware.gpus import GpuSpec
+from engine_advisor.model.jsonnum import JsonModel
+from engine_advisor.model.kv import KvDtype
+from engine_advisor.model.predict.arrivals import arrival_tpot_s, arrival_ttft_s
+from engine_advisor.model.predict.query import Evaluated
+from engine_advisor.model.presentation.launch import launch_command
+from engine_advisor.model.queries import evaluate, query_for
+from engine_advisor.model.workload import (
     MAX_BATCH,
     MAX_CONTEXT,
     MAX_OUTPUT,
@@ -218,9 +219,9 @@ def _at(model: CostModel, w: Workload, config: Config, batch: int) -> Evaluated:
 
 def _latencies(e: Evaluated, e1: Evaluated, w: Workload, batch: int) -> tuple[float, float]:
     """(TPOT, TTFT) at concurrency ``batch`` (``e``) of a request arriving beside the others in
-    flight (``model.predict.arrivals``), as a client measures them: its decode carries the
-    prefills of the requests arriving meanwhile. One prompt's prefill is ``e1``'s (the same
-    configuration at batch 1)."""
+    flight (``engine_advisor.model.predict.arrivals``), as a client measures them: its decode
+    carries the prefills of the requests arriving meanwhile. One prompt's prefill is ``e1``'s (the
+    same configuration at batch 1)."""
     p, step = e1.pred.prefill_s, e.pred.tpot_s
     return (arrival_tpot_s(p, step, w.output_tokens, batch),
             arrival_ttft_s(p, step, w.output_tokens, batch))
@@ -245,8 +246,9 @@ def _best_concurrency(model: CostModel, w: Workload, e1: Evaluated, req: PlanReq
                       ) -> tuple[Evaluated, int, str] | str:
     """(evaluation at B, B, what limits B) or the reason the config cannot meet the SLO."""
     per_seq = w.context_tokens + w.output_tokens
-    # the most sequences the instance's memory runs at once: KV, and a hybrid's state as its
-    # engine lays it out, with the memory knobs chosen for that many (model.formulas.memory_fit)
+    # the most sequences the instance's memory runs at once: KV, and a hybrid's state as its engine
+    # lays it out, with the memory knobs chosen for that many
+    # (engine_advisor.model.formulas.memory_fit)
     kv_max = _at(model, w, e1.config, req.max_concurrency).pred.running_sequences
     label = f"{e1.config.engine} dcp {e1.config.dcp_size}"
     if kv_max < 1:

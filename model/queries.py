@@ -1,7 +1,7 @@
 """A workload's query: what its predictions need that its sizes (context, output, batch) do
 not change, gathered once per workload without its sizes: the first stages of a
 recommendation (model/recommend.py), hardware -> physics -> the configurations and their
-facts (``model.predict.query.Query``). A query seen before starts at the predictions.
+facts (``engine_advisor.model.predict.query.Query``). A query seen before starts at the predictions.
 
 Queries are memoised with the model (``CostModel.__getstate__`` leaves them out), per
 profiles directory and generation: reloaded profiles are new silicon.
@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from os import environ
 
-from model.fit.costmodel import CostModel
-from model.hardware.profiles import GENERATION, PROFILES_ENV
-from model.hardware.silicon import silicon_for
-from model.physics.terms import physics_for
-from model.predict.query import Evaluated, Query
-from model.workload import Config, Workload
+from engine_advisor.model.fit.costmodel import CostModel
+from engine_advisor.model.hardware.profiles import GENERATION, PROFILES_ENV
+from engine_advisor.model.hardware.silicon import silicon_for
+from engine_advisor.model.physics.terms import physics_for
+from engine_advisor.model.predict.query import Evaluated, Query
+from engine_advisor.model.workload import Config, Workload
 
 QUERY_CACHE_SIZE = 1024
 

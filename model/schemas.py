@@ -75,7 +75,7 @@ class ConfigPrediction(BaseModel):
     kv_read_source: str
     step_terms_s: dict[str, float] = Field(
         default_factory=dict, description="seconds of each physical term of one decode step "
-        "at the workload's mean context (model.physics.terms.DECODE_TERMS)")
+        "at the workload's mean context (engine_advisor.model.physics.terms.DECODE_TERMS)")
 
 
 class Exclusion(BaseModel):

@@ -1,8 +1,9 @@
 """How the fitted model holds against the real-engine rows it was fitted on, point by point.
 
 Every figure here is held out: ``CostModel.held_out`` predicts each point from a fit without it
-(``model.fit.fitting``), next to what the uncalibrated physics prior predicts. ``summary`` gives the
-acceptance figures the docs quote (``docs/validation.md``, ``bench/validate_real.py``):
+(``engine_advisor.model.fit.fitting``), next to what the uncalibrated physics prior predicts.
+``summary`` gives the acceptance figures the docs quote (``docs/validation.md``,
+``bench/validate_real.py``):
 
 - the median held-out error per engine, GPU and quantity (total, the batch's prefill, one
   decode step), and the prior's on the same points;
@@ -19,11 +20,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from model.decision.crossover import TIE
-from model.fit.costmodel import CostModel
-from model.fit.dataset import Measurement
-from model.fit.rows import row_case, row_shape
-from model.physics.features import case_features
+from engine_advisor.model.decision.crossover import TIE
+from engine_advisor.model.fit.costmodel import CostModel
+from engine_advisor.model.fit.dataset import Measurement
+from engine_advisor.model.fit.rows import row_case, row_shape
+from engine_advisor.model.physics.features import case_features
 
 
 def _rel(pred: float, meas: float) -> float:
@@ -88,9 +89,8 @@ def choice_scores(pairs: Sequence[dict], prefix: str = "_pred") -> dict:
 
 
 def capacity_table(rows: Sequence[Measurement]) -> list[dict]:
-    """Predicted KV capacity (``model.physics.memory`` through the compiled formulas, at the row's
-    own
-    memory fraction) against each (engine, model, fraction)'s logged figure."""
+    """Predicted KV capacity (``engine_advisor.model.physics.memory`` through the compiled formulas,
+    at the row's own memory fraction) against each (engine, model, fraction)'s logged figure."""
 
     seen, out = set(), []
     for r in rows:
@@ -131,8 +131,8 @@ def unseen_model_ratios(model: CostModel, rows: Sequence[Measurement]) -> dict:
     Per predictor: the geometric mean, the share within 2x, and per quantity (total, the
     batch's prefill, one decode step) the geometric mean and range. Random-weight MoE rows are
     routed as a trained router would (diversity 1)."""
-    from model.fit.estimator import PRIOR, prior_vector
-    from model.fit.fitting import QUANTITIES, observations
+    from engine_advisor.model.fit.estimator import PRIOR, prior_vector
+    from engine_advisor.model.fit.fitting import QUANTITIES, observations
 
     seen = {r["model"] for r in model.held_out} & {r.model for r in rows}
     if seen:

@@ -8,14 +8,14 @@ from typing import Annotated, Any, Literal, NamedTuple
 import orjson
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from model.arch import PRESETS, ArchConfigError, from_hf_config
-from model.engines import names as engine_names
-from model.hardware.gpus import BUILTIN_GPUS, GpuSpec
-from model.jsonnum import JsonModel
-from model.kv import KvDtype
-from model.physics.shape import ModelShape, bare, from_architecture, preset_shape
+from engine_advisor.model.arch import PRESETS, ArchConfigError, from_hf_config
+from engine_advisor.model.engines import names as engine_names
+from engine_advisor.model.hardware.gpus import BUILTIN_GPUS, GpuSpec
+from engine_advisor.model.jsonnum import JsonModel
+from engine_advisor.model.kv import KvDtype
+from engine_advisor.model.physics.shape import ModelShape, bare, from_architecture, preset_shape
 
-Engine = Literal[engine_names()]      # the registered engines (model.engines)
+Engine = Literal[engine_names()]      # the registered engines (engine_advisor.model.engines)
 N_ENGINES = len(engine_names())
 
 MAX_CONTEXT = 16_777_216  # 16M tokens: beyond any model served today
@@ -122,8 +122,8 @@ class Workload(JsonModel):
     def query_key(self) -> tuple:
         """Every field that a prediction depends on but the sizes (context, output, batch),
         hashable: workloads with equal keys are one query at different sizes
-        (``model.queries.query_for``). ``model`` names the launch command's model, and a
-        config.json's model (its calibration key, ``ModelShape.key``): only with ``hf_config``
+        (``engine_advisor.model.queries.query_for``). ``model`` names the launch command's model,
+        and a config.json's model (its calibration key, ``ModelShape.key``): only with ``hf_config``
         is it one. Without ``engines``, the registered engines'."""
         r = self.requirements
         return (self.preset, self.kv_bytes_per_token,
@@ -138,7 +138,8 @@ class Workload(JsonModel):
         return BUILTIN_GPUS[self.gpu.upper()] if isinstance(self.gpu, str) else self.gpu
 
     def model_shape(self) -> ModelShape:
-        """The served model's physics at this workload's KV dtype (model.physics.shape)."""
+        """The served model's physics at this workload's KV dtype
+        (engine_advisor.model.physics.shape)."""
         if self.preset is not None:
             shape = preset_shape(self.preset, self.kv_cache_dtype)
         elif self.hf_config is not None:

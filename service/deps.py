@@ -12,14 +12,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 
-from model import jsontext
-from service.cache import ResponseCache
-from service.errors import ApiError, is_json
-from service.holder import LoadedModel, ModelHolder
-from service.metrics import Metrics
-from service.proxy.state import NO_POOLS, ProxyState
-from service.proxy.upstreams import Pools
-from service.settings import Settings
+from engine_advisor.model import jsontext
+from engine_advisor.service.cache import ResponseCache
+from engine_advisor.service.errors import ApiError, is_json
+from engine_advisor.service.holder import LoadedModel, ModelHolder
+from engine_advisor.service.metrics import Metrics
+from engine_advisor.service.proxy.state import NO_POOLS, ProxyState
+from engine_advisor.service.proxy.upstreams import Pools
+from engine_advisor.service.settings import Settings
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -55,8 +55,8 @@ async def json_body(request: Request, model: type[M]) -> M:
 
 
 class JsonRequest(Request):
-    """A request whose ``json()`` refuses every malformed body as ``model.jsontext`` does
-    (Starlette's ``json.loads`` lets a lone surrogate through, and FastAPI turns a
+    """A request whose ``json()`` refuses every malformed body as ``engine_advisor.model.jsontext``
+    does (Starlette's ``json.loads`` lets a lone surrogate through, and FastAPI turns a
     RecursionError into "There was an error parsing the body")."""
 
     async def json(self) -> Any:

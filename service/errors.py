@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from model import jsontext
+from engine_advisor.model import jsontext
 
 log = logging.getLogger("engine_advisor.service")
 

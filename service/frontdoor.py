@@ -1,5 +1,6 @@
-"""The front door's limits: what one connection and one request head may hold, how long they
-may take, how many connections one process keeps (service.transport.protocol applies them).
+"""The front door's limits: what one connection and one request head may hold, how long they may
+take, how many connections one process keeps (engine_advisor.service.transport.protocol applies
+them).
 
 Defaults are those of the gateways the service sits next to: Envoy's 60 KiB of request headers
 (``max_request_headers_kb``) and 100 header fields (``max_headers_count``), nginx's 60 s for a

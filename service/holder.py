@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from model.fit.artifact import build_metadata, load
-from model.fit.costmodel import CostModel
-from model.fit.default import REFERENCE_CSV, default_model
+from engine_advisor.model.fit.artifact import build_metadata, load
+from engine_advisor.model.fit.costmodel import CostModel
+from engine_advisor.model.fit.default import REFERENCE_CSV, default_model
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,8 @@ def load_default() -> LoadedModel:
 
 
 def load_artifact(path: Path) -> LoadedModel:
-    """Raises model.fit.artifact.ArtifactError with the reason when the file is refused."""
+    """Raises engine_advisor.model.fit.artifact.ArtifactError with the reason when the file is
+    refused."""
     model, meta = load(path)
     return LoadedModel(model, meta, str(path))
 

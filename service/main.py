@@ -11,18 +11,22 @@ from fastapi.routing import APIRoute
 from starlette.middleware import Middleware
 from starlette.types import Receive, Scope, Send
 
-from model.recommend import warm_up
-from service import epp, errors
-from service.cache import ResponseCache
-from service.frontdoor import FrontDoor
-from service.holder import ModelHolder, load_artifact, load_default
-from service.metrics import Metrics
-from service.middleware import MetricsMiddleware, ProxyBodyLimitMiddleware, RequestIdMiddleware
-from service.proxy.entrance import PATHS as ENTRANCE_PATHS
-from service.proxy.entrance import Entrance
-from service.proxy.schemas import RouteWorkload
-from service.proxy.state import ProxyState, proxy_lifespan
-from service.routes import (
+from engine_advisor.model.recommend import warm_up
+from engine_advisor.service import epp, errors
+from engine_advisor.service.cache import ResponseCache
+from engine_advisor.service.frontdoor import FrontDoor
+from engine_advisor.service.holder import ModelHolder, load_artifact, load_default
+from engine_advisor.service.metrics import Metrics
+from engine_advisor.service.middleware import (
+    MetricsMiddleware,
+    ProxyBodyLimitMiddleware,
+    RequestIdMiddleware,
+)
+from engine_advisor.service.proxy.entrance import PATHS as ENTRANCE_PATHS
+from engine_advisor.service.proxy.entrance import Entrance
+from engine_advisor.service.proxy.schemas import RouteWorkload
+from engine_advisor.service.proxy.state import ProxyState, proxy_lifespan
+from engine_advisor.service.routes import (
     admin,
     bench,
     crossover,
@@ -36,7 +40,7 @@ from service.routes import (
     route,
     ui,
 )
-from service.settings import Settings
+from engine_advisor.service.settings import Settings
 
 # Matched in this order, one router after the other (FastAPI's matching costs a few
 # microseconds per router passed over): the per-request routes of deployment tools and
@@ -73,12 +77,13 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 class App(FastAPI):
-    """FastAPI, with ``POST /v1/chat/completions``, ``/v1/completions`` and ``/generate``
-    dispatched before FastAPI's own layers, to the proxy's entrance (service.proxy.entrance
+    """FastAPI, with ``POST /v1/chat/completions``, ``/v1/completions`` and ``/generate`` dispatched
+    before FastAPI's own layers, to the proxy's entrance (engine_advisor.service.proxy.entrance
     explains why)."""
 
     entrance: Entrance | None = None
-    front_door: FrontDoor | None = None     # what service.transport.protocol enforces
+    # what engine_advisor.service.transport.protocol enforces
+    front_door: FrontDoor | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST" \
@@ -130,7 +135,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 
 def app_from_env() -> FastAPI:
-    """uvicorn factory (``service.main:app_from_env``): settings from ENGINE_ADVISOR_*."""
+    """uvicorn factory (``engine_advisor.service.main:app_from_env``): settings from
+    ENGINE_ADVISOR_*."""
     return create_app(Settings())
 
 

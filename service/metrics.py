@@ -143,7 +143,8 @@ class Metrics:
             registry=self.registry)
         self.refusals = Counts(
             "engine_advisor_http_refusals", "connections and requests the front door refused "
-            "or closed (service.frontdoor), by reason", ["reason"], registry=self.registry)
+            "or closed (engine_advisor.service.frontdoor), by reason", ["reason"],
+            registry=self.registry)
         # (method, route, status) -> its latency row: bounded like the labels themselves
         self._rows: dict[tuple[str, str, int], list] = {}
 

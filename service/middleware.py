@@ -10,8 +10,8 @@ from collections.abc import Callable
 from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.errors import envelope
-from service.metrics import Metrics
+from engine_advisor.service.errors import envelope
+from engine_advisor.service.metrics import Metrics
 
 SAFE_ID = re.compile(rb"[A-Za-z0-9._:\-]{1,128}")
 REQUEST_ID = b"x-request-id"
@@ -147,10 +147,10 @@ class BodyLimitMiddleware:
 
 class ProxyBodyLimitMiddleware:
     """The proxy's body cap on ``paths`` (``cap()``: ``ProxyState.body_cap``, the
-    ``proxy_max_body_bytes`` setting, else enough for the longest context the pools serve),
-    the global one (``limit``) elsewhere. A proxied prompt of a long-context model is far
-    larger than /v1/recommend's 1 MiB. (The proxy's entrance, service.proxy.entrance, checks
-    the same itself on its paths.)"""
+    ``proxy_max_body_bytes`` setting, else enough for the longest context the pools serve), the
+    global one (``limit``) elsewhere. A proxied prompt of a long-context model is far larger than
+    /v1/recommend's 1 MiB. (The proxy's entrance, engine_advisor.service.proxy.entrance, checks the
+    same itself on its paths.)"""
 
     def __init__(self, app: ASGIApp, limit: int, cap: Callable[[], int], paths: frozenset[str]):
         self.default = BodyLimitMiddleware(app, limit)

@@ -11,8 +11,8 @@ DEFAULT_OPENAPI = Path(__file__).resolve().parent.parent / "openapi.yaml"
 def openapi_yaml() -> str:
     import yaml
 
-    from service.main import create_app
-    from service.settings import Settings
+    from engine_advisor.service.main import create_app
+    from engine_advisor.service.settings import Settings
 
     spec = create_app(Settings(_env_file=None)).openapi()
     return yaml.safe_dump(spec, sort_keys=False, allow_unicode=True, width=100)

@@ -1,5 +1,5 @@
-"""Request and response models of the service's own endpoints (the recommendation contract
-itself lives in model.workload / model.schemas, shared with the CLI)."""
+"""Request and response models of the service's own endpoints (the recommendation contract itself
+lives in engine_advisor.model.workload / engine_advisor.model.schemas, shared with the CLI)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from model.decision.crossover import CROSSOVER_RANGE
-from model.jsonnum import JsonModel
-from model.schemas import ConfigPrediction, Exclusion, Recommendation
-from model.workload import MAX_CONTEXT, MAX_GPUS, Engine, Workload
-from service.errors import ErrorDetail
+from engine_advisor.model.decision.crossover import CROSSOVER_RANGE
+from engine_advisor.model.jsonnum import JsonModel
+from engine_advisor.model.schemas import ConfigPrediction, Exclusion, Recommendation
+from engine_advisor.model.workload import MAX_CONTEXT, MAX_GPUS, Engine, Workload
+from engine_advisor.service.errors import ErrorDetail
 
 WORKLOAD_REF = {"$ref": "#/components/schemas/Workload"}
 
@@ -46,7 +46,7 @@ class PredictRequest(JsonModel):
 
 
 class StepSeconds(BaseModel):
-    """Seconds of each physical term of one decode step (model.physics.terms)."""
+    """Seconds of each physical term of one decode step (engine_advisor.model.physics.terms)."""
 
     gemm: float
     moe: float

@@ -1,5 +1,5 @@
-"""HTTP routes of the simulator: the OpenAI endpoints plus each engine's own (``sim.engines``:
-which routes, and the engine's quirks)."""
+"""HTTP routes of the simulator: the OpenAI endpoints plus each engine's own
+(``engine_advisor.sim.engines``: which routes, and the engine's quirks)."""
 
 from __future__ import annotations
 
@@ -17,15 +17,15 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from model.engines.sglang import STATE_RATIO
-from model.physics.capacity import Pool
-from sim import engines, native, resolution
-from sim.config import SimConfig
-from sim.engine import EngineCore, SimRequest
-from sim.faults import FaultInjector, HeaderError, oom_message
-from sim.httputil import SSE_HEADERS, read_json, wait_disconnect
-from sim.prefix import PrefixCache
-from sim.protocol import (
+from engine_advisor.model.engines.sglang import STATE_RATIO
+from engine_advisor.model.physics.capacity import Pool
+from engine_advisor.sim import engines, native, resolution
+from engine_advisor.sim.config import SimConfig
+from engine_advisor.sim.engine import EngineCore, SimRequest
+from engine_advisor.sim.faults import FaultInjector, HeaderError, oom_message
+from engine_advisor.sim.httputil import SSE_HEADERS, read_json, wait_disconnect
+from engine_advisor.sim.prefix import PrefixCache
+from engine_advisor.sim.protocol import (
     DONE_EVENT,
     ApiError,
     ChunkWriter,
@@ -37,9 +37,9 @@ from sim.protocol import (
     parse_generation,
     render_chat,
 )
-from sim.textgen import Vocab, plan_output
-from sim.timing import StepTimer
-from sim.tokenizer import BUILTIN, Tokenizer
+from engine_advisor.sim.textgen import Vocab, plan_output
+from engine_advisor.sim.timing import StepTimer
+from engine_advisor.sim.tokenizer import BUILTIN, Tokenizer
 
 
 class SimState:

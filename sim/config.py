@@ -6,12 +6,12 @@ import dataclasses
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from model.engines.base import MemoryKnobs
-from model.hardware.gpus import BUILTIN_GPUS, GpuSpec
-from model.physics.capacity import Pool, instance_pool
-from model.physics.memory import OOM_THRESHOLD
-from model.physics.shape import ModelShape
-from sim import engines
+from engine_advisor.model.engines.base import MemoryKnobs
+from engine_advisor.model.hardware.gpus import BUILTIN_GPUS, GpuSpec
+from engine_advisor.model.physics.capacity import Pool, instance_pool
+from engine_advisor.model.physics.memory import OOM_THRESHOLD
+from engine_advisor.model.physics.shape import ModelShape
+from engine_advisor.sim import engines
 
 DEFAULT_KV_BYTES = 27_648        # Kimi-K3 (the default --model-name): 24 MLA layers x 576 x 2 B
 
@@ -119,7 +119,7 @@ class SimConfig:
     def shape(self) -> ModelShape:
         """The served model: the preset --model-name names when its KV bytes per token match
         --kv-bytes-per-token (weights and FLOPs known), else the KV bytes alone."""
-        from model.physics.shape import shape_of
+        from engine_advisor.model.physics.shape import shape_of
 
         try:
             return shape_of(self.model_name, "bf16", self.kv_bytes_per_token, self.kv_shards)
@@ -127,8 +127,8 @@ class SimConfig:
             return shape_of("", "bf16", self.kv_bytes_per_token, self.kv_shards)
 
     def knobs(self) -> MemoryKnobs:
-        """The engine's memory knobs as launched (``model.engines.base.MemoryKnobs``; unset:
-        the engine's default). SGLang's state slots, state ratio and radix cache apply to
+        """The engine's memory knobs as launched (``engine_advisor.model.engines.base.MemoryKnobs``;
+        unset: the engine's default). SGLang's state slots, state ratio and radix cache apply to
         SGLang only; vLLM's prefix caching does not change its pool (off for hybrids)."""
         sglang = self.engine == "sglang"
         return MemoryKnobs(
@@ -139,8 +139,8 @@ class SimConfig:
 
     def pool(self) -> Pool:
         """The instance's memory as the recommender models it
-        (``model.physics.capacity.instance_pool``: weights, the engine's reserve, its layout of
-        a hybrid's state and KV, the running-request limit)."""
+        (``engine_advisor.model.physics.capacity.instance_pool``: weights, the engine's reserve, its
+        layout of a hybrid's state and KV, the running-request limit)."""
         shape = self.shape()
         if self.weight_bytes is not None:
             shape = dataclasses.replace(shape, weight_bytes=self.weight_bytes)

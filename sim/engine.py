@@ -2,9 +2,9 @@
 
 Each loop iteration either prefills the requests it can admit or runs one decode step of every
 running sequence. Admission is the engine's memory as the recommender models it
-(``model.physics.capacity.Pool``): a request of prompt + planned output ``n`` tokens reserves
-``pool.units_for(n)`` of the pool's ``units`` (KV tokens; for a hybrid on vLLM, pages of KV and
-state; on SGLang, KV tokens beside its state slots), at most ``pool.max_running`` run, FCFS, so
+(``engine_advisor.model.physics.capacity.Pool``): a request of prompt + planned output ``n`` tokens
+reserves ``pool.units_for(n)`` of the pool's ``units`` (KV tokens; for a hybrid on vLLM, pages of KV
+and state; on SGLang, KV tokens beside its state slots), at most ``pool.max_running`` run, FCFS, so
 the head of the queue blocks the rest like the engines' default scheduler. A prefill of k new
 requests takes the cost model's TTFT at batch k and their mean prompt length and yields each
 request's first token; a decode step takes the cost model's TPOT at batch = number running and
@@ -30,10 +30,10 @@ import itertools
 from collections import deque
 from collections.abc import Callable
 
-from model.engines.base import NO_STATE, StateLayout
-from model.physics.capacity import Pool
-from sim.metrics import Stats
-from sim.timing import StepTimer
+from engine_advisor.model.engines.base import NO_STATE, StateLayout
+from engine_advisor.model.physics.capacity import Pool
+from engine_advisor.sim.metrics import Stats
+from engine_advisor.sim.timing import StepTimer
 
 WAITING, PREFILL, RUNNING, DONE = range(4)
 MAX_STEPS_PER_ITERATION = 256

@@ -7,8 +7,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.types import Receive
 
-from model import jsontext
-from sim.protocol import ApiError
+from engine_advisor.model import jsontext
+from engine_advisor.sim.protocol import ApiError
 
 SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"),
                (b"cache-control", b"no-cache")]
@@ -22,7 +22,8 @@ async def wait_disconnect(receive: Receive) -> None:
 
 
 async def read_json(request: Request) -> Any:
-    """The body as JSON; a body an engine's parser refuses (model.jsontext) is a 400."""
+    """The body as JSON; a body an engine's parser refuses (engine_advisor.model.jsontext) is a
+    400."""
     raw = await request.body()
     try:
         return jsontext.loads(raw)

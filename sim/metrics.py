@@ -1,5 +1,5 @@
 """Live engine statistics and the Prometheus text exposition's pieces (each engine's names and
-lines: ``sim.engines``).
+lines: ``engine_advisor.sim.engines``).
 
 The scheduler updates plain counters and histograms (``observe(value, count)`` records ``count``
 equal observations at once, so a decode step costs one call per running request, not per

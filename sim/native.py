@@ -37,15 +37,15 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from model import jsontext
-from sim.engine import EngineCore, SimRequest
-from sim.faults import HeaderError
-from sim.httputil import SSE_HEADERS, wait_disconnect
-from sim.textgen import OutputPlan, plan_output
-from sim.tokenizer import Tokenizer
+from engine_advisor.model import jsontext
+from engine_advisor.sim.engine import EngineCore, SimRequest
+from engine_advisor.sim.faults import HeaderError
+from engine_advisor.sim.httputil import SSE_HEADERS, wait_disconnect
+from engine_advisor.sim.textgen import OutputPlan, plan_output
+from engine_advisor.sim.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
-    from sim.app import SimState
+    from engine_advisor.sim.app import SimState
 
 DEFAULT_MAX_NEW_TOKENS = 128          # SGLang's SamplingParams default
 FLUSHED = ("Cache flushed.\nPlease check backend logs for more details. (When there are running "

@@ -12,11 +12,11 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sim.textgen import OutputPlan
-from sim.tokenizer import BUILTIN, Tokenizer
+from engine_advisor.sim.textgen import OutputPlan
+from engine_advisor.sim.tokenizer import BUILTIN, Tokenizer
 
 if TYPE_CHECKING:
-    from sim.engines import SimEngine
+    from engine_advisor.sim.engines import SimEngine
 
 ERROR_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError",
                404: "NotFoundError", 408: "TimeoutError", 409: "ConflictError",

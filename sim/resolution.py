@@ -30,9 +30,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
-from sim.httputil import SSE_HEADERS, read_json
-from sim.protocol import DONE_EVENT, ApiError, ChunkWriter, GenParams, full_response
-from sim.textgen import plan_output
+from engine_advisor.sim.httputil import SSE_HEADERS, read_json
+from engine_advisor.sim.protocol import DONE_EVENT, ApiError, ChunkWriter, GenParams, full_response
+from engine_advisor.sim.textgen import plan_output
 
 FAITHFUL_MULTIPLE = 10
 PROBES = 8

@@ -6,13 +6,13 @@ import datetime as dt
 import sys
 import time
 
-from model.fit.costmodel import CostModel
-from sim import engines
-from sim.app import SimState, create_app
-from sim.config import SimConfig
-from sim.faults import oom_message
-from sim.timing import StepTimer
-from sim.tokenizer import BUILTIN, Tokenizer
+from engine_advisor.model.fit.costmodel import CostModel
+from engine_advisor.sim import engines
+from engine_advisor.sim.app import SimState, create_app
+from engine_advisor.sim.config import SimConfig
+from engine_advisor.sim.faults import oom_message
+from engine_advisor.sim.timing import StepTimer
+from engine_advisor.sim.tokenizer import BUILTIN, Tokenizer
 
 
 def _logger(engine: engines.SimEngine):

@@ -19,7 +19,7 @@ import random
 from array import array
 from dataclasses import dataclass
 
-from sim.tokenizer import BUILTIN, Tokenizer
+from engine_advisor.sim.tokenizer import BUILTIN, Tokenizer
 
 WORDS = (" the", " of", " and", " to", " in", " is", " it", " for", " on", " was", " as",
          " at", " by", " an", " be", " are", " or", " has", " not", " but", " can", " all",

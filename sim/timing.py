@@ -1,21 +1,22 @@
 """Step durations from the cost model: prefill of a batch and one decode step of the running set.
 
-The same physical terms (``model.physics.terms``) and fitted engine coefficients the recommender
-uses, a decode step reading and writing each sequence's linear-attention state at the engine's
-own dtypes (``model.physics.memory.state_layout``: vLLM keeps Qwen3-Next's GDN state in bf16,
-SGLang in fp32); the scheduler asks once per step, never per token or per request.
+The same physical terms (``engine_advisor.model.physics.terms``) and fitted engine coefficients the
+recommender uses, a decode step reading and writing each sequence's linear-attention state at the
+engine's own dtypes (``engine_advisor.model.physics.memory.state_layout``: vLLM keeps Qwen3-Next's
+GDN state in bf16, SGLang in fp32); the scheduler asks once per step, never per token or per
+request.
 """
 
 from __future__ import annotations
 
-from model import engines
-from model.fit.costmodel import CostModel
-from model.hardware.gpus import GpuSpec
-from model.hardware.silicon import silicon_for
-from model.physics.memory import state_layout
-from model.physics.shape import ModelShape
-from model.physics.terms import N_PREFILL, Hardware, decode_terms, prefill_terms
-from model.predict.predictor import predictor_for
+from engine_advisor.model import engines
+from engine_advisor.model.fit.costmodel import CostModel
+from engine_advisor.model.hardware.gpus import GpuSpec
+from engine_advisor.model.hardware.silicon import silicon_for
+from engine_advisor.model.physics.memory import state_layout
+from engine_advisor.model.physics.shape import ModelShape
+from engine_advisor.model.physics.terms import N_PREFILL, Hardware, decode_terms, prefill_terms
+from engine_advisor.model.predict.predictor import predictor_for
 
 
 class StepTimer:
@@ -35,7 +36,7 @@ class StepTimer:
         self.graph_tokens = float(engines.get(engine).graphed_prefill_tokens(shape.attention))
         self.hw = Hardware(silicon_for(gpu), tp)
         # one sequence's state per GPU as this engine holds it (what the recommender's rows
-        # carry: model.physics.features.static_rows)
+        # carry: engine_advisor.model.physics.features.static_rows)
         self.state_bytes = float(state_layout(engine, shape, tp, gpu.name,
                                               gpu.memory_bytes).state_bytes)
         self.prefill_s(1, 1.0)   # the compiled formulas, before the first step is timed

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 
 def pytest_sessionstart(session) -> None:
-    """Compile the cost model's formulas once (model.formulas; numba writes them to its cache
-    beside the module), so that the services and simulators the tests start load them instead
-    of each compiling them while a readiness timeout runs."""
-    from model.fit.default import default_model
-    from model.recommend import warm_up
+    """Compile the cost model's formulas once (engine_advisor.model.formulas; numba writes them to
+    its cache beside the module), so that the services and simulators the tests start load them
+    instead of each compiling them while a readiness timeout runs."""
+    from engine_advisor.model.fit.default import default_model
+    from engine_advisor.model.recommend import warm_up
 
     warm_up(default_model())

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from calibration.ports import free_port
+from engine_advisor.calibration.ports import free_port
 
 EXE = str(Path(sys.executable).with_name("engine-advisor"))
 

@@ -1,12 +1,13 @@
-"""The published benchmark's workload under the reference data's assumptions: the batch,
-output tokens and prompt sharing of model/data/b300_reference.csv's rows (the ones
-model.fit.seedcheck's rule chose). One place for every test that asks the seed's question."""
+"""The published benchmark's workload under the reference data's assumptions: the batch, output
+tokens and prompt sharing of model/data/b300_reference.csv's rows (the ones
+engine_advisor.model.fit.seedcheck's rule chose). One place for every test that asks the seed's
+question."""
 
 from __future__ import annotations
 
-from model.fit.dataset import read_csv
-from model.fit.default import REFERENCE_CSV
-from model.workload import Workload
+from engine_advisor.model.fit.dataset import read_csv
+from engine_advisor.model.fit.default import REFERENCE_CSV
+from engine_advisor.model.workload import Workload
 
 _ROW = next(r for r in read_csv(REFERENCE_CSV) if r.total_s)
 BATCH, OUTPUT, SHARE = _ROW.batch_size, _ROW.output_tokens, _ROW.prefix_share

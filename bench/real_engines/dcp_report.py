@@ -5,11 +5,11 @@
 
 RUNS_DIR holds the run folders ``bench/real_engines/run.py all --tp N`` writes
 (``<engine>-deepseek-v2-lite-tpN-dcpD/ctx<C>/``). The script fits the default model's data plus
-these rows (``model.fit.fitting``: DCP terms move only on DCP rows) and prints, per engine and DCP
-size, each point's measured decode step next to the uncalibrated prior's and the held-out fit's,
-the KV capacity the engine logged next to the predicted one, and the smallest context at which
-each DCP size beats DCP 1 per batch size (measured where both ran, else the fit). The published
-DCP figures of model/data/published.csv are compared in tests/model/test_published.py.
+these rows (``engine_advisor.model.fit.fitting``: DCP terms move only on DCP rows) and prints, per
+engine and DCP size, each point's measured decode step next to the uncalibrated prior's and the
+held-out fit's, the KV capacity the engine logged next to the predicted one, and the smallest
+context at which each DCP size beats DCP 1 per batch size (measured where both ran, else the fit).
+The published DCP figures of model/data/published.csv are compared in tests/model/test_published.py.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
 
-from calibration.fit.fitter import read_all  # noqa: E402
-from model.fit.costmodel import CostModel
-from model.fit.dataset import read_csv  # noqa: E402
-from model.fit.default import REFERENCE_CSV, real_rows  # noqa: E402
-from model.fit.estimator import PRIOR, prior_vector  # noqa: E402
-from model.fit.rows import row_case, trainable  # noqa: E402
-from model.physics.features import case_features
+from engine_advisor.calibration.fit.fitter import read_all  # noqa: E402
+from engine_advisor.model.fit.costmodel import CostModel
+from engine_advisor.model.fit.dataset import read_csv  # noqa: E402
+from engine_advisor.model.fit.default import REFERENCE_CSV, real_rows  # noqa: E402
+from engine_advisor.model.fit.estimator import PRIOR, prior_vector  # noqa: E402
+from engine_advisor.model.fit.rows import row_case, trainable  # noqa: E402
+from engine_advisor.model.physics.features import case_features
 
 
 def dcp_rows(runs: Path):

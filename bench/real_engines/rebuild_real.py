@@ -28,67 +28,65 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from calibration.sweep.rebuild import RebuildInputs, rebuild  # noqa: E402
-from model.diskio import atomic_write  # noqa: E402
-from model.fit.dataset import header_csv, read_csv, row_csv  # noqa: E402
+from engine_advisor.calibration.sweep.rebuild import RebuildInputs, rebuild  # noqa: E402
+from engine_advisor.model.diskio import atomic_write  # noqa: E402
+from engine_advisor.model.fit.dataset import header_csv, read_csv, row_csv  # noqa: E402
 
 DATA = REPO / "bench" / "data" / "h200-real"
 COMBINED = REPO / "model" / "data" / "h200_real.csv"
-# sglang-deepseek-v2-lite-rerun: that engine and preset's 16,384-token points, measured again
-# on 2026-12-02 by the current sweep (its two-chunk warm-up, calibration.sweep.warmup) on a fresh
-# server with the same command; the first measurement is kept under superseded/ (its 1 x 16,384
-# prefill, the server's first chunk over a cached prefix, took 0.95 s; 0.30 s re-measured)
+# sglang-deepseek-v2-lite-rerun: that engine and preset's 16,384-token points, measured again on
+# 2026-12-02 by the current sweep (its two-chunk warm-up, engine_advisor.calibration.sweep.warmup)
+# on a fresh server with the same command; the first measurement is kept under superseded/ (its 1 x
+# 16,384 prefill, the server's first chunk over a cached prefix, took 0.95 s; 0.30 s re-measured)
 # vllm-qwen3-32b and sglang-qwen3-32b (2026-12-02): a third preset, 64 dense GQA layers, contexts
 # 1K-32K (its model length is 40,960): run.py all --only vllm-qwen3-32b sglang-qwen3-32b --grid
-# "1024:1,8,32,64;4096:1,16,48;16384:1,4,12;32768:1,2,6"
-# vllm-nemotron-3-nano-30b-a3b and sglang-qwen3-next-80b-a3b-fp8 (2026-12-03, both shipped
-# unfitted, below): two hybrids, a
-# Mamba2 one (vLLM) and a Gated DeltaNet one with FP8 block weights (SGLang), measured by
-# `run.py all --only TAG` with the same command as the others on run.py's hybrid grid
-# (HYBRID_GRID: 1,024 x 1-192, 16,384 x 1-16, 65,536 x 1-8, 131,072 and 260,000 x 1; Qwen3-Next
-# also 32,768 x 80, more KV than SGLang holds), model length 262,144. vLLM was
-# launched with --max-num-seqs 128 (its default ran out of memory capturing CUDA graphs for a
-# hybrid; run.py EXTRA_FLAGS), so those rows record max_running 128; SGLang ran with its
-# defaults (its scheduler chose 66 running requests from a 330-slot state pool), so its rows
-# leave max_running empty. In SGLang's 1,024 x 192 point one request of the first attempt lost
-# its connection (ReadError, nothing in the engine's log); the point ran again at once and all
-# 192 requests succeeded. The row keeps errors = 1 (that lost request) and its times are the
-# second attempt's (the rebuild reads a point's last attempt). vLLM on Qwen3-Next has start-up
-# facts only (logs/vllm-qwen3-next-80b-a3b-fp8*.log): its engine died at the first request.
+# "1024:1,8,32,64;4096:1,16,48;16384:1,4,12;32768:1,2,6" vllm-nemotron-3-nano-30b-a3b and
+# sglang-qwen3-next-80b-a3b-fp8 (2026-12-03, both shipped unfitted, below): two hybrids, a Mamba2
+# one (vLLM) and a Gated DeltaNet one with FP8 block weights (SGLang), measured by `run.py all
+# --only TAG` with the same command as the others on run.py's hybrid grid (HYBRID_GRID: 1,024 x
+# 1-192, 16,384 x 1-16, 65,536 x 1-8, 131,072 and 260,000 x 1; Qwen3-Next also 32,768 x 80, more KV
+# than SGLang holds), model length 262,144. vLLM was launched with --max-num-seqs 128 (its default
+# ran out of memory capturing CUDA graphs for a hybrid; run.py EXTRA_FLAGS), so those rows record
+# max_running 128; SGLang ran with its defaults (its scheduler chose 66 running requests from a
+# 330-slot state pool), so its rows leave max_running empty. In SGLang's 1,024 x 192 point one
+# request of the first attempt lost its connection (ReadError, nothing in the engine's log); the
+# point ran again at once and all 192 requests succeeded. The row keeps errors = 1 (that lost
+# request) and its times are the second attempt's (the rebuild reads a point's last attempt). vLLM
+# on Qwen3-Next has start-up facts only (logs/vllm-qwen3-next-80b-a3b-fp8*.log): its engine died at
+# the first request.
 TAGS = ("vllm-deepseek-v2-lite", "sglang-deepseek-v2-lite", "sglang-deepseek-v2-lite-rerun",
         "vllm-llama-3.1-8b", "sglang-llama-3.1-8b", "vllm-qwen3-32b", "sglang-qwen3-32b")
 # Measured but not fitted (model/data/h200_real_unfitted.csv): vllm-qwen3-30b-a3b and
-# sglang-qwen3-30b-a3b (2026-12-02), a second MoE (GQA, 128 experts of which 8 per token in all
-# 48 layers), with the same command and grid. vLLM's random weights route its batches as a
-# trained router would (its steps grow with the batch), not as DeepSeek-V2-Lite's (diversity
-# 0.02), and its tuned fused-MoE configuration runs at the kernel tables' floor (V2-Lite's
-# default one at twice it). Fitted
-# with the rest, each model at its own routing diversity (model.fit.fitting.choose_diversity),
-# vLLM's stepwise selection stops after one term (7.5 % held out, against 1.6 % without them);
-# model.validation.leave_model_out checks them as a model left out.
-# vllm-mixtral-8x7b, sglang-mixtral-8x7b and sglang-mixtral-8x7b-rerun (2026-12-02): a third MoE
-# the prior and the fit never saw (32 GQA MoE layers, 8 experts of 14,336, 2 per token; 93 GB),
-# shipped unfitted to stay a left-out check. Same command and grid, except the longest context:
-# its model length is 32,768, so the 32,768-token points became 32,640 (prompt + 128 outputs =
-# the model length). vLLM ran those; SGLang clips a request's outputs to its context length - 2
-# minus the prompt (126 here: scheduler max_req_len = context_len - 1, then - 1), so its three
-# 32,640 points failed (bench/data/h200-real/superseded/) and ran again at 32,512 on a fresh
-# server with the same command (sglang-mixtral-8x7b-rerun).
+# sglang-qwen3-30b-a3b (2026-12-02), a second MoE (GQA, 128 experts of which 8 per token in all 48
+# layers), with the same command and grid. vLLM's random weights route its batches as a trained
+# router would (its steps grow with the batch), not as DeepSeek-V2-Lite's (diversity 0.02), and its
+# tuned fused-MoE configuration runs at the kernel tables' floor (V2-Lite's default one at twice
+# it). Fitted with the rest, each model at its own routing diversity
+# (engine_advisor.model.fit.fitting.choose_diversity), vLLM's stepwise selection stops after one
+# term (7.5 % held out, against 1.6 % without them); engine_advisor.model.validation.leave_model_out
+# checks them as a model left out. vllm-mixtral-8x7b, sglang-mixtral-8x7b and
+# sglang-mixtral-8x7b-rerun (2026-12-02): a third MoE the prior and the fit never saw (32 GQA MoE
+# layers, 8 experts of 14,336, 2 per token; 93 GB), shipped unfitted to stay a left-out check. Same
+# command and grid, except the longest context: its model length is 32,768, so the 32,768-token
+# points became 32,640 (prompt + 128 outputs = the model length). vLLM ran those; SGLang clips a
+# request's outputs to its context length - 2 minus the prompt (126 here: scheduler max_req_len =
+# context_len - 1, then - 1), so its three 32,640 points failed (bench/data/h200-real/superseded/)
+# and ran again at 32,512 on a fresh server with the same command (sglang-mixtral-8x7b-rerun).
 # sglang-qwen3-next-80b-a3b-fp8 (2026-12-03) ran with SGLANG_ENABLE_JIT_DEEPGEMM=0 (so that the
-# server would not spend minutes compiling DeepGEMM kernels at start-up, as vLLM's start of
-# this model did): its FP8 block GEMMs then ran SGLang's Triton kernel at an untuned default
-# configuration ("Using default W8A8 Block FP8 kernel config. Performance might be
-# sub-optimal!" for N=12288/9216 x K=2048 and N=2048 x K=4096), not SGLang's default path. Its
-# batch prefills take ~10 us per prompt token more than the physics of the dense GEMMs at the
-# kernel tables' rate: a fit on them would put that on another term (SGLang's linear-attention
-# prefill came out at 13 x its physics). Its KV capacity, state slots and running limit are the
-# engine's own and check the memory model; its times check a model left out.
-# vllm-nemotron-3-nano-30b-a3b (2026-12-03), shipped unfitted until both engines have run a
-# hybrid on their default kernel paths: fitted with the rest, its random-weight MoE (an untuned
-# fused-MoE configuration, its batches routed to the same few experts) moves vLLM's per-call
-# MoE cost from 2.6 to 1.8 x its floor and DeepSeek-V2-Lite's held-out decode step from 2.4 %
-# to 4.8 %; tests/model/test_real_h200.py checks it both ways (fitted with it: batch prefill,
-# decode step and total held out within 10 %; left out: the prior and a fit on the others).
+# server would not spend minutes compiling DeepGEMM kernels at start-up, as vLLM's start of this
+# model did): its FP8 block GEMMs then ran SGLang's Triton kernel at an untuned default
+# configuration ("Using default W8A8 Block FP8 kernel config. Performance might be sub-optimal!" for
+# N=12288/9216 x K=2048 and N=2048 x K=4096), not SGLang's default path. Its batch prefills take ~10
+# us per prompt token more than the physics of the dense GEMMs at the kernel tables' rate: a fit on
+# them would put that on another term (SGLang's linear-attention prefill came out at 13 x its
+# physics). Its KV capacity, state slots and running limit are the engine's own and check the memory
+# model; its times check a model left out. vllm-nemotron-3-nano-30b-a3b (2026-12-03), shipped
+# unfitted until both engines have run a hybrid on their default kernel paths: fitted with the rest,
+# its random-weight MoE (an untuned fused-MoE configuration, its batches routed to the same few
+# experts) moves vLLM's per-call MoE cost from 2.6 to 1.8 x its floor and DeepSeek-V2-Lite's
+# held-out decode step from 2.4 % to 4.8 %; tests/model/test_real_h200.py checks it both ways
+# (fitted with it: batch prefill, decode step and total held out within 10 %; left out: the prior
+# and a fit on the others).
 UNFITTED_TAGS = ("vllm-qwen3-30b-a3b", "sglang-qwen3-30b-a3b", "vllm-mixtral-8x7b",
                  "sglang-mixtral-8x7b", "sglang-mixtral-8x7b-rerun",
                  "sglang-qwen3-next-80b-a3b-fp8", "vllm-nemotron-3-nano-30b-a3b")

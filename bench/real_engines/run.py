@@ -159,7 +159,7 @@ def get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
 
 def ea(*args: str) -> list[str]:
     """An engine-advisor command (run with ``ea_env``: the vLLM set's dependencies)."""
-    return [sys.executable, "-m", "cli.main", *args]
+    return [sys.executable, "-m", "engine_advisor.cli.main", *args]
 
 
 def ea_env() -> dict[str, str]:

@@ -1,12 +1,12 @@
 """Fit the cost model from dataset files, guard what it writes, and summarise its quality.
 
-Before fitting, every row must name its served model's architecture (a preset, or an
-``hf:`` key whose config.json lives beside the dataset: ``calibration.sweep.served_model``), unless
-the user asks for a fit on KV bytes alone (``kv_bytes_only``). After fitting, the artifact is
+Before fitting, every row must name its served model's architecture (a preset, or an ``hf:`` key
+whose config.json lives beside the dataset: ``engine_advisor.calibration.sweep.served_model``),
+unless the user asks for a fit on KV bytes alone (``kv_bytes_only``). After fitting, the artifact is
 written only if the fit means something (``guard``): not when most rows are faster than their
-roofline (the physics at spec-sheet peaks), and not when the held-out error is absurd. A run
-of ``engine-advisor sim`` at a time scale below 1 is named as the cause: it runs the hidden
-truth faster than any GPU can.
+roofline (the physics at spec-sheet peaks), and not when the held-out error is absurd. A run of
+``engine-advisor sim`` at a time scale below 1 is named as the cause: it runs the hidden truth
+faster than any GPU can.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from calibration.errors import CalibrationError
-from model.fit.artifact import check_name, save
-from model.fit.costmodel import MIN_CV_POINTS, CostModel
-from model.fit.dataset import Measurement, read_csv
-from model.fit.rows import trainable
-from model.physics.shape import register_row_config
+from engine_advisor.calibration.errors import CalibrationError
+from engine_advisor.model.fit.artifact import check_name, save
+from engine_advisor.model.fit.costmodel import MIN_CV_POINTS, CostModel
+from engine_advisor.model.fit.dataset import Measurement, read_csv
+from engine_advisor.model.fit.rows import trainable
+from engine_advisor.model.physics.shape import register_row_config
 
 DATASET_NAME = "dataset.csv"
 MANIFEST_NAME = "manifest.json"
@@ -50,8 +50,9 @@ def dataset_files(paths: list[str]) -> list[Path]:
 
 def read_all(paths: list[str]) -> tuple[list[Measurement], list[str]]:
     """The rows of every dataset, with the ``hf:`` architectures they name registered
-    (``model.physics.shape.register_row_config``) from the configs stored beside them."""
-    from calibration.sweep.served_model import resolve_row_config
+    (``engine_advisor.model.physics.shape.register_row_config``) from the configs stored beside
+    them."""
+    from engine_advisor.calibration.sweep.served_model import resolve_row_config
 
     files = dataset_files(paths)
     rows: list[Measurement] = []

@@ -1,13 +1,12 @@
 """The fit report: cross-validated error per engine and DCP size, interval coverage, calibrated
 ranges, crossovers, and plots (``fit --report DIR``).
 
-The held-out predictions are the fit's own (``CostModel.held_out``, ``model.fit.fitting``): each
-grid
-point (all its repeats and memory fractions together, so a repeat cannot vouch for its twin) is
-predicted by the fit without it, for its total time, the batch's prefill and one decode step,
-with its level's held-out 90 % interval, next to what the uncalibrated prior predicts for it.
-MAPE is the mean absolute percentage error; coverage is the share of held-out measurements
-inside their interval.
+The held-out predictions are the fit's own (``CostModel.held_out``,
+``engine_advisor.model.fit.fitting``): each grid point (all its repeats and memory fractions
+together, so a repeat cannot vouch for its twin) is predicted by the fit without it, for its total
+time, the batch's prefill and one decode step, with its level's held-out 90 % interval, next to what
+the uncalibrated prior predicts for it. MAPE is the mean absolute percentage error; coverage is the
+share of held-out measurements inside their interval.
 """
 
 from __future__ import annotations
@@ -22,22 +21,22 @@ from typing import Any
 
 import numpy as np
 
-from model.arch import PRESETS
-from model.decision.crossover import crossovers
-from model.diskio import atomic_write
-from model.errors import DiskError
-from model.fit.costmodel import (
+from engine_advisor.model.arch import PRESETS
+from engine_advisor.model.decision.crossover import crossovers
+from engine_advisor.model.diskio import atomic_write
+from engine_advisor.model.errors import DiskError
+from engine_advisor.model.fit.costmodel import (
     EXTRAPOLATION_REL_SIGMA,
     TRANSFERRED_REL_SIGMA,
     UNCALIBRATED_REL_SIGMA,
     CostModel,
     efficiency_key,
 )
-from model.fit.dataset import Measurement
-from model.fit.rows import trainable
-from model.predict.predictor import predictor_for
-from model.predict.query import build_case, coverage
-from model.workload import Config, Workload
+from engine_advisor.model.fit.dataset import Measurement
+from engine_advisor.model.fit.rows import trainable
+from engine_advisor.model.predict.predictor import predictor_for
+from engine_advisor.model.predict.query import build_case, coverage
+from engine_advisor.model.workload import Config, Workload
 
 CURVE_POINTS = 96
 QUANTITIES = ("total", "step", "ttft")
@@ -362,8 +361,8 @@ def markdown(report: dict[str, Any]) -> str:
     if not cv:
         lines.append("| (fewer than two grid points per engine: no cross-validation) | | | | | | |")
     lines += ["", "## What the data moved", "",
-              "Terms freed from their prior, per pooling level (model.fit.fitting); the rest "
-              "keep it.",
+              "Terms freed from their prior, per pooling level "
+              "(engine_advisor.model.fit.fitting); the rest keep it.",
               ""]
     for key, free in sorted(report["free_terms"].items()):
         lines.append(f"- {key}: {', '.join(free) if free else 'none (the prior holds)'}")

@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from calibration.kernels.mla_torch import D_LAT, D_ROPE
-from calibration.ports import free_port
+from engine_advisor.calibration.kernels.mla_torch import D_LAT, D_ROPE
+from engine_advisor.calibration.ports import free_port
 
 # NVLink multicast stays off (a shared host's GPUs can be put out of service by it).
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
@@ -86,10 +86,10 @@ class Rank:
                                                               tuple[torch.Tensor, torch.Tensor]]:
         scale = D_KV ** -0.5
         if not self.cuda:
-            from calibration.kernels.mla_torch import mla_decode_reference
+            from engine_advisor.calibration.kernels.mla_torch import mla_decode_reference
 
             return lambda q, kv: mla_decode_reference(q, kv, scale)
-        from calibration.kernels.mla_decode import MlaPlan, mla_decode
+        from engine_advisor.calibration.kernels.mla_decode import MlaPlan, mla_decode
 
         bh, bn, nw, ns = self.mla_config
         plan = MlaPlan(batch, HEADS, ctx, self.device, block_h=bh, block_n=bn, num_warps=nw,
@@ -102,7 +102,7 @@ class Rank:
              group=None) -> tuple[float, str]:
         """Median seconds per call; with ``group`` the slowest rank's median (collectives)."""
         if self.cuda:
-            from calibration.kernels.gpu_timing import time_calls
+            from engine_advisor.calibration.kernels.gpu_timing import time_calls
 
             r = time_calls(calls, self.repeats, n_calls=n)
             med, mode = r["median_s"], r["mode"]
@@ -143,7 +143,7 @@ def attention_time(rank: Rank, batch: int, ctx: int) -> float:
     fn = rank.attention_fn(batch, ctx)
     calls = [(lambda q=q, kv=kv: fn(q, kv)) for q, kv in sets]
     if rank.cuda:
-        from calibration.kernels.gpu_timing import time_calls
+        from engine_advisor.calibration.kernels.gpu_timing import time_calls
 
         return time_calls(calls, rank.repeats)["median_s"]
     return rank.time(calls, 2)[0]
@@ -208,7 +208,7 @@ def check(rank: Rank, group, d: int) -> dict:
     o, lse = rank.attention_fn(CHECK_BATCH, kv.shape[1])(q, kv)
     o, lse = o.clone(), lse.clone()
     out = {}
-    from calibration.kernels.mla_torch import mla_decode_reference
+    from engine_advisor.calibration.kernels.mla_torch import mla_decode_reference
 
     ref_o, ref_l = mla_decode_reference(q, kv_full, D_KV ** -0.5)
     for backend in BACKENDS:

@@ -1,12 +1,11 @@
 """Turn ``calibrate dcp`` measurements into a DCP profile (JSON) and its dataset (CSV).
 
-Per backend (``ag``, ``a2a``) the profile fits what DCP adds to one layer step,
-``latency * log2(dcp) + received bytes / bandwidth + merge_per_elem * dcp * batch * heads``
-(model.hardware.profiles.eval_dcp_layer), plus a read curve of the split-KV attention kernel. It
-records
-where DCP starts paying off (measured layer-step time with DCP below the single-GPU full-context
-time) per batch size, and a hold-out check: a third of the layer-step points predicted from fits
-on the rest.
+Per backend (``ag``, ``a2a``) the profile fits what DCP adds to one layer step, ``latency *
+log2(dcp) + received bytes / bandwidth + merge_per_elem * dcp * batch * heads``
+(engine_advisor.model.hardware.profiles.eval_dcp_layer), plus a read curve of the split-KV attention
+kernel. It records where DCP starts paying off (measured layer-step time with DCP below the
+single-GPU full-context time) per batch size, and a hold-out check: a third of the layer-step points
+predicted from fits on the rest.
 """
 
 from __future__ import annotations
@@ -19,9 +18,9 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import nnls
 
-from model.diskio import atomic_write
-from model.hardware.gpus import BUILTIN_GPUS
-from model.hardware.profiles import (
+from engine_advisor.model.diskio import atomic_write
+from engine_advisor.model.hardware.gpus import BUILTIN_GPUS
+from engine_advisor.model.hardware.profiles import (
     KIND_DCP,
     dcp_recv_bytes,
     eval_dcp_layer,
@@ -38,7 +37,8 @@ DEFAULT_BACKEND = "ag"    # the engines' default --dcp-comm-backend is ag_rs
 KV_TOKEN_BYTES = 576 * 2
 HOLDOUT_FRACTION = 1 / 3
 
-# the raw measurement rows (calibration.kernels.dcp_bench writes them; fitting needs no PyTorch)
+# the raw measurement rows (engine_advisor.calibration.kernels.dcp_bench writes them; fitting needs
+# no PyTorch)
 DCP_COLUMNS = ("gpu", "kind", "backend", "dcp", "batch_size", "context_tokens", "q_heads",
                "message_bytes", "recv_bytes", "attn_s", "comm_s", "merge_s", "total_s",
                "dcp1_s", "timing", "note")
@@ -208,7 +208,7 @@ def build_profile(data: dict, *, dataset_name: str, command: str,
 
 
 def write_profile(out: Path, data: dict, command: str, gpu_name: str | None = None) -> dict:
-    from calibration.kernels.gpu_profile import write_rows
+    from engine_advisor.calibration.kernels.gpu_profile import write_rows
 
     out = Path(out)
     csv_path = out.with_suffix(".csv")

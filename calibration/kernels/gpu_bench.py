@@ -1,9 +1,9 @@
 """``calibrate gpu`` measurements: decode attention over a grid, HBM reads, per-call overhead.
 
-Needs PyTorch with a CUDA device (and Triton for the MLA shapes). Every measurement becomes one
-row of ``calibration.kernels.gpu_profile.ROW_COLUMNS``, which turns the rows into the hardware
-profile.
-Imports nothing from pydantic or the rest of the package, so it runs on a bare GPU image.
+Needs PyTorch with a CUDA device (and Triton for the MLA shapes). Every measurement becomes one row
+of ``engine_advisor.calibration.kernels.gpu_profile.ROW_COLUMNS``, which turns the rows into the
+hardware profile. Imports nothing from pydantic or the rest of the package, so it runs on a bare GPU
+image.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 import torch
 import torch.nn.functional as F
 
-from calibration.kernels.gpu_timing import host_call_overhead, time_calls
+from engine_advisor.calibration.kernels.gpu_timing import host_call_overhead, time_calls
 
 # name -> (impl, q_heads, kv_heads, head_dim, v_dim); GQA groups of 8 query heads per KV head.
 SHAPES: dict[str, tuple[str, int, int, int, int]] = {
@@ -150,7 +150,7 @@ class Bench:
 
     def _mla_calls(self, shape: str, dtype: str, batch: int, ctx: int, n_sets: int,
                    config=None):
-        from calibration.kernels.mla_decode import MlaPlan, mla_decode
+        from engine_advisor.calibration.kernels.mla_decode import MlaPlan, mla_decode
 
         _, qh, _, hd, _ = SHAPES[shape]
         bh, bn, nw, ns = config or self.mla_config
@@ -219,7 +219,7 @@ class Bench:
 
     def check_mla(self) -> dict:
         """Relative error of the Triton kernel against the fp32 reference (fresh inputs)."""
-        from calibration.kernels.mla_decode import mla_decode, mla_decode_reference
+        from engine_advisor.calibration.kernels.mla_decode import mla_decode, mla_decode_reference
 
         bh, bn, nw, ns = self.mla_config
         out = {}

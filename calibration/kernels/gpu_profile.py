@@ -1,9 +1,9 @@
 """Turn ``calibrate gpu`` measurements into a hardware profile (JSON) and its dataset (CSV).
 
-The profile holds, per KV shape, a monotone read curve t(bytes) (model.hardware.profiles), a pooled
-``kv_read`` curve over the fused GQA attention rows (what the cost model uses as its physics),
-plain HBM read bandwidth, the per-call overheads, and a hold-out check: a third of the attention
-points predicted from curves fitted on the rest.
+The profile holds, per KV shape, a monotone read curve t(bytes)
+(engine_advisor.model.hardware.profiles), a pooled ``kv_read`` curve over the fused GQA attention
+rows (what the cost model uses as its physics), plain HBM read bandwidth, the per-call overheads,
+and a hold-out check: a third of the attention points predicted from curves fitted on the rest.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from model.diskio import atomic_write
-from model.hardware.gpus import BUILTIN_GPUS
-from model.hardware.profiles import (
+from engine_advisor.model.diskio import atomic_write
+from engine_advisor.model.hardware.gpus import BUILTIN_GPUS
+from engine_advisor.model.hardware.profiles import (
     KIND_GPU,
     eval_read_curve,
     fit_read_curve,
@@ -33,7 +33,8 @@ FLOAT_COLS = ("flops", "seconds", "seconds_min", "seconds_max", "bandwidth_Bps")
 HOLDOUT_FRACTION = 1 / 3
 KV_READ_IMPL = "sdpa"   # fused kernels (PyTorch SDPA) define the KV-read physics
 
-# the raw measurement rows (calibration.kernels.gpu_bench writes them; fitting needs no PyTorch)
+# the raw measurement rows (engine_advisor.calibration.kernels.gpu_bench writes them; fitting needs
+# no PyTorch)
 ROW_COLUMNS = ("gpu", "kind", "shape", "impl", "dtype", "batch_size", "context_tokens", "q_heads",
                "kv_heads", "head_dim", "v_dim", "bytes_read", "flops", "seconds", "seconds_min",
                "seconds_max", "calls_per_replay", "timing", "bandwidth_Bps", "note")

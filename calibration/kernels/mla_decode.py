@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from calibration.kernels.mla_torch import (
+from engine_advisor.calibration.kernels.mla_torch import (
     D_LAT,
     D_ROPE,
     mla_decode_reference,  # noqa: F401 (re-export)

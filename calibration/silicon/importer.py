@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from calibration.silicon.physics import (
+from engine_advisor.calibration.silicon.physics import (
     CTX_GQA_COLS,
     CTX_MLA_COLS,
     CUSTOM_AR_COLS,
@@ -32,7 +32,7 @@ from calibration.silicon.physics import (
     mla_prefill,
     nccl,
 )
-from calibration.silicon.tables import (
+from engine_advisor.calibration.silicon.tables import (
     PACKAGE,
     SiliconError,
     System,
@@ -43,7 +43,7 @@ from calibration.silicon.tables import (
     package_version,
     read_table,
 )
-from model.hardware.profiles import KIND_GPU
+from engine_advisor.model.hardware.profiles import KIND_GPU
 
 SCHEMA_VERSION = 2
 

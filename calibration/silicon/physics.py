@@ -1,5 +1,6 @@
-"""From aiconfigurator-core's per-operation tables (columns as arrays, calibration.silicon.tables)
-to the numbers of a GPU profile: read curves, achievable FLOP/s, collective fits.
+"""From aiconfigurator-core's per-operation tables (columns as arrays,
+engine_advisor.calibration.silicon.tables) to the numbers of a GPU profile: read curves, achievable
+FLOP/s, collective fits.
 
 What the tables measure (NVIDIA's collectors, one GPU, one layer per call): each call is captured
 in a CUDA graph and replayed back to back, ``latency`` is the mean milliseconds per replay. The
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from model.hardware.profiles import fit_linear_pos, fit_read_curve, median_rel_error
+from engine_advisor.model.hardware.profiles import fit_linear_pos, fit_read_curve, median_rel_error
 
 MS = 1e-3
 MLA_KV_DIM = 576                      # kv_lora_rank 512 + qk_rope_head_dim 64

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from calibration.errors import CalibrationError
+from engine_advisor.calibration.errors import CalibrationError
 
 PACKAGE = "aiconfigurator-core"
 MODULE = "aiconfigurator_core"

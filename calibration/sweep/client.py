@@ -18,9 +18,9 @@ from typing import Any
 
 import httpx
 
-from calibration.errors import CalibrationError
-from calibration.sweep.engine_facts import SERVER_INFO_PARSERS
-from model import engines
+from engine_advisor.calibration.errors import CalibrationError
+from engine_advisor.calibration.sweep.engine_facts import SERVER_INFO_PARSERS
+from engine_advisor.model import engines
 
 OOM_PATTERN = re.compile(r"out of memory|outofmemory|\boom\b|cuda error: out of memory",
                          re.IGNORECASE)

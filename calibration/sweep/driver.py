@@ -1,21 +1,22 @@
 """``calibrate run``: sweep an engine over contexts x batch sizes x repeats, per (DCP, memory
 fraction) combination, appending one dataset row per finished point.
 
-A point sends ``batch_size`` streamed requests at once. Its dataset row holds what the cost
-model predicts (``calibration.sweep.pointtimes``): ``ttft_s`` = first request sent -> the last first
-token (the batch's prefill), ``decode_step_s`` = the median inter-token gap while the whole batch
-decodes (no prefill in the step), ``total_s`` = wall time of the whole batch; ``tpot_s`` (the
-engines' mean per-request TPOT) is kept for comparison. Per-request samples go to
+A point sends ``batch_size`` streamed requests at once. Its dataset row holds what the cost model
+predicts (``engine_advisor.calibration.sweep.pointtimes``): ``ttft_s`` = first request sent -> the
+last first token (the batch's prefill), ``decode_step_s`` = the median inter-token gap while the
+whole batch decodes (no prefill in the step), ``total_s`` = wall time of the whole batch; ``tpot_s``
+(the engines' mean per-request TPOT) is kept for comparison. Per-request samples go to
 ``samples.jsonl``, each point's wall-clock start and end to ``manifest.json`` (``points``).
 
-Every row names the served model's architecture (``calibration.sweep.served_model``: ``--preset``,
-``--hf-config`` or the engine's model id) and carries the engine's facts of its combination
-(``calibration.sweep.engine_facts``: KV capacity from ``/metrics``, server info or the start-up log;
-``weights`` from ``--load-format`` or what the engine states; ``max_running``, the running-request
-limit as launched, from the launch command, server info or the log, empty for the default).
-Before a combination's first timed point an untimed warm-up runs (``calibration.sweep.warmup``;
-``--no-warmup`` skips it). JIT compiles the engine logs while serving (``--launch``: its own
-log; ``--url``: ``--engine-log``) become ``jit`` events naming the point they hit.
+Every row names the served model's architecture (``engine_advisor.calibration.sweep.served_model``:
+``--preset``, ``--hf-config`` or the engine's model id) and carries the engine's facts of its
+combination (``engine_advisor.calibration.sweep.engine_facts``: KV capacity from ``/metrics``,
+server info or the start-up log; ``weights`` from ``--load-format`` or what the engine states;
+``max_running``, the running-request limit as launched, from the launch command, server info or the
+log, empty for the default). Before a combination's first timed point an untimed warm-up runs
+(``engine_advisor.calibration.sweep.warmup``; ``--no-warmup`` skips it). JIT compiles the engine
+logs while serving (``--launch``: its own log; ``--url``: ``--engine-log``) become ``jit`` events
+naming the point they hit.
 
 Outcomes of a point:
 
@@ -43,9 +44,9 @@ from typing import Any
 
 import httpx
 
-from calibration.errors import CalibrationError
-from calibration.ports import free_port
-from calibration.sweep.client import (
+from engine_advisor.calibration.errors import CalibrationError
+from engine_advisor.calibration.ports import free_port
+from engine_advisor.calibration.sweep.client import (
     PromptError,
     Sample,
     check_health,
@@ -56,7 +57,7 @@ from calibration.sweep.client import (
     token_prompt,
     warm_connections,
 )
-from calibration.sweep.engine_facts import (
+from engine_advisor.calibration.sweep.engine_facts import (
     EngineFacts,
     FactsError,
     LogTail,
@@ -64,12 +65,12 @@ from calibration.sweep.engine_facts import (
     jit_events,
     weights_of,
 )
-from calibration.sweep.honesty import overhead_warnings, resolution_of
-from calibration.sweep.jitwatch import Interval, attribute, parse_utc
-from calibration.sweep.launcher import LaunchedEngine, format_command
-from calibration.sweep.pointtimes import RequestTimes, point_times
-from calibration.sweep.runstore import PointKey, RunStore, utc_now
-from calibration.sweep.served_model import (
+from engine_advisor.calibration.sweep.honesty import overhead_warnings, resolution_of
+from engine_advisor.calibration.sweep.jitwatch import Interval, attribute, parse_utc
+from engine_advisor.calibration.sweep.launcher import LaunchedEngine, format_command
+from engine_advisor.calibration.sweep.pointtimes import RequestTimes, point_times
+from engine_advisor.calibration.sweep.runstore import PointKey, RunStore, utc_now
+from engine_advisor.calibration.sweep.served_model import (
     MODEL_CONFIG,
     ServedModel,
     ServedModelError,
@@ -77,9 +78,9 @@ from calibration.sweep.served_model import (
     config_key,
     resolve_served_model,
 )
-from calibration.sweep.warmup import long_prompt_tokens, warm_up
-from model.diskio import atomic_write
-from model.fit.dataset import Measurement
+from engine_advisor.calibration.sweep.warmup import long_prompt_tokens, warm_up
+from engine_advisor.model.diskio import atomic_write
+from engine_advisor.model.fit.dataset import Measurement
 
 IDENTITY = ("engine", "model", "contexts", "output_tokens", "batch_sizes", "repeats",
             "dcp_sizes", "mem_fractions", "gpu", "num_gpus", "kv_bytes_per_token", "kv_shards",
@@ -176,7 +177,7 @@ class SweepConfig:
         self.served_upfront()
         if self.launch:
             format_command(self.launch, **self._placeholders(1, 0.9, 8000))
-        from model.hardware.gpus import builtin_gpu
+        from engine_advisor.model.hardware.gpus import builtin_gpu
         try:
             builtin_gpu(self.gpu)
         except KeyError:

@@ -47,8 +47,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from calibration.errors import CalibrationError
-from model import engines
+from engine_advisor.calibration.errors import CalibrationError
+from engine_advisor.model import engines
 
 FACT_FIELDS = ("kv_capacity_tokens", "kv_cache_gib", "weights_gib", "peak_activation_gib",
                "non_torch_gib", "cuda_graph_gib", "gpu_total_gib", "free_at_start_gib",

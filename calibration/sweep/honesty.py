@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from model.fit.dataset import Measurement
+from engine_advisor.model.fit.dataset import Measurement
 
 
 def resolution_of(server_info: Any) -> dict[str, Any] | None:

@@ -24,20 +24,19 @@ One file entry (a vLLM file, a SGLang line) becomes one row:
 - one wave (requests <= batch): ``total_s`` = ``duration``, ``ttft_s`` = the batch's first send
   -> its last first token (the batch's prefill, as ``calibrate run`` records it) from vLLM's
   per-request ``start_times`` (``--save-detailed``); without them (SGLang's files) the last
-  request's TTFT, counted from its own send, which the client's send spread (a few ms)
-  shortens; p99 TTFT when there are no per-request arrays; ``tpot_s`` = mean per-request
-  TPOT, computed from the arrays as (TTFT + sum(ITL) - TTFT) / (n - 1) when present;
-  ``decode_step_s`` = the pure decode step of the whole batch (``calibration.sweep.streams``: the
-  median inter-token gap while every request has its first token and none has finished),
-  from the per-request ``ttfts`` and ``itls`` (and ``start_times`` when present, else every
-  request counted from one send). Without per-request arrays only a single request's file
-  gives it (its ``median_itl_ms``: at batch 1 every gap is a decode step); a batch's
-  aggregate ITL mixes in the steps that carried other requests' prefill, so no decode step is
-  recorded then;
+  request's TTFT, counted from its own send, which the client's send spread (a few ms) shortens; p99
+  TTFT when there are no per-request arrays; ``tpot_s`` = mean per-request TPOT, computed from the
+  arrays as (TTFT + sum(ITL) - TTFT) / (n - 1) when present; ``decode_step_s`` = the pure decode
+  step of the whole batch (``engine_advisor.calibration.sweep.streams``: the median inter-token gap
+  while every request has its first token and none has finished), from the per-request ``ttfts`` and
+  ``itls`` (and ``start_times`` when present, else every request counted from one send). Without
+  per-request arrays only a single request's file gives it (its ``median_itl_ms``: at batch 1 every
+  gap is a decode step); a batch's aggregate ITL mixes in the steps that carried other requests'
+  prefill, so no decode step is recorded then;
 - several waves: only ``tpot_s`` (a steady-state batch has no single prefill, total time or
   decode step).
 
-The served model's architecture (``calibration.sweep.served_model``): ``--preset`` /
+The served model's architecture (``engine_advisor.calibration.sweep.served_model``): ``--preset`` /
 ``--hf-config``, else the file's ``model_id`` (vLLM) or ``server_info.served_model_name`` /
 ``model_path`` (SGLang) when it names a preset or a known Hugging Face id;
 ``--kv-bytes-per-token`` is then optional (from the architecture at ``--kv-cache-dtype``).
@@ -60,14 +59,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from calibration.errors import CalibrationError
-from calibration.sweep.engine_facts import EngineFacts, FactsError, weights_of
-from calibration.sweep.honesty import overhead_warnings, resolution_of
-from calibration.sweep.served_model import ServedModelError, resolve_served_model
-from calibration.sweep.streams import Stream, stream_times
-from model.diskio import atomic_write, file_kind
-from model.errors import DiskError
-from model.fit.dataset import Measurement, header_csv, read_csv, row_csv
+from engine_advisor.calibration.errors import CalibrationError
+from engine_advisor.calibration.sweep.engine_facts import EngineFacts, FactsError, weights_of
+from engine_advisor.calibration.sweep.honesty import overhead_warnings, resolution_of
+from engine_advisor.calibration.sweep.served_model import ServedModelError, resolve_served_model
+from engine_advisor.calibration.sweep.streams import Stream, stream_times
+from engine_advisor.model.diskio import atomic_write, file_kind
+from engine_advisor.model.errors import DiskError
+from engine_advisor.model.fit.dataset import Measurement, header_csv, read_csv, row_csv
 
 
 class BenchFileError(CalibrationError, ValueError):
@@ -371,7 +370,8 @@ def _weights(obj: dict[str, Any], d: Defaults, where: tuple[str, int]) -> str:
 
 def _decode_step(obj: dict[str, Any], ttfts: list, itls: list, ok: list[int], n: int,
                  context: int, where: tuple[str, int]) -> float | None:
-    """The batch's pure decode step from its requests' streams (``calibration.sweep.streams``)."""
+    """The batch's pure decode step from its requests' streams
+    (``engine_advisor.calibration.sweep.streams``)."""
     starts = _array(obj, "start_times", n, where)
     t0 = min(map(float, starts)) if starts is not None else 0.0
     streams = [Stream.of(float(starts[i]) - t0 if starts is not None else 0.0, float(ttfts[i]),
@@ -461,8 +461,9 @@ def import_files(paths: list[str], fmt: str, d: Defaults) -> list[Measurement]:
 
 
 def write_rows(out: str, rows: list[Measurement], append: bool) -> None:
-    """Write (or append to) a dataset CSV atomically: the file is whole or unchanged (a full
-    or read-only disk raises ``model.errors.DiskError`` naming the file and the cause)."""
+    """Write (or append to) a dataset CSV atomically: the file is whole or unchanged (a full or
+    read-only disk raises ``engine_advisor.model.errors.DiskError`` naming the file and the
+    cause)."""
     p = Path(out)
     existing: list[Measurement] = []
     kind = file_kind(p.stat().st_mode) if p.exists() else None

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import httpx
 
-from calibration.errors import CalibrationError
-from calibration.sweep.client import is_oom
+from engine_advisor.calibration.errors import CalibrationError
+from engine_advisor.calibration.sweep.client import is_oom
 
 PLACEHOLDERS = ("model", "num_gpus", "tp", "dcp_size", "mem_fraction", "port")
 LOG_TAIL_BYTES = 4000

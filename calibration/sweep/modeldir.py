@@ -21,8 +21,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from calibration.errors import CalibrationError
-from model.diskio import atomic_write
+from engine_advisor.calibration.errors import CalibrationError
+from engine_advisor.model.diskio import atomic_write
 
 SPECIAL = ("<unk>", "<s>", "</s>")
 UNK, BOS, EOS = 0, 1, 2

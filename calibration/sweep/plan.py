@@ -1,10 +1,11 @@
 """``calibrate plan``: the points whose measurement would most settle the recommendation.
 
-For each candidate context the recommender's own predictions (``model.predict.query.evaluate``,
-intervals widened outside the calibrated range and for uncalibrated configurations) give every
-configuration a total time with a 90 % interval, read as a normal distribution. The chance that
-a configuration beats the predicted best is ``P(k < best)``; a point (configuration, context)
-scores its share of that decision risk times its own relative uncertainty:
+For each candidate context the recommender's own predictions
+(``engine_advisor.model.predict.query.evaluate``, intervals widened outside the calibrated range and
+for uncalibrated configurations) give every configuration a total time with a 90 % interval, read as
+a normal distribution. The chance that a configuration beats the predicted best is ``P(k < best)``;
+a point (configuration, context) scores its share of that decision risk times its own relative
+uncertainty:
 
     score = P(involved in a flip of the best choice) x relative sd of its prediction
 
@@ -22,11 +23,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from model.decision.crossover import CROSSOVER_GRID, crossovers
-from model.fit.costmodel import CostModel
-from model.predict.query import candidates, coverage, total_curves
-from model.queries import evaluate
-from model.workload import Workload
+from engine_advisor.model.decision.crossover import CROSSOVER_GRID, crossovers
+from engine_advisor.model.fit.costmodel import CostModel
+from engine_advisor.model.predict.query import candidates, coverage, total_curves
+from engine_advisor.model.queries import evaluate
+from engine_advisor.model.workload import Workload
 
 Z90 = 1.645
 MIN_SPACING = 1.5

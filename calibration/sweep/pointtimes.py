@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from calibration.sweep.streams import Stream, stream_times
+from engine_advisor.calibration.sweep.streams import Stream, stream_times
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,17 @@
 """``calibrate rebuild``: re-derive a run folder's dataset rows with the current semantics.
 
-A row's times come from its point's requests in ``samples.jsonl`` (the last attempt's
-successful ones, as ``calibrate run`` records them; ``calibration.sweep.pointtimes``): ``ttft_s``
-(the batch's prefill), ``decode_step_s``, ``tpot_s``. ``total_s`` was measured around the
-batch and is kept (the samples only bound it from below). What the samples cannot say comes
-from the manifest and the facts given:
+A row's times come from its point's requests in ``samples.jsonl`` (the last attempt's successful
+ones, as ``calibrate run`` records them; ``engine_advisor.calibration.sweep.pointtimes``):
+``ttft_s`` (the batch's prefill), ``decode_step_s``, ``tpot_s``. ``total_s`` was measured around the
+batch and is kept (the samples only bound it from below). What the samples cannot say comes from the
+manifest and the facts given:
 
 - the served model: ``--preset`` / ``--hf-config``, else the manifest's ``served_model``, else
   the sweep's model name (its ``--model``, or the name the engine listed)
-  (``calibration.sweep.served_model``); the KV bytes per token the rows hold must agree with it;
-- per (DCP, memory fraction) combination, the engine's facts (``calibration.sweep.engine_facts``):
+  (``engine_advisor.calibration.sweep.served_model``); the KV bytes per token the rows hold must
+  agree with it;
+- per (DCP, memory fraction) combination, the engine's facts
+  (``engine_advisor.calibration.sweep.engine_facts``):
   the files given (``--engine-log``, ``--metrics``, ``--server-info``), the manifest's record of
   the engine (its server info, its launch command, facts a newer run stored) and a launched
   engine's log in ``logs/``; ``kv_capacity_tokens``, ``weights`` (``--load-format``, else what
@@ -33,11 +35,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from calibration.errors import CalibrationError
-from calibration.sweep.engine_facts import EngineFacts, FactsError, gather, weights_of
-from calibration.sweep.jitwatch import Interval, JitHit, attribute, parse_utc
-from calibration.sweep.pointtimes import RequestTimes, point_times
-from calibration.sweep.runstore import (
+from engine_advisor.calibration.errors import CalibrationError
+from engine_advisor.calibration.sweep.engine_facts import (
+    EngineFacts,
+    FactsError,
+    gather,
+    weights_of,
+)
+from engine_advisor.calibration.sweep.jitwatch import Interval, JitHit, attribute, parse_utc
+from engine_advisor.calibration.sweep.pointtimes import RequestTimes, point_times
+from engine_advisor.calibration.sweep.runstore import (
     DATASET,
     MANIFEST,
     SAMPLES,
@@ -46,7 +53,7 @@ from calibration.sweep.runstore import (
     sweep_id,
     utc_now,
 )
-from calibration.sweep.served_model import (
+from engine_advisor.calibration.sweep.served_model import (
     MODEL_CONFIG,
     ServedModel,
     ServedModelError,
@@ -54,8 +61,14 @@ from calibration.sweep.served_model import (
     config_key,
     resolve_served_model,
 )
-from model.diskio import atomic_write
-from model.fit.dataset import DatasetError, Measurement, header_csv, read_csv, row_csv
+from engine_advisor.model.diskio import atomic_write
+from engine_advisor.model.fit.dataset import (
+    DatasetError,
+    Measurement,
+    header_csv,
+    read_csv,
+    row_csv,
+)
 
 
 class RebuildError(CalibrationError, ValueError):

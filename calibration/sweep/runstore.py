@@ -11,8 +11,9 @@ Durability rules:
 - ``samples.jsonl`` (per-request measurements) is written before the point's dataset row; on
   opening, lines of points without a dataset row are dropped, so a point re-run after a kill
   never appears twice.
-- ``manifest.json`` is replaced atomically (``model.diskio.atomic_write``).
-- A full or read-only disk raises ``model.errors.DiskError`` naming the file and the cause;
+- ``manifest.json`` is replaced atomically (``engine_advisor.model.diskio.atomic_write``).
+- A full or read-only disk raises ``engine_advisor.model.errors.DiskError`` naming the file and the
+  cause;
   an append the disk refused part-way is cut back off, so nothing torn is left for the next
   append to join.
 """
@@ -28,10 +29,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from calibration.errors import CalibrationError
-from model.diskio import atomic_write
-from model.errors import DiskError
-from model.fit.dataset import DatasetError, Measurement, header_csv, parse_csv, row_csv
+from engine_advisor.calibration.errors import CalibrationError
+from engine_advisor.model.diskio import atomic_write
+from engine_advisor.model.errors import DiskError
+from engine_advisor.model.fit.dataset import (
+    DatasetError,
+    Measurement,
+    header_csv,
+    parse_csv,
+    row_csv,
+)
 
 DATASET = "dataset.csv"
 MANIFEST = "manifest.json"

@@ -3,7 +3,7 @@
 A dataset row's ``model`` cell names the served model's architecture:
 
 - a preset name (``deepseek-v2-lite``): ``--preset``, a ``--hf-config`` whose architecture is a
-  preset's, or an engine model id that names one (``model.arch.aliases``);
+  preset's, or an engine model id that names one (``engine_advisor.model.arch.aliases``);
 - ``hf:NAME@HASH`` for any other ``--hf-config``: ``NAME`` is the config's ``_name_or_path`` /
   ``architectures[0]`` (letters, digits, ``._-``), ``HASH`` the first 16 hex digits of the
   sha256 of the architecture's physics (``physics_hash``: every derived figure but the name
@@ -27,12 +27,12 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from calibration.errors import CalibrationError
-from model.arch import ArchConfigError, from_hf_config, preset, preset_config
-from model.arch.aliases import preset_of_model_id
-from model.arch.architecture import Architecture
-from model.arch.presets import PRESETS
-from model.physics.shape import from_architecture
+from engine_advisor.calibration.errors import CalibrationError
+from engine_advisor.model.arch import ArchConfigError, from_hf_config, preset, preset_config
+from engine_advisor.model.arch.aliases import preset_of_model_id
+from engine_advisor.model.arch.architecture import Architecture
+from engine_advisor.model.arch.presets import PRESETS
+from engine_advisor.model.physics.shape import from_architecture
 
 KEY_PREFIX = "hf:"
 MODEL_CONFIG = "model-config.json"       # in a run folder

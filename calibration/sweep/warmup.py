@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 
 import httpx
 
-from calibration.sweep.client import request_body, send_streaming, token_prompt
+from engine_advisor.calibration.sweep.client import request_body, send_streaming, token_prompt
 
 SHORT_PROMPT_TOKENS = 64
 OUTPUT_TOKENS = 4

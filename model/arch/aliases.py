@@ -10,7 +10,7 @@ Quantized variants (``-FP8``, ``-AWQ`` ...) are left out: their weights are not 
 
 from __future__ import annotations
 
-from model.arch.presets import PRESETS
+from engine_advisor.model.arch.presets import PRESETS
 
 ALIASES: dict[str, str] = {
     # kimi-k3: moonshotai/Kimi-K3

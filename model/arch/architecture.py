@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from model.arch.config import ArchConfigError, Config, text_config
-from model.arch.layout import DENSE, FULL, LINEAR, SLIDING, layout
-from model.arch.quant import parse as parse_quantization
-from model.arch.weights import PARTS, count
+from engine_advisor.model.arch.config import ArchConfigError, Config, text_config
+from engine_advisor.model.arch.layout import DENSE, FULL, LINEAR, SLIDING, layout
+from engine_advisor.model.arch.quant import parse as parse_quantization
+from engine_advisor.model.arch.weights import PARTS, count
 
 KV_DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp8": 1}
 RECURRENT_STATE_BYTES = 4   # linear-attention recurrent state: fp32 (SGLang's default, KDA on vLLM)

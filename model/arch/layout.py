@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from model.arch.config import ArchConfigError, Config
+from engine_advisor.model.arch.config import ArchConfigError, Config
 
 FULL, SLIDING, LINEAR, NONE = "full", "sliding", "linear", "none"   # NONE: no mixer
 DENSE, MOE = "dense", "moe"                  # a block's feed-forward (or NONE)

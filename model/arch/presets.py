@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from model.arch.architecture import Architecture, from_hf_config
-from model.arch.config import ArchConfigError
+from engine_advisor.model.arch.architecture import Architecture, from_hf_config
+from engine_advisor.model.arch.config import ArchConfigError
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "data" / "presets"
 PRESETS: tuple[str, ...] = ("kimi-k3", "kimi-k2", "deepseek-v3", "deepseek-v2-lite",

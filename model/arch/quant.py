@@ -32,7 +32,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from model.arch.config import ArchConfigError, Config
+from engine_advisor.model.arch.config import ArchConfigError, Config
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4, "bf16": 2,
                "fp16": 2, "fp32": 4}

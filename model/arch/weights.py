@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from model.arch.layout import DENSE, LINEAR, MOE, NONE, Layout
-from model.arch.quant import Quantization
+from engine_advisor.model.arch.layout import DENSE, LINEAR, MOE, NONE, Layout
+from engine_advisor.model.arch.quant import Quantization
 
 PARTS = ("embed", "lm_head", "attention", "linear_attention", "dense_mlp", "shared_experts",
          "routed_experts", "other")

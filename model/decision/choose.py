@@ -7,14 +7,14 @@ from __future__ import annotations
 from operator import attrgetter
 from typing import NamedTuple
 
-from model import engines
-from model.decision import nofit
-from model.decision.crossover import crossover_near
-from model.errors import NoEligibleConfiguration
-from model.fit.costmodel import CostModel
-from model.hardware.silicon import Silicon
-from model.physics.shape import ModelShape
-from model.predict.query import (
+from engine_advisor.model import engines
+from engine_advisor.model.decision import nofit
+from engine_advisor.model.decision.crossover import crossover_near
+from engine_advisor.model.errors import NoEligibleConfiguration
+from engine_advisor.model.fit.costmodel import CostModel
+from engine_advisor.model.hardware.silicon import Silicon
+from engine_advisor.model.physics.shape import ModelShape
+from engine_advisor.model.predict.query import (
     Evaluated,
     Query,
     candidates,
@@ -22,8 +22,8 @@ from model.predict.query import (
     divisors,
     memory_choice,
 )
-from model.schemas import ConfigPrediction, Exclusion
-from model.workload import Workload
+from engine_advisor.model.schemas import ConfigPrediction, Exclusion
+from engine_advisor.model.workload import Workload
 
 _total = attrgetter("pred.total_s")
 
@@ -106,7 +106,7 @@ def holds_nothing(w: Workload, p: ConfigPrediction) -> str:
 def does_not_fit(model: CostModel, w: Workload, shape: ModelShape,
                  si: Silicon) -> NoEligibleConfiguration:
     """The error when no configuration holds one sequence: the cause with its numbers and what
-    would fit (``model.decision.nofit``), blaming ``num_gpus`` (weights) or
+    would fit (``engine_advisor.model.decision.nofit``), blaming ``num_gpus`` (weights) or
     ``context_tokens`` (KV)."""
     configs, _ = candidates(w, shape)
     names = list(dict.fromkeys(c.engine for c in configs))

@@ -9,15 +9,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from model.predict.predictor import CROSSOVER_CACHE_SIZE
-from model.predict.query import Query, total_curves
-from model.workload import Config, Workload
+from engine_advisor.model.predict.predictor import CROSSOVER_CACHE_SIZE
+from engine_advisor.model.predict.query import Query, total_curves
+from engine_advisor.model.workload import Config, Workload
 
 CROSSOVER_RANGE = (1024, 4 * 1024 * 1024)
 CROSSOVER_GRID = np.geomspace(*CROSSOVER_RANGE, 64)
 
 
-TIE = 0.05      # two configurations predicted within 5 % of each other tie (model.validation)
+# two configurations predicted within 5 % of each other tie (engine_advisor.model.validation)
+TIE = 0.05
 
 
 def crossovers(contexts: np.ndarray, totals: np.ndarray,

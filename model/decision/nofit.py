@@ -1,12 +1,12 @@
 """Why a workload's model does not fit the hardware, with the numbers, and what would fit.
 
-Called when no candidate configuration holds even one sequence. The cause is either the
-weights (with one sequence's linear-attention state) filling the memory an engine may use on
-each GPU, or one sequence's KV exceeding what is left. Every suggestion is checked with the
-recommender's own memory (``model.physics.capacity``: each engine's pool, its knobs chosen for
-the sequence as a recommendation chooses them) before it is offered: more GPUs, a quantized
-checkpoint, a higher memory fraction, an fp8 KV cache, a shorter sequence; none repeats a
-setting the workload already has.
+Called when no candidate configuration holds even one sequence. The cause is either the weights
+(with one sequence's linear-attention state) filling the memory an engine may use on each GPU, or
+one sequence's KV exceeding what is left. Every suggestion is checked with the recommender's own
+memory (``engine_advisor.model.physics.capacity``: each engine's pool, its knobs chosen for the
+sequence as a recommendation chooses them) before it is offered: more GPUs, a quantized checkpoint,
+a higher memory fraction, an fp8 KV cache, a shorter sequence; none repeats a setting the workload
+already has.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from model import engines
-from model.physics.capacity import instance_fit, instance_pool
-from model.physics.memory import OOM_THRESHOLD, activation_peak_bytes
-from model.physics.shape import ModelShape
-from model.workload import MAX_GPUS, Workload
+from engine_advisor.model import engines
+from engine_advisor.model.physics.capacity import instance_fit, instance_pool
+from engine_advisor.model.physics.memory import OOM_THRESHOLD, activation_peak_bytes
+from engine_advisor.model.physics.shape import ModelShape
+from engine_advisor.model.workload import MAX_GPUS, Workload
 
 GB = 1e9
 # (name, bytes per parameter) of the checkpoints suggested when the weights are too large,
@@ -42,7 +42,7 @@ def best_capacity(w: Workload, shape: ModelShape, fractions: dict[str, float],
                   dcps_for: DcpsFor, num_gpus: int | None = None
                   ) -> tuple[int, str, int]:
     """(KV tokens, engine, DCP size) of the configuration holding the most KV (each engine's
-    reported capacity, ``model.physics.capacity.Pool.capacity_tokens``)."""
+    reported capacity, ``engine_advisor.model.physics.capacity.Pool.capacity_tokens``)."""
     n = num_gpus or w.num_gpus
     gpu = w.gpu_spec()
     return max(((instance_pool(e, f, gpu, shape, n, d).capacity_tokens, e, d)

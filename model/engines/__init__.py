@@ -6,8 +6,8 @@ order recommendations list them. Resolve the record once per configuration, not 
 
 from __future__ import annotations
 
-from model.engines import sglang, vllm
-from model.engines.base import Engine
+from engine_advisor.model.engines import sglang, vllm
+from engine_advisor.model.engines.base import Engine
 
 REGISTRY: dict[str, Engine] = {e.name: e for e in (vllm.ENGINE, sglang.ENGINE)}
 

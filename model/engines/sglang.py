@@ -29,7 +29,7 @@ requested 128 to ..." (the real H200 log of Qwen3-Next-80B-A3B: 330 slots, 66 ru
 multiplies the KV tokens, not the state.
 """
 
-from model.engines.base import (
+from engine_advisor.model.engines.base import (
     DTYPE_BYTES,
     GIB,
     SPLIT,

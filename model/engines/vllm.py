@@ -4,8 +4,8 @@ Memory: ``--gpu-memory-utilization`` budgets the whole instance. "Actual usage i
 weight, 1.09 GiB for peak activation, 0.23 GiB for non-torch memory, and 1.2 GiB for CUDAGraph
 memory" (deepseek-v2-lite; llama-3.1-8b: 1.1 and 0.22 GiB): the KV budget is fraction x memory
 - weights - peak activation - non-torch ("Available KV cache memory: 95.16 GiB" = 0.9 x 139.8 -
-29.34 - 1.09 - 0.23). The CUDA graphs are captured afterwards, outside it (hence OOM near
-0.95). The activation peak is the model's (``model.physics.memory.activation_peak_bytes``); the
+29.34 - 1.09 - 0.23). The CUDA graphs are captured afterwards, outside it (hence OOM near 0.95). The
+activation peak is the model's (``engine_advisor.model.physics.memory.activation_peak_bytes``); the
 non-torch memory is the reserve. NCCL buffers at TP > 1 are not counted.
 
 Prefill CUDA graphs: 0.26.0 captures piecewise graphs of mixed prefill-decode batches of up to
@@ -39,7 +39,7 @@ out of the KV budget ("CUDA graph memory profiling is enabled ... equivalent to
 
 import math
 
-from model.engines.base import (
+from engine_advisor.model.engines.base import (
     DTYPE_BYTES,
     GIB,
     PAGED,

@@ -2,26 +2,29 @@
 run code.
 
 ``NAME.json`` holds the metadata (schema version, versions, sha256s, a readable summary: fit
-metrics, calibrated ranges, coefficients per term) and, under ``model``, the fitted model's
-state (``model.fit.codec``): every ``CostModel`` field, and per engine the estimator's parameters
-and
-fitted attributes. ``NAME.npz`` beside it holds the arrays, read with ``allow_pickle=False``.
+metrics, calibrated ranges, coefficients per term) and, under ``model``, the fitted model's state
+(``engine_advisor.model.fit.codec``): every ``CostModel`` field, and per engine the estimator's
+parameters and fitted attributes. ``NAME.npz`` beside it holds the arrays, read with
+``allow_pickle=False``.
 
 - ``arrays_sha256`` pins the ``.npz``'s bytes; ``artifact_sha256`` (whose first 12 digits are
   the model version) pins the ``model`` section and the arrays together. ``load`` checks both
   and refuses a file that was modified or truncated.
-- Writes are atomic (``model.diskio.atomic_write``). The two files cannot be replaced in one step,
+- Writes are atomic (``engine_advisor.model.diskio.atomic_write``). The two files cannot be replaced
+  in one step,
   so the document goes first and carries the document it replaces (``replaces``): a writer
   killed between the two renames leaves the old arrays with a document that still vouches for
   them, and ``load`` loads the old model; never neither.
-- A write that fails (a full or read-only disk ...) raises ``model.errors.DiskError``, one line
+- A write that fails (a full or read-only disk ...) raises
+  ``engine_advisor.model.errors.DiskError``, one line
   naming the path and the cause, and leaves the old artifact as it was and no temp file: if
   the arrays cannot be written after the new document went in, the old document (kept aside
   as a hard link, ``.NAME.json.previous``, while saving) is put back.
-- Reading (``model.diskio.read_regular``) names a directory or a FIFO as such, never read or
+- Reading (``engine_advisor.model.diskio.read_regular``) names a directory or a FIFO as such, never
+  read or
   waited on.
 - joblib (pickle) artifacts of schema 2 are refused; ``engine-advisor model convert`` turns
-  one the user trusts into this format (``model.fit.legacy``).
+  one the user trusts into this format (``engine_advisor.model.fit.legacy``).
 """
 
 from __future__ import annotations
@@ -40,11 +43,11 @@ from typing import Any
 import numpy as np
 import sklearn
 
-from model.diskio import atomic_write, file_kind, read_regular
-from model.errors import DiskError
-from model.fit.codec import CodecError, decode_model, encode_model
-from model.fit.costmodel import CostModel
-from model.physics.terms import TERMS
+from engine_advisor.model.diskio import atomic_write, file_kind, read_regular
+from engine_advisor.model.errors import DiskError
+from engine_advisor.model.fit.codec import CodecError, decode_model, encode_model
+from engine_advisor.model.fit.costmodel import CostModel
+from engine_advisor.model.physics.terms import TERMS
 
 SCHEMA_VERSION = 3   # 3: JSON + .npz (2: joblib, refused; 1: refused)
 FORMAT = "engine-advisor cost model"
@@ -229,9 +232,9 @@ def _parse(raw: bytes) -> Any:
 
 
 def load(path: str | Path) -> tuple[CostModel, dict[str, Any]]:
-    """Load an artifact after checking its schema version and sha256s; returns the model and
-    its metadata. Nothing in the files can run code: the document is JSON, the arrays are
-    read with ``allow_pickle=False`` and only ``model.fit.codec``'s classes are built."""
+    """Load an artifact after checking its schema version and sha256s; returns the model and its
+    metadata. Nothing in the files can run code: the document is JSON, the arrays are read with
+    ``allow_pickle=False`` and only ``engine_advisor.model.fit.codec``'s classes are built."""
     p = Path(path)
     if p.suffix == ".joblib" or p.name.endswith(".joblib.json"):
         old = p if p.suffix == ".joblib" else p.with_suffix("")

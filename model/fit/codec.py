@@ -1,5 +1,5 @@
-"""A fitted ``CostModel`` as plain data: JSON values plus named numpy arrays (model.fit.artifact
-writes them to a ``.json`` and a ``.npz``).
+"""A fitted ``CostModel`` as plain data: JSON values plus named numpy arrays
+(engine_advisor.model.fit.artifact writes them to a ``.json`` and a ``.npz``).
 
 Generic over what the model holds, so that new fields and fitted attributes need no change
 here:
@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from model.fit.costmodel import CostModel
-from model.fit.estimator import EngineCostModel
+from engine_advisor.model.fit.costmodel import CostModel
+from engine_advisor.model.fit.estimator import EngineCostModel
 
 ESTIMATOR = "EngineCostModel"
 FITTED = re.compile(r"^[A-Za-z]\w*_$")      # a public fitted attribute: coef_, n_samples_fit_

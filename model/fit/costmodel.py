@@ -1,13 +1,14 @@
 """The fitted cost model of all engines: data, not code.
 
-Pipeline: architecture (``model.physics.shape``) + GPU (``model.hardware.silicon``) -> physical
-terms (``model.physics.terms``, per query ``model.physics.features``) -> engine efficiencies
-(``model.fit.estimator``, fitted by ``model.fit.fitting``) -> predictions
-(``model.predict.predictor``).
+Pipeline: architecture (``engine_advisor.model.physics.shape``) + GPU
+(``engine_advisor.model.hardware.silicon``) -> physical terms
+(``engine_advisor.model.physics.terms``, per query ``engine_advisor.model.physics.features``) ->
+engine efficiencies (``engine_advisor.model.fit.estimator``, fitted by
+``engine_advisor.model.fit.fitting``) -> predictions (``engine_advisor.model.predict.predictor``).
 
 ``CostModel`` is data: one ``EngineCostModel`` per engine and GPU type, the calibrated ranges per
 (engine, GPU, GPU count, DCP, served model), the memory fractions seen safe, fit metrics, the
-data hash. Caches live in ``model.predict.predictor.Predictor``.
+data hash. Caches live in ``engine_advisor.model.predict.predictor.Predictor``.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from model.fit.dataset import Measurement, dataset_sha256
-from model.fit.estimator import EngineCostModel
-from model.fit.fitting import family_key, fit_engine
-from model.fit.rows import gpu_or_none, roofline_check, row_shape, trainable
-from model.hardware.silicon import silicon_for
+from engine_advisor.model.fit.dataset import Measurement, dataset_sha256
+from engine_advisor.model.fit.estimator import EngineCostModel
+from engine_advisor.model.fit.fitting import family_key, fit_engine
+from engine_advisor.model.fit.rows import gpu_or_none, roofline_check, row_shape, trainable
+from engine_advisor.model.hardware.silicon import silicon_for
 
 RANGE_DIMS = ("context_tokens", "batch_size", "output_tokens")
 UNCALIBRATED_REL_SIGMA = 0.25   # added relative sd: no data for this engine on this hardware
@@ -76,16 +77,17 @@ class CostModel:
     version: str = ""
 
     # routing diversity of each engine's random-weight rows per served model
-    # (model.fit.fitting.choose_diversity): 1 where a model is not named
+    # (engine_advisor.model.fit.fitting.choose_diversity): 1 where a model is not named
     diversity: dict[str, dict[str, float]] = field(default_factory=dict)
-    # every fitted point's held-out prediction next to its prior's (model.fit.fitting.fit_engine)
+    # every fitted point's held-out prediction next to its prior's
+    # (engine_advisor.model.fit.fitting.fit_engine)
     held_out: list[dict] = field(default_factory=list)
 
     @classmethod
     def fit(cls, rows: Sequence[Measurement], *, sources: Sequence[str] = ()) -> CostModel:
-        """Fit every engine's efficiencies (``model.fit.fitting``: pooled per GPU family, then
-        per GPU; terms freed only where the held-out error falls; every point's held-out
-        prediction kept in ``held_out``)."""
+        """Fit every engine's efficiencies (``engine_advisor.model.fit.fitting``: pooled per GPU
+        family, then per GPU; terms freed only where the held-out error falls; every point's
+        held-out prediction kept in ``held_out``)."""
         if not rows:
             raise ValueError("no calibration rows to fit")
         self = cls(data_sha256=dataset_sha256(rows), sources=list(sources))
@@ -129,9 +131,9 @@ class CostModel:
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        # caches (model.predict.predictor) are not part of the model
+        # caches (engine_advisor.model.predict.predictor) are not part of the model
         state.pop("_predictor", None)
-        state.pop("_queries", None)         # (model.queries)
+        state.pop("_queries", None)         # (engine_advisor.model.queries)
         return state
 
     @property

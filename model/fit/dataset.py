@@ -16,8 +16,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from model import engines
-from model.diskio import atomic_write
+from engine_advisor.model import engines
+from engine_advisor.model.diskio import atomic_write
 
 COLUMNS = ("engine", "engine_version", "gpu", "num_gpus", "dcp_size", "mem_fraction",
            "context_tokens", "output_tokens", "batch_size", "kv_bytes_per_token", "kv_shards",
@@ -37,7 +37,7 @@ class Measurement(BaseModel):
     - ``ttft_s``: the batch's prefill, first request sent -> last first token (at batch 1 the
       request's TTFT);
     - ``decode_step_s``: one decode step of the whole batch with no prefill in it
-      (``calibration.sweep.streams``).
+      (``engine_advisor.calibration.sweep.streams``).
 
     ``tpot_s`` is the engines' own TPOT, ``(e2e - ttft) / (output - 1)`` averaged over requests:
     with all requests sent at once it mixes other requests' prefill into the decode steps, so it

@@ -1,7 +1,7 @@
 """The embedded default model: fitted deterministically from the shipped measurements.
 
 - ``b300_reference.csv``: the published 8 x B300 benchmark of Kimi-K3 (four times, two OOM
-  points) under the assumptions ``model.fit.seedcheck`` chooses;
+  points) under the assumptions ``engine_advisor.model.fit.seedcheck`` chooses;
 - ``h200_real.csv``: real vLLM 0.26.0 and SGLang 0.5.16 on one H200 (deepseek-v2-lite,
   llama-3.1-8b and qwen3-32b on both, contexts 1K-130K x batches 1-64; the Mamba2 hybrid
   nemotron-3-nano-30b-a3b on vLLM, 1K-256K x 1-192; random weights).
@@ -12,8 +12,8 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from model.fit.costmodel import CostModel
-from model.fit.dataset import Measurement, read_csv
+from engine_advisor.model.fit.costmodel import CostModel
+from engine_advisor.model.fit.dataset import Measurement, read_csv
 
 DATA = Path(__file__).parents[1] / "data"
 REFERENCE_CSV = DATA / "b300_reference.csv"
@@ -40,7 +40,8 @@ LEFT_OUT = ("qwen3-32b", "qwen3-30b-a3b", "mixtral-8x7b", "nemotron-3-nano-30b-a
 
 def left_out_rows(name: str) -> list[Measurement]:
     """The default model's data and the unfitted real-engine rows of model ``name``: what
-    ``model.validation.leave_model_out`` takes to check ``name`` against a fit on the others."""
+    ``engine_advisor.model.validation.leave_model_out`` takes to check ``name`` against a fit on the
+    others."""
     return fitted_rows() + [r for r in unfitted_rows() if r.model == name]
 
 

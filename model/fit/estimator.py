@@ -2,7 +2,7 @@
 non-negative coefficients that moves only the terms the data can support.
 
 Each row of ``X`` is one measured time broken into the physical terms of
-``model.physics.terms.TERMS``
+``engine_advisor.model.physics.terms.TERMS``
 (columns in that order): seconds at the silicon's achievable rates for the physics terms, counts
 for the fixed-cost terms. The prediction is ``X @ coef_``:
 
@@ -38,7 +38,7 @@ from scipy.optimize import nnls
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from model.physics.terms import PHYSICS_TERMS, TERMS
+from engine_advisor.model.physics.terms import PHYSICS_TERMS, TERMS
 
 # Prior coefficient per term: physics at the silicon's achievable rate; counts in seconds.
 PRIOR: dict[str, float] = {
@@ -76,8 +76,8 @@ COUNT_CEILING: dict[str, float] = {
     "seq_fixed": 500e-6, "step_fixed": 50e-3, "dcp_fixed": 1e-3,
 }
 # Physics coefficients cannot fall below this: faster than the silicon's achievable rate by more
-# than the spec-sheet derating (model.hardware.silicon.SPEC_EFFICIENCY, 60-85 %) would beat the
-# peak.
+# than the spec-sheet derating (engine_advisor.model.hardware.silicon.SPEC_EFFICIENCY, 60-85 %)
+# would beat the peak.
 PHYSICS_FLOOR = 0.85
 # Count terms cannot fall below this share of their prior. Each prior counts the kernels or host
 # steps the term stands for at their launch-and-tail cost (a decode layer: ~10-20 kernels at

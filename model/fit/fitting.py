@@ -3,11 +3,11 @@
 The pooling has two levels per engine, and DCP > 1 apart:
 
 - **engine x GPU family** (``vllm/@hopper``): every row of the engine on GPUs of one family
-  (``model.hardware.gpus.GPU_FAMILIES``: Hopper, Blackwell; the engines run the same kernels on
-  a family's GPUs), starting from the physics priors (``model.fit.estimator.PRIOR``). What an
-  engine's implementation does there (its MoE kernels, its MLA decode path, its fixed costs)
-  carries over from the GPUs it was measured on to the family's others. Another family starts
-  from the priors.
+  (``engine_advisor.model.hardware.gpus.GPU_FAMILIES``: Hopper, Blackwell; the engines run the same
+  kernels on a family's GPUs), starting from the physics priors
+  (``engine_advisor.model.fit.estimator.PRIOR``). What an engine's implementation does there (its
+  MoE kernels, its MLA decode path, its fixed costs) carries over from the GPUs it was measured on
+  to the family's others. Another family starts from the priors.
 - **engine x GPU** (``vllm/H200``): that GPU's rows, starting from the family level fitted on
   the family's *other* GPUs' rows (so a point is never part of its own prior). A GPU without
   rows uses its family's level.
@@ -16,18 +16,18 @@ The pooling has two levels per engine, and DCP > 1 apart:
   decode says nothing about the engine's decode at DCP 1. Prefill terms move on either (DCP
   splits decode attention only).
 
-On each level ``model.fit.estimator.select_terms`` frees a term only when that lowers the
-leave-one-point-out error, so the fit is never worse than its prior on the points it is given.
+On each level ``engine_advisor.model.fit.estimator.select_terms`` frees a term only when that lowers
+the leave-one-point-out error, so the fit is never worse than its prior on the points it is given.
 
 Rows measured on random weights (``weights`` = dummy) route a decode batch's tokens as an engine's
 random-weight router does, which need not be a trained model's: a routing diversity ``rho`` per
-served model (``model.formulas.batch_terms``, ``choose_diversity``) is chosen on a grid by the
-same held-out error and applied to those rows only. Predictions for real checkpoints use 1.
-When ``rho`` < 1 the routed experts' decode efficiency cannot be told from those rows (few
-experts, many tokens each say nothing about reading every expert once, which a trained router
-makes a batch do), so ``moe`` stays at its prior on that level (``movable``): what the rows
-show beyond the experts' bytes goes to the terms that hold for any routing, the MoE calls' floor
-(``moe_fixed``) among them.
+served model (``engine_advisor.model.formulas.batch_terms``, ``choose_diversity``) is chosen on a
+grid by the same held-out error and applied to those rows only. Predictions for real checkpoints use
+1. When ``rho`` < 1 the routed experts' decode efficiency cannot be told from those rows (few
+experts, many tokens each say nothing about reading every expert once, which a trained router makes
+a batch do), so ``moe`` stays at its prior on that level (``movable``): what the rows show beyond
+the experts' bytes goes to the terms that hold for any routing, the MoE calls' floor (``moe_fixed``)
+among them.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from model.fit.dataset import Measurement
-from model.fit.estimator import (
+from engine_advisor.model.fit.dataset import Measurement
+from engine_advisor.model.fit.estimator import (
     MIN_HELD_OUT_POINTS,
     PRIOR,
     EngineCostModel,
@@ -49,10 +49,10 @@ from model.fit.estimator import (
     prior_vector,
     select_terms,
 )
-from model.fit.rows import row_case, row_shape
-from model.hardware.gpus import gpu_family
-from model.physics.features import case_features
-from model.physics.terms import PREFILL_TERMS, TERMS
+from engine_advisor.model.fit.rows import row_case, row_shape
+from engine_advisor.model.hardware.gpus import gpu_family
+from engine_advisor.model.physics.features import case_features
+from engine_advisor.model.physics.terms import PREFILL_TERMS, TERMS
 
 DCP_TERMS = ("dcp_read", "dcp_comm", "dcp_fixed")
 QUANTITIES = ("total", "ttft", "step")
@@ -92,10 +92,10 @@ def diversity_of(rho: Diversity, r: Measurement) -> float:
 
 
 def observations(rows: Sequence[Measurement], rho: Diversity = TRAINED) -> Observations:
-    """The fitted quantities of each row (``model.fit.dataset.Measurement``): total, the batch's
-    prefill (not where the batch queues), one decode step (``decode_step_s``, or at batch 1 the
-    engines' TPOT, which is the same thing there). ``rho`` gives the routing diversity of
-    random-weight rows per model."""
+    """The fitted quantities of each row (``engine_advisor.model.fit.dataset.Measurement``): total,
+    the batch's prefill (not where the batch queues), one decode step (``decode_step_s``, or at
+    batch 1 the engines' TPOT, which is the same thing there). ``rho`` gives the routing diversity
+    of random-weight rows per model."""
     Xs, ys, rs, qs = [], [], [], []
     for i, r in enumerate(rows):
         f = case_features(row_case(r, diversity_of(rho, r)))

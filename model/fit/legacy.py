@@ -2,7 +2,7 @@
 
 Unpickling runs whatever code the file names: this module exists so that a user can convert
 an artifact they made (or trust) into the JSON + ``.npz`` format, on explicit request. Nothing
-else imports it; ``model.fit.artifact.load`` refuses such files.
+else imports it; ``engine_advisor.model.fit.artifact.load`` refuses such files.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from model.fit.artifact import ArtifactError
-from model.fit.costmodel import CostModel
+from engine_advisor.model.fit.artifact import ArtifactError
+from engine_advisor.model.fit.costmodel import CostModel
 
 LEGACY_SCHEMA = 2
 

@@ -7,12 +7,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from model.engines.base import MemoryKnobs
-from model.fit.dataset import Measurement
-from model.hardware.gpus import builtin_gpu
-from model.hardware.silicon import silicon_for
-from model.physics.features import Case, roofline_total_s
-from model.physics.shape import ModelShape, shape_of
+from engine_advisor.model.engines.base import MemoryKnobs
+from engine_advisor.model.fit.dataset import Measurement
+from engine_advisor.model.hardware.gpus import builtin_gpu
+from engine_advisor.model.hardware.silicon import silicon_for
+from engine_advisor.model.physics.features import Case, roofline_total_s
+from engine_advisor.model.physics.shape import ModelShape, shape_of
 
 
 def gpu_or_none(name: str):

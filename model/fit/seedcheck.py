@@ -2,17 +2,18 @@
 
 The source gives four times (vLLM dcp 1 and SGLang dcp 8 at 64K and 200K context on 8 x B300,
 Kimi-K3) and states neither the batch, the output length nor whether the prompts were shared.
-``python -m model.fit.seedcheck`` scans batch x output tokens x prompt sharing and, for each
-assumption, fits the B300 level of both engines exactly as the default model does
-(``model.fit.fitting``: each engine starts from its efficiencies measured on the other GPUs, and two
-points may move one term; SGLang's DCP-8 points only its DCP terms), then reports:
+``python -m engine_advisor.model.fit.seedcheck`` scans batch x output tokens x prompt sharing and,
+for each assumption, fits the B300 level of both engines exactly as the default model does
+(``engine_advisor.model.fit.fitting``: each engine starts from its efficiencies measured on the
+other GPUs, and two points may move one term; SGLang's DCP-8 points only its DCP terms), then
+reports:
 
 - ``consistent``: every published time is reproduced within 5 % by that fit, and none is faster
   than its roofline (the physics terms at spec-sheet peaks);
 - ``distance``: how far the fit had to move from physics, the sum of |log(coefficient / its
-  prior)| over the two engines' freed terms (``model.fit.estimator.departure``: a count term
-  such as SGLang's per-layer DCP merge cost counts as much as a physics term, and may not pass
-  its plausible ceiling; 0 = the published times need no engine slower or faster than its
+  prior)| over the two engines' freed terms (``engine_advisor.model.fit.estimator.departure``: a
+  count term such as SGLang's per-layer DCP merge cost counts as much as a physics term, and may not
+  pass its plausible ceiling; 0 = the published times need no engine slower or faster than its
   prior).
 
 The rule: the default model uses the consistent assumption with the smallest distance (ties: the
@@ -30,7 +31,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from model.fit.dataset import Measurement, read_csv
+from engine_advisor.model.fit.dataset import Measurement, read_csv
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 OUTPUTS = (256, 512, 1024, 2048, 4096, 8192)
@@ -66,7 +67,7 @@ class Verdict:
 
 
 def published_rows() -> list[Measurement]:
-    from model.fit.default import REFERENCE_CSV
+    from engine_advisor.model.fit.default import REFERENCE_CSV
     return read_csv(REFERENCE_CSV)
 
 
@@ -79,11 +80,11 @@ def with_assumption(rows: list[Measurement], a: Assumption) -> list[Measurement]
 def _parents() -> dict[str, tuple[np.ndarray, float]]:
     """Each engine's efficiencies fitted on the other Blackwell GPUs' rows (the B300 level's
     prior) and its routing diversity: what the default model starts the B300 fit from."""
-    from model.fit.default import real_rows
-    from model.fit.estimator import PRIOR, prior_vector
-    from model.fit.fitting import choose_diversity, fit_level
-    from model.fit.rows import trainable
-    from model.hardware.gpus import gpu_family
+    from engine_advisor.model.fit.default import real_rows
+    from engine_advisor.model.fit.estimator import PRIOR, prior_vector
+    from engine_advisor.model.fit.fitting import choose_diversity, fit_level
+    from engine_advisor.model.fit.rows import trainable
+    from engine_advisor.model.hardware.gpus import gpu_family
 
     out = {}
     rows = [r for r in real_rows() if trainable(r)]
@@ -97,15 +98,15 @@ def _parents() -> dict[str, tuple[np.ndarray, float]]:
 
 
 def judge(a: Assumption) -> Verdict:
-    from model.fit.estimator import PRIOR, prior_vector
-    from model.fit.fitting import fit_level
-    from model.fit.rows import row_case, trainable
-    from model.physics.features import roofline_total_s
-    from model.physics.terms import TERMS
+    from engine_advisor.model.fit.estimator import PRIOR, prior_vector
+    from engine_advisor.model.fit.fitting import fit_level
+    from engine_advisor.model.fit.rows import row_case, trainable
+    from engine_advisor.model.physics.features import roofline_total_s
+    from engine_advisor.model.physics.terms import TERMS
 
     rows = with_assumption(published_rows(), a)
     parents = _parents()
-    from model.fit.estimator import departure
+    from engine_advisor.model.fit.estimator import departure
 
     predicted, published, roofline, freed = {}, {}, {}, {}
     distance = 0.0

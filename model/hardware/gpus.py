@@ -29,7 +29,7 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field
 
-from model.jsonnum import JsonModel
+from engine_advisor.model.jsonnum import JsonModel
 
 GB = 1e9
 GIB = 1 << 30
@@ -38,9 +38,9 @@ TFLOPS = 1e12
 ASSUMED_FLOPS_PER_BYTE = 200.0
 FlopDtype = Literal["bf16", "fp16", "fp8", "fp4"]
 
-# GPUs whose engines run the same kernels (FlashMLA / FA3 builds, CUTLASS and TRT-LLM paths) share
-# a family: the fit pools an engine's rows over a family (model.fit.fitting), and the silicon's
-# kernel floors are the family's (model.hardware.silicon.MOE_CALL_S)
+# GPUs whose engines run the same kernels (FlashMLA / FA3 builds, CUTLASS and TRT-LLM paths) share a
+# family: the fit pools an engine's rows over a family (engine_advisor.model.fit.fitting), and the
+# silicon's kernel floors are the family's (engine_advisor.model.hardware.silicon.MOE_CALL_S)
 GPU_FAMILIES = {"H100": "hopper", "H200": "hopper", "H20": "hopper", "H800": "hopper",
                 "GH200": "hopper", "B200": "blackwell", "B300": "blackwell",
                 "GB200": "blackwell", "GB300": "blackwell"}

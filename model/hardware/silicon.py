@@ -10,10 +10,10 @@ A ``Silicon`` answers, in seconds, the questions the cost model's terms ask:
 - ``moe_call_s(expert_dtype)``: the floor of one fused-MoE call, what it costs when it reads
   almost nothing (``MOE_CALL_S``).
 
-Each answer comes from a measured profile when one covers it (``calibration/profiles/*.json``:
-the project's own kernel measurements, or NVIDIA's per-op tables imported from aiconfigurator)
-and from the spec sheet otherwise; ``sources`` says which, per quantity, and predictions quote it.
-Spec-sheet values are peaks: the engines' fitted efficiencies (model.fit.estimator) scale them.
+Each answer comes from a measured profile when one covers it (``calibration/profiles/*.json``: the
+project's own kernel measurements, or NVIDIA's per-op tables imported from aiconfigurator) and from
+the spec sheet otherwise; ``sources`` says which, per quantity, and predictions quote it. Spec-sheet
+values are peaks: the engines' fitted efficiencies (engine_advisor.model.fit.estimator) scale them.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from model.formulas import collective_many, collective_s
-from model.hardware.gpus import GpuSpec, gpu_family
-from model.hardware.profiles import (
+from engine_advisor.model.formulas import collective_many, collective_s
+from engine_advisor.model.hardware.gpus import GpuSpec, gpu_family
+from engine_advisor.model.hardware.profiles import (
     KIND_DCP,
     KIND_GPU,
     PROFILES_ENV,
@@ -285,8 +285,8 @@ class Silicon:
         return spec * self.eff["gemm"]
 
     def spec_flops(self, dtype: str) -> float:
-        """Dense spec-sheet FLOP/s of ``dtype`` math (model.hardware.gpus: assumed from the memory
-        bandwidth where a custom GPU gives none)."""
+        """Dense spec-sheet FLOP/s of ``dtype`` math (engine_advisor.model.hardware.gpus: assumed
+        from the memory bandwidth where a custom GPU gives none)."""
         math_dtype = {"fp4": "fp4", "nvfp4": "fp4", "mxfp4": "fp4", "fp8": "fp8",
                       "fp8_block": "fp8"}.get(dtype, "bf16")
         return float(self.gpu.flops(math_dtype)[0])

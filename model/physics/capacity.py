@@ -1,7 +1,8 @@
-"""The memory of one engine instance, outside a recommendation's rows: what the simulator
-admits by and what ``model.decision.nofit`` checks its suggestions with. Both call the compiled
-functions the recommender predicts with (``model.formulas.pool_of``, ``memory_fit``) on one row
-(``model.physics.features.static_rows``): one implementation of each engine's memory.
+"""The memory of one engine instance, outside a recommendation's rows: what the simulator admits by
+and what ``engine_advisor.model.decision.nofit`` checks its suggestions with. Both call the compiled
+functions the recommender predicts with (``engine_advisor.model.formulas.pool_of``, ``memory_fit``)
+on one row (``engine_advisor.model.physics.features.static_rows``): one implementation of each
+engine's memory.
 """
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from model.engines.base import DEFAULT_KNOBS, MemoryKnobs, knobs_of
-from model.formulas import (
+from engine_advisor.model.engines.base import DEFAULT_KNOBS, MemoryKnobs, knobs_of
+from engine_advisor.model.formulas import (
     LIMIT_KV,
     LIMIT_NONE,
     LIMIT_RUNNING,
@@ -18,12 +19,12 @@ from model.formulas import (
     memory_fit,
     pool_of,
 )
-from model.hardware.gpus import GpuSpec
-from model.hardware.silicon import silicon_for
-from model.physics.features import engine_index, static_rows
-from model.physics.memory import StateLayout, state_layout
-from model.physics.shape import ModelShape
-from model.physics.terms import physics_for
+from engine_advisor.model.hardware.gpus import GpuSpec
+from engine_advisor.model.hardware.silicon import silicon_for
+from engine_advisor.model.physics.features import engine_index, static_rows
+from engine_advisor.model.physics.memory import StateLayout, state_layout
+from engine_advisor.model.physics.shape import ModelShape
+from engine_advisor.model.physics.terms import physics_for
 
 LIMIT_NAMES = {LIMIT_NONE: "none", LIMIT_KV: "kv", LIMIT_STATE: "state",
                LIMIT_RUNNING: "max_running"}
@@ -54,7 +55,7 @@ class Pool(NamedTuple):
 
 
 class Fit(NamedTuple):
-    """How a batch sits in one instance (``model.formulas.memory_fit``)."""
+    """How a batch sits in one instance (``engine_advisor.model.formulas.memory_fit``)."""
 
     running: int               # sequences at once
     capacity_tokens: int

@@ -1,10 +1,10 @@
 """A query as physics: the rows of a ``Case`` turned into the seconds of every physical term.
 
-A ``Case`` is a set of rows that share the served model, the GPU type and the TP size: one
-workload on several configurations, or one configuration over a grid of contexts.
-``case_features`` is the only place that builds features: prefill, decode steps, and the
-sequences running at once when the batch's KV does not fit (``model.formulas.rows_into``).
-``roofline_total_s`` is the same at spec-sheet peaks: the floor no measurement may beat.
+A ``Case`` is a set of rows that share the served model, the GPU type and the TP size: one workload
+on several configurations, or one configuration over a grid of contexts. ``case_features`` is the
+only place that builds features: prefill, decode steps, and the sequences running at once when the
+batch's KV does not fit (``engine_advisor.model.formulas.rows_into``). ``roofline_total_s`` is the
+same at spec-sheet peaks: the floor no measurement may beat.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from model import engines as engine_registry
-from model.engines.base import DEFAULT_KNOBS, MemoryKnobs
-from model.formulas import (
+from engine_advisor.model import engines as engine_registry
+from engine_advisor.model.engines.base import DEFAULT_KNOBS, MemoryKnobs
+from engine_advisor.model.formulas import (
     N_FACTS,
     N_PREFILL,
     N_ROW_FIELDS,
@@ -35,20 +35,21 @@ from model.formulas import (
     fill_sizes,
     rows_into,
 )
-from model.hardware.silicon import Silicon, roofline_silicon
-from model.physics.memory import state_layout
-from model.physics.shape import ModelShape
-from model.physics.terms import PHYSICS_TERMS, TERMS, Physics, physics_for
+from engine_advisor.model.hardware.silicon import Silicon, roofline_silicon
+from engine_advisor.model.physics.memory import state_layout
+from engine_advisor.model.physics.shape import ModelShape
+from engine_advisor.model.physics.terms import PHYSICS_TERMS, TERMS, Physics, physics_for
 
 N_TERMS = len(TERMS)
 
 
 class QueryFacts(NamedTuple):
-    """Per configuration of a query: engine, DCP size, memory fraction and (calibration
-    status, calibrated range or None) (``CostModel.calibrated_range``); the compiled code's
-    input rows that do not depend on the workload's sizes (``static_rows``) and each row's
-    engine index (``engine_index``). Built and memoised by
-    ``model.predict.predictor.Predictor.facts``; read by ``model.predict.query.Query``."""
+    """Per configuration of a query: engine, DCP size, memory fraction and (calibration status,
+    calibrated range or None) (``CostModel.calibrated_range``); the compiled code's input rows that
+    do not depend on the workload's sizes (``static_rows``) and each row's engine index
+    (``engine_index``). Built and memoised by
+    ``engine_advisor.model.predict.predictor.Predictor.facts``; read by
+    ``engine_advisor.model.predict.query.Query``."""
 
     engines: list[str]
     dcps: list[float]
@@ -57,9 +58,9 @@ class QueryFacts(NamedTuple):
     ranges: list[tuple[str, dict | None]]
     rows: np.ndarray
     engine_index: tuple[tuple[str, ...], np.ndarray]
-    # per configuration, what its prediction reports that does not depend on the workload's
-    # sizes: (engine, DCP size, calibrated, transferred, memory fraction, calibrated range or
-    # None, added relative sd without calibration data) (``model.predict.query.Query``)
+    # per configuration, what its prediction reports that does not depend on the workload's sizes:
+    # (engine, DCP size, calibrated, transferred, memory fraction, calibrated range or None, added
+    # relative sd without calibration data) (``engine_advisor.model.predict.query.Query``)
     per_config: list[tuple]
 
 
@@ -79,11 +80,12 @@ class Case:
     fraction: np.ndarray | list  # memory fraction per row
     share: np.ndarray | list | float = 0.0   # prefix-cache share of each prompt
     physics: Physics | None = None     # physics_for(shape, silicon, tp), when the caller has it
-    # routing diversity of a decode batch's tokens (model.formulas.batch_terms): 1 for a trained
-    # router; below 1 for what an engine measured on random weights (CostModel.diversity)
+    # routing diversity of a decode batch's tokens (engine_advisor.model.formulas.batch_terms): 1
+    # for a trained router; below 1 for what an engine measured on random weights
+    # (CostModel.diversity)
     diversity: np.ndarray | list | float = 1.0
     # the engines' memory knobs as launched, and whether to choose them for the workload (a
-    # recommendation's rows: model.formulas.memory_fit)
+    # recommendation's rows: engine_advisor.model.formulas.memory_fit)
     knobs: MemoryKnobs = DEFAULT_KNOBS
     advise: bool = False
 
@@ -101,7 +103,8 @@ class Features:
     running: np.ndarray        # sequences running at once
     capacity: np.ndarray       # KV capacity in tokens
     feasible: np.ndarray       # at least one sequence fits
-    facts: np.ndarray | None = None   # (N_FACTS, n): model.formulas.memory_fit's, per row
+    # (N_FACTS, n): engine_advisor.model.formulas.memory_fit's, per row
+    facts: np.ndarray | None = None
 
     @property
     def total(self) -> np.ndarray:
@@ -146,12 +149,12 @@ def engine_index(names) -> tuple[tuple[str, ...], np.ndarray]:
 def static_rows(index: tuple[tuple[str, ...], np.ndarray], fraction, dcp, shape: ModelShape,
                 tp: int, gpu_name: str, gpu_memory: float, knobs: MemoryKnobs = DEFAULT_KNOBS,
                 advise: bool = False) -> np.ndarray:
-    """The rows ``model.formulas.rows_into`` reads (ROW_FIELDS) with the configurations' fields
-    filled: from each row's engine (``engine_index``) its reserve, whether it holds the
-    activation peak, the largest prefill pass it replays as a CUDA graph for a model of this
-    attention and how it lays out the model's state and KV on ``tp`` GPUs of ``gpu_name``
-    (``model.physics.memory.state_layout``); memory fraction, DCP size, the memory knobs as
-    launched and whether to choose them for the workload (``advise``)."""
+    """The rows ``engine_advisor.model.formulas.rows_into`` reads (ROW_FIELDS) with the
+    configurations' fields filled: from each row's engine (``engine_index``) its reserve, whether it
+    holds the activation peak, the largest prefill pass it replays as a CUDA graph for a model of
+    this attention and how it lays out the model's state and KV on ``tp`` GPUs of ``gpu_name``
+    (``engine_advisor.model.physics.memory.state_layout``); memory fraction, DCP size, the memory
+    knobs as launched and whether to choose them for the workload (``advise``)."""
     engines, idx = index
     rows = np.empty((N_ROW_FIELDS, len(idx)))
     records = [engine_registry.get(e) for e in engines]
@@ -182,9 +185,9 @@ def static_rows(index: tuple[tuple[str, ...], np.ndarray], fraction, dcp, shape:
 
 def kernel_inputs(case: Case) -> tuple:
     """(K, collectives, read curve, rows, engine index) of a case: what
-    ``model.formulas.predict_rows`` reads (the model's constants on its GPU and TP size, one
-    column per row) and each row's ``engine_index``. A recommendation's query packs its own
-    once (``model.predict.query.Query``)."""
+    ``engine_advisor.model.formulas.predict_rows`` reads (the model's constants on its GPU and TP
+    size, one column per row) and each row's ``engine_index``. A recommendation's query packs its
+    own once (``engine_advisor.model.predict.query.Query``)."""
     ph = case.physics or physics_for(case.shape, case.silicon, case.tp)
     n = len(case.engine)
     index = engine_index(case.engine)
@@ -197,7 +200,8 @@ def kernel_inputs(case: Case) -> tuple:
 
 
 def case_features(case: Case) -> Features:
-    """Features of every row of a case, in one compiled pass (``model.formulas.rows_into``)."""
+    """Features of every row of a case, in one compiled pass
+    (``engine_advisor.model.formulas.rows_into``)."""
     K, coll, curve, rows, _ = kernel_inputs(case)
     n = rows.shape[1]
     X = np.empty((n, 2 * N_TERMS))

@@ -1,17 +1,17 @@
 """Memory fraction, KV capacity, linear-attention state and how many sequences run at once
 (engine documentation and source).
 
-Each engine's memory flag says what its fraction covers (``model.engines``: ``mem_flag``,
-``mem_covers``; vLLM's ``--gpu-memory-utilization`` budgets the whole instance, SGLang's
-``--mem-fraction-static`` weights + KV pool). Per GPU:
-``budget = fraction x memory - weights / tp - Engine.reserve(activation peak)``. Without
-linear-attention layers, ``capacity = budget / (KV bytes per token per GPU / dcp)``. With them,
-each engine lays the state out its own way (``model.engines.base.StateLayout``, from the
-model's ``HybridShape`` here): vLLM keeps state and KV in one pool of pages, SGLang splits the
-budget into a state pool and a KV pool; ``model.formulas.memory_fit`` computes the capacity,
-the state slots and the sequences that run at once from it, for the recommender and the
-simulator alike. When a batch does not fit, the engine runs what fits and admits the rest as
-running sequences finish (``model.formulas.rows_into``).
+Each engine's memory flag says what its fraction covers (``engine_advisor.model.engines``:
+``mem_flag``, ``mem_covers``; vLLM's ``--gpu-memory-utilization`` budgets the whole instance,
+SGLang's ``--mem-fraction-static`` weights + KV pool). Per GPU: ``budget = fraction x memory -
+weights / tp - Engine.reserve(activation peak)``. Without linear-attention layers, ``capacity =
+budget / (KV bytes per token per GPU / dcp)``. With them, each engine lays the state out its own way
+(``engine_advisor.model.engines.base.StateLayout``, from the model's ``HybridShape`` here): vLLM
+keeps state and KV in one pool of pages, SGLang splits the budget into a state pool and a KV pool;
+``engine_advisor.model.formulas.memory_fit`` computes the capacity, the state slots and the
+sequences that run at once from it, for the recommender and the simulator alike. When a batch does
+not fit, the engine runs what fits and admits the rest as running sequences finish
+(``engine_advisor.model.formulas.rows_into``).
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from model import engines
-from model.engines.base import NO_STATE, HybridShape, StateLayout
-from model.hardware.gpus import gpu_family
+from engine_advisor.model import engines
+from engine_advisor.model.engines.base import NO_STATE, HybridShape, StateLayout
+from engine_advisor.model.hardware.gpus import gpu_family
 
 if TYPE_CHECKING:
-    from model.physics.shape import ModelShape
+    from engine_advisor.model.physics.shape import ModelShape
 
 DEFAULT_FRACTION = 0.90          # used when calibration says nothing about this engine and GPU
 OOM_THRESHOLD = 0.95             # published: 0.95 gave OOM retries on B300 for both engines

@@ -1,8 +1,8 @@
 """What the cost model needs to know about the served model, at one KV-cache dtype.
 
-``ModelShape`` condenses an ``model.arch.Architecture`` (a Hugging Face config or a preset) into
-the numbers the physical terms use: bytes per token per full-attention layer, per-sequence state,
-weight bytes read per decode step, FLOPs per token. A workload that gives only
+``ModelShape`` condenses an ``engine_advisor.model.arch.Architecture`` (a Hugging Face config or a
+preset) into the numbers the physical terms use: bytes per token per full-attention layer,
+per-sequence state, weight bytes read per decode step, FLOPs per token. A workload that gives only
 ``kv_bytes_per_token`` gets a *bare* shape: KV only, no weights and no FLOPs known, so the weight
 and compute terms are zero and KV capacity is an upper bound (``weights_known`` is False).
 """
@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from model.arch import PRESETS, from_hf_config, preset
+from engine_advisor.model.arch import PRESETS, from_hf_config, preset
 
 if TYPE_CHECKING:
-    from model.arch import Architecture
+    from engine_advisor.model.arch import Architecture
 
 Attention = Literal["mla", "gqa", "mha", "unknown"]
 
@@ -56,9 +56,9 @@ class ModelShape:
     # mixers and feed-forwards (2 per standard decoder layer, 1 per Nemotron-H block; 0: 2 per
     # layer): each ends in a row-parallel projection
     n_sublayers: int = 0
-    # linear-attention layers: kind, one layer's convolution and recurrent state elements, the
-    # state dtype the config declares (model.arch.Architecture), the chunked prefill kernels'
-    # FLOPs and bytes per prompt token and the recurrent update's FLOPs per decoded token
+    # linear-attention layers: kind, one layer's convolution and recurrent state elements, the state
+    # dtype the config declares (engine_advisor.model.arch.Architecture), the chunked prefill
+    # kernels' FLOPs and bytes per prompt token and the recurrent update's FLOPs per decoded token
     linear_kind: str | None = None
     linear_conv_elems: float = 0.0
     linear_ssm_elems: float = 0.0
@@ -70,8 +70,8 @@ class ModelShape:
     window_bytes_per_seq: float = 0.0   # sliding-window KV a sequence holds at most
     max_context: int | None = None      # max_position_embeddings: what engines launch for
     summary: dict = field(default_factory=dict, compare=False, hash=False)
-    # model.physics.terms.Physics per (silicon, tp), built on first use; a replaced copy starts
-    # empty
+    # engine_advisor.model.physics.terms.Physics per (silicon, tp), built on first use; a replaced
+    # copy starts empty
     physics: dict = field(init=False, default_factory=dict, compare=False, hash=False,
                           repr=False)
 
@@ -217,8 +217,9 @@ def preset_shape(name: str, kv_dtype: str) -> ModelShape:
     return from_architecture(preset(name), kv_dtype)
 
 
-# config.json contents of the rows' ``hf:NAME@HASH`` architectures (calibration.sweep.served_model),
-# registered by whoever read them from the run folders (``register_row_config``)
+# config.json contents of the rows' ``hf:NAME@HASH`` architectures
+# (engine_advisor.calibration.sweep.served_model), registered by whoever read them from the run
+# folders (``register_row_config``)
 ROW_CONFIGS: dict[str, dict] = {}
 
 

@@ -1,10 +1,10 @@
 """Physical terms of prefill and decode, in seconds on one GPU of a tensor-parallel group.
 
-Every term is a named feature: the time one part of the work takes on the silicon at its
-achievable rate (``model.hardware.silicon``), or a count (layers, sequences, forward passes) for the
-engines' fixed costs. An engine's time is ``sum(coef[t] * feature[t])`` with non-negative
-coefficients fitted per engine (``model.fit.estimator``): physics terms start at coefficient 1
-(the silicon's achievable rate), count terms at a prior cost per unit.
+Every term is a named feature: the time one part of the work takes on the silicon at its achievable
+rate (``engine_advisor.model.hardware.silicon``), or a count (layers, sequences, forward passes) for
+the engines' fixed costs. An engine's time is ``sum(coef[t] * feature[t])`` with non-negative
+coefficients fitted per engine (``engine_advisor.model.fit.estimator``): physics terms start at
+coefficient 1 (the silicon's achievable rate), count terms at a prior cost per unit.
 
 Decode step of ``B`` sequences at context ``c`` on ``tp`` GPUs with DCP ``d``:
 
@@ -20,9 +20,9 @@ Decode step of ``B`` sequences at context ``c`` on ``tp`` GPUs with DCP ``d``:
   (+ log-sum-exp) across the ``d`` DCP ranks;
 - ``layer_fixed`` (count: layers), ``seq_fixed`` (count: sequences), ``step_fixed`` (1);
 - ``moe_fixed``: one fused-MoE call per MoE layer at the silicon's measured floor, what the
-  call costs whatever the experts' bytes (``model.hardware.silicon.MOE_CALL_S``: sorting the
-  tokens by expert, the grouped GEMMs' launches and tails); its coefficient carries the engine's
-  routing kernels and kernel configuration.
+  call costs whatever the experts' bytes (``engine_advisor.model.hardware.silicon.MOE_CALL_S``:
+  sorting the tokens by expert, the grouped GEMMs' launches and tails); its coefficient carries the
+  engine's routing kernels and kernel configuration.
 
 Prefill of ``B`` prompts of ``L`` tokens, a share ``s`` of each found in the prefix cache
 (the shared part computed once), in chunks of ``CHUNK_TOKENS``:
@@ -33,21 +33,22 @@ Prefill of ``B`` prompts of ``L`` tokens, a share ``s`` of each found in the pre
 - ``pf_mla``: the same FLOPs of MLA's full-attention layers: the engines prefill MLA on kernels
   of its own (the latent up-projected per chunk, MHA-form attention), as ``mla_read`` decodes it;
 - ``pf_linear``: linear-attention layers' chunked kernels (KDA, GDN, Mamba2's SSD): per prompt
-  token their FLOPs at the attention rate and the chunk states and inputs they stream through
-  HBM (``model.arch.Architecture.linear_prefill_flops_per_token``, ``..._bytes_per_token``),
-  one after the other as the kernels run;
+  token their FLOPs at the attention rate and the chunk states and inputs they stream through HBM
+  (``engine_advisor.model.arch.Architecture.linear_prefill_flops_per_token``,
+  ``..._bytes_per_token``), one after the other as the kernels run;
 - ``pf_comm``: two all-reduces of the chunk's activations per layer and chunk;
 - ``pf_fixed`` (count: layers x forward passes the engine launches kernel by kernel; a pass it
-  replays as a captured CUDA graph has none: ``model.engines.base.Engine.graphed_prefill_tokens``);
+  replays as a captured CUDA graph has none:
+  ``engine_advisor.model.engines.base.Engine.graphed_prefill_tokens``);
 - ``pf_moe_fixed`` (count: MoE layers x those passes: the fused-MoE path's fixed cost per
   call: routing, token permutation into expert order and back, the grouped GEMMs' launches);
 - ``pf_batch`` (count: 1 per prefilled batch: scheduling, tokenisation, first sampling).
 
-The formulas are compiled by numba (``model.formulas``: ``decode_into``, ``prefill_into`` and
-the rows of ``model.physics.features.case_features`` that call them): one recommendation evaluates
-its rows in microseconds and a grid of 80,000 rows in milliseconds, with no second
-implementation.
-``Physics`` packs one model's constants on one GPU and TP size into the arrays they read.
+The formulas are compiled by numba (``engine_advisor.model.formulas``: ``decode_into``,
+``prefill_into`` and the rows of ``engine_advisor.model.physics.features.case_features`` that call
+them): one recommendation evaluates its rows in microseconds and a grid of 80,000 rows in
+milliseconds, with no second implementation. ``Physics`` packs one model's constants on one GPU and
+TP size into the arrays they read.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from model.formulas import (
+from engine_advisor.model.formulas import (
     ACT,
     ACT_PEAK,
     ACT_SEQ,
@@ -100,9 +101,9 @@ from model.formulas import (
     decode_into,
     prefill_into,
 )
-from model.hardware.silicon import Silicon
-from model.physics.memory import activation_pass_bytes, sampler_row_bytes
-from model.physics.shape import ModelShape
+from engine_advisor.model.hardware.silicon import Silicon
+from engine_advisor.model.physics.memory import activation_pass_bytes, sampler_row_bytes
+from engine_advisor.model.physics.shape import ModelShape
 
 TERMS = PREFILL_TERMS + DECODE_TERMS
 PHYSICS_TERMS = ("pf_gemm", "pf_moe", "pf_attn", "pf_mla", "pf_linear", "pf_comm", "gemm",
@@ -125,10 +126,12 @@ class Physics:
     (``physics_for``) and packed for the compiled formulas:
 
     - ``K``: the scalars, a tuple (positions ``W_DENSE`` ... ``READ_BPS``);
-    - ``curve``: the silicon's per-call KV read curves (``model.hardware.profiles.ReadCurve.
+    - ``curve``: the silicon's per-call KV read curves
+      (``engine_advisor.model.hardware.profiles.ReadCurve.
       table``), one per DCP size (``dcp_read_levels``: level ``d`` at ``d x`` the heads per
       rank);
-    - ``collectives(d)``: rows of ``model.hardware.silicon.Collective.params``: row 0 the TP
+    - ``collectives(d)``: rows of ``engine_advisor.model.hardware.silicon.Collective.params``: row 0
+      the TP
       all-reduce, row ``k`` the all-gather over ``k`` DCP ranks.
     """
 
@@ -178,7 +181,7 @@ class Physics:
         K[WEIGHTS_PASS] = K[W_DENSE]      # a prefill pass reads the dense weights once
         K[ATTN_PF] = shape.attn_prefill_coef / (t * si.attn_flops)
         K[ATTN_PF_LINEAR] = shape.attn_prefill_linear / (t * si.attn_flops)
-        # capacity (model.physics.memory.kv_capacity)
+        # capacity (engine_advisor.model.physics.memory.kv_capacity)
         K[MEMORY] = si.gpu.memory_bytes
         K[WEIGHT_BYTES] = shape.weight_bytes
         K[TP] = t
@@ -220,7 +223,7 @@ class Physics:
                 graph_tokens: float = 0.0) -> tuple[float, ...]:
         """The ``PREFILL_TERMS`` of prefilling ``b`` prompts of ``L`` tokens, a share ``s``
         of each cached, passes of up to ``graph_tokens`` replayed as CUDA graphs
-        (``prefill_into``; ``model.engines.base.Engine.graphed_prefill_tokens``)."""
+        (``prefill_into``; ``engine_advisor.model.engines.base.Engine.graphed_prefill_tokens``)."""
         out = np.empty((1, N_PREFILL))
         prefill_into(self.K, self.coll, float(b), float(L), float(s), bool(warm),
                      float(graph_tokens), out, 0, 0)

@@ -7,12 +7,12 @@ from operator import attrgetter
 
 import numpy as np
 
-from model.engines import effective_share
-from model.fit.costmodel import CostModel, Prediction
-from model.hardware.silicon import silicon_for
-from model.physics.features import Case
-from model.predict.predictor import predictor_for
-from model.workload import Config, Workload
+from engine_advisor.model.engines import effective_share
+from engine_advisor.model.fit.costmodel import CostModel, Prediction
+from engine_advisor.model.hardware.silicon import silicon_for
+from engine_advisor.model.physics.features import Case
+from engine_advisor.model.predict.predictor import predictor_for
+from engine_advisor.model.workload import Config, Workload
 
 FIELDS = ("total", "total_lo", "total_hi", "prefill", "prefill_all", "tpot", "running",
           "capacity", "feasible")

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from model import engines
-from model.physics.shape import ModelShape
-from model.workload import Requirements
+from engine_advisor.model import engines
+from engine_advisor.model.physics.shape import ModelShape
+from engine_advisor.model.workload import Requirements
 
 CAPABILITIES_JSON = Path(__file__).parents[1] / "data" / "capabilities.json"
 

@@ -4,21 +4,21 @@
 lives). It stacks the engines' coefficients and covariances once and predicts every row of a
 ``Case`` in one pass: totals with 90 % intervals, prefill, TPOT, the seconds of each decode
 term, how many sequences run at once and the KV capacity. An engine without calibration data
-on a GPU type predicts with the physical priors (``model.fit.estimator.PRIOR``).
+on a GPU type predicts with the physical priors (``engine_advisor.model.fit.estimator.PRIOR``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from model.fit.costmodel import (
+from engine_advisor.model.fit.costmodel import (
     TRANSFERRED_REL_SIGMA,
     UNCALIBRATED_REL_SIGMA,
     CostModel,
     Prediction,
 )
-from model.fit.estimator import PRIOR
-from model.formulas import (
+from engine_advisor.model.fit.estimator import PRIOR
+from engine_advisor.model.formulas import (
     CAPACITY,
     FEASIBLE,
     N_PREFILL,
@@ -32,17 +32,23 @@ from model.formulas import (
     TTFT,
     predict_rows,
 )
-from model.hardware.gpus import GpuSpec
-from model.physics.features import Case, QueryFacts, engine_index, kernel_inputs, static_rows
-from model.physics.memory import MemoryChoice, choose_fraction
-from model.physics.shape import ModelShape
-from model.physics.terms import TERMS
-from model.workload import Config
+from engine_advisor.model.hardware.gpus import GpuSpec
+from engine_advisor.model.physics.features import (
+    Case,
+    QueryFacts,
+    engine_index,
+    kernel_inputs,
+    static_rows,
+)
+from engine_advisor.model.physics.memory import MemoryChoice, choose_fraction
+from engine_advisor.model.physics.shape import ModelShape
+from engine_advisor.model.physics.terms import TERMS
+from engine_advisor.model.workload import Config
 
 N_TERMS = len(TERMS)
 # Added relative sd of a prediction by its calibration status: without data for its model
 # (transferred) or hardware (uncalibrated); a calibrated one adds EXTRAPOLATION_REL_SIGMA per
-# doubling outside its calibrated range (model.predict.query.evaluate)
+# doubling outside its calibrated range (engine_advisor.model.predict.query.evaluate)
 COVERAGE_REL_SIGMA = {"calibrated": 0.0, "transferred": TRANSFERRED_REL_SIGMA,
                       "uncalibrated": UNCALIBRATED_REL_SIGMA}
 CROSSOVER_CACHE_SIZE = 1024
@@ -59,17 +65,18 @@ class Predictor:
             name: (est.coef_, est.coef_cov_, est.relative_noise_)
             for name, est in model.engines.items()}
         self._coef: dict[tuple[str, str, str], tuple[np.ndarray, np.ndarray, float]] = {}
-        # the recommender's crossover scans (model.decision.crossover.crossover_near), per workload
-        # without its context (emptied when full)
+        # the recommender's crossover scans
+        # (engine_advisor.model.decision.crossover.crossover_near), per workload without its context
+        # (emptied when full)
         self.crossovers: dict = {}
         self._memory: dict[tuple[str, str], MemoryChoice] = {}
         self._facts: dict[tuple, QueryFacts] = {}
         self._stacks: dict[tuple, tuple] = {}
 
     def memory(self, engine: str, gpu: str) -> MemoryChoice:
-        """The memory fraction for ``engine`` on ``gpu`` (``model.physics.memory.choose_fraction``
-        on
-        the fractions the calibration saw safe and unsafe)."""
+        """The memory fraction for ``engine`` on ``gpu``
+        (``engine_advisor.model.physics.memory.choose_fraction`` on the fractions the calibration
+        saw safe and unsafe)."""
         hit = self._memory.get((engine, gpu))
         if hit is None:
             hit = self._memory[(engine, gpu)] = choose_fraction(
@@ -127,9 +134,9 @@ class Predictor:
 
     def coefficients(self, engine: str, gpu: str,
                      model_key: str) -> tuple[np.ndarray, np.ndarray, float]:
-        """(coef, covariance, relative noise) of an engine on a GPU type for a served model:
-        the fitted level ``CostModel.level_for`` names (the GPU's own fit, else the engine's
-        pooled over the GPUs of its family it was measured on, ``model.fit.fitting``), else the
+        """(coef, covariance, relative noise) of an engine on a GPU type for a served model: the
+        fitted level ``CostModel.level_for`` names (the GPU's own fit, else the engine's pooled over
+        the GPUs of its family it was measured on, ``engine_advisor.model.fit.fitting``), else the
         physical priors."""
         key = (engine, gpu, model_key)
         hit = self._coef.get(key)
@@ -142,9 +149,10 @@ class Predictor:
 
     def table(self, case: Case, rel_extra: np.ndarray | None = None,
               z: float = Z90) -> np.ndarray:
-        """The prediction table (n, ``model.formulas.N_TABLE``) of every row of a case: its
-        features times its engine's efficiencies, with ``z``-sd intervals, its sequences at
-        once, KV capacity, feasibility and decode terms (``model.formulas.predict_rows``)."""
+        """The prediction table (n, ``engine_advisor.model.formulas.N_TABLE``) of every row of a
+        case: its features times its engine's efficiencies, with ``z``-sd intervals, its sequences
+        at once, KV capacity, feasibility and decode terms
+        (``engine_advisor.model.formulas.predict_rows``)."""
         K, coll, curve, rows, (engines, idx) = kernel_inputs(case)
         n = rows.shape[1]
         coef, factors, noise = self.stacked(engines, case.silicon.name, case.shape.key)

@@ -1,10 +1,12 @@
 """A workload as a query: the configurations it allows, their rows, and every configuration's
-prediction at the workload's sizes (``Query``, gathered by ``model.queries.query_for``).
+prediction at the workload's sizes (``Query``, gathered by
+``engine_advisor.model.queries.query_for``).
 
 ``candidates`` applies the engines' DCP rules and the workload's requirements
-(``model.predict.capabilities``); ``build_case`` is the one place a query's rows are built;
-``evaluate`` predicts them (``model.predict.predictor``) with intervals widened by how far the
-workload lies from calibration data (``coverage``) and says which may be recommended.
+(``engine_advisor.model.predict.capabilities``); ``build_case`` is the one place a query's rows are
+built; ``evaluate`` predicts them (``engine_advisor.model.predict.predictor``) with intervals
+widened by how far the workload lies from calibration data (``coverage``) and says which may be
+recommended.
 """
 
 from __future__ import annotations
@@ -15,29 +17,29 @@ from typing import NamedTuple
 
 import numpy as np
 
-from model import engines
-from model.engines import effective_share
-from model.engines.base import knobs_of
-from model.fit.costmodel import (
+from engine_advisor.model import engines
+from engine_advisor.model.engines import effective_share
+from engine_advisor.model.engines.base import knobs_of
+from engine_advisor.model.fit.costmodel import (
     EXTRAPOLATION_REL_SIGMA,
     RANGE_DIMS,
     CostModel,
 )
-from model.formulas import (
+from engine_advisor.model.formulas import (
     E_FEASIBLE,
     E_PARTS,
     N_EVAL,
     evaluate_rows,
 )
-from model.hardware.silicon import Silicon, silicon_for
-from model.physics.features import Case
-from model.physics.memory import MemoryChoice
-from model.physics.shape import ModelShape
-from model.physics.terms import DECODE_TERMS, Physics, physics_for
-from model.predict.capabilities import exclusions as capability_exclusions
-from model.predict.predictor import Z90, predictor_for
-from model.schemas import ConfigPrediction, Exclusion, constructor
-from model.workload import Config, Workload
+from engine_advisor.model.hardware.silicon import Silicon, silicon_for
+from engine_advisor.model.physics.features import Case
+from engine_advisor.model.physics.memory import MemoryChoice
+from engine_advisor.model.physics.shape import ModelShape
+from engine_advisor.model.physics.terms import DECODE_TERMS, Physics, physics_for
+from engine_advisor.model.predict.capabilities import exclusions as capability_exclusions
+from engine_advisor.model.predict.predictor import Z90, predictor_for
+from engine_advisor.model.schemas import ConfigPrediction, Exclusion, constructor
+from engine_advisor.model.workload import Config, Workload
 
 BARE_REL_SIGMA = 0.05     # added relative sd when only KV bytes are known (no weights, FLOPs)
 # Query.evaluate unpacks an evaluation's row by name: its E_PARTS leading columns, then the
@@ -123,7 +125,7 @@ def doublings_outside(rng: dict[str, list[float]] | None, values: dict[str, floa
 def coverage(model: CostModel, engine: str, gpu: str, num_gpus: int, dcp: int, model_key: str,
              values: dict[str, float]) -> tuple[str, float]:
     """("calibrated" | "transferred" | "uncalibrated", doublings outside the calibrated range
-    of ``model.fit.costmodel.RANGE_DIMS``; infinite when uncalibrated)."""
+    of ``engine_advisor.model.fit.costmodel.RANGE_DIMS``; infinite when uncalibrated)."""
     status, rng = model.calibrated_range(engine, gpu, num_gpus, dcp, model_key)
     if status == "uncalibrated":
         return status, math.inf
@@ -158,18 +160,18 @@ def build_case(model: CostModel, w: Workload, shape: ModelShape, configs: list[C
 
 
 class Query:
-    """A workload without its sizes (context, output, batch): everything its predictions need
-    that the sizes do not change, gathered once (``model.queries.query_for``): the GPU's
+    """A workload without its sizes (context, output, batch): everything its predictions need that
+    the sizes do not change, gathered once (``engine_advisor.model.queries.query_for``): the GPU's
     silicon, the served model's shape and physics, the configurations and exclusions, each
-    configuration's facts (engine, DCP size, memory fraction, calibration status and range),
-    its engine's stacked efficiencies and the memory choice of each engine. ``evaluate`` is
-    then one compiled call and one prediction object per configuration."""
+    configuration's facts (engine, DCP size, memory fraction, calibration status and range), its
+    engine's stacked efficiencies and the memory choice of each engine. ``evaluate`` is then one
+    compiled call and one prediction object per configuration."""
 
     def __init__(self, model: CostModel, w: Workload, si: Silicon, shape: ModelShape,
                  ph: Physics, configs: tuple[Config, ...] | None = None):
         """``si``, ``shape``, ``ph``: ``w``'s silicon, model shape and physics
-        (``model.queries.query_for`` gathers them); ``configs``: every one ``w`` allows when
-        None; given, they are evaluated as they are, none excluded."""
+        (``engine_advisor.model.queries.query_for`` gathers them); ``configs``: every one ``w``
+        allows when None; given, they are evaluated as they are, none excluded."""
         self.pred = pred = predictor_for(model)
         self.si, self.shape, self.physics = si, shape, ph
         self.gpu, self.provenance = si.gpu.name, si.provenance
@@ -226,8 +228,9 @@ class Query:
         out = []
         for (c, engine, dcp, calibrated, transferred, fraction), t in zip(self.fixed, table,
                                                                           strict=True):
-            # the table's columns (model.formulas.evaluate_rows: E_TOTAL ... E_DOUBLINGS, then
-            # the decode terms in DECODE_TERMS' order; tests/model/test_batch.py checks both)
+            # the table's columns (engine_advisor.model.formulas.evaluate_rows: E_TOTAL ...
+            # E_DOUBLINGS, then the decode terms in DECODE_TERMS' order; tests/model/test_batch.py
+            # checks both)
             (total, lo, hi, pf, decode, tpot, run, cap, fits, ok, dist, binds, knob, knob_run,
              slots, run0, cap0, binds0, gemm, moe, kv, mla, dcp_read, state, tp_comm, dcp_comm,
              dcp_fixed, layer, moe_fixed, seq, step) = t
@@ -252,7 +255,8 @@ class Query:
 
 
 _evaluated = partial(tuple.__new__, Evaluated)    # Evaluated((...)) without its Python __new__
-# ConfigPrediction.running_limit by model.formulas.LIMIT_* (what memory_fit says binds)
+# ConfigPrediction.running_limit by engine_advisor.model.formulas.LIMIT_* (what memory_fit says
+# binds)
 LIMITS = ("none", "kv", "state", "max_running")
 
 

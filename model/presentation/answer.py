@@ -3,14 +3,14 @@ reasons, the memory fraction with its flag and the launch command."""
 
 from __future__ import annotations
 
-from model import engines
-from model.decision.choose import Decision
-from model.physics.memory import MemoryChoice
-from model.physics.shape import ModelShape
-from model.presentation.launch import launch_command
-from model.presentation.reasons import reasons
-from model.schemas import Recommendation, constructor
-from model.workload import Workload
+from engine_advisor.model import engines
+from engine_advisor.model.decision.choose import Decision
+from engine_advisor.model.physics.memory import MemoryChoice
+from engine_advisor.model.physics.shape import ModelShape
+from engine_advisor.model.presentation.launch import launch_command
+from engine_advisor.model.presentation.reasons import reasons
+from engine_advisor.model.schemas import Recommendation, constructor
+from engine_advisor.model.workload import Workload
 
 
 def answer(w: Workload, shape: ModelShape, gpu: str, d: Decision, mem: MemoryChoice,

@@ -4,8 +4,8 @@ service. Pure functions (dicts and YAML text, no I/O), shared by ``engine-adviso
 
 The container runs the recommendation's own ``launch_command`` (so the engine, TP, DCP and
 memory-fraction flags are exactly the ones the recommendation prints) plus ``--host`` and
-``--port``. Engine facts used here (``model.engines``: ``image``, ``port``): the engines
-answer ``GET /health`` with 200 once serving.
+``--port``. Engine facts used here (``engine_advisor.model.engines``: ``image``, ``port``): the
+engines answer ``GET /health`` with 200 once serving.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from model import engines
-from model.schemas import Recommendation
-from model.workload import Workload
+from engine_advisor.model import engines
+from engine_advisor.model.schemas import Recommendation
+from engine_advisor.model.workload import Workload
 
 Format = Literal["k8s", "compose"]
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from operator import itemgetter
 
-from model import engines
-from model.decision.choose import Decision
-from model.decision.crossover import TIE
-from model.engines.sglang import STATE_RATIO
-from model.fit.costmodel import UNCALIBRATED_REL_SIGMA
-from model.physics.shape import ModelShape
-from model.predict.query import Evaluated
-from model.workload import Workload
+from engine_advisor.model import engines
+from engine_advisor.model.decision.choose import Decision
+from engine_advisor.model.decision.crossover import TIE
+from engine_advisor.model.engines.sglang import STATE_RATIO
+from engine_advisor.model.fit.costmodel import UNCALIBRATED_REL_SIGMA
+from engine_advisor.model.physics.shape import ModelShape
+from engine_advisor.model.predict.query import Evaluated
+from engine_advisor.model.workload import Workload
 
 
 def _label(e: Evaluated) -> str:

@@ -32,8 +32,8 @@ async def serving(app) -> AsyncIterator[None]:
         return
     if not available():
         raise RuntimeError(MISSING)
-    from service.epp.server import PickerServer
-    from service.epp.shared import open_counts
+    from engine_advisor.service.epp.server import PickerServer
+    from engine_advisor.service.epp.shared import open_counts
 
     counts = open_counts(app.state.settings.workers)
     server = PickerServer(app, app.state.settings.host, port, counts)

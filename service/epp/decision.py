@@ -1,15 +1,15 @@
 """The picker's only bridge to the proxy: the decision ``POST /v1/route`` makes, and the live
 upstream state that decision reads (in-flight counts, circuit breakers, Retry-After).
 
-``pick_endpoints`` runs ``service.proxy.decision.choose`` (client API keys, token counting with
-its cache and /tokenize, the cost model's ranking of the pools, health, breakers, the
-least-loaded upstream of the best group) and then lists the fallbacks the proxy itself would
-retry, in its order: ``service.proxy.decision.pick`` again with the upstreams already listed
+``pick_endpoints`` runs ``engine_advisor.service.proxy.decision.choose`` (client API keys, token
+counting with its cache and /tokenize, the cost model's ranking of the pools, health, breakers, the
+least-loaded upstream of the best group) and then lists the fallbacks the proxy itself would retry,
+in its order: ``engine_advisor.service.proxy.decision.pick`` again with the upstreams already listed
 excluded (the chosen engine's other upstreams first, the other engine's only with
-``retries.other_engine``), ``retries.max_attempts`` endpoints at most. Listing fallbacks does
-not advance the round-robin of ties (``Upstream.picked`` is put back).
+``retries.other_engine``), ``retries.max_attempts`` endpoints at most. Listing fallbacks does not
+advance the round-robin of ties (``Upstream.picked`` is put back).
 
-Everything else in ``service.epp`` talks to the proxy through this module only.
+Everything else in ``engine_advisor.service.epp`` talks to the proxy through this module only.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from service.epp import body
-from service.errors import ApiError
-from service.holder import LoadedModel
-from service.proxy.auth import authorize
-from service.proxy.decision import choose, pick
-from service.proxy.request import CHAT, COMPLETIONS, parse
-from service.proxy.state import NO_POOLS, ProxyState
-from service.proxy.upstreams import Upstream
+from engine_advisor.service.epp import body
+from engine_advisor.service.errors import ApiError
+from engine_advisor.service.holder import LoadedModel
+from engine_advisor.service.proxy.auth import authorize
+from engine_advisor.service.proxy.decision import choose, pick
+from engine_advisor.service.proxy.request import CHAT, COMPLETIONS, parse
+from engine_advisor.service.proxy.state import NO_POOLS, ProxyState
+from engine_advisor.service.proxy.upstreams import Upstream
 
 ROUTED_PATHS = frozenset({CHAT, COMPLETIONS})
 RETRY_AFTER_CAP = 10      # x retries.backoff_max_s, as the proxy caps an engine's Retry-After
@@ -54,7 +54,7 @@ async def pick_endpoints(state: ProxyState, loaded: LoadedModel, path: str, raw:
     """The upstreams for one OpenAI request (``path`` one of ``ROUTED_PATHS``); raises
     ``ApiError`` as ``POST /v1/route`` would, or 429 with Retry-After when every upstream of
     the model asked to wait. ``counts``: the other workers' in-flight picks
-    (``service.epp.shared``) are added to the counts first."""
+    (``engine_advisor.service.epp.shared``) are added to the counts first."""
     pools = state.pools
     if pools is None:
         raise ApiError(503, NO_POOLS)

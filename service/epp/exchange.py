@@ -46,9 +46,9 @@ from envoy.service.ext_proc.v3.external_processor_pb2 import (
     ProcessingResponse,
 )
 
-from service.epp import decision, messages
-from service.epp.endpoints import Endpoints
-from service.errors import ApiError
+from engine_advisor.service.epp import decision, messages
+from engine_advisor.service.epp.endpoints import Endpoints
+from engine_advisor.service.errors import ApiError
 
 log = logging.getLogger("engine_advisor.epp")
 
@@ -120,7 +120,7 @@ class Exchange:
 
     def __init__(self, state, loaded, endpoints: Endpoints, answers: Answers, counts):
         self.state, self.loaded, self.endpoints = state, loaded, endpoints
-        self.answers, self.counts = answers, counts     # counts: service.epp.shared
+        self.answers, self.counts = answers, counts     # counts: engine_advisor.service.epp.shared
         self.last = 0.0              # when its last message came (the idle timeout's clock)
         self.body_mode = DUPLEX
         self.response_duplex = True

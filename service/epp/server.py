@@ -19,9 +19,9 @@ import grpc
 from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from service.epp import auth, decision
-from service.epp.endpoints import Endpoints
-from service.epp.exchange import Answers, Exchange
+from engine_advisor.service.epp import auth, decision
+from engine_advisor.service.epp.endpoints import Endpoints
+from engine_advisor.service.epp.exchange import Answers, Exchange
 
 log = logging.getLogger("engine_advisor.epp")
 
@@ -112,8 +112,8 @@ class PickerServer:
                    # several worker processes share the port (each its own picker, like the
                    # proxy); the gateway's connections are spread over them by the kernel
                    ("grpc.so_reuseport", 1 if settings.workers > 1 else 0),
-                   # the front door's limits (service.frontdoor), as gRPC states them: a
-                   # stream's metadata is bounded like a request head, a connection carrying
+                   # the front door's limits (engine_advisor.service.frontdoor), as gRPC states
+                   # them: a stream's metadata is bounded like a request head, a connection carrying
                    # no stream is closed after the head timeout, streams per connection capped
                    ("grpc.max_metadata_size", settings.max_header_bytes),
                    ("grpc.absolute_max_metadata_size", settings.max_header_bytes),

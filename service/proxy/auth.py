@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hmac
 
-from service.errors import ApiError
-from service.proxy.upstreams import Pools
+from engine_advisor.service.errors import ApiError
+from engine_advisor.service.proxy.upstreams import Pools
 
 
 def authorize(pools: Pools, authorization: str) -> None:

@@ -9,11 +9,11 @@
 ``acquire()`` tells the caller whether its request is the probe; the caller calls
 ``release()`` for it when the attempt ends, whatever the outcome (a ``finally``).
 
-A panic threshold, as Envoy's: a closed breaker opens only if ``may_open()`` allows it (the
-proxy allows it while at most ``max_open_percent`` of the upstream's pool, the upstreams
-serving the same model, would be open, and never for the pool's last closed one:
-service.proxy.state), so that no run of failures takes a whole pool out. Refused, it stays
-closed with its failures counted; the next failure asks again.
+A panic threshold, as Envoy's: a closed breaker opens only if ``may_open()`` allows it (the proxy
+allows it while at most ``max_open_percent`` of the upstream's pool, the upstreams serving the same
+model, would be open, and never for the pool's last closed one: engine_advisor.service.proxy.state),
+so that no run of failures takes a whole pool out. Refused, it stays closed with its failures
+counted; the next failure asks again.
 
 The state advances lazily on each look (no timer task); ``on_change`` is told of every change
 (the proxy metrics export it).

@@ -2,13 +2,13 @@
 
 1. Facts (``choose``): the model asked for, the prompt tokens (a token-id prompt's length, the
    local tokenizer's count, else a bytes estimate, asking an upstream's /tokenize when the
-   estimate's plausible range straddles a crossover: service.proxy.tokens), the output tokens
-   and the batch the request would join: ``max(workload.batch_size, 1 + in-flight requests of
-   the least-loaded available upstream)``, floored by the batch the operator expects an engine
-   to run.
+   estimate's plausible range straddles a crossover: engine_advisor.service.proxy.tokens), the
+   output tokens and the batch the request would join: ``max(workload.batch_size, 1 + in-flight
+   requests of the least-loaded available upstream)``, floored by the batch the operator expects an
+   engine to run.
 2. Costs (``pool_costs``): the proxy's one call into the cost model, the predicted cost of
-   each configured (engine, DCP size) group; it uses ``model.predict.query.evaluate`` (the
-   configurations the workload allows and their predictions, one pass), nothing else: not the
+   each configured (engine, DCP size) group; it uses ``engine_advisor.model.predict.query.evaluate``
+   (the configurations the workload allows and their predictions, one pass), nothing else: not the
    recommender's ranking text, launch command, memory reasons or crossover scan.
 3. Decision (``Decider``): the groups ranked by those costs. That still costs far more than
    the rest of a proxied request, so decisions are cached by bucket: context and output tokens
@@ -17,7 +17,8 @@
    bucket's representative value. The cache key includes the model version and the pools
    generation: a model or pools reload never serves an old decision.
 4. Pick (``pick``): the available upstream with the fewest requests in flight of the
-   best-ranked group that has one (also for each retry, service.proxy.relay.attempts).
+   best-ranked group that has one (also for each retry,
+   engine_advisor.service.proxy.relay.attempts).
 """
 
 from __future__ import annotations
@@ -29,17 +30,17 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from model.fit.costmodel import CostModel
-from model.queries import evaluate
-from model.workload import MAX_BATCH, MAX_CONTEXT, MAX_OUTPUT, Workload
-from service.errors import ApiError
-from service.holder import LoadedModel
-from service.proxy.request import ProxyRequest
-from service.proxy.tokens import MAX_BYTES_PER_TOKEN, local_count, upstream_count
-from service.proxy.upstreams import Pools, Upstream
+from engine_advisor.model.fit.costmodel import CostModel
+from engine_advisor.model.queries import evaluate
+from engine_advisor.model.workload import MAX_BATCH, MAX_CONTEXT, MAX_OUTPUT, Workload
+from engine_advisor.service.errors import ApiError
+from engine_advisor.service.holder import LoadedModel
+from engine_advisor.service.proxy.request import ProxyRequest
+from engine_advisor.service.proxy.tokens import MAX_BYTES_PER_TOKEN, local_count, upstream_count
+from engine_advisor.service.proxy.upstreams import Pools, Upstream
 
 if TYPE_CHECKING:
-    from service.proxy.state import ProxyState
+    from engine_advisor.service.proxy.state import ProxyState
 
 Group = tuple[str, int]          # (engine, DCP size)
 CONTEXT_STEPS = 8     # buckets per octave
@@ -109,7 +110,8 @@ async def choose(st: ProxyState, pools: Pools, loaded: LoadedModel, req: ProxyRe
             n = local_count(st.tokenizer, req)
         method = "tokenizer"
     else:
-        size = req.prompt_bytes   # the estimate and its plausible range (service.proxy.tokens)
+        # the estimate and its plausible range (engine_advisor.service.proxy.tokens)
+        size = req.prompt_bytes
         n, method = round(size / cfg.tokens.bytes_per_token) or 1, "estimate"
         lo, hi = size // MAX_BYTES_PER_TOKEN or 1, size or 1
         decision, differs = st.decider.estimated(loaded, pools, n, lo, hi, out, batch,
@@ -139,7 +141,8 @@ class PoolCost:
     tpot_s: float
     interval_s: tuple[float, float]
     calibrated: bool
-    transferred: bool            # calibrated hardware, another model (model.fit.costmodel.coverage)
+    # calibrated hardware, another model (engine_advisor.model.fit.costmodel.coverage)
+    transferred: bool
     extrapolated: bool
     fits_in_memory: bool
     eligible: bool               # calibrated, or extrapolation allowed by the pools file

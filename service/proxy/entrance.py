@@ -3,21 +3,21 @@
 Two adapters over one ``Entrance.handle``:
 
 - ``lane(cycle)``: uvicorn's direct lane under ``engine-advisor serve``
-  (service.transport.protocol): a body that has all arrived is taken as it is, and whole
-  responses are written as bytes (``LaneWriter``);
-- ``asgi(scope, receive, send)``: any other server, through service.main.App, which
+  (engine_advisor.service.transport.protocol): a body that has all arrived is taken as it is, and
+  whole responses are written as bytes (``LaneWriter``);
+- ``asgi(scope, receive, send)``: any other server, through engine_advisor.service.main.App, which
   dispatches these paths here before FastAPI (``AsgiWriter``).
 
-``handle`` does for these paths what the app's middleware does around every other route (a
-request id, the request metrics, the body cap: 400 or 413 on Content-Length, 413 while the body
-streams in), then the client's API key (service.proxy.auth), the body's facts and the routing
-decision (service.proxy.decision), and hands the request to its relay (service.proxy.relay).
-Every error before the relay starts becomes the error envelope (an unexpected exception a
-logged 500); a client gone before its body arrived gets nothing. FastAPI's own layers
-(telemetry checks, server-error and exception middleware, route matching, dependency solving)
-and the middleware's wrappers around ``send`` and ``receive`` are a large share of the proxy's
-CPU per request (bench/bench_proxy.py) and are skipped. The FastAPI routes of these paths
-(service.routes.proxy) only describe them in the OpenAPI document.
+``handle`` does for these paths what the app's middleware does around every other route (a request
+id, the request metrics, the body cap: 400 or 413 on Content-Length, 413 while the body streams in),
+then the client's API key (engine_advisor.service.proxy.auth), the body's facts and the routing
+decision (engine_advisor.service.proxy.decision), and hands the request to its relay
+(engine_advisor.service.proxy.relay). Every error before the relay starts becomes the error envelope
+(an unexpected exception a logged 500); a client gone before its body arrived gets nothing.
+FastAPI's own layers (telemetry checks, server-error and exception middleware, route matching,
+dependency solving) and the middleware's wrappers around ``send`` and ``receive`` are a large share
+of the proxy's CPU per request (bench/bench_proxy.py) and are skipped. The FastAPI routes of these
+paths (engine_advisor.service.routes.proxy) only describe them in the OpenAPI document.
 """
 
 from __future__ import annotations
@@ -31,21 +31,21 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
-from service.deps import model_of
-from service.errors import ApiError, envelope, internal_error
-from service.metrics import Metrics
-from service.middleware import REQUEST_ID, body_too_large, request_id
-from service.proxy.auth import authorization_of, authorize
-from service.proxy.decision import choose
-from service.proxy.generate import GENERATE, choose_generate
-from service.proxy.relay.attempts import Relay
-from service.proxy.relay.writer import AsgiWriter, LaneWriter
-from service.proxy.request import CHAT, COMPLETIONS, parse, read_body
-from service.proxy.state import NO_POOLS
+from engine_advisor.service.deps import model_of
+from engine_advisor.service.errors import ApiError, envelope, internal_error
+from engine_advisor.service.metrics import Metrics
+from engine_advisor.service.middleware import REQUEST_ID, body_too_large, request_id
+from engine_advisor.service.proxy.auth import authorization_of, authorize
+from engine_advisor.service.proxy.decision import choose
+from engine_advisor.service.proxy.generate import GENERATE, choose_generate
+from engine_advisor.service.proxy.relay.attempts import Relay
+from engine_advisor.service.proxy.relay.writer import AsgiWriter, LaneWriter
+from engine_advisor.service.proxy.request import CHAT, COMPLETIONS, parse, read_body
+from engine_advisor.service.proxy.state import NO_POOLS
 
 if TYPE_CHECKING:
-    from service.proxy.state import ProxyState
-    from service.transport.cycle import LaneCycle
+    from engine_advisor.service.proxy.state import ProxyState
+    from engine_advisor.service.transport.cycle import LaneCycle
 
 PATHS = frozenset({CHAT, COMPLETIONS, GENERATE})
 

@@ -13,14 +13,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from service.errors import ApiError
-from service.holder import LoadedModel
-from service.proxy.decision import Choice, choose, pick
-from service.proxy.request import ProxyRequest, decode
-from service.proxy.upstreams import Pools
+from engine_advisor.service.errors import ApiError
+from engine_advisor.service.holder import LoadedModel
+from engine_advisor.service.proxy.decision import Choice, choose, pick
+from engine_advisor.service.proxy.request import ProxyRequest, decode
+from engine_advisor.service.proxy.upstreams import Pools
 
 if TYPE_CHECKING:
-    from service.proxy.state import ProxyState
+    from engine_advisor.service.proxy.state import ProxyState
 
 GENERATE = "/generate"
 ENGINE = "sglang"

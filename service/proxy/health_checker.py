@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import httpx
 
-from service.proxy.upstreams import Pools, Upstream
+from engine_advisor.service.proxy.upstreams import Pools, Upstream
 
 log = logging.getLogger("engine_advisor.proxy")
 

@@ -3,8 +3,8 @@
 Labels stay bounded: engines, configured upstream names (removed again when a reload drops
 an upstream), status codes, a few fixed reasons and methods.
 
-The per-request counters are ``service.metrics.Counts`` (plain dicts, exported at scrape
-time); requests in flight are read from the upstreams at scrape time.
+The per-request counters are ``engine_advisor.service.metrics.Counts`` (plain dicts, exported at
+scrape time); requests in flight are read from the upstreams at scrape time.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from service.metrics import Counts
-from service.proxy.breaker import STATE_VALUES
+from engine_advisor.service.metrics import Counts
+from engine_advisor.service.proxy.breaker import STATE_VALUES
 
 if TYPE_CHECKING:
-    from service.proxy.upstreams import Pools
+    from engine_advisor.service.proxy.upstreams import Pools
 
 LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 TPOT = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)

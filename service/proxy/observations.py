@@ -8,8 +8,8 @@ and total seconds as a client of the upstream saw them (TTFT and TPOT only when 
 traffic can refine the model with ``engine-advisor fit``.
 
 With a data directory (``serve --data-dir``), rows are also appended to a file there
-(service.proxy.obsfile: written every second and fsynced, rotated, reloaded at start); the
-proxy's hot path only appends each row to a list (``unsaved``) that the flush takes
+(engine_advisor.service.proxy.obsfile: written every second and fsynced, rotated, reloaded at
+start); the proxy's hot path only appends each row to a list (``unsaved``) that the flush takes
 (``take``).
 
 ``take`` moves the new rows to ``kept``, the rows waiting for the file, and the file's
@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from model.fit.dataset import Measurement, header_csv, row_csv
+from engine_advisor.model.fit.dataset import Measurement, header_csv, row_csv
 
 # Rows waiting for the disk (kept in memory after a failed write): CSV lines of about 100
 # characters, about 150 bytes each in memory, so about 15 MB at most. Past it the oldest are
@@ -204,7 +204,8 @@ class Observations:
         return len(self._unsaved or ()) + len(self.kept)
 
     def export(self, registry: CollectorRegistry) -> ObservationMetrics:
-        """Publish the file's counts in ``registry`` (service.proxy.metrics' registry)."""
+        """Publish the file's counts in ``registry`` (engine_advisor.service.proxy.metrics'
+        registry)."""
         return ObservationMetrics(self, registry)
 
     def csv(self) -> str:
@@ -232,7 +233,7 @@ ERRORS = ("engine_advisor_proxy_observation_write_errors",
 
 
 class ObservationMetrics(Collector):
-    """The observations file's counts, read when scraped (like service.proxy.metrics'
+    """The observations file's counts, read when scraped (like engine_advisor.service.proxy.metrics'
     ``InFlight``)."""
 
     def __init__(self, observations: Observations, registry: CollectorRegistry | None = None):

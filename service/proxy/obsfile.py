@@ -13,9 +13,9 @@ as it is), one row per observed request, appended by ``ObservationFile.append``:
   (``CHUNK_BYTES``), so a disk with room for some of them takes those. A failed ``fsync`` cuts
   the whole append back (what it wrote may not be on the disk) and it is retried;
 - rows the disk refuses (ENOSPC, EROFS, EIO, ...) are not lost: they go back to the
-  ``Observations`` they came from (service.proxy.observations: at most ``PENDING_ROWS``, the
-  oldest dropped and counted past that), and the next flush, a second later, writes them
-  before the new ones; a graceful stop's flush too. The log names the path and the count
+  ``Observations`` they came from (engine_advisor.service.proxy.observations: at most
+  ``PENDING_ROWS``, the oldest dropped and counted past that), and the next flush, a second later,
+  writes them before the new ones; a graceful stop's flush too. The log names the path and the count
   when writes start failing, every ``LOG_EVERY_S`` while they do, and when they work again;
 - a torn tail (a crash in the middle of a write, or a failed cut) is cut off: at start
   (``read``) and before every append, under the lock, with a log line naming the path and
@@ -44,8 +44,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from model.fit.dataset import DatasetError, Measurement, header_csv, parse_csv
-from service.proxy import observations as _observations
+from engine_advisor.model.fit.dataset import DatasetError, Measurement, header_csv, parse_csv
+from engine_advisor.service.proxy import observations as _observations
 
 log = logging.getLogger("engine_advisor.proxy")
 

@@ -9,9 +9,9 @@ from typing import Any
 from starlette.requests import ClientDisconnect
 from starlette.types import Receive
 
-from model.jsontext import PARSE_ERRORS, check_text, reason
-from service.errors import ApiError
-from service.middleware import body_too_large
+from engine_advisor.model.jsontext import PARSE_ERRORS, check_text, reason
+from engine_advisor.service.errors import ApiError
+from engine_advisor.service.middleware import body_too_large
 
 CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
 
@@ -79,7 +79,7 @@ def _prompt_size(prompt: Any) -> tuple[int | None, int]:
 
 async def read_body(receive: Receive, limit: int | None = None) -> bytes:
     """The whole request body (Starlette's ``Request.body()`` costs a few times more); more
-    than ``limit`` bytes: 413, as service.middleware.BodyLimitMiddleware answers."""
+    than ``limit`` bytes: 413, as engine_advisor.service.middleware.BodyLimitMiddleware answers."""
     message = await receive()
     if message["type"] != "http.request":
         raise ClientDisconnect()
@@ -109,7 +109,7 @@ _WS = " \t\n\r"
 
 def decode(raw: bytes) -> Any:
     """The body as JSON; any refusal (syntax, not text, nested too deeply, an integer of too
-    many digits, a lone surrogate: model.jsontext) is a 400."""
+    many digits, a lone surrogate: engine_advisor.model.jsontext) is a 400."""
     try:
         if raw[:1] == b"{" and raw[1:2] != b"\x00":
             # what json.loads does for such bytes (UTF-8, no leading whitespace), without its
@@ -125,8 +125,9 @@ def decode(raw: bytes) -> Any:
                     raise json.JSONDecodeError("Extra data", s, len(s) - len(rest))
         else:
             obj = json.loads(raw)
-        # maybe a lone surrogate (model.jsontext); find, not ``in``: bytes.__contains__ tries
-        # the argument as an integer first and raises (then clears) a TypeError for a bytes
+        # maybe a lone surrogate (engine_advisor.model.jsontext); find, not ``in``:
+        # bytes.__contains__ tries the argument as an integer first and raises (then clears) a
+        # TypeError for a bytes
         if raw.find(b"\\u") >= 0 or raw.find(b"\xed") >= 0:
             check_text(raw, obj)
         return obj

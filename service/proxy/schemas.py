@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from model.jsonnum import JsonModel
-from model.workload import MAX_CONTEXT, MAX_OUTPUT
+from engine_advisor.model.jsonnum import JsonModel
+from engine_advisor.model.workload import MAX_CONTEXT, MAX_OUTPUT
 
 if TYPE_CHECKING:
-    from service.proxy.state import ProxyState
+    from engine_advisor.service.proxy.state import ProxyState
 
 
 class ModelCard(BaseModel):

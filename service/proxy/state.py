@@ -20,15 +20,21 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 
-from service.proxy.deadlines import Deadlines
-from service.proxy.decision import Decider
-from service.proxy.health_checker import HealthChecker
-from service.proxy.metrics import ProxyMetrics
-from service.proxy.observations import Observations
-from service.proxy.obsfile import FLUSH_S, ObservationFile
-from service.proxy.tokens import load_tokenizer
-from service.proxy.upstreams import Pools, PoolsConfig, Upstream, UpstreamsError, read
-from service.settings import Settings
+from engine_advisor.service.proxy.deadlines import Deadlines
+from engine_advisor.service.proxy.decision import Decider
+from engine_advisor.service.proxy.health_checker import HealthChecker
+from engine_advisor.service.proxy.metrics import ProxyMetrics
+from engine_advisor.service.proxy.observations import Observations
+from engine_advisor.service.proxy.obsfile import FLUSH_S, ObservationFile
+from engine_advisor.service.proxy.tokens import load_tokenizer
+from engine_advisor.service.proxy.upstreams import (
+    Pools,
+    PoolsConfig,
+    Upstream,
+    UpstreamsError,
+    read,
+)
+from engine_advisor.service.settings import Settings
 
 log = logging.getLogger("engine_advisor.proxy")
 
@@ -56,8 +62,8 @@ class ReloadRecord:
 
 
 def may_open(pool: list[Upstream], share: float) -> bool:
-    """The panic threshold (service.proxy.breaker): whether one more breaker of ``pool`` may
-    open, leaving at most ``share`` of it open and at least one upstream closed."""
+    """The panic threshold (engine_advisor.service.proxy.breaker): whether one more breaker of
+    ``pool`` may open, leaving at most ``share`` of it open and at least one upstream closed."""
     n = len(pool)
     opened = sum(1 for u in pool if not u.breaker.closed)
     return opened + 1 <= min(int(n * share + 1e-9), n - 1)

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import httpx
 
-from service.proxy.request import ProxyRequest
-from service.proxy.upstreams import Upstream, UpstreamsError
+from engine_advisor.service.proxy.request import ProxyRequest
+from engine_advisor.service.proxy.upstreams import Upstream, UpstreamsError
 
 MAX_BYTES_PER_TOKEN = 16
 CHAT_OVERHEAD = 4

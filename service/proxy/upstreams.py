@@ -43,12 +43,12 @@ from pydantic import (
     model_validator,
 )
 
-from model.errors import validation_message
-from model.hardware.gpus import GpuSpec
-from model.kv import KvDtype
-from model.workload import MAX_CONTEXT, MAX_GPUS, Engine, Workload
-from service.proxy.breaker import CircuitBreaker
-from service.transport.client import Http1Pool, Limits
+from engine_advisor.model.errors import validation_message
+from engine_advisor.model.hardware.gpus import GpuSpec
+from engine_advisor.model.kv import KvDtype
+from engine_advisor.model.workload import MAX_CONTEXT, MAX_GPUS, Engine, Workload
+from engine_advisor.service.proxy.breaker import CircuitBreaker
+from engine_advisor.service.transport.client import Http1Pool, Limits
 
 NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 PosFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -303,7 +303,8 @@ class Upstream:
     lines: bytes = field(init=False, default=b"")  # its response header lines (see below)
     _labels: tuple[tuple[str, str], int] = field(init=False, default=(("", ""), 0),
                                                  repr=False, compare=False)
-    # the constant fields of its observations (service.proxy.relay.observe) for one pools generation
+    # the constant fields of its observations (engine_advisor.service.proxy.relay.observe) for one
+    # pools generation
     observed: tuple[tuple | None, tuple] = field(init=False, default=(None, ()), repr=False)
     observed_of: int = field(init=False, default=-1, repr=False)   # pools generation
 

@@ -6,11 +6,18 @@ from pathlib import Path
 
 from fastapi import APIRouter
 
-from model.fit.artifact import ArtifactError
-from service.deps import AdminDep, HolderDep, JsonRoute, MetricsDep, ModelDep, SettingsDep
-from service.errors import ApiError, error_responses
-from service.schemas import ModelInfo, ReloadRequest, ReloadResponse
-from service.settings import Settings
+from engine_advisor.model.fit.artifact import ArtifactError
+from engine_advisor.service.deps import (
+    AdminDep,
+    HolderDep,
+    JsonRoute,
+    MetricsDep,
+    ModelDep,
+    SettingsDep,
+)
+from engine_advisor.service.errors import ApiError, error_responses
+from engine_advisor.service.schemas import ModelInfo, ReloadRequest, ReloadResponse
+from engine_advisor.service.settings import Settings
 
 router = APIRouter(prefix="/v1/model", tags=["model"], route_class=JsonRoute)
 

@@ -5,13 +5,19 @@ from __future__ import annotations
 import numpy as np
 from fastapi import APIRouter
 
-from model.decision.choose import does_not_fit
-from model.decision.crossover import crossovers, engine_envelopes
-from model.predict.query import excluded_field, total_curves
-from model.queries import query_for
-from service.deps import JsonRoute, ModelDep
-from service.errors import ApiError, error_responses
-from service.schemas import ConfigRef, Crossing, CrossoverRequest, CrossoverResponse, Curve
+from engine_advisor.model.decision.choose import does_not_fit
+from engine_advisor.model.decision.crossover import crossovers, engine_envelopes
+from engine_advisor.model.predict.query import excluded_field, total_curves
+from engine_advisor.model.queries import query_for
+from engine_advisor.service.deps import JsonRoute, ModelDep
+from engine_advisor.service.errors import ApiError, error_responses
+from engine_advisor.service.schemas import (
+    ConfigRef,
+    Crossing,
+    CrossoverRequest,
+    CrossoverResponse,
+    Curve,
+)
 
 router = APIRouter(prefix="/v1/crossover", tags=["crossover"], route_class=JsonRoute)
 

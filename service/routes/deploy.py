@@ -6,11 +6,16 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
-from model.presentation.deploy import DeployError, DeployOptions, default_name, render
-from model.workload import Workload
-from service.deps import JsonRoute, ModelDep
-from service.errors import ApiError, error_responses
-from service.routes.recommend import recommend_or_422
+from engine_advisor.model.presentation.deploy import (
+    DeployError,
+    DeployOptions,
+    default_name,
+    render,
+)
+from engine_advisor.model.workload import Workload
+from engine_advisor.service.deps import JsonRoute, ModelDep
+from engine_advisor.service.errors import ApiError, error_responses
+from engine_advisor.service.routes.recommend import recommend_or_422
 
 router = APIRouter(prefix="/v1/deploy", tags=["deploy"], route_class=JsonRoute)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from service.deps import MetricsDep, current_model
-from service.errors import error_responses
-from service.schemas import Health
+from engine_advisor.service.deps import MetricsDep, current_model
+from engine_advisor.service.errors import error_responses
+from engine_advisor.service.schemas import Health
 
 router = APIRouter(tags=["health"])
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
-from service.deps import AdminDep
-from service.errors import error_responses
+from engine_advisor.service.deps import AdminDep
+from engine_advisor.service.errors import error_responses
 
 router = APIRouter(prefix="/v1/observations", tags=["proxy"])
 

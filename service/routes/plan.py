@@ -5,9 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
-from model.plan import PlanRequest, PlanResult, plan
-from service.deps import JsonRoute, ModelDep
-from service.errors import error_responses
+from engine_advisor.model.plan import PlanRequest, PlanResult, plan
+from engine_advisor.service.deps import JsonRoute, ModelDep
+from engine_advisor.service.errors import error_responses
 
 router = APIRouter(prefix="/v1/plan", tags=["plan"], route_class=JsonRoute)
 

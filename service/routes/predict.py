@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from model.queries import query_for
-from service.deps import JsonRoute, ModelDep
-from service.errors import ApiError, error_responses
-from service.schemas import PredictRequest, PredictResponse, StepSeconds
+from engine_advisor.model.queries import query_for
+from engine_advisor.service.deps import JsonRoute, ModelDep
+from engine_advisor.service.errors import ApiError, error_responses
+from engine_advisor.service.schemas import PredictRequest, PredictResponse, StepSeconds
 
 router = APIRouter(prefix="/v1/predict", tags=["predict"], route_class=JsonRoute)
 

@@ -1,8 +1,8 @@
 """The proxy's endpoints: GET /v1/models; pool administration: GET /v1/upstreams, POST
 /v1/upstreams/reload (admin); and the OpenAPI description of POST /v1/chat/completions,
-/v1/completions and /generate, which service.main.App hands to the proxy's entrance
-(service.proxy.entrance) before FastAPI routes anything: their handlers here are never
-called."""
+/v1/completions and /generate, which engine_advisor.service.main.App hands to the proxy's entrance
+(engine_advisor.service.proxy.entrance) before FastAPI routes anything: their handlers here are
+never called."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import time
 
 from fastapi import APIRouter, Request, Response
 
-from service.deps import AdminDep, current_pools
-from service.errors import ApiError, error_responses
-from service.proxy.auth import authorize
-from service.proxy.generate import GENERATE_BODY
-from service.proxy.schemas import ModelCard, ModelList, ReloadResult, UpstreamsStatus
-from service.proxy.state import NO_POOLS
+from engine_advisor.service.deps import AdminDep, current_pools
+from engine_advisor.service.errors import ApiError, error_responses
+from engine_advisor.service.proxy.auth import authorize
+from engine_advisor.service.proxy.generate import GENERATE_BODY
+from engine_advisor.service.proxy.schemas import ModelCard, ModelList, ReloadResult, UpstreamsStatus
+from engine_advisor.service.proxy.state import NO_POOLS
 
 router = APIRouter(tags=["proxy"])
 
@@ -29,8 +29,8 @@ PASSED = {200: {"description": "the upstream's answer, passed through (JSON, or 
 
 
 async def _entrance_only(request: Request) -> Response:
-    raise RuntimeError(f"{request.url.path} is served by service.proxy.entrance, which "
-                       "service.main.App dispatches to before FastAPI")
+    raise RuntimeError(f"{request.url.path} is served by engine_advisor.service.proxy.entrance, "
+                       "which engine_advisor.service.main.App dispatches to before FastAPI")
 
 
 @router.post("/v1/chat/completions", response_class=Response, responses={**PASSED, **PROXY_ERRORS},

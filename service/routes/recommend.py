@@ -6,14 +6,21 @@ from fastapi import APIRouter, Request, Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from model.errors import NoEligibleConfiguration
-from model.recommend import recommend
-from model.schemas import Recommendation, to_json
-from model.workload import Workload
-from service.cache import cache_key
-from service.deps import JsonRoute, MetricsDep, ModelDep, SettingsDep, hot_state, json_body
-from service.errors import ApiError, ErrorDetail, error_responses, validation_detail
-from service.schemas import BatchItem, BatchRequest, BatchResponse
+from engine_advisor.model.errors import NoEligibleConfiguration
+from engine_advisor.model.recommend import recommend
+from engine_advisor.model.schemas import Recommendation, to_json
+from engine_advisor.model.workload import Workload
+from engine_advisor.service.cache import cache_key
+from engine_advisor.service.deps import (
+    JsonRoute,
+    MetricsDep,
+    ModelDep,
+    SettingsDep,
+    hot_state,
+    json_body,
+)
+from engine_advisor.service.errors import ApiError, ErrorDetail, error_responses, validation_detail
+from engine_advisor.service.schemas import BatchItem, BatchRequest, BatchResponse
 
 router = APIRouter(prefix="/v1/recommend", tags=["recommend"], route_class=JsonRoute)
 WORKLOAD_BODY = {"requestBody": {"content": {"application/json": {"schema": {
@@ -35,9 +42,9 @@ def recommend_or_422(loaded, w: Workload) -> Recommendation:
              openapi_extra=WORKLOAD_BODY,
              summary="Recommend engine, DCP size and memory fraction for one workload")
 async def recommend_one(request: Request) -> Response:
-    # The hot path (docs/benchmarks.md has the measurements): body and state read without
-    # FastAPI's dependency solving, the recommender run inline (a thread hop costs about as
-    # much), the answer written by orjson (model.schemas.to_json) instead of re-validated by
+    # The hot path (docs/benchmarks.md has the measurements): body and state read without FastAPI's
+    # dependency solving, the recommender run inline (a thread hop costs about as much), the answer
+    # written by orjson (engine_advisor.model.schemas.to_json) instead of re-validated by
     # response_model.
     workload = await json_body(request, Workload)
     loaded, metrics, cache = hot_state(request)

@@ -1,17 +1,23 @@
-"""POST /v1/route: the proxy's routing decision for a request (service.proxy.decision),
-without proxying it (for gateways that route themselves)."""
+"""POST /v1/route: the proxy's routing decision for a request
+(engine_advisor.service.proxy.decision), without proxying it (for gateways that route
+themselves)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from pydantic import ValidationError
 
-from service.deps import current_model, current_pools
-from service.errors import ApiError, error_responses, validation_detail
-from service.proxy.auth import authorize
-from service.proxy.decision import PoolCost, choose
-from service.proxy.request import CHAT, COMPLETIONS, ProxyRequest, decode, parse
-from service.proxy.schemas import Alternative, Predicted, RouteDecision, RouteWorkload
+from engine_advisor.service.deps import current_model, current_pools
+from engine_advisor.service.errors import ApiError, error_responses, validation_detail
+from engine_advisor.service.proxy.auth import authorize
+from engine_advisor.service.proxy.decision import PoolCost, choose
+from engine_advisor.service.proxy.request import CHAT, COMPLETIONS, ProxyRequest, decode, parse
+from engine_advisor.service.proxy.schemas import (
+    Alternative,
+    Predicted,
+    RouteDecision,
+    RouteWorkload,
+)
 
 router = APIRouter(prefix="/v1/route", tags=["route"])
 

@@ -15,11 +15,11 @@ from typing import get_args
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from model.arch import PRESETS
-from model.hardware.gpus import BUILTIN_GPUS
-from model.kv import KvDtype
-from model.workload import Requirements
-from service.errors import ApiError
+from engine_advisor.model.arch import PRESETS
+from engine_advisor.model.hardware.gpus import BUILTIN_GPUS
+from engine_advisor.model.kv import KvDtype
+from engine_advisor.model.workload import Requirements
+from engine_advisor.service.errors import ApiError
 
 router = APIRouter(tags=["ui"], include_in_schema=False)
 

@@ -6,16 +6,16 @@ figures). This client sends pre-encoded requests on pooled connections and hands
 status, the headers and the body as it arrives. Health checks and /tokenize still use httpx.
 
 Three parts: ``Http1Pool`` and ``Response`` here (the slots, the exchange, a response's body);
-service.transport.connection (one connection, its response parsed by httptools as bytes
-arrive, and what it refuses); service.transport.reaper (the pool's timer: idle connections
-closed after ``keepalive_s``, a response that stalls for ``idle_s`` ended).
+engine_advisor.service.transport.connection (one connection, its response parsed by httptools as
+bytes arrive, and what it refuses); engine_advisor.service.transport.reaper (the pool's timer: idle
+connections closed after ``keepalive_s``, a response that stalls for ``idle_s`` ended).
 
-A connection is reused only after a complete response with keep-alive and nothing after it;
-bytes arriving on an idle connection retire it, and the reaper closes it within a tick. A
-second response after a complete one is refused (see ``Response.read``). Failures raise the
-exception types of service.transport.connection (``UpstreamError`` and subclasses, re-exported
-here); cancellation at any point closes the connection of the request and frees its slot, also
-for a waiter cancelled just as a connection was handed to it.
+A connection is reused only after a complete response with keep-alive and nothing after it; bytes
+arriving on an idle connection retire it, and the reaper closes it within a tick. A second response
+after a complete one is refused (see ``Response.read``). Failures raise the exception types of
+engine_advisor.service.transport.connection (``UpstreamError`` and subclasses, re-exported here);
+cancellation at any point closes the connection of the request and frees its slot, also for a waiter
+cancelled just as a connection was handed to it.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
-from service.transport.connection import (
+from engine_advisor.service.transport.connection import (
     BODY,
     DONE,
     HEAD,
@@ -43,7 +43,7 @@ from service.transport.connection import (
     ReadError,
     UpstreamError,
 )
-from service.transport.reaper import Reaper
+from engine_advisor.service.transport.reaper import Reaper
 
 __all__ = ["BODY", "DONE", "HEAD", "IDLE", "ConnectError", "ConnectTimeout", "Connection",
            "Http1Pool", "IdleTimeout", "LimitError", "Limits", "PoolTimeout", "ProtocolError",

@@ -6,7 +6,7 @@ two system calls and two TCP segments per response, and a client woken up twice.
 holds the head until the response's first body message and both leave together; a head with
 no body message in the same event-loop iteration (a stream whose first bytes are not ready, a
 HEAD request) is written at the end of that iteration. (The direct lane's cycle,
-service.transport.cycle, does the same itself.)
+engine_advisor.service.transport.cycle, does the same itself.)
 """
 
 from __future__ import annotations

@@ -1,18 +1,18 @@
 """One upstream HTTP/1.1 connection: the response parsed by llhttp as its bytes arrive.
 
-``Connection`` is the asyncio protocol of one pooled connection (service.transport.client): it
-feeds httptools (llhttp, the parser of Node.js and uvicorn) from ``data_received`` and keeps
-one response's state. Refused, with ``ProtocolError`` and the connection closed: anything
-llhttp rejects (invalid status line, malformed header lines, invalid, signed or duplicate
-Content-Length, invalid chunk-size syntax), Transfer-Encoding other than exactly ``chunked``,
-Transfer-Encoding together with Content-Length, a status outside 100..599, an unasked-for
-``101``, and anything over ``Limits`` (``LimitError``): the header section, a non-streaming body
-(checked against Content-Length before any body byte is read), trailers and chunk framing.
-Interim ``1xx`` responses are skipped (at most ``Limits.interim``). Bytes after a complete
+``Connection`` is the asyncio protocol of one pooled connection
+(engine_advisor.service.transport.client): it feeds httptools (llhttp, the parser of Node.js and
+uvicorn) from ``data_received`` and keeps one response's state. Refused, with ``ProtocolError`` and
+the connection closed: anything llhttp rejects (invalid status line, malformed header lines,
+invalid, signed or duplicate Content-Length, invalid chunk-size syntax), Transfer-Encoding other
+than exactly ``chunked``, Transfer-Encoding together with Content-Length, a status outside 100..599,
+an unasked-for ``101``, and anything over ``Limits`` (``LimitError``): the header section, a
+non-streaming body (checked against Content-Length before any body byte is read), trailers and chunk
+framing. Interim ``1xx`` responses are skipped (at most ``Limits.interim``). Bytes after a complete
 response (or on an idle connection) mark it ``extra``: it is never reused.
 
 ``last_in`` is when the connection last received bytes (or was resumed after a pause): the
-pool's reaper (service.transport.reaper) ends a response that stalls on it.
+pool's reaper (engine_advisor.service.transport.reaper) ends a response that stalls on it.
 """
 
 from __future__ import annotations

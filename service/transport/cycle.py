@@ -1,16 +1,16 @@
-"""One request of uvicorn's connection on the direct lane (service.transport.protocol).
+"""One request of uvicorn's connection on the direct lane
+(engine_advisor.service.transport.protocol).
 
-``LaneCycle`` gives uvicorn's protocol the attributes it uses on a cycle (``body``,
-``more_body``, ``message_event``, ``response_complete``, ``disconnected``, ``keep_alive``,
-``run_asgi``), so the protocol's own body, disconnect, pipelining and shutdown handling apply
-to it unchanged; its ASGI ``receive``/``send`` need no ``asyncio.Event`` and frame and check
-the response here. The head is held until the response's first body message and both leave
-in one write (or at the end of the event-loop iteration). The proxy's entrance
-(service.proxy.entrance) works on the cycle itself: ``whole_body`` (a body that has all
-arrived), ``respond`` (a whole response in one write, header lines checked by the caller),
-``task`` (the request's task) and ``on_disconnect`` (called from ``connection_lost``). No
-object of a request refers back to the cycle, so each request is freed by reference
-counting, not left to the cyclic garbage collector.
+``LaneCycle`` gives uvicorn's protocol the attributes it uses on a cycle (``body``, ``more_body``,
+``message_event``, ``response_complete``, ``disconnected``, ``keep_alive``, ``run_asgi``), so the
+protocol's own body, disconnect, pipelining and shutdown handling apply to it unchanged; its ASGI
+``receive``/``send`` need no ``asyncio.Event`` and frame and check the response here. The head is
+held until the response's first body message and both leave in one write (or at the end of the
+event-loop iteration). The proxy's entrance (engine_advisor.service.proxy.entrance) works on the
+cycle itself: ``whole_body`` (a body that has all arrived), ``respond`` (a whole response in one
+write, header lines checked by the caller), ``task`` (the request's task) and ``on_disconnect``
+(called from ``connection_lost``). No object of a request refers back to the cycle, so each request
+is freed by reference counting, not left to the cyclic garbage collector.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from service.transport.headers import (
+from engine_advisor.service.transport.headers import (
     BAD_VALUE,
     GOOD_NAMES,
     NO_BODY,

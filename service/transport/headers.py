@@ -2,7 +2,7 @@
 handler or an upstream sends can split or end the head.
 
 A name must be an RFC 9110 token; a value may hold no control character but HTAB (no CR or
-LF). Every writer of a head to a client (service.transport.cycle, the relay's whole
+LF). Every writer of a head to a client (engine_advisor.service.transport.cycle, the relay's whole
 responses) checks through this module.
 """
 

@@ -3,19 +3,20 @@
 ``engine-advisor serve`` runs uvicorn with ``http=PROTOCOL``. Parsing, keep-alive, pipelining,
 timeouts, flow control and shutdown stay uvicorn's; what changes:
 
-- The front door's limits (service.frontdoor): the size and field count of a request head,
+- The front door's limits (engine_advisor.service.frontdoor): the size and field count of a request
+  head,
   the time a head and a body may take, the connections one process keeps; each refusal is an
   error envelope and a close.
 - A direct lane for the proxy's entrance paths (``PROXY_URLS``: exact paths, ``POST``, no
   query, no ``Expect: 100-continue``, no upgrade; without ``--access-log``, a root path or a
   concurrency limit): the request goes to the app's ``entrance`` on a ``LaneCycle``
-  (service.transport.cycle) instead of uvicorn's ``RequestResponseCycle`` behind its
+  (engine_advisor.service.transport.cycle) instead of uvicorn's ``RequestResponseCycle`` behind its
   ``ProxyHeadersMiddleware`` and the app's dispatch. Those layers cost a sizeable share of a
   proxied request's CPU (docs/benchmarks.md, proxy section); ``X-Forwarded-*`` headers only
   change ``scope["client"]``/``["scheme"]``, which the proxy never reads.
 - Every other request's head and first body bytes leave in one write
-  (service.transport.coalesce); keep-alive timeouts run on one shared clock
-  (service.transport.keepalive).
+  (engine_advisor.service.transport.coalesce); keep-alive timeouts run on one shared clock
+  (engine_advisor.service.transport.keepalive).
 
 This subclass uses uvicorn's internals (the cycle's attributes, ``pipeline``, ``flow``,
 ``_unset_keepalive_if_required``, ``_should_upgrade``...), so uvicorn is pinned to the versions
@@ -34,12 +35,12 @@ import uvicorn
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from service.frontdoor import LINGER_S, FrontDoor, refusal
-from service.transport.coalesce import HeldHead
-from service.transport.cycle import LaneCycle
-from service.transport.keepalive import Alarm, KeepAliveLoop
+from engine_advisor.service.frontdoor import LINGER_S, FrontDoor, refusal
+from engine_advisor.service.transport.coalesce import HeldHead
+from engine_advisor.service.transport.cycle import LaneCycle
+from engine_advisor.service.transport.keepalive import Alarm, KeepAliveLoop
 
-PROTOCOL = "service.transport.protocol:HttpProtocol"
+PROTOCOL = "engine_advisor.service.transport.protocol:HttpProtocol"
 PROXY_URLS = frozenset({b"/v1/completions", b"/v1/chat/completions", b"/generate"})
 UVICORN_TESTED = ((0, 54), (0, 55))       # uvicorn versions >= the first, < the second
 TASK_NAME = "direct lane"

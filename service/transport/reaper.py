@@ -1,8 +1,8 @@
 """The pool's timer: idle connections closed after keep-alive, stalled responses ended.
 
-One timer per ``Http1Pool`` (service.transport.client), armed while the pool has a connection,
-every ``tick`` seconds (a quarter of the shorter of ``keepalive_s`` and ``idle_s``, between
-50 ms and 1 s). At each tick:
+One timer per ``Http1Pool`` (engine_advisor.service.transport.client), armed while the pool has a
+connection, every ``tick`` seconds (a quarter of the shorter of ``keepalive_s`` and ``idle_s``,
+between 50 ms and 1 s). At each tick:
 
 - an idle connection unused for ``keepalive_s``, or one the upstream closed or wrote to while
   idle, is closed and its slot given up, whether or not the pool is used again;
@@ -12,7 +12,7 @@ every ``tick`` seconds (a quarter of the shorter of ``keepalive_s`` and ``idle_s
   is slow is not idle.
 
 So each fires at most one tick late, and a request pays nothing for it: the connection notes
-the time its bytes arrive (service.transport.connection), nothing more.
+the time its bytes arrive (engine_advisor.service.transport.connection), nothing more.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING
 
-from service.transport.connection import IdleTimeout
+from engine_advisor.service.transport.connection import IdleTimeout
 
 if TYPE_CHECKING:
-    from service.transport.client import Http1Pool
+    from engine_advisor.service.transport.client import Http1Pool
 
 MIN_TICK, MAX_TICK = 0.05, 1.0
 

@@ -3,8 +3,8 @@ one). ``get(name)`` returns its ``SimEngine``."""
 
 from __future__ import annotations
 
-from sim.engines import sglang, vllm
-from sim.engines.base import SimEngine
+from engine_advisor.sim.engines import sglang, vllm
+from engine_advisor.sim.engines.base import SimEngine
 
 __all__ = ["SimEngine", "get", "names"]
 

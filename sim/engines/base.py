@@ -1,6 +1,7 @@
 """How the simulator imitates one engine: its version string, HTTP quirks, log lines and
 ``/metrics`` text. The engine's own facts (name, label, flags, metric names) come from its
-``model.engines`` record; what is here is only what the simulator needs to look like it.
+``engine_advisor.model.engines`` record; what is here is only what the simulator needs to look like
+it.
 """
 
 from __future__ import annotations
@@ -9,12 +10,12 @@ import datetime as dt
 import time
 from typing import TYPE_CHECKING
 
-from model.engines.base import NO_STATE, Engine
+from engine_advisor.model.engines.base import NO_STATE, Engine
 
 if TYPE_CHECKING:
-    from model.physics.capacity import Pool
-    from sim.config import SimConfig
-    from sim.engine import EngineCore
+    from engine_advisor.model.physics.capacity import Pool
+    from engine_advisor.sim.config import SimConfig
+    from engine_advisor.sim.engine import EngineCore
 
 GIB = 1024 ** 3
 
@@ -40,16 +41,16 @@ def longest(pool: Pool) -> int:
 class SimEngine:
     """One imitated engine. Subclasses set the data and write the engine-specific lines."""
 
-    engine: Engine                  # the model.engines record
+    engine: Engine                  # the engine_advisor.model.engines record
     version: str                    # what /version, /get_server_info and the log report
     flat_errors: bool               # non-stream errors as {"object": "error", ...} (else nested)
     prefixed_ids: bool              # response ids "chatcmpl-..." / "cmpl-..." (else bare hex)
     checks_model_name: bool         # 404 for a "model" other than the served one
     batch_tokenize: bool            # /tokenize takes a list of texts, /detokenize lists of ids
     detokenize_key: str             # the /detokenize answer's text field
-    # extra GET/POST routes: (path, handler name in sim.app.create_app, method)
+    # extra GET/POST routes: (path, handler name in engine_advisor.sim.app.create_app, method)
     routes: tuple[tuple[str, str, str], ...]
-    native_api: bool                # the engine's native API (sim.native: /generate ...)
+    native_api: bool                # the engine's native API (sim/native.py: /generate ...)
 
     @property
     def name(self) -> str:

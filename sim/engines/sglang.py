@@ -1,18 +1,18 @@
 """The simulator's SGLang: scheduler log lines, flat non-stream errors, its native API and
 server-info routes, batch (de)tokenize, ``sglang:`` metrics.
 
-A hybrid model's start-up lines are SGLang 0.5.16's for its two pools (``model.engines.sglang``):
-"Mamba Cache is allocated" (the state slots and the tensors' sizes, one padding slot included),
-"KV Cache is allocated" (the KV pool's tokens and its K and V tensors, one padding row
-included), the warning when the state slots cut a requested running-request limit, and the
-scheduler's summary with the running-request limit it starts with."""
+A hybrid model's start-up lines are SGLang 0.5.16's for its two pools
+(``engine_advisor.model.engines.sglang``): "Mamba Cache is allocated" (the state slots and the
+tensors' sizes, one padding slot included), "KV Cache is allocated" (the KV pool's tokens and its K
+and V tensors, one padding row included), the warning when the state slots cut a requested
+running-request limit, and the scheduler's summary with the running-request limit it starts with."""
 
 from __future__ import annotations
 
-from model.engines import sglang
-from model.physics.memory import hybrid_shape
-from sim.engines.base import GIB, SimEngine, hybrid, kv_gib, longest
-from sim.metrics import gauge, histogram
+from engine_advisor.model.engines import sglang
+from engine_advisor.model.physics.memory import hybrid_shape
+from engine_advisor.sim.engines.base import GIB, SimEngine, hybrid, kv_gib, longest
+from engine_advisor.sim.metrics import gauge, histogram
 
 CONV_BYTES = 2      # SGLang's convolution-window dtype: bfloat16 (SGLANG_MAMBA_CONV_DTYPE)
 

@@ -2,18 +2,18 @@
 ``vllm:`` metrics.
 
 A hybrid model's start-up lines are vLLM 0.26.0's for its one pool of pages
-(``model.engines.vllm``): the layout's notes (the attention block raised to the state's page,
-the state page padded, padding layers), "Available KV cache memory" (the pool's pages: blocks x
-page x layers per group), "GPU KV cache size" (the pool over one request of the model's maximum
-length, times that length) and "Maximum concurrency" (blocks / blocks of one request of the
+(``engine_advisor.model.engines.vllm``): the layout's notes (the attention block raised to the
+state's page, the state page padded, padding layers), "Available KV cache memory" (the pool's pages:
+blocks x page x layers per group), "GPU KV cache size" (the pool over one request of the model's
+maximum length, times that length) and "Maximum concurrency" (blocks / blocks of one request of the
 served length)."""
 
 from __future__ import annotations
 
-from model.engines import vllm
-from sim.engines.base import GIB, SimEngine, hybrid, kv_gib
-from sim.metrics import gauge, histogram
-from sim.prefix import BLOCK
+from engine_advisor.model.engines import vllm
+from engine_advisor.sim.engines.base import GIB, SimEngine, hybrid, kv_gib
+from engine_advisor.sim.metrics import gauge, histogram
+from engine_advisor.sim.prefix import BLOCK
 
 
 class Vllm(SimEngine):

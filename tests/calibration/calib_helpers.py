@@ -29,7 +29,7 @@ def cli_in_process(*args: str) -> subprocess.CompletedProcess:
     import contextlib
     import io
 
-    from cli.main import main
+    from engine_advisor.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -6,11 +6,11 @@ import itertools
 
 import numpy as np
 
-from model.fit.dataset import Measurement
-from model.fit.estimator import PRIOR
-from model.fit.rows import row_case
-from model.physics.features import case_features
-from model.physics.terms import TERMS
+from engine_advisor.model.fit.dataset import Measurement
+from engine_advisor.model.fit.estimator import PRIOR
+from engine_advisor.model.fit.rows import row_case
+from engine_advisor.model.physics.features import case_features
+from engine_advisor.model.physics.terms import TERMS
 
 KV = 2_000_000   # large KV bytes per token: KV reads dominate already at a few K tokens
 

@@ -10,17 +10,18 @@ import pytest
 from calib_helpers import cli_in_process
 from calib_synth import DCP, KV, rows
 
-from model.decision.crossover import crossovers
-from model.fit.artifact import load, save
-from model.fit.costmodel import CostModel
-from model.fit.dataset import read_csv
-from model.fit.rows import row_case
-from model.physics.features import case_features
-from model.predict.query import total_curves
-from model.workload import Config, Workload
+from engine_advisor.model.decision.crossover import crossovers
+from engine_advisor.model.fit.artifact import load, save
+from engine_advisor.model.fit.costmodel import CostModel
+from engine_advisor.model.fit.dataset import read_csv
+from engine_advisor.model.fit.rows import row_case
+from engine_advisor.model.physics.features import case_features
+from engine_advisor.model.predict.query import total_curves
+from engine_advisor.model.workload import Config, Workload
 
 SCALE = "1.0"   # the hidden truth in real time: points of 0.1 .. 1 s; a faster scale would make
-# the simulators faster than the physics the fit is bounded by (model.fit.estimator.PHYSICS_FLOOR)
+# the simulators faster than the physics the fit is bounded by
+# (engine_advisor.model.fit.estimator.PHYSICS_FLOOR)
 OUT = 64
 COMMON = ["--output-tokens", str(OUT), "--kv-bytes-per-token", str(KV), "--no-progress"]
 SIM_ARGS = ["--time-scale", SCALE, "--kv-bytes-per-token", str(KV), "--max-model-len", "65536"]

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from calib_helpers import cli_in_process
 
-from calibration.sweep.importers import BenchFileError, Defaults, import_files
-from model.fit.dataset import read_csv
+from engine_advisor.calibration.sweep.importers import BenchFileError, Defaults, import_files
+from engine_advisor.model.fit.dataset import read_csv
 
 DATA = Path(__file__).parent / "data"
 VLLM = DATA / "vllm_bench_8k_c8.json"
@@ -267,7 +267,7 @@ def test_times_measured_against_the_simulator_near_its_overhead_warn(tmp_path, c
 def test_vllm_arrays_give_the_pure_decode_step_and_the_architecture(tmp_path):
     """All requests sent at once: the decode step from the per-request streams, as
     ``calibrate run`` derives it; the file's model id names the architecture."""
-    from calibration.sweep.streams import Stream, stream_times
+    from engine_advisor.calibration.sweep.streams import Stream, stream_times
 
     raw = json.loads(VLLM.read_text())
     (row,) = import_files([str(VLLM)], "vllm-bench", Defaults(mem_fraction=0.92))

@@ -11,8 +11,8 @@ from collections import Counter
 import pytest
 from calib_helpers import BIN, REPO, cli_in_process
 
-from calibration.sweep.runstore import PointKey
-from model.fit.dataset import read_csv
+from engine_advisor.calibration.sweep.runstore import PointKey
+from engine_advisor.model.fit.dataset import read_csv
 
 CONTEXTS = [1024, 2048, 3072, 4096]
 BATCHES = [1, 2]

@@ -10,9 +10,9 @@ import httpx
 import pytest
 from calib_helpers import BIN, cli_in_process
 
-from model.fit.artifact import load
-from model.fit.dataset import read_csv
-from model.physics.memory import choose_fraction
+from engine_advisor.model.fit.artifact import load
+from engine_advisor.model.fit.dataset import read_csv
+from engine_advisor.model.physics.memory import choose_fraction
 
 SIM = (f"{shlex.quote(str(BIN))} sim --engine vllm --port {{port}} --dcp-size {{dcp_size}} "
        "--mem-fraction {mem_fraction} --num-gpus {num_gpus} --model-name {model} "

@@ -9,13 +9,13 @@ import pytest
 from calib_helpers import cli_in_process
 from calib_synth import KV, rows
 
-from calibration.sweep.plan import plan
-from model.decision.crossover import crossover_near
-from model.fit.artifact import save
-from model.fit.costmodel import CostModel
-from model.hardware.profiles import PROFILES_ENV
-from model.queries import query_for
-from model.workload import Config, Workload
+from engine_advisor.calibration.sweep.plan import plan
+from engine_advisor.model.decision.crossover import crossover_near
+from engine_advisor.model.fit.artifact import save
+from engine_advisor.model.fit.costmodel import CostModel
+from engine_advisor.model.hardware.profiles import PROFILES_ENV
+from engine_advisor.model.queries import query_for
+from engine_advisor.model.workload import Config, Workload
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -15,8 +15,8 @@ import httpx
 import pytest
 from calib_helpers import BIN, REPO, cli_in_process
 
-from calibration.sweep.rebuild import RebuildError, RebuildInputs, plan
-from model.fit.dataset import COLUMNS, read_csv
+from engine_advisor.calibration.sweep.rebuild import RebuildError, RebuildInputs, plan
+from engine_advisor.model.fit.dataset import COLUMNS, read_csv
 
 OLD_COLUMNS = COLUMNS[:COLUMNS.index("decode_step_s")]   # before decode_step_s & co. existed
 REAL = REPO / "bench" / "data" / "h200-real"

@@ -10,13 +10,13 @@ import pytest
 from calib_helpers import cli_in_process
 from calib_synth import KV, rows
 
-from model.decision.crossover import crossovers
-from model.fit.costmodel import CostModel
-from model.fit.dataset import write_csv
-from model.fit.rows import row_case
-from model.physics.features import case_features
-from model.predict.query import total_curves
-from model.workload import Config, Workload
+from engine_advisor.model.decision.crossover import crossovers
+from engine_advisor.model.fit.costmodel import CostModel
+from engine_advisor.model.fit.dataset import write_csv
+from engine_advisor.model.fit.rows import row_case
+from engine_advisor.model.physics.features import case_features
+from engine_advisor.model.predict.query import total_curves
+from engine_advisor.model.workload import Config, Workload
 
 
 def noisy(sd: float = 0.02, seed: int = 3, **kw):
@@ -59,7 +59,7 @@ def test_cross_validated_error_and_coverage_per_engine_and_dcp(report):
         assert 0.003 < s["cv_mape_total"] < 0.05 and 0.003 < s["cv_mape_step"] < 0.05
         assert 0.6 <= s["interval_coverage"] <= 1.0
     # three figures per point; a batch that queues has no prefill figure (its last first token
-    # waits for running sequences: model.fit.fitting.observations)
+    # waits for running sequences: engine_advisor.model.fit.fitting.observations)
     data = noisy(contexts=(2048, 4096, 8192, 16384), batches=(1, 4, 8), outputs=(32,))
     queued = sum(case_features(row_case(r)).running[0] < r.batch_size for r in data)
     assert queued >= 1

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from calibration.sweep.runstore import PointKey, RunStore, RunStoreError
-from model.fit.dataset import Measurement, read_csv
+from engine_advisor.calibration.sweep.runstore import PointKey, RunStore, RunStoreError
+from engine_advisor.model.fit.dataset import Measurement, read_csv
 
 PARAMS = {"engine": "vllm", "contexts": [1024, 2048], "batch_sizes": [1]}
 

@@ -12,13 +12,13 @@ import pytest
 from calib_fakes import FakeEngine
 from calib_helpers import cli_in_process
 
-from calibration.sweep.driver import Sweep, SweepAbort, SweepConfig
-from calibration.sweep.pointtimes import RequestTimes
-from calibration.sweep.served_model import MODEL_CONFIG, resolve_row_config
-from calibration.sweep.streams import Stream, stream_times
-from calibration.sweep.warmup import OUTPUT_TOKENS, SHORT_PROMPT_TOKENS
-from model.arch.presets import preset_config
-from model.fit.dataset import read_csv
+from engine_advisor.calibration.sweep.driver import Sweep, SweepAbort, SweepConfig
+from engine_advisor.calibration.sweep.pointtimes import RequestTimes
+from engine_advisor.calibration.sweep.served_model import MODEL_CONFIG, resolve_row_config
+from engine_advisor.calibration.sweep.streams import Stream, stream_times
+from engine_advisor.calibration.sweep.warmup import OUTPUT_TOKENS, SHORT_PROMPT_TOKENS
+from engine_advisor.model.arch.presets import preset_config
+from engine_advisor.model.fit.dataset import read_csv
 
 VLLM_METRICS = ('vllm:cache_config_info{block_size="16",enable_prefix_caching="True",'
                 'gpu_memory_utilization="0.9",kv_cache_size_tokens="123456",'

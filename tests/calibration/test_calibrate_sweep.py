@@ -9,10 +9,10 @@ import pytest
 from calib_fakes import FakeEngine
 from calib_helpers import cli_in_process, free_port
 
-from calibration.sweep.driver import Sweep, SweepAbort, SweepConfig, summary_table
-from model.fit.costmodel import CostModel
-from model.fit.dataset import read_csv
-from model.physics.memory import choose_fraction
+from engine_advisor.calibration.sweep.driver import Sweep, SweepAbort, SweepConfig, summary_table
+from engine_advisor.model.fit.costmodel import CostModel
+from engine_advisor.model.fit.dataset import read_csv
+from engine_advisor.model.physics.memory import choose_fraction
 
 
 def config(tmp_path, **kw) -> SweepConfig:

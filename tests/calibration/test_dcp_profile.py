@@ -11,7 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from calibration.kernels.dcp_profile import build_profile, crossovers, holdout_check, read_dataset
+from engine_advisor.calibration.kernels.dcp_profile import (
+    build_profile,
+    crossovers,
+    holdout_check,
+    read_dataset,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).with_name("engine-advisor")

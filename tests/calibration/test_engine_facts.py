@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from calibration.sweep.engine_facts import (
+from engine_advisor.calibration.sweep.engine_facts import (
     EngineFacts,
     FactsError,
     JitEvent,
@@ -21,7 +21,7 @@ from calibration.sweep.engine_facts import (
     parse_sglang_server_info,
     weights_of,
 )
-from calibration.sweep.jitwatch import Interval, attribute
+from engine_advisor.calibration.sweep.jitwatch import Interval, attribute
 
 LOGS = Path(__file__).resolve().parents[2] / "bench" / "data" / "h200-real" / "logs"
 
@@ -168,8 +168,8 @@ def test_log_tail_reads_whole_lines_only(tmp_path):
 
 
 def test_every_engine_has_a_log_parser():
-    from calibration.sweep.engine_facts import LOG_PARSERS, SERVER_INFO_PARSERS
-    from model import engines
+    from engine_advisor.calibration.sweep.engine_facts import LOG_PARSERS, SERVER_INFO_PARSERS
+    from engine_advisor.model import engines
     assert set(LOG_PARSERS) == set(engines.names())
     assert set(SERVER_INFO_PARSERS) <= set(engines.names())
 

@@ -8,8 +8,8 @@ import pytest
 from calib_helpers import cli_in_process
 from calib_synth import KV, rows
 
-from model.fit.dataset import read_csv, write_csv
-from model.fit.default import REAL_CSV
+from engine_advisor.model.fit.dataset import read_csv, write_csv
+from engine_advisor.model.fit.default import REAL_CSV
 
 
 def test_rows_without_an_architecture_are_refused_and_named(tmp_path):

@@ -17,7 +17,7 @@ pytestmark = [
 ])
 def test_mla_triton_kernel_matches_reference(dtype, batch, heads, ctx):
     pytest.importorskip("triton")
-    from calibration.kernels.mla_decode import mla_decode, mla_decode_reference
+    from engine_advisor.calibration.kernels.mla_decode import mla_decode, mla_decode_reference
 
     dt = torch.bfloat16 if dtype == "bf16" else torch.float8_e4m3fn
     q = torch.randn(batch, heads, 576, device="cuda", dtype=torch.bfloat16)
@@ -32,7 +32,7 @@ def test_mla_triton_kernel_matches_reference(dtype, batch, heads, ctx):
 
 
 def test_time_calls_reads_at_hbm_speed():
-    from calibration.kernels.gpu_timing import time_calls
+    from engine_advisor.calibration.kernels.gpu_timing import time_calls
 
     xs = [torch.rand(2**28, device="cuda") for _ in range(2)]          # 1 GiB each
     r = time_calls([lambda x=x: torch.sum(x) for x in xs], repeats=5)
@@ -43,7 +43,7 @@ def test_time_calls_reads_at_hbm_speed():
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
 def test_dcp_two_gpus_merged_output_matches_full_attention(tmp_path):
-    from calibration.kernels.dcp_bench import run
+    from engine_advisor.calibration.kernels.dcp_bench import run
 
     data = run(2, device="cuda", batches=[2], contexts=[8192], message_sizes=[65536],
                repeats=3, workdir=tmp_path)

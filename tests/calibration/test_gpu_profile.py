@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from calibration.kernels.gpu_profile import build_profile, holdout_check, read_rows
+from engine_advisor.calibration.kernels.gpu_profile import build_profile, holdout_check, read_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).with_name("engine-advisor")
@@ -158,7 +158,7 @@ def test_calibrate_without_cuda_is_a_clear_error(tmp_path, sub):
 @pytest.mark.parametrize("sub", ["gpu", "dcp"])
 def test_calibrate_without_torch_names_the_extra(tmp_path, sub):
     code = ("import sys; sys.modules['torch'] = None\n"
-            "from cli.gpu import main; sys.exit(main(sys.argv[1:]))")
+            "from engine_advisor.cli.gpu import main; sys.exit(main(sys.argv[1:]))")
     r = _cli(sub, "--out", str(tmp_path / "x.json"), code=code)
     assert r.returncode == 2
     assert "PyTorch is not installed" in r.stderr and "engine-advisor[gpu]" in r.stderr
@@ -193,10 +193,9 @@ INTERPRETER = textwrap.dedent("""
         _orig(tensor, scope)
         scope.set_attr(tensor, "__index__",
                        lambda self: int(np.asarray(self.handle.data).reshape(-1)[0]))
-    ti._patch_lang_tensor = _patched
-    from calibration.kernels.mla_decode import MlaPlan, mla_decode, mla_decode_reference
-    worst = 0.0
-    for batch, heads, ctx in ((2, 16, 100), (1, 64, 257), (3, 128, 40)):
+    ti._patch_lang_tensor = _patched from engine_advisor.calibration.kernels.mla_decode import
+    MlaPlan, mla_decode, mla_decode_reference worst = 0.0 for batch, heads, ctx in ((2, 16, 100),
+    (1, 64, 257), (3, 128, 40)):
         q = torch.randn(batch, heads, 576)
         kv = torch.randn(batch, ctx, 576)
         out = torch.full((batch, heads, 512), float("nan"))
@@ -226,7 +225,7 @@ def test_mla_triton_kernel_in_the_interpreter():
 def test_split_count_fills_the_gpu_without_empty_chunks():
     pytest.importorskip("torch")
     pytest.importorskip("triton")
-    from calibration.kernels.mla_decode import split_count
+    from engine_advisor.calibration.kernels.mla_decode import split_count
 
     for batch, ctx in ((1, 4096), (1, 262144), (8, 32768), (64, 4096), (64, 262144)):
         s = split_count(batch, 4, 128, ctx, 64, 32, 132)

@@ -13,7 +13,7 @@ import pytest
 from calib_helpers import BIN, REPO
 from proc import free_port
 
-from model.fit.dataset import read_csv
+from engine_advisor.model.fit.dataset import read_csv
 
 
 @pytest.mark.slow

@@ -1,5 +1,5 @@
 """The served model's architecture: presets, Hugging Face ids, config.json files, and the keys
-rows record (calibration.sweep.served_model, model.arch.aliases)."""
+rows record (engine_advisor.calibration.sweep.served_model, engine_advisor.model.arch.aliases)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from calibration.sweep.modeldir import write_model_dir
-from calibration.sweep.served_model import (
+from engine_advisor.calibration.sweep.modeldir import write_model_dir
+from engine_advisor.calibration.sweep.served_model import (
     MODEL_CONFIG,
     MODEL_CONFIGS,
     ServedModelError,
@@ -17,8 +17,8 @@ from calibration.sweep.served_model import (
     resolve_row_config,
     resolve_served_model,
 )
-from model.arch.aliases import ALIASES, preset_of_model_id
-from model.arch.presets import PRESETS, preset_config, preset_source
+from engine_advisor.model.arch.aliases import ALIASES, preset_of_model_id
+from engine_advisor.model.arch.presets import PRESETS, preset_config, preset_source
 
 
 @pytest.mark.parametrize("name", PRESETS)

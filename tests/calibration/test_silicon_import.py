@@ -14,11 +14,15 @@ pytest.importorskip("pyarrow")
 import silicon_fixture as fx  # noqa: E402
 from calib_helpers import cli_in_process  # noqa: E402
 
-from calibration.silicon.importer import build_profile  # noqa: E402
-from calibration.silicon.tables import SiliconError  # noqa: E402
-from model.hardware.gpus import GpuSpec  # noqa: E402
-from model.hardware.profiles import PROFILES_ENV, clear_profile_cache, eval_read_curve  # noqa: E402
-from model.hardware.silicon import silicon_for  # noqa: E402
+from engine_advisor.calibration.silicon.importer import build_profile  # noqa: E402
+from engine_advisor.calibration.silicon.tables import SiliconError  # noqa: E402
+from engine_advisor.model.hardware.gpus import GpuSpec  # noqa: E402
+from engine_advisor.model.hardware.profiles import (  # noqa: E402
+    PROFILES_ENV,
+    clear_profile_cache,
+    eval_read_curve,
+)
+from engine_advisor.model.hardware.silicon import silicon_for  # noqa: E402
 
 
 @pytest.fixture(scope="module")

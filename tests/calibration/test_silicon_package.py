@@ -18,7 +18,7 @@ import pyarrow.parquet as pq  # noqa: E402
 import silicon_fixture as fx  # noqa: E402
 from calib_helpers import cli_in_process  # noqa: E402
 
-from calibration.silicon.tables import package_systems_dir  # noqa: E402
+from engine_advisor.calibration.silicon.tables import package_systems_dir  # noqa: E402
 
 PROFILES = Path(__file__).resolve().parents[2] / "calibration" / "profiles"
 

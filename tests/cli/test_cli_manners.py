@@ -12,14 +12,14 @@ import httpx
 import pytest
 from proc import Proc
 
-from cli.catalogue import gpu_table, preset_table
-from cli.main import build_parser, main
-from model.arch import PRESETS
-from model.fit.default import default_model
-from model.hardware.gpus import BUILTIN_GPUS, GpuSpec
-from model.recommend import recommend
-from model.workload import Workload
-from sim.config import SimConfig
+from engine_advisor.cli.catalogue import gpu_table, preset_table
+from engine_advisor.cli.main import build_parser, main
+from engine_advisor.model.arch import PRESETS
+from engine_advisor.model.fit.default import default_model
+from engine_advisor.model.hardware.gpus import BUILTIN_GPUS, GpuSpec
+from engine_advisor.model.recommend import recommend
+from engine_advisor.model.workload import Workload
+from engine_advisor.sim.config import SimConfig
 
 EXE = str(Path(sys.executable).with_name("engine-advisor"))
 A100 = {"name": "A100", "memory_bytes": 85_899_345_920, "hbm_bandwidth": 2.0e12,

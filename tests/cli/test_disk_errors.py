@@ -24,15 +24,15 @@ from pathlib import Path
 import pytest
 from proc import EXE, Proc
 
-from calibration.sweep import runstore
-from cli.main import main
-from model import diskio
-from model.diskio import atomic_write
-from model.errors import DiskError
-from model.fit import artifact
-from model.fit.artifact import arrays_path, load, save
-from model.fit.dataset import read_csv
-from model.fit.default import REFERENCE_CSV, default_model
+from engine_advisor.calibration.sweep import runstore
+from engine_advisor.cli.main import main
+from engine_advisor.model import diskio
+from engine_advisor.model.diskio import atomic_write
+from engine_advisor.model.errors import DiskError
+from engine_advisor.model.fit import artifact
+from engine_advisor.model.fit.artifact import arrays_path, load, save
+from engine_advisor.model.fit.dataset import read_csv
+from engine_advisor.model.fit.default import REFERENCE_CSV, default_model
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "calibration" / "data"
@@ -489,9 +489,9 @@ def test_calibrate_gpu_out_that_cannot_be_written(tmp_path):
 def test_every_data_file_is_written_whole_or_not_at_all(tmp_path, monkeypatch, writer):
     """The dataset CSV, the kernel profiles' rows and the served model's folder go through
     ``atomic_write`` too: a disk that refuses the write leaves the old file, byte for byte."""
-    from calibration.kernels.gpu_profile import write_rows
-    from calibration.sweep.modeldir import write_model_dir
-    from model.fit.dataset import write_csv
+    from engine_advisor.calibration.kernels.gpu_profile import write_rows
+    from engine_advisor.calibration.sweep.modeldir import write_model_dir
+    from engine_advisor.model.fit.dataset import write_csv
 
     target = tmp_path / {"dataset csv": "d.csv", "kernel profile rows": "k.csv",
                          "model folder": "config.json"}[writer]

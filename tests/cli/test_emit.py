@@ -13,11 +13,11 @@ import pytest
 import seedload
 import yaml
 
-from cli.main import main
-from model.fit.default import default_model
-from model.presentation.deploy import DeployError, DeployOptions, compose, kubernetes
-from model.recommend import recommend
-from model.workload import Workload
+from engine_advisor.cli.main import main
+from engine_advisor.model.fit.default import default_model
+from engine_advisor.model.presentation.deploy import DeployError, DeployOptions, compose, kubernetes
+from engine_advisor.model.recommend import recommend
+from engine_advisor.model.workload import Workload
 
 try:
     import kubernetes_validate as kv

@@ -2,9 +2,9 @@ import json
 
 import seedload
 
-from cli.main import main
-from model.fit.artifact import arrays_path, load
-from model.fit.default import REFERENCE_CSV
+from engine_advisor.cli.main import main
+from engine_advisor.model.fit.artifact import arrays_path, load
+from engine_advisor.model.fit.default import REFERENCE_CSV
 
 
 def test_fit_writes_a_loadable_artifact_and_prints_quality(tmp_path, capsys):

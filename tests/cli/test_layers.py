@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import argparse
 
-from calibration.errors import CalibrationError
-from calibration.sweep.rebuild import RebuildError
-from cli.errors import CliError, run_handler
-from cli.main import main
+from engine_advisor.calibration.errors import CalibrationError
+from engine_advisor.calibration.sweep.rebuild import RebuildError
+from engine_advisor.cli.errors import CliError, run_handler
+from engine_advisor.cli.main import main
 
 
 def _run(handler) -> int:

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import seedload
 
-from cli.main import main
-from model.fit.default import default_model
-from model.recommend import recommend
+from engine_advisor.cli.main import main
+from engine_advisor.model.fit.default import default_model
+from engine_advisor.model.recommend import recommend
 
 # the published benchmark under the reference data's assumptions (model/data/b300_reference.csv)
 SEED = ["recommend", *seedload.CLI]
@@ -47,7 +47,7 @@ def test_preset_and_hf_config(capsys, tmp_path):
     rec = json.loads(out)
     assert any(e["engine"] == "sglang" and e["dcp_size"] == 2 and "GQA" in e["reason"]
                for e in rec["excluded"])
-    from model.arch.presets import PRESET_DIR
+    from engine_advisor.model.arch.presets import PRESET_DIR
     cfg = tmp_path / "config.json"
     cfg.write_text((PRESET_DIR / "kimi-k3.json").read_text())   # the same model as a config.json
     code, out, _ = run(capsys, *SEED[:5], *SEED[7:], "--hf-config", str(cfg), "--context-tokens",

@@ -39,9 +39,9 @@ import httpx
 import pytest
 from proc import Proc, start_all
 
-from calibration.sweep.honesty import overhead_warnings, resolution_of
-from calibration.sweep.importers import Defaults, import_files
-from model.fit.dataset import read_csv
+from engine_advisor.calibration.sweep.honesty import overhead_warnings, resolution_of
+from engine_advisor.calibration.sweep.importers import Defaults, import_files
+from engine_advisor.model.fit.dataset import read_csv
 
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(600)]
 
@@ -101,7 +101,7 @@ def sim(request, tmp_path_factory):
 
 
 def _calibrate_run(s: Proc, out: Path):
-    from cli.main import main
+    from engine_advisor.cli.main import main
 
     code = main(["calibrate", "run", "--engine", s.engine, "--url", s.url, "--contexts",
                  str(CONTEXT), "--batch-sizes", str(BATCH), "--output-tokens", str(OUTPUT),

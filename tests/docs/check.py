@@ -125,8 +125,8 @@ def _first_difference(doc: str, want: str) -> str:
 
 def consistency(argv: list[str]) -> list[str]:
     """A command that names a preset model and its KV bytes must quote that preset's."""
-    from model.arch import PRESETS
-    from model.physics.shape import preset_shape
+    from engine_advisor.model.arch import PRESETS
+    from engine_advisor.model.physics.shape import preset_shape
 
     def value(flag: str) -> str | None:
         for k, t in enumerate(argv):

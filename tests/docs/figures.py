@@ -42,9 +42,9 @@ def _billions(x: float) -> str:
 @cache
 def _rec(preset: str, context: int, output: int, batch: int, gpu: str = "B300",
          num_gpus: int = 8):
-    from model.fit.default import default_model
-    from model.recommend import recommend
-    from model.workload import Workload
+    from engine_advisor.model.fit.default import default_model
+    from engine_advisor.model.recommend import recommend
+    from engine_advisor.model.workload import Workload
 
     m = default_model()
     return recommend(m, Workload(preset=preset, context_tokens=context, output_tokens=output,
@@ -69,9 +69,9 @@ def _rival(rec):
 # ---------------------------------------------------------------- validation.md, cost-model.md
 @figure("validation.real")
 def validation_real(ctx) -> str:
-    """The held-out tables of the real H200 runs (model.validation)."""
-    from model.fit.default import default_model, real_rows
-    from model.validation import markdown, summary
+    """The held-out tables of the real H200 runs (engine_advisor.model.validation)."""
+    from engine_advisor.model.fit.default import default_model, real_rows
+    from engine_advisor.model.validation import markdown, summary
 
     return markdown(summary(default_model(), real_rows()))
 
@@ -79,23 +79,24 @@ def validation_real(ctx) -> str:
 @figure("validation.unseen")
 def validation_unseen(ctx) -> str:
     """The prior and a fit on the other models against the real runs of each model left out."""
-    from model.fit.default import LEFT_OUT, left_out_rows
-    from model.validation import leave_model_out, unseen_markdown
+    from engine_advisor.model.fit.default import LEFT_OUT, left_out_rows
+    from engine_advisor.model.validation import leave_model_out, unseen_markdown
 
     return "\n\n".join(unseen_markdown(leave_model_out(left_out_rows(n), n)) for n in LEFT_OUT)
 
 
 @figure("costmodel.seed")
 def seed_table(ctx) -> str:
-    """The assumptions consistent with the published B300 times (model.fit.seedcheck), and what
-    two questions about the seed's model away from its workload get from the default model
-    fitted under each (other models do not inherit the seed: ``CostModel.level_for``)."""
-    from model.fit.costmodel import CostModel
-    from model.fit.dataset import read_csv
-    from model.fit.default import REFERENCE_CSV, real_rows
-    from model.fit.seedcheck import choose, scan, with_assumption
-    from model.recommend import recommend
-    from model.workload import Workload
+    """The assumptions consistent with the published B300 times
+    (engine_advisor.model.fit.seedcheck), and what two questions about the seed's model away from
+    its workload get from the default model fitted under each (other models do not inherit the seed:
+    ``CostModel.level_for``)."""
+    from engine_advisor.model.fit.costmodel import CostModel
+    from engine_advisor.model.fit.dataset import read_csv
+    from engine_advisor.model.fit.default import REFERENCE_CSV, real_rows
+    from engine_advisor.model.fit.seedcheck import choose, scan, with_assumption
+    from engine_advisor.model.recommend import recommend
+    from engine_advisor.model.workload import Workload
 
     verdicts = scan()
     best = choose(verdicts)
@@ -185,10 +186,10 @@ def proxy_crossover(ctx) -> str:
 @figure("cost.nofit.dsv3")
 def nofit_dsv3(ctx) -> str:
     """The quoted parts of the refusal for DeepSeek-V3 on 8 x H100."""
-    from model.errors import NoEligibleConfiguration
-    from model.fit.default import default_model
-    from model.recommend import recommend
-    from model.workload import Workload
+    from engine_advisor.model.errors import NoEligibleConfiguration
+    from engine_advisor.model.fit.default import default_model
+    from engine_advisor.model.recommend import recommend
+    from engine_advisor.model.workload import Workload
 
     m = default_model()
     w = Workload(preset="deepseek-v3", gpu="H100", num_gpus=8, context_tokens=1024,
@@ -219,7 +220,7 @@ def _main_dtype(d: dict) -> str:
 
 @figure("arch.presets")
 def presets_table(ctx) -> str:
-    from model.arch import PRESETS, preset
+    from engine_advisor.model.arch import PRESETS, preset
 
     out = ["| preset | layers (full / linear) | attention | KV B/token (bf16) | state B/seq | "
            "params | weight bytes | main weight dtype | active params/token |",
@@ -236,7 +237,7 @@ def presets_table(ctx) -> str:
 
 @figure("arch.gpus")
 def gpu_table(ctx) -> str:
-    from model.hardware.gpus import BUILTIN_GPUS
+    from engine_advisor.model.hardware.gpus import BUILTIN_GPUS
 
     def tf(x):
         return _g(x / 1e12) if x else "–"
@@ -251,7 +252,7 @@ def gpu_table(ctx) -> str:
 
 
 def _k3() -> dict:
-    from model.arch import preset
+    from engine_advisor.model.arch import preset
     return preset("kimi-k3").to_dict()
 
 
@@ -276,9 +277,10 @@ for _name, _fn in (
 # ---------------------------------------------------------------- silicon-profiles.md
 @figure("silicon.sources")
 def silicon_sources(ctx) -> str:
-    """Where each built-in GPU's physics comes from (``model.hardware.silicon.silicon_for``)."""
-    from model.hardware.gpus import BUILTIN_GPUS
-    from model.hardware.silicon import silicon_for
+    """Where each built-in GPU's physics comes from
+    (``engine_advisor.model.hardware.silicon.silicon_for``)."""
+    from engine_advisor.model.hardware.gpus import BUILTIN_GPUS
+    from engine_advisor.model.hardware.silicon import silicon_for
 
     parts = ("kv_read", "gemm", "attn_flops", "collectives", "dcp_collectives")
     out = ["| GPU | KV read | GEMM | prefill attention | collectives | DCP collectives |",
@@ -294,12 +296,12 @@ def silicon_sources(ctx) -> str:
 
 @figure("arch.k3.memory")
 def k3_memory(ctx) -> str:
-    """How each engine holds Kimi-K3 on 8 x B300 at 0.92, DCP 1 and 8 (model.physics.capacity),
-    and how many of 64 sequences of 204,800 + 2,048 tokens run at once, with the engines'
-    defaults and with the knobs a recommendation proposes."""
-    from model.hardware.gpus import builtin_gpu
-    from model.physics.capacity import instance_fit, instance_pool
-    from model.physics.shape import preset_shape
+    """How each engine holds Kimi-K3 on 8 x B300 at 0.92, DCP 1 and 8
+    (engine_advisor.model.physics.capacity), and how many of 64 sequences of 204,800 + 2,048 tokens
+    run at once, with the engines' defaults and with the knobs a recommendation proposes."""
+    from engine_advisor.model.hardware.gpus import builtin_gpu
+    from engine_advisor.model.physics.capacity import instance_fit, instance_pool
+    from engine_advisor.model.physics.shape import preset_shape
 
     shape, gpu = preset_shape("kimi-k3", "bf16"), builtin_gpu("B300")
     out = ["| engine | DCP | pool | KV tokens | 64 × 204,800 at once: defaults | "
@@ -321,6 +323,6 @@ def k3_memory(ctx) -> str:
 
 
 def ENGINE_FLAGS(engine: str, knobs) -> list[str]:  # noqa: N802 - a table's column
-    from model import engines
+    from engine_advisor.model import engines
 
     return engines.get(engine).knob_args(knobs)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from calibration.ports import free_port
+from engine_advisor.calibration.ports import free_port
 
 from .markers import ROOT
 
@@ -35,8 +35,9 @@ class Result:
 
 
 def run_cli(argv: list[str]) -> Result:
-    """``engine-advisor ARGS`` in this process (``cli.main.main``), stdout and stderr captured."""
-    from cli.main import main
+    """``engine-advisor ARGS`` in this process (``engine_advisor.cli.main.main``), stdout and stderr
+    captured."""
+    from engine_advisor.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -49,7 +50,7 @@ def run_cli(argv: list[str]) -> Result:
 
 def parses(argv: list[str]) -> str | None:
     """None when today's parser accepts the command line, else its error."""
-    from cli.main import build_parser
+    from engine_advisor.cli.main import build_parser
 
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):

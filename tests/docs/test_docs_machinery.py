@@ -28,7 +28,7 @@ def page(tmp_path, text: str):
 
 
 def test_a_changed_output_line_is_named_by_its_figure_and_rewritten(tmp_path, ctx):
-    from cli.catalogue import gpu_table
+    from engine_advisor.cli.catalogue import gpu_table
 
     h100 = next(x for x in gpu_table().splitlines() if x.startswith("H100"))
     wrong = h100.replace("3.35 TB/s", "3.36 TB/s")

@@ -2,7 +2,7 @@ import grpc
 import pytest
 import yaml
 
-from service import epp
+from engine_advisor.service import epp
 
 if not epp.available():
     pytest.skip("the 'epp' extra (grpcio, grpcio-health-checking, xds-protos) is not installed",
@@ -19,8 +19,8 @@ def picker(tmp_path):
     from fastapi.testclient import TestClient
     from proc import free_port
 
-    from service.main import create_app
-    from service.settings import Settings
+    from engine_advisor.service.main import create_app
+    from engine_advisor.service.settings import Settings
 
     started: list = []
 

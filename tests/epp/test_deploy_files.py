@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from service.proxy.upstreams import parse
+from engine_advisor.service.proxy.upstreams import parse
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy" / "gateway"
@@ -71,8 +71,8 @@ def test_the_pieces_agree():
 
 
 def test_the_shipped_secret_is_a_placeholder_the_picker_refuses():
-    from service.epp.auth import problem
-    from service.settings import Settings
+    from engine_advisor.service.epp.auth import problem
+    from engine_advisor.service.settings import Settings
 
     token = docs("picker.yaml")["Secret"]["stringData"]["token"]
     why = problem(Settings(_env_file=None, epp_token=token))
@@ -80,7 +80,7 @@ def test_the_shipped_secret_is_a_placeholder_the_picker_refuses():
 
 
 def test_serve_accepts_the_deployment_arguments():
-    from cli.main import build_parser
+    from engine_advisor.cli.main import build_parser
 
     container = docs("picker.yaml")["Deployment"]["spec"]["template"]["spec"]["containers"][0]
     args = build_parser().parse_args([*container["command"][1:], *container["args"]])

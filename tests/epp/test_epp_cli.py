@@ -10,14 +10,14 @@ import sys
 import pytest
 import yaml
 
-from service import epp
+from engine_advisor.service import epp
 
 POOLS = {"pools": {"vllm": [{"url": "http://127.0.0.1:1", "model": "m"}]},
          "workload": {"kv_bytes_per_token": 70272}}
 
 
 def serve(*args: str) -> tuple[int, str]:
-    from cli.main import main
+    from engine_advisor.cli.main import main
 
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
@@ -54,8 +54,9 @@ def test_epp_port_without_the_grpc_packages(pools, monkeypatch):
 
 
 def test_the_service_imports_no_grpc_without_epp_port():
-    code = ("import sys; from service.main import create_app; from service.settings import "
-            "Settings; create_app(Settings(_env_file=None)); "
+    code = ("import sys; from engine_advisor.service.main import create_app; "
+            "from engine_advisor.service.settings import Settings; "
+            "create_app(Settings(_env_file=None)); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('grpc', 'envoy')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True).stdout
@@ -63,7 +64,7 @@ def test_the_service_imports_no_grpc_without_epp_port():
 
 
 def test_setting_from_the_environment(monkeypatch):
-    from service.settings import Settings
+    from engine_advisor.service.settings import Settings
 
     monkeypatch.setenv("ENGINE_ADVISOR_EPP_PORT", "9002")
     assert Settings().epp_port == 9002

@@ -23,7 +23,7 @@ from extproc import (
     upstream,
 )
 
-from service.epp.messages import CHUNK, DESTINATION, LB_NAMESPACE
+from engine_advisor.service.epp.messages import CHUNK, DESTINATION, LB_NAMESPACE
 
 ENDPOINT = {"va": "127.0.0.1:1", "vb": "127.0.0.1:2", "sa": "127.0.0.1:3"}   # of POOLS
 ENGINE = {"va": "vllm", "vb": "vllm", "sa": "sglang"}
@@ -178,7 +178,7 @@ def test_engine_429_holds_it_back_for_its_retry_after(picker):
 def test_endpoints_of_names_and_literals():
     import asyncio
 
-    from service.epp.endpoints import Endpoints, resolve
+    from engine_advisor.service.epp.endpoints import Endpoints, resolve
 
     assert resolve("http://127.0.0.1:8000") == "127.0.0.1:8000"
     assert resolve("http://[::1]:30000/v1") == "[::1]:30000"

@@ -26,7 +26,7 @@ from extproc import (
 )
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from service.epp import exchange as exchange_module
+from engine_advisor.service.epp import exchange as exchange_module
 
 FAILURE_REPORTS = [response_headers(503, f"127.0.0.1:{p}") for p in (1, 2, 3)]
 

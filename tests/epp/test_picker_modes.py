@@ -28,7 +28,7 @@ from extproc import (
 )
 from proc import wait_for
 
-from service.epp.messages import DESTINATION, LB_NAMESPACE
+from engine_advisor.service.epp.messages import DESTINATION, LB_NAMESPACE
 
 
 def kinds(out) -> list[str]:

@@ -1,6 +1,6 @@
-"""In-flight counts shared by picker workers (service.epp.shared): another process publishes
-its picks, this one adds them to its upstreams' counts; a worker that dies takes its counts
-with it; a worker on another pools file is not added. Then the same with ``serve --workers
+"""In-flight counts shared by picker workers (engine_advisor.service.epp.shared): another process
+publishes its picks, this one adds them to its upstreams' counts; a worker that dies takes its
+counts with it; a worker on another pools file is not added. Then the same with ``serve --workers
 2`` for real: every worker's /metrics shows the in-flight requests of both."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from extproc import BUFFERED, POOLS, TOKEN, Gateway, open_stream
 from proc import Proc, wait_for
 
-from service.epp import shared
+from engine_advisor.service.epp import shared
 
 SHA = "ab" * 32
 
@@ -32,7 +32,7 @@ def pools(generation=1, sha=SHA, names=("a", "b", "c")):
 WORKER = textwrap.dedent("""
     import sys, time
     from types import SimpleNamespace
-    from service.epp import shared
+    from engine_advisor.service.epp import shared
     path, sha, picks = sys.argv[1], sys.argv[2], [int(x) for x in sys.argv[3].split(",")]
     ups = [SimpleNamespace(name=n, in_flight=0) for n in "abc"]
     pools = SimpleNamespace(generation=7, sha256=sha, upstreams=ups)
@@ -157,7 +157,7 @@ def picks_per_worker(path: str) -> list[int]:
 def test_every_worker_counts_the_requests_of_all(tmp_path):
     path = tmp_path / "pools.yaml"
     path.write_text(yaml.safe_dump(POOLS))
-    from calibration.ports import free_port
+    from engine_advisor.calibration.ports import free_port
 
     epp = free_port()
     serve = Proc("serve", "--workers", "2", "--upstreams", str(path), "--epp-port", str(epp),

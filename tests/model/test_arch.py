@@ -1,5 +1,5 @@
-"""model.arch against hand-computed numbers: one test per preset, hybrid / sliding / quantized
-configs, and bad configs that must name the culprit field."""
+"""engine_advisor.model.arch against hand-computed numbers: one test per preset, hybrid / sliding /
+quantized configs, and bad configs that must name the culprit field."""
 
 import copy
 import json
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from model.arch import (
+from engine_advisor.model.arch import (
     PRESETS,
     ArchConfigError,
     Architecture,

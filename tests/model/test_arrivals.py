@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from model.predict.arrivals import arrival_ttft_s
+from engine_advisor.model.predict.arrivals import arrival_ttft_s
 
 
 def test_alone_it_is_one_prefill():
@@ -14,7 +14,7 @@ def test_alone_it_is_one_prefill():
 
 
 def test_beside_others_half_a_step_and_the_md1_queue():
-    from model.predict.arrivals import arrival_tpot_s
+    from engine_advisor.model.predict.arrivals import arrival_tpot_s
 
     p, tpot, out, b = 0.1, 0.02, 1001, 11
     span = arrival_tpot_s(p, tpot, out, b) * (out - 1)     # the decode span others stretch
@@ -28,7 +28,7 @@ def test_a_closed_loop_stretches_its_decode_rather_than_outrun_its_prefills():
     # 100 others, each needing 0.1 s of prefill against a 1 s decode: the decode stretches,
     # rho stays below 1 and the TTFT is long but finite; with no decode at all there is no
     # steady state
-    from model.predict.arrivals import arrival_tpot_s
+    from engine_advisor.model.predict.arrivals import arrival_tpot_s
 
     ttft = arrival_ttft_s(0.1, 0.001, 1001, 101)
     assert math.isfinite(ttft) and ttft > 0.5
@@ -37,7 +37,7 @@ def test_a_closed_loop_stretches_its_decode_rather_than_outrun_its_prefills():
 
 
 def test_tpot_alone_is_the_step_and_beside_others_carries_their_prefills():
-    from model.predict.arrivals import arrival_tpot_s
+    from engine_advisor.model.predict.arrivals import arrival_tpot_s
 
     assert arrival_tpot_s(0.2, 0.01, 1001, 1) == pytest.approx(0.01)
     p, tpot, out, b = 0.2, 0.02, 1001, 64

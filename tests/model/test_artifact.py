@@ -8,15 +8,15 @@ import zipfile
 import numpy as np
 import pytest
 
-from model.fit import artifact
-from model.fit.artifact import SCHEMA_VERSION, ArtifactError, arrays_path, load, save
-from model.fit.costmodel import CostModel
-from model.fit.default import default_model
-from model.fit.legacy import read_trusted_joblib
-from model.predict.predictor import predictor_for
-from model.predict.query import build_case
-from model.recommend import recommend
-from model.workload import Workload
+from engine_advisor.model.fit import artifact
+from engine_advisor.model.fit.artifact import SCHEMA_VERSION, ArtifactError, arrays_path, load, save
+from engine_advisor.model.fit.costmodel import CostModel
+from engine_advisor.model.fit.default import default_model
+from engine_advisor.model.fit.legacy import read_trusted_joblib
+from engine_advisor.model.predict.predictor import predictor_for
+from engine_advisor.model.predict.query import build_case
+from engine_advisor.model.recommend import recommend
+from engine_advisor.model.workload import Workload
 
 W = Workload(context_tokens=131072, output_tokens=2048, batch_size=64, kv_bytes_per_token=70272)
 
@@ -36,7 +36,7 @@ def test_fit_save_load_gives_identical_predictions(tmp_path):
     a, b = recommend(m, W, "v"), recommend(loaded, W, "v")
     assert a.model_dump() == b.model_dump()
     layout = W.model_shape()
-    from model.predict.query import candidates
+    from engine_advisor.model.predict.query import candidates
     cfgs, _ = candidates(W, layout)
     pa = predictor_for(m).predict(build_case(m, W, layout, cfgs))
     pb = predictor_for(loaded).predict(build_case(loaded, W, layout, cfgs))
@@ -296,7 +296,7 @@ def test_convert_reads_a_trusted_joblib_artifact_and_checks_it(tmp_path):
 
 
 def test_model_convert_command(tmp_path, capsys):
-    from cli.main import main
+    from engine_advisor.cli.main import main
 
     m = default_model()
     old = _legacy(tmp_path, m)
@@ -316,7 +316,7 @@ def test_atomic_write_gives_open_s_permissions_and_keeps_a_replaced_file_s(tmp_p
     import os
     import stat
 
-    from model.diskio import atomic_write
+    from engine_advisor.model.diskio import atomic_write
 
     mask = os.umask(0o022)
     os.umask(mask)

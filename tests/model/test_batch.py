@@ -2,10 +2,10 @@
 
 import numpy as np
 
-from model.fit.default import default_model
-from model.predict.batch import predict_grid
-from model.queries import evaluate
-from model.workload import Config, Workload
+from engine_advisor.model.fit.default import default_model
+from engine_advisor.model.predict.batch import predict_grid
+from engine_advisor.model.queries import evaluate
+from engine_advisor.model.workload import Config, Workload
 
 
 def test_grid_matches_the_recommender_row_by_row():
@@ -31,11 +31,11 @@ def test_a_query_reports_what_the_batch_path_predicts():
     kernel, the decode terms unpacked by name) against ``Predictor.predict`` over the same
     rows: every figure and every decode term, in ``DECODE_TERMS``' order, for calibrated,
     uncalibrated, prefix-shared, queued and extrapolated configurations."""
-    from model.fit.costmodel import EXTRAPOLATION_REL_SIGMA
-    from model.formulas import DECODE_TERMS
-    from model.predict.predictor import predictor_for
-    from model.predict.query import build_case
-    from model.queries import query_for
+    from engine_advisor.model.fit.costmodel import EXTRAPOLATION_REL_SIGMA
+    from engine_advisor.model.formulas import DECODE_TERMS
+    from engine_advisor.model.predict.predictor import predictor_for
+    from engine_advisor.model.predict.query import build_case
+    from engine_advisor.model.queries import query_for
 
     m = default_model()
     specs = [dict(context_tokens=200_000, output_tokens=2048, batch_size=64, preset="kimi-k3"),
@@ -73,7 +73,7 @@ def test_a_query_reports_what_the_batch_path_predicts():
 
 
 def _doublings(q, i: int, w: Workload) -> float:
-    from model.predict.query import doublings_outside
+    from engine_advisor.model.predict.query import doublings_outside
     rng = q.facts.per_config[i][5]
     return doublings_outside(rng, {"context_tokens": w.context_tokens,
                                    "batch_size": w.batch_size,

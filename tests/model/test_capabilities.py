@@ -5,14 +5,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from model import engines
-from model.engines import effective_share
-from model.errors import NoEligibleConfiguration
-from model.fit.default import default_model
-from model.physics.shape import bare
-from model.predict.capabilities import engine_exclusion, exclusions, load_capabilities
-from model.recommend import recommend
-from model.workload import Requirements, Workload
+from engine_advisor.model import engines
+from engine_advisor.model.engines import effective_share
+from engine_advisor.model.errors import NoEligibleConfiguration
+from engine_advisor.model.fit.default import default_model
+from engine_advisor.model.physics.shape import bare
+from engine_advisor.model.predict.capabilities import (
+    engine_exclusion,
+    exclusions,
+    load_capabilities,
+)
+from engine_advisor.model.recommend import recommend
+from engine_advisor.model.workload import Requirements, Workload
 
 MLA = bare(70272, attention="mla")
 GQA = bare(262144, attention="gqa", kv_heads=8)
@@ -129,10 +133,10 @@ def test_prefix_reuse_also_moves_the_crossover_curves():
     kimi = {**SEED, "kv_bytes_per_token": None, "preset": "kimi-k3"}
     kimi = {k: v for k, v in kimi.items() if v is not None}
     w = Workload.model_validate({**kimi, "requirements": {"prefix_reuse_share": 0.9}})
-    from model.decision.crossover import CROSSOVER_GRID, crossover_near
-    from model.predict.query import total_curves
-    from model.queries import query_for
-    from model.workload import Config
+    from engine_advisor.model.decision.crossover import CROSSOVER_GRID, crossover_near
+    from engine_advisor.model.predict.query import total_curves
+    from engine_advisor.model.queries import query_for
+    from engine_advisor.model.workload import Config
     cfgs = [Config("vllm", 1), Config("sglang", 8)]
     curves = total_curves(m, w, w.model_shape(), cfgs, CROSSOVER_GRID)
     plain = Workload.model_validate(kimi)

@@ -8,16 +8,16 @@ import math
 import numpy as np
 import pytest
 
-from model.decision.crossover import (
+from engine_advisor.model.decision.crossover import (
     CROSSOVER_GRID,
     TIE,
     crossovers,
     engine_envelopes,
 )
-from model.fit.default import default_model
-from model.predict.query import candidates, total_curves
-from model.recommend import recommend
-from model.workload import Workload
+from engine_advisor.model.fit.default import default_model
+from engine_advisor.model.predict.query import candidates, total_curves
+from engine_advisor.model.recommend import recommend
+from engine_advisor.model.workload import Workload
 
 GRID = np.geomspace(1024, 1 << 20, 41)
 

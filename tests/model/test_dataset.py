@@ -1,6 +1,6 @@
 import pytest
 
-from model.fit.dataset import (
+from engine_advisor.model.fit.dataset import (
     COLUMNS,
     DatasetError,
     Measurement,
@@ -9,7 +9,7 @@ from model.fit.dataset import (
     read_csv,
     write_csv,
 )
-from model.fit.default import REFERENCE_CSV
+from engine_advisor.model.fit.default import REFERENCE_CSV
 
 ROW = Measurement(engine="vllm", gpu="b300", num_gpus=8, dcp_size=1, mem_fraction=0.92,
                   context_tokens=65536, output_tokens=2048, batch_size=64,
@@ -19,8 +19,8 @@ ROW = Measurement(engine="vllm", gpu="b300", num_gpus=8, dcp_size=1, mem_fractio
 def test_reference_data_states_its_assumptions_and_parses():
     text = REFERENCE_CSV.read_text()
     for fact in ("65,536", "204,800", "27,648", "8 distinct prompts x 4,096 output tokens",
-                 "model.fit.seedcheck", "roofline", "tensor parallel 8", "0.95", "0.92",
-                 "Kimi-K3"):
+                 "engine_advisor.model.fit.seedcheck", "roofline", "tensor parallel 8", "0.95",
+                 "0.92", "Kimi-K3"):
         assert fact in text
     rows = read_csv(REFERENCE_CSV)
     assert len([r for r in rows if r.total_s]) == 4

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from model import engines
-from model.engines import vllm
-from model.engines.base import Engine, MemoryKnobs
-from model.fit.default import default_model
-from model.presentation.launch import launch_command
-from model.recommend import recommend
-from model.workload import Workload
-from sim import engines as sim_engines
+from engine_advisor.model import engines
+from engine_advisor.model.engines import vllm
+from engine_advisor.model.engines.base import Engine, MemoryKnobs
+from engine_advisor.model.fit.default import default_model
+from engine_advisor.model.presentation.launch import launch_command
+from engine_advisor.model.recommend import recommend
+from engine_advisor.model.workload import Workload
+from engine_advisor.sim import engines as sim_engines
 
 ENGINE_DIR = Path(engines.__file__).parent
 

@@ -8,7 +8,7 @@ import pytest
 from sklearn.base import clone
 from sklearn.utils.estimator_checks import check_estimator
 
-from model.fit.estimator import (
+from engine_advisor.model.fit.estimator import (
     COUNT_CEILING,
     PHYSICS_FLOOR,
     PRIOR,
@@ -18,8 +18,8 @@ from model.fit.estimator import (
     log_errors,
     select_terms,
 )
-from model.fit.fitting import jackknife_coverage
-from model.physics.terms import TERMS
+from engine_advisor.model.fit.fitting import jackknife_coverage
+from engine_advisor.model.physics.terms import TERMS
 
 TRUE = {**PRIOR, "gemm": 1.4, "kv_read": 1.2, "step_fixed": 3e-3, "seq_fixed": 50e-6,
         "pf_gemm": 1.3, "pf_fixed": 4e-3}

@@ -1,6 +1,7 @@
-"""The compiled formulas (model.formulas) give what the same code gives run as plain Python
-(NUMBA_DISABLE_JIT=1, in a subprocess); lists and arrays give the same rows; the recommender's
-fast object construction gives what validation gives, and its fast JSON what pydantic writes."""
+"""The compiled formulas (engine_advisor.model.formulas) give what the same code gives run as plain
+Python (NUMBA_DISABLE_JIT=1, in a subprocess); lists and arrays give the same rows; the
+recommender's fast object construction gives what validation gives, and its fast JSON what pydantic
+writes."""
 
 import json
 import os
@@ -10,15 +11,21 @@ import sys
 import numpy as np
 import pytest
 
-from model.errors import NoEligibleConfiguration
-from model.fit.default import default_model
-from model.hardware.silicon import silicon_for
-from model.physics.features import Case, case_features
-from model.physics.shape import bare, preset_shape
-from model.queries import evaluate
-from model.recommend import recommend
-from model.schemas import ConfigPrediction, Exclusion, Recommendation, constructor, to_json
-from model.workload import Config, Workload
+from engine_advisor.model.errors import NoEligibleConfiguration
+from engine_advisor.model.fit.default import default_model
+from engine_advisor.model.hardware.silicon import silicon_for
+from engine_advisor.model.physics.features import Case, case_features
+from engine_advisor.model.physics.shape import bare, preset_shape
+from engine_advisor.model.queries import evaluate
+from engine_advisor.model.recommend import recommend
+from engine_advisor.model.schemas import (
+    ConfigPrediction,
+    Exclusion,
+    Recommendation,
+    constructor,
+    to_json,
+)
+from engine_advisor.model.workload import Config, Workload
 
 SHAPES = {"kimi-k3": lambda: preset_shape("kimi-k3", "bf16"),
           "llama-70b-fp8": lambda: preset_shape("llama-3.1-70b", "fp8"),
@@ -65,8 +72,8 @@ QUERIES = [dict(context_tokens=150_000, output_tokens=2048, batch_size=64, prese
 
 def evaluations() -> list:
     """Each of QUERIES' configurations as ``Query.evaluate`` reports them (one compiled call
-    of ``model.formulas.evaluate_rows``)."""
-    from model.queries import evaluate
+    of ``engine_advisor.model.formulas.evaluate_rows``)."""
+    from engine_advisor.model.queries import evaluate
     m = default_model()
     return [[e.pred.model_dump() for e in evaluate(m, Workload(**spec))] for spec in QUERIES]
 
@@ -139,8 +146,8 @@ def test_construct_equals_validation():
 def test_to_json_writes_what_pydantic_writes():
     """Byte for byte, over recommendations of many models, GPUs and sizes (waves, exclusions,
     no crossover, transferred and uncalibrated configurations), and a batch answer."""
-    from service.errors import ErrorDetail
-    from service.schemas import BatchItem, BatchResponse
+    from engine_advisor.service.errors import ErrorDetail
+    from engine_advisor.service.schemas import BatchItem, BatchResponse
     m = default_model()
     rng = np.random.default_rng(11)
     presets = ["kimi-k3", "llama-3.1-8b", "deepseek-v3", "qwen3-32b", "llama-3.1-405b"]

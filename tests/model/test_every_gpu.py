@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from model import engines
-from model.errors import NoEligibleConfiguration
-from model.fit.costmodel import UNCALIBRATED_REL_SIGMA
-from model.fit.default import default_model
-from model.hardware.gpus import builtin_gpu
-from model.physics.capacity import instance_pool
-from model.recommend import recommend
-from model.workload import Workload
+from engine_advisor.model import engines
+from engine_advisor.model.errors import NoEligibleConfiguration
+from engine_advisor.model.fit.costmodel import UNCALIBRATED_REL_SIGMA
+from engine_advisor.model.fit.default import default_model
+from engine_advisor.model.hardware.gpus import builtin_gpu
+from engine_advisor.model.physics.capacity import instance_pool
+from engine_advisor.model.recommend import recommend
+from engine_advisor.model.workload import Workload
 
 QWEN = json.loads((Path(__file__).parents[1] / "data" / "qwen2.5-72b-config.json").read_text())
 Z90 = 1.645

@@ -1,7 +1,12 @@
 import pytest
 from pydantic import ValidationError
 
-from model.hardware.gpus import ASSUMED_FLOPS_PER_BYTE, BUILTIN_GPUS, GpuSpec, builtin_gpu
+from engine_advisor.model.hardware.gpus import (
+    ASSUMED_FLOPS_PER_BYTE,
+    BUILTIN_GPUS,
+    GpuSpec,
+    builtin_gpu,
+)
 
 
 def test_catalogue_has_the_issue_gpus():

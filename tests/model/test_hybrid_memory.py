@@ -14,17 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from calibration.sweep.engine_facts import parse_log
-from model.engines import sglang, vllm
-from model.engines.base import PAGED, SPLIT, HybridShape, MemoryKnobs
-from model.fit.costmodel import CostModel
-from model.fit.default import default_model, fitted_rows
-from model.hardware.gpus import builtin_gpu
-from model.physics.capacity import instance_fit, instance_pool
-from model.physics.shape import preset_shape
-from model.queries import evaluate
-from model.recommend import recommend
-from model.workload import Workload
+from engine_advisor.calibration.sweep.engine_facts import parse_log
+from engine_advisor.model.engines import sglang, vllm
+from engine_advisor.model.engines.base import PAGED, SPLIT, HybridShape, MemoryKnobs
+from engine_advisor.model.fit.costmodel import CostModel
+from engine_advisor.model.fit.default import default_model, fitted_rows
+from engine_advisor.model.hardware.gpus import builtin_gpu
+from engine_advisor.model.physics.capacity import instance_fit, instance_pool
+from engine_advisor.model.physics.shape import preset_shape
+from engine_advisor.model.queries import evaluate
+from engine_advisor.model.recommend import recommend
+from engine_advisor.model.workload import Workload
 
 LOGS = Path(__file__).resolve().parents[2] / "bench" / "data" / "h200-real" / "logs"
 H200 = builtin_gpu("H200")
@@ -102,7 +102,7 @@ def test_capacity_and_running_limit_within_2_percent_of_the_logs(logs, tag):
 def test_memory_is_physics_whatever_the_fit():
     """The same capacity and running sequences from the default model (fitted without the
     Nemotron runs) and from a fit with them."""
-    from model.fit.default import unfitted_rows
+    from engine_advisor.model.fit.default import unfitted_rows
 
     with_it = CostModel.fit(fitted_rows() + [r for r in unfitted_rows()
                                              if r.model.startswith("nemotron")])

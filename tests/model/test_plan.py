@@ -7,11 +7,11 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from model.fit.default import default_model
-from model.plan import PlanRequest, plan
-from model.predict.arrivals import arrival_tpot_s
-from model.queries import evaluate
-from model.workload import Config
+from engine_advisor.model.fit.default import default_model
+from engine_advisor.model.plan import PlanRequest, plan
+from engine_advisor.model.predict.arrivals import arrival_tpot_s
+from engine_advisor.model.queries import evaluate
+from engine_advisor.model.workload import Config
 
 BASE = {"kv_bytes_per_token": 70272, "gpu": "B300", "gpus_per_node": 8}
 LONG = {"name": "long", "context_tokens": 204_800, "output_tokens": 2048,
@@ -130,8 +130,8 @@ def test_ttft_slo_bounds_concurrency_by_the_arrival_queue():
     """TTFT of a request arriving beside the others grows with the concurrency (a longer step
     to wait for, more prefills queued ahead): a tight bound lowers B, names TTFT as the limit,
     and B + 1 would miss it."""
-    from model.plan import _latencies
-    from model.queries import evaluate as ev
+    from engine_advisor.model.plan import _latencies
+    from engine_advisor.model.queries import evaluate as ev
 
     _, _, loose = run(classes=[SHORT], slo={"max_tpot_s": 0.05})
     lc = loose.classes[0]

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from model.fit.default import default_model
-from model.recommend import recommend
-from model.workload import Workload
+from engine_advisor.model.fit.default import default_model
+from engine_advisor.model.recommend import recommend
+from engine_advisor.model.workload import Workload
 
 CSV_PATH = Path(__file__).resolve().parents[2] / "model" / "data" / "published.csv"
 COLUMNS = ["id", "source", "url", "model", "gpu", "engine", "engine_version", "tp", "dcp",
@@ -74,7 +74,7 @@ def _served(model: str) -> dict:
     name, _, quant = model.partition("+")
     if not quant:
         return {"preset": name}
-    from model.arch.presets import preset_config
+    from engine_advisor.model.arch.presets import preset_config
     cfg = {k: v for k, v in preset_config(name).items() if k != "_source"}
     cfg["quantization_config"] = QUANT[quant]
     return {"hf_config": cfg, "model": model}
@@ -95,25 +95,25 @@ def predicted(row_id: str) -> float:
 
 def arrival_tpot_ms(row_id: str) -> float:
     """TPOT as a closed loop's client measures it, (E2E - TTFT) / (output - 1), for a request
-    decoding beside N - 1 others that arrive one by one: the decode step and the others'
-    prefills landing in its decode span (``model.predict.arrivals.arrival_tpot_s``)."""
-    from model.predict.arrivals import arrival_tpot_s
+    decoding beside N - 1 others that arrive one by one: the decode step and the others' prefills
+    landing in its decode span (``engine_advisor.model.predict.arrivals.arrival_tpot_s``)."""
+    from engine_advisor.model.predict.arrivals import arrival_tpot_s
 
     return 1e3 * arrival_tpot_s(*_arrival_inputs(row_id))
 
 
 def arrival_ttft_ms(row_id: str) -> float:
     """TTFT of a request arriving alone beside the N - 1 others in flight
-    (``model.predict.arrivals``): after a closed loop's first wave, requests arrive one by one
-    as others finish."""
-    from model.predict.arrivals import arrival_ttft_s
+    (``engine_advisor.model.predict.arrivals``): after a closed loop's first wave, requests arrive
+    one by one as others finish."""
+    from engine_advisor.model.predict.arrivals import arrival_ttft_s
 
     return 1e3 * arrival_ttft_s(*_arrival_inputs(row_id))
 
 
 def _arrival_inputs(row_id: str) -> tuple[float, float, int, int]:
     """(one prompt's prefill s, the decode step s at concurrency N, output tokens, N) of a
-    row: what ``model.predict.arrivals`` takes."""
+    row: what ``engine_advisor.model.predict.arrivals`` takes."""
     r = BY_ID[row_id]
     n = r["batch"]
     return (_figure(row_id, 1, "ttft_ms") / 1e3, _figure(row_id, n, "tpot_ms") / 1e3,
@@ -137,7 +137,7 @@ def wave_ttft_ms(row_id: str) -> float:
     token ends, that is after the prefill of every prompt ahead of it and of those sharing its
     last pass (``n_i`` prompts). The mean over the wave of the prefill of ``n_i`` prompts (each
     the model's batch TTFT, its fixed costs included)."""
-    from model.formulas import CHUNK_TOKENS
+    from engine_advisor.model.formulas import CHUNK_TOKENS
 
     r = BY_ID[row_id]
     n, L = r["batch"], r["context_tokens"]

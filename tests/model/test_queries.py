@@ -1,5 +1,6 @@
-"""A workload's query (model.queries.query_for): gathered once per workload without its sizes,
-shared by every size of it, and new whenever something a prediction depends on changes."""
+"""A workload's query (engine_advisor.model.queries.query_for): gathered once per workload without
+its sizes, shared by every size of it, and new whenever something a prediction depends on
+changes."""
 
 from __future__ import annotations
 
@@ -7,13 +8,13 @@ import dataclasses
 import json
 from pathlib import Path
 
-from model import engines
-from model.engines import vllm
-from model.fit.default import default_model
-from model.hardware.profiles import clear_profile_cache
-from model.queries import evaluate, query_for
-from model.recommend import recommend
-from model.workload import Config, Workload
+from engine_advisor.model import engines
+from engine_advisor.model.engines import vllm
+from engine_advisor.model.fit.default import default_model
+from engine_advisor.model.hardware.profiles import clear_profile_cache
+from engine_advisor.model.queries import evaluate, query_for
+from engine_advisor.model.recommend import recommend
+from engine_advisor.model.workload import Config, Workload
 
 QWEN = json.loads((Path(__file__).parents[1] / "data" / "qwen2.5-72b-config.json").read_text())
 KIMI = dict(context_tokens=65_536, output_tokens=1024, batch_size=8, preset="kimi-k3")

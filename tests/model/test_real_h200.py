@@ -1,10 +1,15 @@
 """The default model against the real vLLM 0.26.0 and SGLang 0.5.16 runs on one H200 it ships
-with (model/data/h200_real.csv): every figure held out (model.validation)."""
+with (model/data/h200_real.csv): every figure held out (engine_advisor.model.validation)."""
 
 import pytest
 
-from model.fit.default import default_model, left_out_rows, real_rows, unfitted_rows
-from model.validation import capacity_table, leave_model_out, summary, unseen_model_ratios
+from engine_advisor.model.fit.default import default_model, left_out_rows, real_rows, unfitted_rows
+from engine_advisor.model.validation import (
+    capacity_table,
+    leave_model_out,
+    summary,
+    unseen_model_ratios,
+)
 
 
 @pytest.fixture(scope="module")
@@ -123,8 +128,8 @@ def test_a_model_the_fit_saw_is_not_unseen():
 def test_each_models_random_router_has_its_own_diversity():
     """vLLM 0.26.0's random weights send DeepSeek-V2-Lite's decode batch to a few experts and
     spread Qwen3-30B-A3B's: the fit chooses a routing diversity per served model."""
-    from model.fit.fitting import choose_diversity
-    from model.fit.rows import trainable
+    from engine_advisor.model.fit.fitting import choose_diversity
+    from engine_advisor.model.fit.rows import trainable
 
     rows = [r for r in left_out_rows("qwen3-30b-a3b")
             if r.engine == "vllm" and r.gpu == "H200" and trainable(r)]
@@ -138,8 +143,8 @@ def _median_errors(model, rows, name: str) -> dict[str, float]:
     MoE's batches route as no trained router does)."""
     import numpy as np
 
-    from model.fit.fitting import QUANTITIES, observations
-    from model.fit.rows import row_shape
+    from engine_advisor.model.fit.fitting import QUANTITIES, observations
+    from engine_advisor.model.fit.rows import row_shape
 
     held = [r for r in rows if r.model == name]
     obs = observations(held)
@@ -163,9 +168,9 @@ def test_a_hybrid_holds_in_a_fit_and_left_out():
     within 10 % in the median. Left out (the default model: this model's physics, the other
     models' efficiencies): the batch prefill within 10 % (the batch-1 decode step 16 % slow:
     its 52 blocks cost less per step than the 26 decoder layers they count as)."""
-    from model.fit.costmodel import CostModel
-    from model.fit.default import fitted_rows
-    from model.validation import error_table
+    from engine_advisor.model.fit.costmodel import CostModel
+    from engine_advisor.model.fit.default import fitted_rows
+    from engine_advisor.model.validation import error_table
 
     name = "nemotron-3-nano-30b-a3b"
     rows = [r for r in unfitted_rows() if r.model == name]

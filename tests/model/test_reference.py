@@ -2,10 +2,10 @@
 
 import pytest
 
-from model.fit.dataset import read_csv
-from model.fit.default import REFERENCE_CSV, default_model
-from model.recommend import recommend
-from model.workload import Workload
+from engine_advisor.model.fit.dataset import read_csv
+from engine_advisor.model.fit.default import REFERENCE_CSV, default_model
+from engine_advisor.model.recommend import recommend
+from engine_advisor.model.workload import Workload
 
 PUBLISHED = [("vllm", 1, 65_536, 100.5), ("vllm", 1, 204_800, 295.2),
              ("sglang", 8, 65_536, 150.8), ("sglang", 8, 204_800, 225.3)]
@@ -13,7 +13,7 @@ PUBLISHED = [("vllm", 1, 65_536, 100.5), ("vllm", 1, 204_800, 295.2),
 
 def seed(context: int, **kw) -> Workload:
     """The published batch under the reference data's stated assumptions (its rows: the batch,
-    output tokens and prompt sharing model.fit.seedcheck chose)."""
+    output tokens and prompt sharing engine_advisor.model.fit.seedcheck chose)."""
     r = next(r for r in read_csv(REFERENCE_CSV) if r.total_s)
     return Workload(context_tokens=context, output_tokens=r.output_tokens,
                     batch_size=r.batch_size, preset="kimi-k3", gpu="B300", num_gpus=8,
@@ -131,9 +131,9 @@ def test_the_dcp_gap_lands_in_dcp_terms_and_dcp_1_keeps_its_own_efficiencies():
     alone (DCP splits decode attention only; the collective held at the silicon), so SGLang's
     decode at DCP 1 on B300 carries the Blackwell family's efficiencies (here the physics
     priors), not the seed's DCP-8 gap."""
-    from model.fit.estimator import PRIOR
-    from model.fit.fitting import DCP_TERMS
-    from model.physics.terms import DECODE_TERMS, PREFILL_TERMS
+    from engine_advisor.model.fit.estimator import PRIOR
+    from engine_advisor.model.fit.fitting import DCP_TERMS
+    from engine_advisor.model.physics.terms import DECODE_TERMS, PREFILL_TERMS
 
     m = default_model()
     est = m.engines["sglang/B300"]

@@ -1,14 +1,14 @@
-"""The seed's workload is the rule's choice (model.fit.seedcheck), and the seed's own question has
-the same answer under every assumption consistent with the published times."""
+"""The seed's workload is the rule's choice (engine_advisor.model.fit.seedcheck), and the seed's own
+question has the same answer under every assumption consistent with the published times."""
 
 import pytest
 import seedload
 
-from model.fit.costmodel import CostModel
-from model.fit.dataset import read_csv
-from model.fit.default import REFERENCE_CSV, real_rows
-from model.fit.seedcheck import Assumption, choose, scan, with_assumption
-from model.recommend import recommend
+from engine_advisor.model.fit.costmodel import CostModel
+from engine_advisor.model.fit.dataset import read_csv
+from engine_advisor.model.fit.default import REFERENCE_CSV, real_rows
+from engine_advisor.model.fit.seedcheck import Assumption, choose, scan, with_assumption
+from engine_advisor.model.recommend import recommend
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def test_the_seed_question_has_one_answer_under_every_consistent_assumption(verd
 
 
 def test_an_inconsistent_assumption_is_named_so():
-    from model.fit.seedcheck import judge
+    from engine_advisor.model.fit.seedcheck import judge
 
     v = judge(Assumption(512, 8192, "distinct"))      # the prefill alone beats the times
     assert not v.consistent
@@ -58,11 +58,11 @@ def test_the_seed_reproduces_kimi_k3_and_leaks_to_no_other_model():
     Another model on the same 8 x B300 gets the physics priors and says so (uncalibrated, not
     transferred): SGLang's DCP-8 merge cost of the seed (tens of times its prior) does not
     reach DeepSeek-V3, whose 61 MLA layers would otherwise pay it in every step."""
-    from model.fit.default import default_model
-    from model.fit.estimator import PRIOR
-    from model.physics.terms import TERMS
-    from model.predict.predictor import predictor_for
-    from model.workload import Workload
+    from engine_advisor.model.fit.default import default_model
+    from engine_advisor.model.fit.estimator import PRIOR
+    from engine_advisor.model.physics.terms import TERMS
+    from engine_advisor.model.predict.predictor import predictor_for
+    from engine_advisor.model.workload import Workload
 
     m = default_model()
     seed_level = m.engines["sglang/B300"]

@@ -1,6 +1,5 @@
-"""GPU physics (model.hardware.silicon): measured profiles per quantity, the spec-sheet fallback,
-and
-what predictions say about where their physics came from."""
+"""GPU physics (engine_advisor.model.hardware.silicon): measured profiles per quantity, the
+spec-sheet fallback, and what predictions say about where their physics came from."""
 
 from __future__ import annotations
 
@@ -13,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from model.fit.default import default_model
-from model.hardware.gpus import builtin_gpu
-from model.hardware.profiles import (
+from engine_advisor.model.fit.default import default_model
+from engine_advisor.model.hardware.gpus import builtin_gpu
+from engine_advisor.model.hardware.profiles import (
     DEFAULT_PROFILES_DIR,
     PROFILES_ENV,
     clear_profile_cache,
@@ -23,10 +22,15 @@ from model.hardware.profiles import (
     find_profiles,
     fit_read_curve,
 )
-from model.hardware.silicon import SPEC_EFFICIENCY, Silicon, roofline_silicon, silicon_for
-from model.queries import evaluate
-from model.recommend import recommend
-from model.workload import Config, Workload
+from engine_advisor.model.hardware.silicon import (
+    SPEC_EFFICIENCY,
+    Silicon,
+    roofline_silicon,
+    silicon_for,
+)
+from engine_advisor.model.queries import evaluate
+from engine_advisor.model.recommend import recommend
+from engine_advisor.model.workload import Config, Workload
 
 H200 = builtin_gpu("H200")
 BIN = Path(sys.executable).with_name("engine-advisor")
@@ -156,7 +160,7 @@ def test_imported_profiles_cover_the_nvidia_catalogue():
         assert si.sources["gemm"] == f"profile:{name.lower()}.json"
         assert si.sources["collectives"] == f"profile:{name.lower()}.json"
         assert 0.3 < si.asymptotic_read_Bps("mla", "bf16") / si.gpu.hbm_bandwidth < 1.0
-    from model.hardware.gpus import GpuSpec
+    from engine_advisor.model.hardware.gpus import GpuSpec
     other = silicon_for(GpuSpec(name="X100", memory_bytes=96e9, hbm_bandwidth=4e12))
     assert other.read_source("mla", "bf16") == "spec" and other.sources["gemm"] == "spec"
 

@@ -1,19 +1,26 @@
-"""Each physical term of model.physics.terms in seconds, against hand-computed values."""
+"""Each physical term of engine_advisor.model.physics.terms in seconds, against hand-computed
+values."""
 
 import dataclasses
 
 import numpy as np
 import pytest
 
-from model.engines import get as engine
-from model.formulas import CHUNK_TOKENS
-from model.hardware.gpus import GpuSpec
-from model.hardware.silicon import SPEC_EFFICIENCY, Silicon
-from model.physics.capacity import instance_fit, instance_pool
-from model.physics.features import Case, case_features
-from model.physics.memory import DEFAULT_ACTIVATION
-from model.physics.shape import bare
-from model.physics.terms import DECODE_TERMS, PREFILL_TERMS, Hardware, decode_terms, prefill_terms
+from engine_advisor.model.engines import get as engine
+from engine_advisor.model.formulas import CHUNK_TOKENS
+from engine_advisor.model.hardware.gpus import GpuSpec
+from engine_advisor.model.hardware.silicon import SPEC_EFFICIENCY, Silicon
+from engine_advisor.model.physics.capacity import instance_fit, instance_pool
+from engine_advisor.model.physics.features import Case, case_features
+from engine_advisor.model.physics.memory import DEFAULT_ACTIVATION
+from engine_advisor.model.physics.shape import bare
+from engine_advisor.model.physics.terms import (
+    DECODE_TERMS,
+    PREFILL_TERMS,
+    Hardware,
+    decode_terms,
+    prefill_terms,
+)
 
 GPU = GpuSpec(name="TESTGPU", memory_bytes=100e9, hbm_bandwidth=4e12, nvlink_bandwidth=800e9,
               flops_bf16=1e15, flops_fp8=2e15)
@@ -246,12 +253,12 @@ def test_dcp_read_is_looked_up_at_the_gathered_heads():
     tokens: its read is the per-call curve at d x the heads per rank, the engine-kernel
     tables' measured slowdown of 128 heads over 16 (DeepSeek-V3: 128 heads, TP 8, DCP 8, on
     B200, where the read, not the FLOPs, bounds the call at 64 x 128K)."""
-    from model.formulas import ATTN_CALL, KV_CALL, N_FULL
-    from model.hardware.gpus import builtin_gpu
-    from model.hardware.profiles import ReadCurve
-    from model.hardware.silicon import silicon_for
-    from model.physics.shape import preset_shape
-    from model.physics.terms import physics_for
+    from engine_advisor.model.formulas import ATTN_CALL, KV_CALL, N_FULL
+    from engine_advisor.model.hardware.gpus import builtin_gpu
+    from engine_advisor.model.hardware.profiles import ReadCurve
+    from engine_advisor.model.hardware.silicon import silicon_for
+    from engine_advisor.model.physics.shape import preset_shape
+    from engine_advisor.model.physics.terms import physics_for
 
     shape = preset_shape("deepseek-v3", "bf16")
     si = silicon_for(builtin_gpu("B200"))

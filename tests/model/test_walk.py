@@ -1,12 +1,12 @@
-"""A recommendation walks model/'s pipeline once: hardware -> physics -> predictions ->
-decision -> presentation, each stage handing its results to the next (model/recommend.py).
-Hardware, physics and what the predictions need that the workload's sizes do not change are
-gathered once per workload without its sizes (``model.queries``): a served recommendation of
-a query seen before starts at the predictions.
+"""A recommendation walks model/'s pipeline once: hardware -> physics -> predictions -> decision ->
+presentation, each stage handing its results to the next (model/recommend.py). Hardware, physics and
+what the predictions need that the workload's sizes do not change are gathered once per workload
+without its sizes (``engine_advisor.model.queries``): a served recommendation of a query seen before
+starts at the predictions.
 
-The walk is traced with ``sys.setprofile``: every Python call into a stage folder's module is
-a visit to that stage. The fitted efficiencies (``model.fit``) are data the predictor reads:
-a served recommendation does not run fit code."""
+The walk is traced with ``sys.setprofile``: every Python call into a stage folder's module is a
+visit to that stage. The fitted efficiencies (``engine_advisor.model.fit``) are data the predictor
+reads: a served recommendation does not run fit code."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from model.fit.default import default_model
-from model.recommend import recommend
-from model.workload import Workload
+from engine_advisor.model.fit.default import default_model
+from engine_advisor.model.recommend import recommend
+from engine_advisor.model.workload import Workload
 
 MODEL_DIR = Path(__file__).resolve().parents[2] / "model"
 PIPELINE = ("hardware", "physics", "fit", "predict", "decision", "presentation")
@@ -69,7 +69,7 @@ def test_a_first_recommendation_only_calls_down_the_pipeline():
     """On cold caches a stage also calls the stages below it as a library (the physics reads
     the silicon's tables; the predictor's first query of a GPU asks for memory fractions and
     calibrated ranges): the walk never climbs back to a stage it has left for a later one."""
-    from model.fit.costmodel import CostModel
+    from engine_advisor.model.fit.costmodel import CostModel
 
     model = CostModel(engines=dict(default_model().engines), ranges=default_model().ranges,
                       memory=default_model().memory)

@@ -3,8 +3,8 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from model.hardware.gpus import GpuSpec
-from model.workload import Workload
+from engine_advisor.model.hardware.gpus import GpuSpec
+from engine_advisor.model.workload import Workload
 
 BASE = {"context_tokens": 65536, "output_tokens": 2048, "batch_size": 64,
         "kv_bytes_per_token": 70272, "gpu": "B300", "num_gpus": 8}
@@ -75,7 +75,7 @@ def test_weight_bytes_from_preset_and_override():
 def test_hf_config_and_preset_give_the_same_physics():
     import json
 
-    from model.arch.presets import PRESET_DIR
+    from engine_advisor.model.arch.presets import PRESET_DIR
     cfg = json.loads((PRESET_DIR / "llama-3.1-8b.json").read_text())
     cfg.pop("_source", None)
     a = Workload.model_validate({**BASE, "kv_bytes_per_token": None, "hf_config": cfg,

@@ -1,7 +1,8 @@
 """Nothing lost, nothing half-written: artifact writers and calibration sweeps killed with
 SIGKILL, and truncated or tampered artifacts.
 
-- ``model.fit.artifact.save`` killed at every fsync/rename it makes (a child process kills itself
+- ``engine_advisor.model.fit.artifact.save`` killed at every fsync/rename it makes (a child process
+  kills itself
   there) and at random times in a loop: the path always loads, as the old model or the new.
 - A truncated, bit-flipped or metadata-tampered artifact is refused by ``load``, by
   ``serve --model`` and ``recommend --model`` (exit 2, the reason) and by the admin reload
@@ -28,8 +29,8 @@ from calib_helpers import BIN, REPO, SimProcs
 from svc_helpers import TOKEN, assert_error, fit_artifact, make_client
 from test_calibrate_kill import check_exactly_once, command
 
-from model.fit.artifact import ArtifactError, arrays_path, load, save
-from model.fit.dataset import parse_csv, read_csv
+from engine_advisor.model.fit.artifact import ArtifactError, arrays_path, load, save
+from engine_advisor.model.fit.dataset import parse_csv, read_csv
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -111,8 +112,8 @@ def test_writer_killed_at_each_fsync_and_rename_leaves_a_loadable_model(models, 
 
 
 def _save_forever(d: str, target: str) -> None:
-    from model.fit.artifact import load as load_artifact
-    from model.fit.artifact import save
+    from engine_advisor.model.fit.artifact import load as load_artifact
+    from engine_advisor.model.fit.artifact import save
     a, _ = load_artifact(Path(d) / "old.json")
     b, _ = load_artifact(Path(d) / "new.json")
     while True:

@@ -1,7 +1,8 @@
 """Hostile clients against ``engine-advisor serve --upstreams`` in front of two simulators (a
 vLLM pool and an SGLang pool), all real processes on loopback, driven over raw sockets.
 
-- The front door (service.frontdoor): an oversized head (one huge header, thousands of
+- The front door (engine_advisor.service.frontdoor): an oversized head (one huge header, thousands
+  of
   fields) is a 431 and the connection is closed, without parsing it and without stalling
   other clients; a connection that sends nothing, a head or a body that trickles in are cut
   off by their timeouts (408); past the connection cap a new connection gets a 503; a

@@ -24,9 +24,9 @@ from proc import wait_for
 from rel_helpers import AUTH, TOKEN, Proc, serve_proc, start_all
 from svc_helpers import fit_artifact
 
-from model.fit.artifact import arrays_path, content_sha256
-from model.fit.dataset import parse_csv
-from service.proxy.obsfile import FILE, ROW_BYTES
+from engine_advisor.model.fit.artifact import arrays_path, content_sha256
+from engine_advisor.model.fit.dataset import parse_csv
+from engine_advisor.service.proxy.obsfile import FILE, ROW_BYTES
 
 pytestmark = pytest.mark.timeout(240)
 

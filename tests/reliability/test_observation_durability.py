@@ -37,11 +37,11 @@ from proc import wait_for
 from prometheus_client import CollectorRegistry, generate_latest
 from rel_helpers import AUTH, serve_proc, start_all
 
-from model.fit.dataset import parse_csv
-from service.proxy import observations as observations_module
-from service.proxy import obsfile
-from service.proxy.observations import Observation, ObservationMetrics
-from service.proxy.obsfile import FILE, ObservationFile
+from engine_advisor.model.fit.dataset import parse_csv
+from engine_advisor.service.proxy import observations as observations_module
+from engine_advisor.service.proxy import obsfile
+from engine_advisor.service.proxy.observations import Observation, ObservationMetrics
+from engine_advisor.service.proxy.obsfile import FILE, ObservationFile
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -116,8 +116,8 @@ class Disk:
 def state(tmp_path):
     """A ProxyState with a data directory, as ``_open_observations`` leaves it (no pools, no
     saver task: the tests call ``flush_observations`` for each second)."""
-    from service.proxy.state import ProxyState
-    from service.settings import Settings
+    from engine_advisor.service.proxy.state import ProxyState
+    from engine_advisor.service.settings import Settings
 
     registry = CollectorRegistry()
     st = ProxyState(Settings(_env_file=None, data_dir=tmp_path), registry)
@@ -261,7 +261,7 @@ def test_rows_past_the_bound_drop_the_oldest_and_are_counted(state, caplog, monk
 
 
 def obsfile_line(i: int) -> str:
-    from model.fit.dataset import row_csv
+    from engine_advisor.model.fit.dataset import row_csv
     return row_csv(row(i).measurement())
 
 
@@ -360,7 +360,7 @@ def test_plain_text_is_appended_whole_or_not_at_all(tmp_path):
 
 
 def test_the_metrics_are_described_without_a_file():
-    from service.proxy.observations import Observations
+    from engine_advisor.service.proxy.observations import Observations
 
     registry = CollectorRegistry()
     ObservationMetrics(Observations(10), registry)

@@ -22,8 +22,8 @@ import yaml
 from rel_helpers import Proc, serve_proc, start_all
 from svc_helpers import SEED, fit_artifact
 
-from service.main import create_app
-from service.settings import Settings
+from engine_advisor.service.main import create_app
+from engine_advisor.service.settings import Settings
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -11,12 +11,12 @@ import seedload
 from fastapi.testclient import TestClient
 from proc import Proc
 
-from model.fit.artifact import save
-from model.fit.costmodel import CostModel
-from model.fit.dataset import read_csv
-from model.fit.default import REFERENCE_CSV
-from service.main import create_app
-from service.settings import Settings
+from engine_advisor.model.fit.artifact import save
+from engine_advisor.model.fit.costmodel import CostModel
+from engine_advisor.model.fit.dataset import read_csv
+from engine_advisor.model.fit.default import REFERENCE_CSV
+from engine_advisor.service.main import create_app
+from engine_advisor.service.settings import Settings
 
 # the published benchmark under the reference data's stated assumptions (tests/seedload.py)
 SEED = {"context_tokens": 204_800, **seedload.FIELDS}

@@ -7,8 +7,8 @@ import shutil
 import pytest
 from svc_helpers import SEED, TOKEN, assert_error, fit_artifact, make_client
 
-from model.fit.artifact import arrays_path
-from model.fit.default import default_model
+from engine_advisor.model.fit.artifact import arrays_path
+from engine_advisor.model.fit.default import default_model
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -31,7 +31,7 @@ def test_model_metadata_of_the_default(client):
     assert lo <= 65_536 and hi >= 204_800
     assert body["calibrated_ranges"] == m.ranges
     assert body["calibrated_points"]["sglang/B300/8/8"] >= 2
-    # per engine: each GPU family's pooled level and each GPU's (model.fit.fitting)
+    # per engine: each GPU family's pooled level and each GPU's (engine_advisor.model.fit.fitting)
     assert set(body["fit_metrics"]) == set(body["efficiencies"]) == {
         f"{e}/{level}" for e in ("vllm", "sglang")
         for level in ("B300", "@blackwell", "H200", "@hopper")}

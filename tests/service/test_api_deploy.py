@@ -6,10 +6,10 @@ import pytest
 import yaml
 from svc_helpers import SEED, assert_error
 
-from model.fit.default import default_model
-from model.presentation.deploy import DeployOptions, render
-from model.recommend import recommend
-from model.workload import Workload
+from engine_advisor.model.fit.default import default_model
+from engine_advisor.model.presentation.deploy import DeployOptions, render
+from engine_advisor.model.recommend import recommend
+from engine_advisor.model.workload import Workload
 
 
 @pytest.mark.parametrize("fmt", ["k8s", "compose"])
@@ -82,7 +82,7 @@ def test_the_memory_knob_advice_reaches_every_surface(client):
     import contextlib
     import io
 
-    from cli.main import main
+    from engine_advisor.cli.main import main
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

@@ -10,8 +10,8 @@ import pytest
 from fastapi.testclient import TestClient
 from svc_helpers import SEED, assert_error, make_client
 
-from service.main import create_app
-from service.settings import Settings
+from engine_advisor.service.main import create_app
+from engine_advisor.service.settings import Settings
 
 
 def test_healthz_and_readyz(client):

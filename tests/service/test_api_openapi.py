@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from service.openapi import DEFAULT_OPENAPI, openapi_yaml
+from engine_advisor.service.openapi import DEFAULT_OPENAPI, openapi_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 OPERATIONS = {"recommend_one", "recommend_batch", "predict", "crossover", "plan_capacity",

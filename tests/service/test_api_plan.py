@@ -1,12 +1,12 @@
-"""POST /v1/plan (in-process): the route returns model.plan's result."""
+"""POST /v1/plan (in-process): the route returns engine_advisor.model.plan's result."""
 
 from __future__ import annotations
 
 import pytest
 from svc_helpers import assert_error
 
-from model.fit.default import default_model
-from model.plan import PlanRequest, plan
+from engine_advisor.model.fit.default import default_model
+from engine_advisor.model.plan import PlanRequest, plan
 
 BODY = {"classes": [{"name": "chat", "context_tokens": 65_536, "output_tokens": 2048,
                      "requests_per_second": 3},

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from svc_helpers import SEED, assert_error
 
-from model.fit.default import default_model
-from model.queries import evaluate
-from model.workload import Config, Workload
+from engine_advisor.model.fit.default import default_model
+from engine_advisor.model.queries import evaluate
+from engine_advisor.model.workload import Config, Workload
 
 NO_CTX = {k: v for k, v in SEED.items() if k != "context_tokens"}
 

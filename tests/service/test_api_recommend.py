@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from svc_helpers import SEED, assert_error, make_client
 
-from model.fit.default import default_model
-from model.recommend import recommend
-from model.workload import Workload
+from engine_advisor.model.fit.default import default_model
+from engine_advisor.model.recommend import recommend
+from engine_advisor.model.workload import Workload
 
 
 @pytest.mark.parametrize("context, engine, dcp", [(65_536, "vllm", 1), (204_800, "sglang", 8)])
@@ -194,8 +194,8 @@ def test_a_full_batch_of_1000_is_answered(client):
 
 
 def test_body_parsing_fast_path_reads_what_json_loads_reads():
-    """service.deps.json_body validates a valid body with pydantic's JSON parser: the same
-    workload as json.loads + validation (FastAPI's way), over every kind of field."""
+    """engine_advisor.service.deps.json_body validates a valid body with pydantic's JSON parser: the
+    same workload as json.loads + validation (FastAPI's way), over every kind of field."""
     import asyncio
     import json
     from pathlib import Path
@@ -203,7 +203,7 @@ def test_body_parsing_fast_path_reads_what_json_loads_reads():
     import numpy as np
     from starlette.requests import Request
 
-    from service.deps import json_body
+    from engine_advisor.service.deps import json_body
 
     def read(raw: bytes) -> Workload:
         async def receive() -> dict:

@@ -112,7 +112,7 @@ def test_serve_refuses_bad_options():
 
 
 def test_openapi_command_writes_the_document(tmp_path):
-    from service.openapi import openapi_yaml
+    from engine_advisor.service.openapi import openapi_yaml
 
     out = tmp_path / "openapi.yaml"
     r = subprocess.run([str(EXE), "openapi", "--out", str(out)], capture_output=True, text=True,

@@ -19,10 +19,10 @@ import pytest
 import yaml
 from proc import Proc, start_all, wait_for
 
-from model.fit.dataset import parse_csv
-from model.fit.default import default_model
-from model.recommend import recommend
-from model.workload import Workload
+from engine_advisor.model.fit.dataset import parse_csv
+from engine_advisor.model.fit.default import default_model
+from engine_advisor.model.recommend import recommend
+from engine_advisor.model.workload import Workload
 
 pytestmark = pytest.mark.timeout(120)
 

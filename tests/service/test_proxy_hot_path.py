@@ -12,10 +12,10 @@ import pytest
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from service.proxy.deadlines import Deadlines
-from service.proxy.relay.watch import DisconnectWatch
-from service.transport.keepalive import KeepAliveClock
-from service.transport.protocol import HttpProtocol
+from engine_advisor.service.proxy.deadlines import Deadlines
+from engine_advisor.service.proxy.relay.watch import DisconnectWatch
+from engine_advisor.service.transport.keepalive import KeepAliveClock
+from engine_advisor.service.transport.protocol import HttpProtocol
 
 
 def run(test):
@@ -121,7 +121,8 @@ async def test_head_requests_100_continue_and_close_keep_their_order():
 
 # ----------------------------------------------------------------------------- the direct lane
 class LaneApp:
-    """An app with an ``entrance``, as service.main.App: the lane's requests go there."""
+    """An app with an ``entrance``, as engine_advisor.service.main.App: the lane's requests go
+    there."""
 
     def __init__(self, entrance):
         self.entrance = entrance
@@ -403,7 +404,7 @@ async def test_another_cancellation_stays_a_cancellation():
 
 # ----------------------------------------------------------------------------- the lane's own entry
 class OnCycle:
-    """An entrance with a ``lane`` (as service.proxy.entrance.Entrance): it gets the
+    """An entrance with a ``lane`` (as engine_advisor.service.proxy.entrance.Entrance): it gets the
     request cycle itself."""
 
     def __init__(self, answer):

@@ -10,14 +10,21 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from service.proxy.breaker import HALF_OPEN, OPEN
-from service.proxy.decision import Decision
-from service.proxy.relay.attempts import Relay
-from service.proxy.relay.writer import AsgiWriter
-from service.proxy.request import COMPLETIONS, parse
-from service.proxy.state import ProxyState
-from service.settings import Settings
-from service.transport.client import DONE, Connection, Http1Pool, LimitError, Limits, PoolTimeout
+from engine_advisor.service.proxy.breaker import HALF_OPEN, OPEN
+from engine_advisor.service.proxy.decision import Decision
+from engine_advisor.service.proxy.relay.attempts import Relay
+from engine_advisor.service.proxy.relay.writer import AsgiWriter
+from engine_advisor.service.proxy.request import COMPLETIONS, parse
+from engine_advisor.service.proxy.state import ProxyState
+from engine_advisor.service.settings import Settings
+from engine_advisor.service.transport.client import (
+    DONE,
+    Connection,
+    Http1Pool,
+    LimitError,
+    Limits,
+    PoolTimeout,
+)
 
 pytestmark = pytest.mark.timeout(60)
 

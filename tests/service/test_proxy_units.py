@@ -13,18 +13,18 @@ from fastapi.testclient import TestClient
 from proc import wait_for
 from svc_helpers import assert_error
 
-from model.fit.default import default_model
-from service.errors import ApiError
-from service.holder import LoadedModel
-from service.main import create_app
-from service.proxy.breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker
-from service.proxy.decision import Decider, bucket, representative
-from service.proxy.relay.failure import retry_after
-from service.proxy.relay.stream import ends_with_done, event_end
-from service.proxy.request import CHAT, COMPLETIONS, parse
-from service.proxy.upstreams import Pools, Upstream, UpstreamsError, read
-from service.proxy.upstreams import parse as parse_pools
-from service.settings import Settings
+from engine_advisor.model.fit.default import default_model
+from engine_advisor.service.errors import ApiError
+from engine_advisor.service.holder import LoadedModel
+from engine_advisor.service.main import create_app
+from engine_advisor.service.proxy.breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker
+from engine_advisor.service.proxy.decision import Decider, bucket, representative
+from engine_advisor.service.proxy.relay.failure import retry_after
+from engine_advisor.service.proxy.relay.stream import ends_with_done, event_end
+from engine_advisor.service.proxy.request import CHAT, COMPLETIONS, parse
+from engine_advisor.service.proxy.upstreams import Pools, Upstream, UpstreamsError, read
+from engine_advisor.service.proxy.upstreams import parse as parse_pools
+from engine_advisor.service.settings import Settings
 
 BASE = {"pools": {"vllm": [{"url": "http://127.0.0.1:1", "model": "m", "dcp_size": 1}],
                   "sglang": [{"url": "http://127.0.0.1:2/v1", "model": "m", "dcp_size": 8}]},
@@ -75,7 +75,7 @@ def test_the_panic_threshold_never_opens_every_breaker_of_a_pool(n, percent, mos
     open, never all of them; one that closes again makes room for another."""
     from types import SimpleNamespace
 
-    from service.proxy.state import may_open
+    from engine_advisor.service.proxy.state import may_open
     pool = [SimpleNamespace(breaker=CircuitBreaker(2, 10.0, clock=lambda: 0.0))
             for _ in range(n)]
     for u in pool:
@@ -263,8 +263,9 @@ def test_proxy_body_cap_is_separate(tmp_path):
 
 def test_the_entrance_keeps_request_ids_metrics_and_the_error_envelope(tmp_path, caplog,
                                                                        monkeypatch):
-    """The completion routes bypass FastAPI (service.main.App): its layers' duties still hold."""
-    from service.proxy import entrance
+    """The completion routes bypass FastAPI (engine_advisor.service.main.App): its layers' duties
+    still hold."""
+    from engine_advisor.service.proxy import entrance
     app = create_app(Settings(_env_file=None, upstreams=write(tmp_path, BASE)))
     with TestClient(app, raise_server_exceptions=False) as c:
         r = c.post("/v1/completions", json={"model": "m", "prompt": 5},
@@ -354,7 +355,7 @@ def test_local_tokenizer_counts_prompts(tmp_path):
 
 
 def test_serve_refuses_a_bad_pools_file(tmp_path):
-    from cli.main import main
+    from engine_advisor.cli.main import main
 
     bad = tmp_path / "bad.yaml"
     bad.write_text("pools: {vllm: [{url: 'http://a:1'}]}\nworkload: {kv_bytes_per_token: 1}\n")
@@ -367,10 +368,10 @@ def test_serve_refuses_a_bad_pools_file(tmp_path):
 
 
 def test_request_bodies_decode_as_json_loads_does():
-    """The proxy's fast decoding accepts and refuses what model.jsontext.loads does (json.loads
-    but for lone surrogates), with the same reasons."""
-    from model import jsontext
-    from service.proxy.request import decode
+    """The proxy's fast decoding accepts and refuses what engine_advisor.model.jsontext.loads does
+    (json.loads but for lone surrogates), with the same reasons."""
+    from engine_advisor.model import jsontext
+    from engine_advisor.service.proxy.request import decode
     for raw in (b'{"a":1}', b'{"a":1}  \n', b'{"a":1} x', b'{"a":', b"{", b'{"a":"\xff"}',
                 b'{"a":1}{"b":2}', b' {"a":1}', b"[1]", b'{"a":"\\ud800"}', b"", b"nul",
                 b'{"a":"\xed\xa0\x80"}', b'{"a":"\\ud83d\\ude00"}', b'{"\\udc00":1}',
@@ -390,7 +391,7 @@ def test_request_bodies_decode_as_json_loads_does():
 def test_new_request_ids_are_unique_safe_and_new_in_a_forked_child():
     import os
 
-    from service.middleware import SAFE_ID, request_id
+    from engine_advisor.service.middleware import SAFE_ID, request_id
     ids = [request_id(None) for _ in range(1000)]
     assert len(set(ids)) == 1000 and all(len(i) == 32 and SAFE_ID.fullmatch(i) for i in ids)
     assert request_id(b"abc-1") == b"abc-1" and request_id(b"a b") != b"a b"
@@ -407,8 +408,8 @@ def test_new_request_ids_are_unique_safe_and_new_in_a_forked_child():
 
 
 def test_passed_headers_are_filtered_and_checked():
-    from service.proxy.relay.passed import passed_lines
-    from service.transport.headers import header_lines
+    from engine_advisor.service.proxy.relay.passed import passed_lines
+    from engine_advisor.service.transport.headers import header_lines
     assert passed_lines([(b"content-type", b"application/json"), (b"set-cookie", b"x"),
                          (b"retry-after", b"2")]) == \
         b"content-type: application/json\r\nretry-after: 2\r\n"

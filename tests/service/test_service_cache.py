@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from svc_helpers import SEED, make_client
 
-from service.cache import ResponseCache, cache_key
+from engine_advisor.service.cache import ResponseCache, cache_key
 
 
 def test_lru_eviction_and_counts():

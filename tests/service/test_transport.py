@@ -9,7 +9,11 @@ from pathlib import Path
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from service.transport.protocol import UVICORN_TESTED, HttpProtocol, uvicorn_version_ok
+from engine_advisor.service.transport.protocol import (
+    UVICORN_TESTED,
+    HttpProtocol,
+    uvicorn_version_ok,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 

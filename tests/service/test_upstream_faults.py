@@ -21,7 +21,7 @@ import pytest
 import yaml
 from proc import Proc, start_all, wait_for
 
-from model.fit.dataset import parse_csv
+from engine_advisor.model.fit.dataset import parse_csv
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -377,7 +377,7 @@ def test_idle_pooled_connections_are_closed_after_keepalive(tmp_path):
 
 # ------------------------------------------------------------------ the check itself
 def test_every_data_line_is_checked_and_the_bad_event_located():
-    from service.proxy.relay.valid import first_invalid, is_json
+    from engine_advisor.service.proxy.relay.valid import first_invalid, is_json
 
     ok = b'data: {"a": 1}\n\n'
     assert first_invalid(ok * 3 + DONE) == -1

@@ -99,9 +99,9 @@ class SimProcess:
 def make_artifact(path: Path, *, ttft_s: float, tpot_s: float, engines=("vllm", "sglang")) -> Path:
     """A fitted cost-model artifact from synthetic dataset rows with the given TTFT and TPOT
     (constant over a small grid of contexts and batches), for a simulator with other timing."""
-    from model.fit.artifact import save
-    from model.fit.costmodel import CostModel
-    from model.fit.dataset import Measurement
+    from engine_advisor.model.fit.artifact import save
+    from engine_advisor.model.fit.costmodel import CostModel
+    from engine_advisor.model.fit.dataset import Measurement
 
     rows = []
     for engine in engines:

@@ -9,10 +9,10 @@ import openai
 import pytest
 from simproc import SimProcess
 
-from model.hardware.gpus import builtin_gpu
-from model.physics.capacity import instance_pool
-from model.physics.shape import bare
-from sim import tokenizer
+from engine_advisor.model.hardware.gpus import builtin_gpu
+from engine_advisor.model.physics.capacity import instance_pool
+from engine_advisor.model.physics.shape import bare
+from engine_advisor.sim import tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
 """One capacity: the simulator's KV capacity is the recommender's
-(``model.physics.capacity.instance_pool``), linear-attention state included, for presets,
-engines, DCP sizes, GPUs and batches, launched with the memory flags the recommendation names."""
+(``engine_advisor.model.physics.capacity.instance_pool``), linear-attention state included, for
+presets, engines, DCP sizes, GPUs and batches, launched with the memory flags the recommendation
+names."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ import httpx
 import pytest
 from simproc import SimProcess
 
-from model.fit.default import default_model
-from model.queries import evaluate
-from model.workload import Workload
-from sim.config import SimConfig
+from engine_advisor.model.fit.default import default_model
+from engine_advisor.model.queries import evaluate
+from engine_advisor.model.workload import Workload
+from engine_advisor.sim.config import SimConfig
 
 CASES = [  # (preset, gpu, num_gpus, batch)
     ("kimi-k3", "B300", 8, 64),        # 69 linear-attention layers: a 14 GB state pool per GPU
@@ -37,8 +38,8 @@ def recommender_capacities(preset: str, gpu: str, num_gpus: int, batch: int):
 
 def sim_config(*args: str) -> SimConfig:
     """The simulator's settings of an ``engine-advisor sim`` command line (after ``sim``)."""
-    from cli.main import build_parser
-    from cli.sim import config_of
+    from engine_advisor.cli.main import build_parser
+    from engine_advisor.cli.sim import config_of
 
     return config_of(build_parser().parse_args(["sim", "--port", "1", *args]))
 

@@ -1,7 +1,8 @@
 """Hybrid models (linear-attention state beside the KV cache) in a real simulator process: its
-start-up lines state the recommender's pool (``model.physics.capacity.instance_pool``) in the
-engines' own formats, it admits requests by that pool, and the memory knobs a recommendation
-proposes (``instance_fit(..., advise=True)``) let more sequences run at once.
+start-up lines state the recommender's pool
+(``engine_advisor.model.physics.capacity.instance_pool``) in the engines' own formats, it admits
+requests by that pool, and the memory knobs a recommendation proposes (``instance_fit(...,
+advise=True)``) let more sequences run at once.
 
 Qwen3-Next-80B-A3B (12 attention + 36 GDN layers) and Nemotron-3-Nano-30B-A3B (Mamba2) on one
 H200 at memory fraction 0.9, as in the real logs of bench/data/h200-real/logs/."""
@@ -16,12 +17,12 @@ import httpx
 import pytest
 from proc import Proc, start_all
 
-from calibration.sweep.engine_facts import parse_log, parse_metrics
-from model.engines import get as engine_record
-from model.engines.base import MemoryKnobs
-from model.hardware.gpus import builtin_gpu
-from model.physics.capacity import Pool, instance_fit, instance_pool
-from model.physics.shape import shape_of
+from engine_advisor.calibration.sweep.engine_facts import parse_log, parse_metrics
+from engine_advisor.model.engines import get as engine_record
+from engine_advisor.model.engines.base import MemoryKnobs
+from engine_advisor.model.hardware.gpus import builtin_gpu
+from engine_advisor.model.physics.capacity import Pool, instance_fit, instance_pool
+from engine_advisor.model.physics.shape import shape_of
 
 GIB = 2 ** 30
 GPU = "H200"

@@ -9,7 +9,7 @@ import httpx
 import pytest
 from simproc import SimProcess
 
-from sim import tokenizer
+from engine_advisor.sim import tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ import json
 import httpx
 from simproc import SimProcess
 
-from calibration.sweep.honesty import overhead_warnings, resolution_of
-from cli.main import main
-from model.fit.dataset import Measurement
+from engine_advisor.calibration.sweep.honesty import overhead_warnings, resolution_of
+from engine_advisor.cli.main import main
+from engine_advisor.model.fit.dataset import Measurement
 
 
 def _row(**kw) -> Measurement:

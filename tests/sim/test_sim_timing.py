@@ -12,11 +12,11 @@ import httpx
 import pytest
 from simproc import SimProcess, make_artifact
 
-from model.fit.artifact import load
-from model.fit.default import default_model
-from model.hardware.gpus import builtin_gpu
-from model.physics.shape import bare, preset_shape
-from sim.timing import StepTimer
+from engine_advisor.model.fit.artifact import load
+from engine_advisor.model.fit.default import default_model
+from engine_advisor.model.hardware.gpus import builtin_gpu
+from engine_advisor.model.physics.shape import bare, preset_shape
+from engine_advisor.sim.timing import StepTimer
 
 SCALE = 1.5
 KIMI_SCALE = 2.0

@@ -6,13 +6,13 @@ import asyncio
 
 import pytest
 
-from model.fit.default import default_model
-from model.hardware.gpus import builtin_gpu
-from model.physics.shape import bare, preset_shape
-from sim import tokenizer
-from sim.engine import EngineCore, token_pool
-from sim.textgen import WORDS, plan_output
-from sim.timing import StepTimer
+from engine_advisor.model.fit.default import default_model
+from engine_advisor.model.hardware.gpus import builtin_gpu
+from engine_advisor.model.physics.shape import bare, preset_shape
+from engine_advisor.sim import tokenizer
+from engine_advisor.sim.engine import EngineCore, token_pool
+from engine_advisor.sim.textgen import WORDS, plan_output
+from engine_advisor.sim.timing import StepTimer
 
 
 @pytest.mark.parametrize("text", ["", "hello world", "  leading spaces\tand\ttabs\n\n",
@@ -126,12 +126,12 @@ def test_admit_window_times_a_burst_from_its_first_arrival():
 
 
 def test_cli_defaults_are_the_configs_defaults():
-    """`engine-advisor sim` keeps its defaults as literals (importing sim.config would slow
-    every CLI command's start-up by ~170 ms): they must not drift from SimConfig's."""
+    """`engine-advisor sim` keeps its defaults as literals (importing engine_advisor.sim.config
+    would slow every CLI command's start-up by ~170 ms): they must not drift from SimConfig's."""
     import dataclasses
 
-    from cli.main import build_parser
-    from sim.config import SimConfig
+    from engine_advisor.cli.main import build_parser
+    from engine_advisor.sim.config import SimConfig
 
     args = vars(build_parser().parse_args(["sim", "--engine", "vllm", "--port", "1"]))
     renamed = {"model_artifact": "model", "custom_gpu": "gpu_spec"}
@@ -145,8 +145,8 @@ def test_cli_defaults_are_the_configs_defaults():
 def test_step_time_is_the_recommenders_tpot(gpu):
     """The simulator's decode step is what the recommender predicts as TPOT for the same
     workload, including the combine cost a GPU's measured DCP profile shapes."""
-    from model.recommend import recommend
-    from model.workload import Workload
+    from engine_advisor.model.recommend import recommend
+    from engine_advisor.model.workload import Workload
 
     m = default_model()
     w = Workload(context_tokens=131_072, output_tokens=2, batch_size=16,
@@ -159,7 +159,7 @@ def test_step_time_is_the_recommenders_tpot(gpu):
 
 
 def test_a_lone_surrogate_is_a_token_error_not_a_crash():
-    from sim.tokenizer import TokenError, decode, encode
+    from engine_advisor.sim.tokenizer import TokenError, decode, encode
     with pytest.raises(TokenError, match="lone surrogate \\\\ud800"):
         encode("hi \ud800 there")
     assert decode(encode("hi \U0001f600")) == "hi \U0001f600"       # a pair is a character
@@ -169,9 +169,9 @@ def test_a_lone_surrogate_is_a_token_error_not_a_crash():
 def test_a_hybrids_step_time_is_the_recommenders_tpot(engine):
     """Qwen3-Next's decode step reads and writes each sequence's GDN state as the engine holds
     it (vLLM bf16, SGLang fp32): the simulator's step is the recommender's TPOT."""
-    from model.physics.shape import shape_of
-    from model.recommend import recommend
-    from model.workload import Workload
+    from engine_advisor.model.physics.shape import shape_of
+    from engine_advisor.model.recommend import recommend
+    from engine_advisor.model.workload import Workload
 
     m = default_model()
     w = Workload(context_tokens=8192, output_tokens=2, batch_size=16,
@@ -187,8 +187,8 @@ def test_a_hybrids_step_time_is_the_recommenders_tpot(engine):
 def test_scheduler_admits_by_the_pools_units():
     """A pool of pages (vLLM's for a hybrid): a request of n tokens takes ceil(n / block)
     pages of KV and 3 of state; at most as many run as their pages fit."""
-    from model.engines.base import PAGED, StateLayout
-    from model.physics.capacity import Pool
+    from engine_advisor.model.engines.base import PAGED, StateLayout
+    from engine_advisor.model.physics.capacity import Pool
 
     pool = Pool(20.0, 544.0, 1.0, 3.0, 100, 10_000, 0,
                 StateLayout(PAGED, state_bytes=1.0, unit_bytes=1.0, block_tokens=544,
@@ -222,9 +222,9 @@ def test_scheduler_admits_by_the_pools_units():
 def test_memory_knobs_as_the_engines_spell_them():
     """--max-running and its engine spellings, SGLang's state knobs, --disable-radix-cache;
     each invalid value a '--flag: reason' problem."""
-    from cli.main import build_parser
-    from cli.sim import config_of
-    from model.engines.base import MemoryKnobs
+    from engine_advisor.cli.main import build_parser
+    from engine_advisor.cli.sim import config_of
+    from engine_advisor.model.engines.base import MemoryKnobs
 
     def cfg(*args):
         return config_of(build_parser().parse_args(["sim", "--port", "1", *args]))

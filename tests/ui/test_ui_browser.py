@@ -332,7 +332,7 @@ def test_phone_width_labels_and_keyboard(server, open_page, shots):
 
 
 def test_hf_config_pasted_or_uploaded(server, open_page, tmp_path):
-    from model.arch.presets import preset_config
+    from engine_advisor.model.arch.presets import preset_config
     cfg = {k: v for k, v in preset_config("kimi-k3").items() if k != "_source"}
     workload = {k: v for k, v in WORKLOAD.items() if k != "preset"}
     pg = open_page()

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from model.arch import PRESETS
-from model.hardware.gpus import BUILTIN_GPUS
-from service.main import create_app
-from service.routes.ui import STATIC, UI_DIR
-from service.settings import Settings
+from engine_advisor.model.arch import PRESETS
+from engine_advisor.model.hardware.gpus import BUILTIN_GPUS
+from engine_advisor.service.main import create_app
+from engine_advisor.service.routes.ui import STATIC, UI_DIR
+from engine_advisor.service.settings import Settings
 
 
 @pytest.fixture(scope="module")

@@ -8,16 +8,21 @@ import random
 import time
 from typing import TYPE_CHECKING
 
-from service.proxy.decision import Decision, pick
-from service.proxy.health_checker import mark_down
-from service.proxy.relay.failure import DEFERRED, Failure, count_deferred, error_bytes
-from service.proxy.relay.passed import DROP_REQUEST
-from service.proxy.relay.stream import stream
-from service.proxy.relay.whole import answer, fail
-from service.proxy.relay.writer import AsgiWriter, LaneWriter
-from service.proxy.request import ProxyRequest
-from service.proxy.upstreams import Pools, Upstream
-from service.transport.client import (
+from engine_advisor.service.proxy.decision import Decision, pick
+from engine_advisor.service.proxy.health_checker import mark_down
+from engine_advisor.service.proxy.relay.failure import (
+    DEFERRED,
+    Failure,
+    count_deferred,
+    error_bytes,
+)
+from engine_advisor.service.proxy.relay.passed import DROP_REQUEST
+from engine_advisor.service.proxy.relay.stream import stream
+from engine_advisor.service.proxy.relay.whole import answer, fail
+from engine_advisor.service.proxy.relay.writer import AsgiWriter, LaneWriter
+from engine_advisor.service.proxy.request import ProxyRequest
+from engine_advisor.service.proxy.upstreams import Pools, Upstream
+from engine_advisor.service.transport.client import (
     ConnectError,
     ConnectTimeout,
     IdleTimeout,
@@ -25,10 +30,10 @@ from service.transport.client import (
     PoolTimeout,
     UpstreamError,
 )
-from service.transport.client import Response as Http1Response
+from engine_advisor.service.transport.client import Response as Http1Response
 
 if TYPE_CHECKING:
-    from service.proxy.state import ProxyState
+    from engine_advisor.service.proxy.state import ProxyState
 
 log = logging.getLogger("engine_advisor.proxy")
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from service.errors import TYPES
-from service.proxy.upstreams import Upstream
+from engine_advisor.service.errors import TYPES
+from engine_advisor.service.proxy.upstreams import Upstream
 
 # Failures before the response started that the request itself may cause (a 5xx answer, a
 # connection cut or a response over the limits): counted against the upstream's breaker only
 # once another upstream did better, and not at all when a second upstream fails the same way
-# (service.proxy.relay.attempts). Connect errors and timeouts count at once.
+# (engine_advisor.service.proxy.relay.attempts). Connect errors and timeouts count at once.
 DEFERRED = frozenset({"status", "read", "limit"})
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from service.proxy.observations import Observation
-from service.proxy.upstreams import Upstream
+from engine_advisor.service.proxy.observations import Observation
+from engine_advisor.service.proxy.upstreams import Upstream
 
 if TYPE_CHECKING:
-    from service.proxy.relay.attempts import Relay
+    from engine_advisor.service.proxy.relay.attempts import Relay
 
 _row = tuple.__new__            # Observation._make without its length check (fields are fixed)
 
@@ -49,8 +49,9 @@ PROMPT = UsageField(b"prompt_tokens")
 
 def observe(relay: Relay, up: Upstream, tail: bytes, n: int, ttft: float | None, total: float,
             batch: int) -> None:
-    """One finished request's timings: the metrics, and a row of service.proxy.observations
-    (``n`` output tokens; ``tail``: where the usage counts are, if anywhere)."""
+    """One finished request's timings: the metrics, and a row of
+    engine_advisor.service.proxy.observations (``n`` output tokens; ``tail``: where the usage counts
+    are, if anywhere)."""
     st, pools = relay.state, relay.pools
     prompt = PROMPT.last(tail)
     if prompt is None:

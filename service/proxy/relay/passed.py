@@ -3,7 +3,7 @@ ones (``DROP_REQUEST``); of the upstream's answer only ``PASS_RESPONSE`` reach t
 
 from __future__ import annotations
 
-from service.transport.headers import check_value
+from engine_advisor.service.transport.headers import check_value
 
 DROP_REQUEST = {b"host", b"content-length", b"connection", b"keep-alive", b"te", b"trailer",
                 b"transfer-encoding", b"upgrade", b"proxy-authorization", b"proxy-connection",
@@ -17,7 +17,7 @@ def passed(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
 
 def passed_lines(headers: list[tuple[bytes, bytes]]) -> bytes:
     """The ``PASS_RESPONSE`` ones of an upstream's response headers as header lines, each
-    value checked (service.transport.headers)."""
+    value checked (engine_advisor.service.transport.headers)."""
     out = b""
     for k, v in headers:
         if k in PASS_RESPONSE:

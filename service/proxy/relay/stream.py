@@ -1,10 +1,10 @@
 """A streamed answer passed on event by event, whole events only, each data line JSON.
 
-The stream is over at ``[DONE]``: the client's response ends in the same write, and the
-request is counted and observed then. The upstream then has ``end_grace_s`` (the relay's
-phase ``grace``, on the attempt's deadline) to end its response, so that its connection can be
-reused; past it, or when that end is malformed, the connection is closed and counted as an
-``unended`` upstream fault (service.proxy.relay.attempts), and the client never waits for it.
+The stream is over at ``[DONE]``: the client's response ends in the same write, and the request is
+counted and observed then. The upstream then has ``end_grace_s`` (the relay's phase ``grace``, on
+the attempt's deadline) to end its response, so that its connection can be reused; past it, or when
+that end is malformed, the connection is closed and counted as an ``unended`` upstream fault
+(engine_advisor.service.proxy.relay.attempts), and the client never waits for it.
 """
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from service.proxy.relay.failure import Failure
-from service.proxy.relay.observe import COMPLETION, observe
-from service.proxy.relay.passed import passed
-from service.proxy.relay.valid import first_invalid
-from service.proxy.upstreams import Upstream
-from service.transport.client import LimitError, UpstreamError
-from service.transport.client import Response as Http1Response
+from engine_advisor.service.proxy.relay.failure import Failure
+from engine_advisor.service.proxy.relay.observe import COMPLETION, observe
+from engine_advisor.service.proxy.relay.passed import passed
+from engine_advisor.service.proxy.relay.valid import first_invalid
+from engine_advisor.service.proxy.upstreams import Upstream
+from engine_advisor.service.transport.client import LimitError, UpstreamError
+from engine_advisor.service.transport.client import Response as Http1Response
 
 if TYPE_CHECKING:
-    from service.proxy.relay.attempts import Relay
+    from engine_advisor.service.proxy.relay.attempts import Relay
 
 log = logging.getLogger("engine_advisor.proxy")
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from starlette.types import Receive
 
 if TYPE_CHECKING:
-    from service.transport.cycle import LaneCycle
+    from engine_advisor.service.transport.cycle import LaneCycle
 
 
 class DisconnectWatch:
@@ -63,8 +63,9 @@ class DisconnectWatch:
 
 
 class CycleWatch:
-    """``DisconnectWatch`` for a request of uvicorn's direct lane (service.transport): the
-    cycle calls back when its client disconnects, so nothing is stepped or waited on."""
+    """``DisconnectWatch`` for a request of uvicorn's direct lane
+    (engine_advisor.service.transport): the cycle calls back when its client disconnects, so nothing
+    is stepped or waited on."""
 
     __slots__ = ("cycle", "task", "gone", "closed")
 

@@ -11,14 +11,14 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from service.proxy.relay.failure import Failure, error_bytes, retry_after
-from service.proxy.relay.observe import COMPLETION, observe
-from service.proxy.relay.passed import PASS_RESPONSE, passed, passed_lines
-from service.proxy.relay.valid import is_json
-from service.proxy.upstreams import Upstream
+from engine_advisor.service.proxy.relay.failure import Failure, error_bytes, retry_after
+from engine_advisor.service.proxy.relay.observe import COMPLETION, observe
+from engine_advisor.service.proxy.relay.passed import PASS_RESPONSE, passed, passed_lines
+from engine_advisor.service.proxy.relay.valid import is_json
+from engine_advisor.service.proxy.upstreams import Upstream
 
 if TYPE_CHECKING:
-    from service.proxy.relay.attempts import Relay
+    from engine_advisor.service.proxy.relay.attempts import Relay
 
 log = logging.getLogger("engine_advisor.proxy")
 JSON = [(b"content-type", b"application/json")]

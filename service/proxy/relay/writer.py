@@ -1,10 +1,9 @@
 """How a relay writes to its client, and hears it go away.
 
-``LaneWriter``: a request of uvicorn's direct lane (service.transport.cycle): a whole response
-(every non-streaming one, every error before a stream starts) is written as bytes in one write,
-the disconnect heard from the connection itself. ``AsgiWriter``: any other server, through
-ASGI ``send`` (the disconnect heard through ``receive``). A stream goes through ``send`` on
-both."""
+``LaneWriter``: a request of uvicorn's direct lane (engine_advisor.service.transport.cycle): a whole
+response (every non-streaming one, every error before a stream starts) is written as bytes in one
+write, the disconnect heard from the connection itself. ``AsgiWriter``: any other server, through
+ASGI ``send`` (the disconnect heard through ``receive``). A stream goes through ``send`` on both."""
 
 from __future__ import annotations
 
@@ -13,12 +12,12 @@ from typing import TYPE_CHECKING
 
 from starlette.types import Receive, Send
 
-from service.proxy.relay.watch import CycleWatch, DisconnectWatch
-from service.proxy.upstreams import Upstream
-from service.transport.headers import header_lines
+from engine_advisor.service.proxy.relay.watch import CycleWatch, DisconnectWatch
+from engine_advisor.service.proxy.upstreams import Upstream
+from engine_advisor.service.transport.headers import header_lines
 
 if TYPE_CHECKING:
-    from service.transport.cycle import LaneCycle
+    from engine_advisor.service.transport.cycle import LaneCycle
 
 Watch = DisconnectWatch | CycleWatch
 
