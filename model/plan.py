@@ -21,6 +21,13 @@ Queueing assumption (also returned in every plan's ``assumptions``):
   an average utilisation of ``headroom`` (< 1 leaves room for bursts), so
   ``instances = ceil(rps x E2E(B) / (B x headroom))``.
 - Each class gets its own pool (its best configuration); ``total_nodes`` is the sum.
+
+Each class's plan says how far to trust it as ``/v1/recommend`` does (``confidence`` and
+``reasons``, by the rules of ``engine_advisor.model.decision.choose``): ``prior`` when nothing is
+calibrated for the hardware, ``low`` when the chosen configuration was never measured or its
+rival needs as many instances with an overlapping interval, ``medium`` when it is extrapolated or
+only the model's KV bytes per token are known (no weights, FLOPs or per-layer costs: its TTFT
+leaves out the prompt's prefill compute), else ``high``.
 """
 
 from __future__ import annotations
@@ -32,14 +39,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from engine_advisor.model import engines
 from engine_advisor.model.errors import validation_message
-from engine_advisor.model.fit.costmodel import CostModel
+from engine_advisor.model.fit.costmodel import UNCALIBRATED_REL_SIGMA, CostModel
 from engine_advisor.model.hardware.gpus import GpuSpec
 from engine_advisor.model.jsonnum import JsonModel
 from engine_advisor.model.kv import KvDtype
+from engine_advisor.model.physics.shape import ModelShape
 from engine_advisor.model.predict.arrivals import arrival_tpot_s, arrival_ttft_s
 from engine_advisor.model.predict.query import Evaluated
 from engine_advisor.model.presentation.launch import launch_command
 from engine_advisor.model.queries import evaluate, query_for
+from engine_advisor.model.schemas import Confidence
 from engine_advisor.model.workload import (
     MAX_BATCH,
     MAX_CONTEXT,
@@ -66,6 +75,17 @@ ASSUMPTIONS = [
     "Little's law: in flight = rps x E2E(B); instances = ceil(rps x E2E(B) / (B x headroom))",
     "each class runs in its own pool of nodes; total_nodes is the sum over classes",
 ]
+# the words of /v1/recommend (engine_advisor.model.presentation.reasons) where they say the same
+KV_ONLY = ("only KV bytes per token are known (no preset or config.json): weights, FLOPs and "
+           "per-layer costs are not modelled, so KV capacity is an upper bound and the interval "
+           "is widened")
+KV_ONLY_PLAN = ("with only KV bytes per token, the plan's times leave out the prompt's prefill "
+                "compute and each decode step's weight reads: its TTFT, TPOT and end-to-end time "
+                "are lower bounds and its concurrency and node count optimistic; give a preset "
+                "or hf_config to plan on them")
+SAME_PRIOR = ("the prior gives both engines the same efficiencies: only their memory (KV "
+              "capacity, reserve) tells them apart here, so the choice between them is not "
+              "informed by measurements")
 
 
 class TrafficClass(JsonModel):
@@ -175,6 +195,14 @@ class ClassPlan(BaseModel):
     e2e_interval_s: tuple[float, float]
     calibrated: bool
     extrapolated: bool
+    confidence: Confidence = Field(
+        description="as /v1/recommend's, for this class's configuration: prior (nothing "
+                    "calibrated for the hardware), low (never measured, or a rival needing as "
+                    "many instances with an overlapping interval), medium (extrapolated, or only "
+                    "KV bytes per token known), high")
+    reasons: list[str] = Field(
+        description="what the plan rests on and how far to trust it: only KV bytes per token "
+                    "known, answered from the physics prior, extrapolated, low confidence")
     kv_capacity_tokens: int
     instance_requests_per_s: float
     requests_per_s_per_gpu: float
@@ -292,7 +320,8 @@ def _plan_class(model: CostModel, req: PlanRequest, i: int,
     q = query_for(model, w)
     reasons = [x.describe() for x in q.excluded]
     options = []
-    for e1 in q.evaluate(w):
+    evals = q.evaluate(w)
+    for e1 in evals:
         label = f"{e1.config.engine} dcp {e1.config.dcp_size}"
         if e1.pred.running_sequences == 0:
             reasons.append(f"{label}: one sequence needs {w.context_tokens + w.output_tokens:,} "
@@ -324,6 +353,7 @@ def _plan_class(model: CostModel, req: PlanRequest, i: int,
     options.sort(key=lambda o: (o.instances, o.e2e))
     instances, e2e, e, b, limit, tpot, ttft = options[0]
     p = e.pred
+    confidence, why = _trust(w, q.shape, q.gpu, evals, options)
     gpus = instances * req.gpus_per_node
     rate = b / e2e
     rules = engines.get(e.config.engine)
@@ -340,8 +370,8 @@ def _plan_class(model: CostModel, req: PlanRequest, i: int,
         mem_fraction_flag=rules.mem_flag, concurrency=b, limited_by=limit,
         instances=instances, gpus=gpus, nodes=instances, predicted_tpot_s=tpot,
         predicted_ttft_s=ttft, predicted_e2e_s=e2e, e2e_interval_s=p.interval_s,
-        calibrated=p.calibrated,
-        extrapolated=p.extrapolated, kv_capacity_tokens=p.kv_capacity_tokens,
+        calibrated=p.calibrated, extrapolated=p.extrapolated, confidence=confidence,
+        reasons=why, kv_capacity_tokens=p.kv_capacity_tokens,
         instance_requests_per_s=rate, requests_per_s_per_gpu=rate / req.gpus_per_node,
         output_tokens_per_s_per_gpu=rate * c.output_tokens / req.gpus_per_node,
         utilisation=c.requests_per_second * e2e / (instances * b), launch_command=cmd,
@@ -351,6 +381,67 @@ def _plan_class(model: CostModel, req: PlanRequest, i: int,
                              predicted_ttft_s=o.ttft, predicted_e2e_s=o.e2e,
                              limited_by=o.limit)
                       for o in options[1:]])
+
+
+def _overlap(a: Evaluated, b: Evaluated) -> bool:
+    (a0, a1), (b0, b1) = a.pred.interval_s, b.pred.interval_s
+    return a0 <= b1 and b0 <= a1
+
+
+def _trust(w: Workload, shape: ModelShape, gpu: str, evals: list[Evaluated],
+           options: list[_Candidate]) -> tuple[str, list[str]]:
+    """(confidence, reasons) of a class's plan, its configuration ``options[0]``, by the rules
+    of ``/v1/recommend`` (``engine_advisor.model.decision.choose.decide``): ``prior`` when no
+    configuration holding a sequence is calibrated (or transferred) for the hardware; ``low``
+    when the chosen one is not, or its rival (the best option of another engine, else the next)
+    needs as many instances and their end-to-end intervals overlap; ``medium`` when it is
+    extrapolated or only the KV bytes per token are known; else ``high``."""
+    best = options[0]
+    bp, label = best.ev.pred, f"{best.ev.config.engine} dcp {best.ev.config.dcp_size}"
+    others = [o for o in options[1:] if o.ev.config.engine != best.ev.config.engine]
+    rival = (others or options[1:] or [None])[0]
+    rival_l = f"{rival.ev.config.engine} dcp {rival.ev.config.dcp_size}" if rival else ""
+    tied = rival is not None and rival.instances == best.instances
+    held = [e for e in evals if e.pred.running_sequences and e.eligible]
+    where = f"{gpu} x {w.num_gpus}"
+    reasons = []
+    if not shape.weights_known:
+        reasons += [KV_ONLY, KV_ONLY_PLAN]
+    if not any(e.pred.calibrated or e.pred.transferred for e in held):
+        confidence = "prior"
+        why = (f"the configurations calibrated on {where} hold no sequence of this workload"
+               if any(e.pred.calibrated or e.pred.transferred for e in evals)
+               else f"no configuration is calibrated on {where}")
+        names = label + (f" and {rival_l}" if rival else "")
+        reasons.append(f"answered from the physics prior: {why}, so every prediction uses the "
+                       "engines' prior efficiencies and their intervals are widened "
+                       f"(+{UNCALIBRATED_REL_SIGMA:.0%} relative sd); calibrate {names} on "
+                       f"{where} near {w.context_tokens:,} context tokens (engine-advisor "
+                       "calibrate run, then fit) to replace it")
+        if tied and rival.ev.config.engine != best.ev.config.engine \
+                and rival.e2e < best.e2e * 1.005:
+            reasons.append(SAME_PRIOR)
+        return confidence, reasons
+    if bp.transferred:
+        reasons.append(f"{label} is calibrated on {where} for other models: this model's "
+                       "physics with the engine's fitted efficiencies (transferred; interval "
+                       "widened)")
+    elif not bp.calibrated:
+        reasons.append(f"{label} has no calibration data on {where}: extrapolated from the "
+                       "physics prior (allow_extrapolation)")
+    elif bp.extrapolated:
+        reasons.append("the workload lies outside the calibrated range: the interval is widened")
+    if not (bp.calibrated or bp.transferred) or (tied and _overlap(best.ev, rival.ev)):
+        confidence = "low"
+        if tied and _overlap(best.ev, rival.ev):
+            n = best.instances
+            reasons.append(f"low confidence: {label} and {rival_l} need {n} instance"
+                           f"{'s' if n != 1 else ''} each and their end-to-end intervals overlap")
+    elif bp.extrapolated or not shape.weights_known:
+        confidence = "medium"
+    else:
+        confidence = "high"
+    return confidence, reasons
 
 
 def plan(model: CostModel, req: PlanRequest, version: str) -> PlanResult:
