@@ -2,7 +2,8 @@
 
 Usage: .venv/bin/python bench/bench_model.py [--workloads 10000] [--repeats 7]
 To time another checkout (``git worktree add DIR COMMIT``), run its script with
-``PYTHONPATH=DIR``: the editable install would otherwise import this checkout's ``model``.
+``PYTHONPATH=$(.venv/bin/python bench/checkout.py DIR)``: the editable install would otherwise
+import this checkout's modules.
 Targets: >= 2,000,000 (engine, dcp, workload) evaluations/s batched; <= 100 us for one
 recommendation in-process (validation included).
 

@@ -29,13 +29,15 @@ import sys
 import tempfile
 from pathlib import Path
 
+from checkout import import_path, prefix
+
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = """
 import sys
 import numpy as np
-from engine_advisor.model.fit.default import default_model
-from engine_advisor.model.recommend import recommend
-from engine_advisor.model.workload import Workload
+from {ns}model.fit.default import default_model
+from {ns}model.recommend import recommend
+from {ns}model.workload import Workload
 SEED = {"output_tokens": 2048, "batch_size": 64, "preset": "kimi-k3", "gpu": "B300",
         "num_gpus": 8}
 m = default_model()
@@ -48,7 +50,7 @@ for p in payloads[:int(sys.argv[1])]:
 
 
 def instructions(checkout: Path, n: int, program: Path) -> int:
-    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(checkout)}
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": import_path(checkout)}
     with tempfile.TemporaryDirectory() as tmp:
         proc = subprocess.run(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.out",
@@ -60,7 +62,10 @@ def instructions(checkout: Path, n: int, program: Path) -> int:
     return int(found.group(1))
 
 
-def per_recommendation(checkout: Path, small: int, large: int, program: Path) -> float:
+def per_recommendation(checkout: Path, small: int, large: int, tmp: Path) -> float:
+    """Instructions per recommendation of ``checkout``'s code (its own import names)."""
+    program = tmp / f"recommend_n_{len(list(tmp.iterdir()))}.py"
+    program.write_text(PROGRAM.replace("{ns}", prefix(checkout)))
     instructions(checkout, small, program)   # numba compiles for valgrind's CPU once
     return ((instructions(checkout, large, program) - instructions(checkout, small, program))
             / (large - small))
@@ -79,12 +84,11 @@ def main() -> int:
     if not 0 <= args.small < args.large <= 10_000:
         ap.error("need 0 <= --small < --large <= 10000")
     with tempfile.TemporaryDirectory() as tmp:
-        program = Path(tmp, "recommend_n.py")
-        program.write_text(PROGRAM)
-        this = per_recommendation(ROOT, args.small, args.large, program)
+        this = per_recommendation(ROOT, args.small, args.large, Path(tmp))
         print(f"this checkout: {this:,.0f} instructions per recommendation")
         if args.baseline:
-            base = per_recommendation(args.baseline.resolve(), args.small, args.large, program)
+            base = per_recommendation(args.baseline.resolve(), args.small, args.large,
+                                      Path(tmp))
             print(f"baseline {args.baseline}: {base:,.0f} instructions per recommendation")
             print(f"ratio this / baseline: {this / base:.3f}")
     return 0

@@ -60,6 +60,7 @@ import time
 from pathlib import Path
 
 import httpx
+from checkout import cli_module, import_path
 
 from engine_advisor.calibration.ports import free_port
 
@@ -365,17 +366,18 @@ def main() -> int:
 
         write_upstreams(tmp / "upstreams.yaml", sim_url)
         p = free_port()
-        procs.append(start([str(EXE), "serve", "--port", str(p), "--upstreams",
-                            str(tmp / "upstreams.yaml"), "--log-level", "warning"],
-                           tmp / "proxy.log", env={"PYTHONPATH": str(ROOT)}))
+        procs.append(start([sys.executable, "-m", cli_module(ROOT), "serve", "--port", str(p),
+                            "--upstreams", str(tmp / "upstreams.yaml"), "--log-level",
+                            "warning"], tmp / "proxy.log",
+                           env={"PYTHONPATH": import_path(ROOT)}))
         targets.append(Target("engine-advisor", f"http://127.0.0.1:{p}", procs[-1],
                               tmp / "proxy.log"))
         if args.baseline is not None:
             p = free_port()
-            procs.append(start([str(EXE), "serve", "--port", str(p), "--upstreams",
-                                str(tmp / "upstreams.yaml"), "--log-level", "warning"],
-                               tmp / "proxy-baseline.log",
-                               env={"PYTHONPATH": str(args.baseline.resolve())}))
+            procs.append(start([sys.executable, "-m", cli_module(args.baseline), "serve",
+                                "--port", str(p), "--upstreams", str(tmp / "upstreams.yaml"),
+                                "--log-level", "warning"], tmp / "proxy-baseline.log",
+                               env={"PYTHONPATH": import_path(args.baseline)}))
             targets.append(Target("engine-advisor baseline", f"http://127.0.0.1:{p}",
                                   procs[-1], tmp / "proxy-baseline.log"))
         if args.workers > 1:

@@ -44,6 +44,7 @@ from bench_proxy import (
     stop,
     write_upstreams,
 )
+from checkout import import_path
 
 from engine_advisor.calibration.ports import free_port
 
@@ -111,7 +112,7 @@ def main() -> int:
              "import sys; from engine_advisor.cli.main import main; sys.exit(main())", "serve",
              "--port", str(port), "--upstreams", str(tmp / "upstreams.yaml"),
              "--log-level", "warning"], tmp / "proxy.log",
-            env={"PYTHONHASHSEED": "0", "PYTHONPATH": str(ROOT)}))
+            env={"PYTHONHASHSEED": "0", "PYTHONPATH": import_path(ROOT)}))
         url = f"http://127.0.0.1:{port}"
         why = ready(Target("engine-advisor", url, procs[-1], tmp / "proxy.log"), 1800.0)
         if why is not None:

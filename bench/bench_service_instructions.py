@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from checkout import import_path, prefix
+
 ROOT = Path(__file__).resolve().parent.parent
 SEED = {"output_tokens": 2048, "batch_size": 64, "preset": "kimi-k3", "gpu": "B300",
         "num_gpus": 8}
@@ -50,8 +52,10 @@ def _scope(path: str, body: bytes) -> dict:
 async def _drive(tmp: Path, n: int) -> None:
     """The program valgrind runs: the app, a warm-up, then the phases between barriers."""
     os.environ["ENGINE_ADVISOR_BENCH_ROUTES"] = "1"
-    from engine_advisor.service.main import app_from_env
-    app = app_from_env()
+    import importlib
+    # the checkout's own import names (before the namespace, ``service.main``)
+    main = importlib.import_module(os.environ["EA_BENCH_PREFIX"] + "service.main")
+    app = main.app_from_env()
 
     async def call(path: str, body: bytes) -> None:
         status = []
@@ -88,7 +92,8 @@ async def _drive(tmp: Path, n: int) -> None:
 
 def per_request(checkout: Path, n: int) -> dict[str, list[float]]:
     """Instructions per request of each phase (trivial, uncached: two values each)."""
-    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(checkout)}
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": import_path(checkout),
+           "EA_BENCH_PREFIX": prefix(checkout)}
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
         proc = subprocess.Popen(

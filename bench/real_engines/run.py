@@ -166,7 +166,11 @@ def ea_env() -> dict[str, str]:
     """engine-advisor's dependencies from the engines' sets: vLLM's, else SGLang's (both hold
     pydantic, fastapi and orjson; the machine has numpy, numba and httpx)."""
     sites = [s for s in (SITES["vllm"], SITES["sglang"]) if os.path.isdir(s)] or [SITES["vllm"]]
-    return {**os.environ, "PYTHONPATH": ":".join([str(REPO), sites[0]]), "PYTHONUNBUFFERED": "1"}
+    sys.path.insert(0, str(REPO / "bench"))
+    from checkout import import_path  # the checkout's folders as engine_advisor.*, uninstalled
+
+    return {**os.environ, "PYTHONPATH": ":".join([import_path(REPO), sites[0]]),
+            "PYTHONUNBUFFERED": "1"}
 
 
 def serve_one(engine: str, preset: str, res: pathlib.Path, port: int, cmd: str | None,

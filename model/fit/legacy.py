@@ -10,11 +10,21 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from unittest import mock
 
 from engine_advisor.model.fit.artifact import ArtifactError
 from engine_advisor.model.fit.costmodel import CostModel
 
 LEGACY_SCHEMA = 2
+# Schema-2 artifacts were written when the packages were top-level (``model.fit.costmodel``);
+# their classes now live under ``engine_advisor``. Only these names are rewritten: any other
+# module a pickle names is looked up as it is.
+OLD_TOPS = ("model", "calibration", "service", "sim", "cli")
+
+
+def current_module(module: str) -> str:
+    """The module a schema-2 pickle's ``module`` is today."""
+    return f"engine_advisor.{module}" if module.partition(".")[0] in OLD_TOPS else module
 
 
 def _sha256(path: Path) -> str:
@@ -47,9 +57,17 @@ def read_trusted_joblib(path: str | Path) -> CostModel:
         raise ArtifactError(f"{p}: sha256 {actual[:16]}... does not match its metadata: the "
                             "file was modified or truncated; not unpickling it")
     import joblib
+    from joblib import numpy_pickle
+
+    class Renamed(numpy_pickle.NumpyUnpickler):
+        def find_class(self, module, name):
+            return super().find_class(current_module(module), name)
 
     try:
-        model = joblib.load(p)
+        # joblib.load builds its unpickler from this module attribute: ours renames the
+        # packages, and a user's own top-level ``model`` package is never imported
+        with mock.patch.object(numpy_pickle, "NumpyUnpickler", Renamed):
+            model = joblib.load(p)
     except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad artifact
         raise ArtifactError(f"{p}: cannot be read ({type(exc).__name__}: {exc})") from None
     if not isinstance(model, CostModel):

@@ -1,4 +1,5 @@
 import copy
+import hashlib
 import io
 import json
 import os
@@ -293,6 +294,27 @@ def test_convert_reads_a_trusted_joblib_artifact_and_checks_it(tmp_path):
     (tmp_path / "old.joblib.json").unlink()
     with pytest.raises(ArtifactError, match="metadata old.joblib.json is missing"):
         read_trusted_joblib(other)
+
+
+def test_convert_reads_an_artifact_pickled_before_the_namespace(tmp_path):
+    """A schema-2 pickle names the old top-level modules (``model.fit.costmodel``): they are
+    read as ``engine_advisor``'s, never imported as top-level names."""
+    import sys
+
+    import joblib
+    m = default_model()
+    path = tmp_path / "old.joblib"
+    joblib.dump(m, path, protocol=2)     # GLOBAL opcodes: the module names in plain text
+    data = path.read_bytes()
+    assert b"cengine_advisor.model.fit.costmodel\n" in data
+    old = data.replace(b"cengine_advisor.", b"c")
+    assert b"engine_advisor" not in old and b"cmodel.fit.costmodel\n" in old
+    path.write_bytes(old)
+    (tmp_path / "old.joblib.json").write_text(json.dumps({
+        "schema_version": 2, "artifact_sha256": hashlib.sha256(old).hexdigest()}))
+    got = read_trusted_joblib(path)
+    assert isinstance(got, CostModel) and got.engines.keys() == m.engines.keys()
+    assert "model" not in sys.modules and "model.fit" not in sys.modules
 
 
 def test_model_convert_command(tmp_path, capsys):
