@@ -54,13 +54,28 @@ function seconds(v) {
     : (+v.toPrecision(1)).toString();
 }
 
+// Widths of ``labels`` as text of ``cls`` in ``svg``: measured, or where the SVG is not laid
+// out (a hidden view), 0.62 em per character of the 12 px tick font (a digit is ~0.55 em).
+function textWidths(svg, labels, cls) {
+  const probe = el("g", {class: "grid", "aria-hidden": "true"}, svg);
+  const out = labels.map((t) => {
+    const node = el("text", {x: 0, y: 0, class: cls}, probe);
+    node.textContent = t;
+    let w = 0;
+    try { w = node.getBBox().width; } catch (_) { w = 0; }
+    return w > 0 ? w : t.length * 12 * 0.62;
+  });
+  probe.remove();
+  return out;
+}
+
 // spec: {series: [{label, points: [{x, y, lo?, hi?}], dashed?, data?}],
 //        markers: [{x, label, kind: "query" | "crossover"}], xTitle, yTitle}
 export function draw(container, spec) {
   container.textContent = "";
   // drawn at the container's own width, so text keeps its size on a phone
   const W = Math.max(300, Math.min(960, container.clientWidth || 720));
-  const H = W < 560 ? 300 : 400, m = {l: 56, r: 12, t: 16, b: 52};
+  const H = W < 560 ? 300 : 400, m = {l: 56, r: 12, t: 16, b: 52};   // m.l: set below
   const svg = el("svg", {viewBox: `0 0 ${W} ${H}`, class: "chart-svg",
                          preserveAspectRatio: "xMidYMid meet"}, container);
   const xs = [], ys = [];
@@ -81,27 +96,37 @@ export function draw(container, spec) {
   let ylo = Math.min(...pos), yhi = Math.max(...pos);
   const logY = yhi / ylo > 20;   // log time axis only where the range calls for it
   if (!logY) { ylo = 0; yhi *= 1.05; } else { ylo /= 1.2; yhi *= 1.2; }
+  const yTicks = ticks(Math.max(ylo, logY ? ylo : 0), yhi, logY, false);
+  // the left margin holds the time axis' title and its tick labels side by side: measured in
+  // the page's own font (estimated where the chart is not laid out yet), so a long label
+  // ("500000") never runs under the title
+  const tickW = Math.max(0, ...textWidths(svg, yTicks.map(seconds), "tick"));
+  const TITLE_X = 4, TITLE_H = 18, GAP = 8, TICK_PAD = 6;
+  m.l = Math.ceil(TITLE_X + TITLE_H + GAP + tickW + TICK_PAD);
   const X = scale(xlo, xhi, m.l, W - m.r, true);
   const Y = scale(ylo, yhi, H - m.b, m.t, logY);
 
   const grid = el("g", {class: "grid"}, svg);
   for (const t of ticks(xlo, xhi, true, true)) {
     el("line", {x1: X(t), x2: X(t), y1: m.t, y2: H - m.b}, grid);
-    el("text", {x: X(t), y: H - m.b + 16, "text-anchor": "middle", class: "tick"},
+    el("text", {x: X(t), y: H - m.b + 16, "text-anchor": "middle", class: "tick tick-x"},
        grid).textContent = tokens(t);
   }
-  for (const t of ticks(Math.max(ylo, logY ? ylo : 0), yhi, logY, false)) {
+  for (const t of yTicks) {
     el("line", {x1: m.l, x2: W - m.r, y1: Y(t), y2: Y(t)}, grid);
-    el("text", {x: m.l - 6, y: Y(t) + 4, "text-anchor": "end", class: "tick"},
+    el("text", {x: m.l - TICK_PAD, y: Y(t) + 4, "text-anchor": "end", class: "tick tick-y"},
        grid).textContent = seconds(t);
   }
   el("rect", {x: m.l, y: m.t, width: W - m.l - m.r, height: H - m.t - m.b, class: "frame"},
      svg);
-  el("text", {x: (m.l + W - m.r) / 2, y: H - 10, "text-anchor": "middle", class: "title"},
-     svg).textContent = spec.xTitle || "";
-  el("text", {x: 14, y: (m.t + H - m.b) / 2, "text-anchor": "middle", class: "title",
-              transform: `rotate(-90 14 ${(m.t + H - m.b) / 2})`}, svg).textContent =
-    (spec.yTitle || "") + (logY ? " (log)" : "");
+  el("text", {x: (m.l + W - m.r) / 2, y: H - 10, "text-anchor": "middle",
+              class: "title title-x"}, svg).textContent = spec.xTitle || "";
+  // turned a quarter left about (TITLE_X, mid): with a "hanging" baseline (the glyphs' top
+  // edge) the glyphs lie between x = TITLE_X and TITLE_X + TITLE_H, clear of the tick labels
+  const mid = (m.t + H - m.b) / 2;
+  el("text", {x: TITLE_X, y: mid, "text-anchor": "middle", "dominant-baseline": "hanging",
+              class: "title title-y", transform: `rotate(-90 ${TITLE_X} ${mid})`},
+     svg).textContent = (spec.yTitle || "") + (logY ? " (log)" : "");
 
   spec.series.forEach((s, i) => {
     const color = PALETTE[i % PALETTE.length];

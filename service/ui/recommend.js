@@ -19,16 +19,80 @@ const KNOWN_REC = new Set(["engine", "dcp_size", "mem_fraction", "mem_fraction_f
   "predictions", "speedup", "confidence", "crossover_context_tokens", "kv_capacity_tokens",
   "fits_in_memory", "launch_command", "reasons", "excluded", "model_version"]);
 
+const same = (a, b) => a.engine === b.engine && a.dcp_size === b.dcp_size;
+const name = (p) => `${p.engine} dcp ${p.dcp_size}`;
+
 // The chosen configuration's memory knobs, when its prediction sets any (hybrid models'
 // state and KV split, a running-request limit): what they are and how many run at once.
 function memoryCard(rec, w) {
-  const best = rec.predictions.find((p) => p.engine === rec.engine && p.dcp_size === rec.dcp_size);
+  const best = rec.predictions.find((p) => same(p, rec));
   if (!best?.memory_flags?.length) return [];
   return [card("Memory flags", best.memory_flags.join(" "), "memory_flags",
                `${int(best.running_sequences)} of ${int(w.batch_size ?? 1)} sequences at once`)];
 }
 
-function renderAnswer(rec, w) {
+// Which predictions the recommendation could choose from, and why the others could not, as
+// the model decides (engine_advisor.model.predict.query: a configuration holding no sequence
+// never; one without calibration data for this GPU and size only with allow_extrapolation,
+// or when none that holds a sequence has any). The compared configuration (the speed-up's
+// denominator) is the fastest eligible one of another engine, else the next eligible one
+// (engine_advisor.model.decision.choose), checked against the API's speed-up: where they
+// disagree, the configuration whose time gives the API's speed-up.
+function eligibility(rec, w) {
+  const preds = rec.predictions;
+  const holds = (p) => p.running_sequences > 0;
+  const measured = (p) => p.calibrated || p.transferred;
+  const anyway = Boolean(w.allow_extrapolation) || !preds.some((p) => holds(p) && measured(p));
+  const where = w.gpu && w.num_gpus ? `${w.gpu}\u00a0×\u00a0${w.num_gpus}` : "this GPU and size";
+  const why = new Map();
+  for (const p of preds) {
+    if (!holds(p)) {
+      const x = (rec.excluded || []).find((e) => same(e, p));
+      why.set(p, x ? x.reason : "not even one sequence fits in memory");
+    } else if (!anyway && !measured(p)) {
+      why.set(p, `not calibrated on ${where} (allow extrapolation to consider it)`);
+    }
+  }
+  const eligible = preds.filter((p) => !why.has(p));
+  const best = preds.find((p) => same(p, rec));
+  const others = eligible.filter((p) => p !== best);
+  let rival = others.find((p) => p.engine !== rec.engine) ?? others[0] ?? null;
+  const ratio = (p) => p.total_s / best.total_s;
+  const agrees = (p) => p && Math.abs(ratio(p) - rec.speedup) <= 1e-6 * rec.speedup;
+  if (rec.speedup == null) rival = null;
+  else if (!agrees(rival)) rival = preds.find((p) => p !== best && agrees(p)) ?? null;
+  // what the API chose and compared with was eligible, whatever the rules above say
+  why.delete(best);
+  if (rival) why.delete(rival);
+  return {why, rival, isEligible: (p) => !why.has(p)};
+}
+
+function speedupCard(rec, elig) {
+  const {rival, why} = elig;
+  if (rec.speedup == null) {
+    return card("Speed-up", "–", "speedup", "no other eligible configuration to compare with");
+  }
+  if (!rival) {
+    return card("Speed-up", rec.speedup.toFixed(2) + "×", "speedup",
+                "over the next-best eligible configuration");
+  }
+  const across = rival.engine !== rec.engine;
+  // faster than the compared one but not eligible (of another engine, where it is of one)
+  const skipped = rec.predictions.filter((p) => why.has(p) && p.total_s < rival.total_s
+                                         && (!across || p.engine !== rec.engine));
+  const node = card("Speed-up", rec.speedup.toFixed(2) + "×", "speedup",
+    `vs ${name(rival)} (${secs(rival.total_s)} s), `
+    + (across ? "the fastest eligible configuration of another engine"
+       : "the next-fastest eligible configuration") + (skipped.length
+      ? `. Faster but not eligible: ${skipped.slice(0, 3).map(name).join(", ")}`
+        + (skipped.length > 3 ? ` and ${skipped.length - 3} more` : "") + " (see Predictions)"
+      : ""));
+  node.dataset.engine = rival.engine;
+  node.dataset.dcp = rival.dcp_size;
+  return node;
+}
+
+function renderAnswer(rec, w, elig) {
   const fits = rec.fits_in_memory;
   const needed = int((w.batch_size ?? 1) * (w.context_tokens + w.output_tokens));
   $("#answer").replaceChildren(
@@ -36,8 +100,7 @@ function renderAnswer(rec, w) {
     card("DCP size", String(rec.dcp_size), "dcp_size"),
     card("Memory fraction", rec.mem_fraction.toFixed(2), "mem_fraction", rec.mem_fraction_flag),
     card("Confidence", rec.confidence, "confidence"),
-    card("Speed-up", rec.speedup == null ? "–" : rec.speedup.toFixed(2) + "×", "speedup",
-         "over the next-best engine"),
+    speedupCard(rec, elig),
     card("KV capacity", int(rec.kv_capacity_tokens) + " tokens", "kv_capacity_tokens",
          fits ? `the batch fits (${needed} needed)` : `the batch does not fit: ${needed} needed`),
     ...memoryCard(rec, w),
@@ -58,7 +121,9 @@ function renderAnswer(rec, w) {
     [h("dt", {text: label(k)}), h("dd", {"data-field": k, text: anyValue(v)})]));
 }
 
-// Known prediction columns first (in this order), then whatever else the API returns.
+// Known prediction fields in this order: the table's columns, then the ones each row shows
+// under it on demand (its "details"), then whatever else the API returns (details too). Kept
+// to columns that fit a 1,400 px window beside the form; narrower, the table scrolls in its box.
 const PRED_COLS = [
   ["engine", "engine", (p) => p.engine],
   ["dcp_size", "DCP", (p) => p.dcp_size],
@@ -67,42 +132,82 @@ const PRED_COLS = [
   ["prefill_s", "prefill s", (p) => secs(p.prefill_s)],
   ["decode_s", "decode s", (p) => secs(p.decode_s)],
   ["tpot_s", "TPOT ms", (p) => (p.tpot_s * 1000).toFixed(1)],
-  ["mem_fraction", "mem fraction", (p) => p.mem_fraction.toFixed(2)],
   ["kv_capacity_tokens", "KV capacity tokens", (p) => int(p.kv_capacity_tokens)],
-  ["fits_in_memory", "batch fits", (p) => (p.fits_in_memory ? "yes" : "no")],
-  ["running_sequences", "running at once", (p) => int(p.running_sequences)
-    + (p.running_limit && p.running_limit !== "none" ? ` (${LIMITS[p.running_limit]})` : "")],
-  ["state_slots", "state slots", (p) => (p.state_slots == null ? "–" : int(p.state_slots))],
+  ["running_sequences", "running at once", (p) => (p.running_limit && p.running_limit !== "none"
+    ? [int(p.running_sequences) + " ", h("span", {class: "limit",
+                                                  text: `(${LIMITS[p.running_limit]})`})]
+    : int(p.running_sequences))],
+];
+const DETAIL_COLS = [
   ["memory_flags", "memory flags", (p) => (p.memory_flags?.length ? p.memory_flags.join(" ")
     : "defaults")],
+  ["fits_in_memory", "batch fits", (p) => (p.fits_in_memory ? "yes" : "no")],
+  ["mem_fraction", "mem fraction", (p) => p.mem_fraction.toFixed(2)],
+  ["state_slots", "state slots", (p) => (p.state_slots == null ? "–" : int(p.state_slots))],
   ["kv_read_source", "KV read model", (p) => p.kv_read_source],
+  ["step_terms_s", "decode step ms", (p) => stepTerms(p.step_terms_s)],
 ];
 const STATUS_KEYS = new Set(["calibrated", "extrapolated", "transferred", "running_limit"]);
 // what binds the sequences running at once (a prediction's running_limit)
 const LIMITS = {kv: "KV cache", state: "state slots", max_running: "running limit"};
 
-function renderPredictions(rec) {
+// a decode step's terms (step_terms_s), largest first
+function stepTerms(terms) {
+  const ms = Object.entries(terms || {}).filter(([, v]) => v > 0).sort((a, b) => b[1] - a[1]);
+  return ms.length ? ms.map(([k, v]) => `${label(k)} ${(v * 1000).toFixed(1)}`).join(", ") : "–";
+}
+
+const dataValue = (v) => (typeof v === "object" ? JSON.stringify(v) : v);
+
+function renderPredictions(rec, elig) {
   const preds = rec.predictions;
-  const isBest = (p) => p.engine === rec.engine && p.dcp_size === rec.dcp_size;
+  const isBest = (p) => same(p, rec);
   const statusCol = ["status", "status", (p) => {
     const [st, cls] = status(p);
     return [h("span", {class: cls, text: st}),
             isBest(p) ? h("span", {class: "badge best", text: "recommended"}) : null];
   }];
-  const known = new Set([...PRED_COLS.map((c) => c[0]), ...STATUS_KEYS]);
+  // may the recommendation choose it, and if not, why; the speed-up card's configuration
+  const eligibleCol = ["eligible", "eligible", (p) => (elig.isEligible(p)
+    ? ["yes", p === elig.rival ? h("span", {class: "badge rival", text: "speed-up baseline"}) : null]
+    : [h("span", {class: "badge no", text: "no"}),
+       h("span", {class: "why", text: elig.why.get(p)})])];
+  const known = new Set([...PRED_COLS, ...DETAIL_COLS].map((c) => c[0]).concat([...STATUS_KEYS]));
   const extra = [...new Set(preds.flatMap((p) => Object.keys(p)))].filter((k) => !known.has(k));
   const cols = PRED_COLS.filter(([k]) => preds.some((p) => k in p));
-  cols.splice(2, 0, statusCol);
-  cols.push(...extra.map((k) => [k, label(k), (p) => anyValue(p[k])]));
+  cols.splice(2, 0, statusCol, eligibleCol);
+  const details = DETAIL_COLS.filter(([k]) => preds.some((p) => k in p));
+  details.push(...extra.map((k) => [k, label(k), (p) => anyValue(p[k])]));
   const head = h("tr", {}, ...cols.map(([k, t]) => h("th", {scope: "col", "data-key": k, text: t})));
-  const rows = preds.map((p) => h("tr",
-    {class: isBest(p) ? "best" : "", "data-engine": p.engine, "data-dcp": p.dcp_size},
-    ...cols.map(([k, , f]) => h("td", {"data-key": k,
-      "data-value": typeof p[k] === "object" ? JSON.stringify(p[k]) : p[k]},
-      k in p || k === "status" ? f(p) : "–"))));
+  // one body per configuration: its row, and under it its details (hidden until the button
+  // under the engine's name shows them)
+  const bodies = preds.map((p, i) => {
+    const id = `pred-details-${i}`;
+    const more = h("button", {type: "button", class: "link details-toggle",
+                              "aria-expanded": "false", "aria-controls": id, text: "details"});
+    const row = h("tr", {class: ["pred", isBest(p) ? "best" : "",
+                                 elig.isEligible(p) ? "" : "ineligible"].join(" ").trim(),
+                         "data-engine": p.engine, "data-dcp": p.dcp_size,
+                         "data-eligible": String(elig.isEligible(p))},
+      ...cols.map(([k, , f]) => h("td", {"data-key": k, "data-value": dataValue(p[k])},
+        k in p || k === "status" || k === "eligible" ? f(p) : "–", k === "engine" ? more : null)));
+    const sub = h("tr", {class: "details", id, hidden: true},
+      h("td", {colspan: cols.length}, h("dl", {}, ...details.flatMap(([k, t, f]) =>
+        [h("dt", {text: t}), h("dd", {"data-key": k, "data-value": dataValue(p[k])},
+                                     k in p ? f(p) : "–")]))));
+    more.addEventListener("click", () => {
+      sub.hidden = !sub.hidden;
+      more.setAttribute("aria-expanded", String(!sub.hidden));
+    });
+    return h("tbody", {"data-engine": p.engine, "data-dcp": p.dcp_size}, row, sub);
+  });
+  const shut = preds.filter((p) => !elig.isEligible(p)).length;
   $("#predictions").replaceChildren(
-    h("caption", {text: "Every configuration considered; 90 % prediction intervals."}),
-    h("thead", {}, head), h("tbody", {}, ...rows));
+    h("caption", {text: "Every configuration considered, fastest first; 90 % prediction "
+      + "intervals; details: memory flags, state slots, the decode step's terms. "
+      + (shut ? `${shut} of ${preds.length} may not be recommended: the eligible column says why.`
+         : "Each may be recommended.")}),
+    h("thead", {}, head), ...bodies);
 }
 
 function chartRange(ctx) {
@@ -173,8 +278,9 @@ export async function runRecommend() {
     state.workload = w;
     $("#rec-empty").hidden = true;
     $("#rec-result").hidden = false;
-    renderAnswer(rec, w);
-    renderPredictions(rec);
+    const elig = eligibility(rec, w);
+    renderAnswer(rec, w, elig);
+    renderPredictions(rec, elig);
     await renderChart(rec, w);
   } catch (e) {
     showError(e);

@@ -4,6 +4,7 @@ API's own answer. Screenshots go to a temporary directory (printed on failure)."
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -27,6 +28,8 @@ if not Path(CHROMIUM).exists():
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 DESKTOP = {"width": 1280, "height": 800}
+WIDE = {"width": 1400, "height": 900}
+FULL_HD = {"width": 1920, "height": 1080}
 PHONE = {"width": 390, "height": 844}
 WORKLOAD = {"context_tokens": 204800, "output_tokens": 2048, "batch_size": 64,
             "preset": "kimi-k3", "gpu": "B300", "num_gpus": 8}
@@ -149,16 +152,23 @@ def test_shared_link_renders_the_answer(server, open_page, shots):
     assert f"{chosen['running_sequences']} of 64 sequences at once" in text(
         page, "#answer [data-field=memory_flags]")
 
-    # the predictions table: one row per prediction, the numbers the API gave
-    rows = page.locator("#predictions tbody tr")
+    # the predictions table: one row per prediction, the numbers the API gave; under each row
+    # its details (memory flags, state slots, ...), shown on demand
+    rows = page.locator("#predictions tr.pred")
     assert rows.count() == len(rec["predictions"])
+    groups = page.locator("#predictions tbody")
+    details = groups.first.locator("tr.details")
+    assert details.is_hidden()
+    groups.first.locator("button[aria-controls]").click()
+    assert details.is_visible()
+    assert groups.first.locator("button[aria-controls]").get_attribute("aria-expanded") == "true"
     for i, p in enumerate(rec["predictions"]):
         row = rows.nth(i)
         assert row.get_attribute("data-engine") == p["engine"]
         assert row.get_attribute("data-dcp") == str(p["dcp_size"])
         shown = float(row.locator("td[data-key=total_s]").get_attribute("data-value"))
         assert math.isclose(shown, p["total_s"], rel_tol=1e-9)
-        flags = row.locator("td[data-key=memory_flags]").inner_text()
+        flags = groups.nth(i).locator("dd[data-key=memory_flags]").text_content()
         assert flags == (" ".join(p["memory_flags"]) or "defaults")
         running = row.locator("td[data-key=running_sequences]").inner_text()
         assert running.startswith(f"{p['running_sequences']:,}")
@@ -186,6 +196,236 @@ def test_shared_link_renders_the_answer(server, open_page, shots):
         marker = page.locator("#chart .marker-crossover").first
         assert int(marker.get_attribute("data-context")) == pytest.approx(
             cross["crossover_context_tokens"], rel=0.1)
+    pg.close()
+
+
+# ---------------------------------------------------------------- geometry and eligibility
+def boxes(page, selector: str) -> list[dict]:
+    """Each element's text and its box on the screen (a turned element: the box around it)."""
+    return page.evaluate("""(sel) => Array.from(document.querySelectorAll(sel)).map((e) => {
+        const r = e.getBoundingClientRect();
+        return {text: e.textContent, left: r.left, right: r.right, top: r.top,
+                bottom: r.bottom};
+    })""", selector)
+
+
+def overlap(a: dict, b: dict) -> bool:
+    return (a["left"] < b["right"] and b["left"] < a["right"]
+            and a["top"] < b["bottom"] and b["top"] < a["bottom"])
+
+
+def inside(a: dict, box: dict, slack: float = 0.5) -> bool:
+    return (a["left"] >= box["left"] - slack and a["right"] <= box["right"] + slack
+            and a["top"] >= box["top"] - slack and a["bottom"] <= box["bottom"] + slack)
+
+
+def by_width(v: dict) -> str:
+    return f"{v['width']}px"
+
+
+@pytest.mark.parametrize("viewport", [WIDE, FULL_HD, PHONE], ids=by_width)
+def test_chart_axis_titles_clear_of_tick_labels(open_page, shots, viewport):
+    """Neither axis title runs into a tick label (the time axis' title once lay over its
+    labels: "500000" is wider than the fixed margin left for it), and no text leaves the
+    chart."""
+    pg = open_page(viewport)
+    page = pg.open(urlencode(WORKLOAD), ready="recommend")
+    page.wait_for_selector("#chart circle.point")
+    page.locator("#chart").screenshot(path=str(shots / f"chart-{by_width(viewport)}.png"))
+    titles = boxes(page, "#chart svg text.title")
+    ticks = boxes(page, "#chart svg text.tick")
+    assert len(titles) == 2 and len(ticks) >= 6
+    # the time axis' title is the turned one (taller than wide); its longest label is wide
+    ytitle = [t for t in titles if t["bottom"] - t["top"] > t["right"] - t["left"]]
+    assert len(ytitle) == 1 and "total time" in ytitle[0]["text"]
+    assert max(len(k["text"]) for k in ticks) >= 6          # "500000": the case that overlapped
+    hits = [(t["text"], k["text"]) for t in titles for k in ticks if overlap(t, k)]
+    assert hits == [], f"axis title over tick labels: {hits}"
+    svg = boxes(page, "#chart svg")[0]
+    assert [t["text"] for t in titles + ticks if not inside(t, svg)] == []
+    # the time axis' labels stand between its title and the plot's frame
+    frame = boxes(page, "#chart svg rect.frame")[0]
+    left_labels = [k for k in ticks if k["right"] <= frame["left"] + 0.5]
+    assert left_labels and all(ytitle[0]["right"] < k["left"] for k in left_labels)
+    pg.close()
+
+
+def wrap_geometry(page) -> dict:
+    """The predictions table's box (its parent) and what of the table lies outside it."""
+    return page.evaluate("""() => {
+        const table = document.querySelector('#predictions'), wrap = table.parentElement;
+        const w = wrap.getBoundingClientRect();
+        const out = Array.from(table.querySelectorAll('th, td'))
+            .filter((c) => c.getClientRects().length)
+            .filter((c) => { const r = c.getBoundingClientRect();
+                             return r.right > w.right + 0.5 || r.left < w.left - 0.5; })
+            .map((c) => c.dataset.key || c.className || c.tagName);
+        const main = document.querySelector('main').getBoundingClientRect();
+        return {scroll: wrap.scrollWidth, client: wrap.clientWidth, outside: out,
+                table_right: table.getBoundingClientRect().right, wrap_right: w.right,
+                main_right: main.right, page: document.documentElement.scrollWidth,
+                window: document.documentElement.clientWidth,
+                overflow: getComputedStyle(wrap).overflowX, tabindex: wrap.tabIndex};
+    }""")
+
+
+@pytest.mark.parametrize("viewport", [WIDE, FULL_HD], ids=by_width)
+def test_predictions_table_fits_beside_the_form(open_page, shots, viewport):
+    """From 1,400 px up the whole table is in view inside its box: no column cut off on the
+    right, nothing to scroll to, with every row's details open too."""
+    pg = open_page(viewport)
+    page = pg.open(urlencode(WORKLOAD), ready="recommend")
+    page.locator("#predictions").scroll_into_view_if_needed()
+    page.screenshot(path=str(shots / f"predictions-{by_width(viewport)}.png"))
+    g = wrap_geometry(page)
+    assert g["page"] <= g["window"], g
+    assert g["wrap_right"] <= g["main_right"] + 0.5, g
+    assert g["scroll"] <= g["client"], f"the table is wider than its box: {g}"
+    assert g["table_right"] <= g["wrap_right"] + 0.5 and g["outside"] == [], g
+    toggles = page.locator("#predictions button[aria-controls]")
+    assert toggles.count() == page.locator("#predictions tr.pred").count()
+    for i in range(toggles.count()):
+        toggles.nth(i).click()
+    expect(page.locator("#predictions tr.details:visible")).to_have_count(toggles.count())
+    page.locator("#predictions").screenshot(
+        path=str(shots / f"predictions-details-{by_width(viewport)}.png"))
+    g = wrap_geometry(page)
+    assert g["scroll"] <= g["client"] and g["outside"] == [], g
+    pg.close()
+
+
+def test_predictions_table_scrolls_in_its_box_on_a_phone(open_page):
+    """Narrower than the table, its box scrolls sideways (from the keyboard too) and the page
+    does not: what is right of the box is reached by scrolling, never cut off."""
+    pg = open_page(PHONE)
+    page = pg.open(urlencode(WORKLOAD), ready="recommend")
+    g = wrap_geometry(page)
+    assert g["page"] <= g["window"], g
+    assert g["scroll"] > g["client"] and g["overflow"] in ("auto", "scroll"), g
+    assert g["tabindex"] >= 0, "the scrolling box cannot take the keyboard focus"
+    wrap = page.locator("#predictions-wrap")
+    assert wrap.get_attribute("role") == "region" and wrap.get_attribute("aria-label")
+    wrap.focus()
+    for _ in range(3):
+        page.keyboard.press("ArrowRight")
+    expect(wrap).not_to_have_js_property("scrollLeft", 0)
+    page.evaluate("document.querySelector('#predictions-wrap').scrollLeft = 1e6")
+    box = boxes(page, "#predictions-wrap")[0]
+    last = boxes(page, "#predictions thead th:last-child")[0]
+    assert last["right"] <= box["right"] + 0.5
+    pg.close()
+
+
+@functools.cache
+def default_model():
+    from engine_advisor.model.fit.default import default_model
+    return default_model()
+
+
+def model_decision(workload: dict):
+    """The model's own answer, in this process: its version, whether each configuration may
+    be recommended, and the one the speed-up compares with (None: none)."""
+    from engine_advisor.model.decision.choose import decide
+    from engine_advisor.model.queries import query_for
+    from engine_advisor.model.workload import Workload
+    model = default_model()
+    w = Workload(**workload)
+    q = query_for(model, w)
+    evals = q.evaluate(w)
+    d = decide(q, w, evals)
+    eligible = {(e.config.engine, e.config.dcp_size): e.eligible for e in evals}
+    rival = (d.rival.config.engine, d.rival.config.dcp_size) if d.rival else None
+    return model.version, eligible, rival
+
+
+ELIGIBILITY_CASES = {
+    # vLLM dcp 2, 4 and 8 beat vLLM dcp 1 but lack calibration data on B300 x 8: the speed-up
+    # is over vLLM dcp 1 and the table says why the faster three were not chosen
+    "calibrated-only": WORKLOAD,
+    "allow-extrapolation": {**WORKLOAD, "allow_extrapolation": True},
+    # dcp 1 holds no sequence of 3M tokens (the API's exclusions give why); nothing to compare
+    "3M-context": {**WORKLOAD, "context_tokens": 3_000_000},
+}
+
+
+@pytest.mark.parametrize("case", ELIGIBILITY_CASES)
+def test_eligible_rows_and_the_speedup_baseline(server, open_page, shots, case):
+    """The table marks which configurations the recommendation could choose and says why
+    the others could not; the speed-up card names the configuration it compares with, which
+    is eligible, is marked in the table, and gives the API's speed-up."""
+    workload = ELIGIBILITY_CASES[case]
+    rec = httpx.post(server.url + "/v1/recommend", json=workload, timeout=30).json()
+    version, eligible, rival = model_decision(workload)
+    assert rec["model_version"] == version   # the server answers from the same default model
+    pg = open_page(WIDE)
+    # (the page's links write a set checkbox as "true")
+    page = pg.open(urlencode({k: str(v).lower() if isinstance(v, bool) else v
+                              for k, v in workload.items()}), ready="recommend")
+    assert page.is_checked("#f-allow_extrapolation") == bool(workload.get("allow_extrapolation"))
+    page.screenshot(path=str(shots / f"eligibility-{case}.png"), full_page=True)
+    excluded = {(x["engine"], x.get("dcp_size")): x["reason"] for x in rec["excluded"]}
+    rows = page.locator("#predictions tr[data-engine]")
+    assert rows.count() == len(rec["predictions"])
+    ineligible = 0
+    for i, p in enumerate(rec["predictions"]):
+        key = (p["engine"], p["dcp_size"])
+        row = rows.nth(i)
+        assert row.get_attribute("data-eligible") == str(eligible[key]).lower(), key
+        cell = row.locator("td[data-key=eligible]").inner_text().replace("\xa0", " ")
+        assert ("ineligible" in (row.get_attribute("class") or "")) == (not eligible[key])
+        if eligible[key]:
+            assert cell.startswith("yes"), (key, cell)
+            continue
+        ineligible += 1
+        assert cell.startswith("no"), (key, cell)
+        if key in excluded:                 # holds no sequence: the API's own reason
+            assert excluded[key] in cell, (key, cell)
+        else:                               # no calibration data for this hardware
+            assert not (p["calibrated"] or p["transferred"])
+            assert f"not calibrated on {workload['gpu']} × {workload['num_gpus']}" in cell
+    caption = page.locator("#predictions caption").inner_text()
+    assert (f"{ineligible} of {len(rec['predictions'])} may not be recommended" in caption
+            if ineligible else "Each may be recommended" in caption)
+
+    card = page.locator("#answer [data-field=speedup]")
+    said = card.inner_text()
+    marked = page.locator("#predictions tr[data-engine]:has(.badge.rival)")
+    if rival is None:
+        assert rec["speedup"] is None
+        assert text(page, "#answer [data-field=speedup] .card-value") == "–"
+        assert "no other eligible configuration" in said and marked.count() == 0
+        pg.close()
+        return
+    engine, dcp = rival
+    assert eligible[rival]
+    assert (card.get_attribute("data-engine"), card.get_attribute("data-dcp")) == \
+        (engine, str(dcp))
+    assert f"vs {engine} dcp {dcp}" in said
+    assert ("of another engine" in said) == (engine != rec["engine"])
+    preds = {(p["engine"], p["dcp_size"]): p for p in rec["predictions"]}
+    best = preds[(rec["engine"], rec["dcp_size"])]
+    assert math.isclose(preds[rival]["total_s"] / best["total_s"], rec["speedup"],
+                        rel_tol=1e-9)
+    assert text(page, "#answer [data-field=speedup] .card-value") == f"{rec['speedup']:.2f}×"
+    # the compared configuration is marked in the table, and it alone
+    assert marked.count() == 1
+    assert (marked.get_attribute("data-engine"), marked.get_attribute("data-dcp")) == \
+        (engine, str(dcp))
+    assert marked.get_attribute("data-eligible") == "true"
+    # faster configurations of that engine that were not eligible: named by the card, and
+    # marked not eligible in the table
+    faster = [k for k, p in preds.items() if not eligible[k] and k[0] == engine
+              and p["total_s"] < preds[rival]["total_s"]]
+    if case == "calibrated-only":
+        assert faster, "the case the issue is about: a faster vLLM configuration not eligible"
+    if faster:
+        assert "Faster but not eligible" in said
+        for k in faster[:3]:
+            assert f"{k[0]} dcp {k[1]}" in said
+            row = page.locator(f"#predictions tr[data-engine={k[0]}][data-dcp='{k[1]}']")
+            assert row.get_attribute("data-eligible") == "false"
+    else:
+        assert "not eligible" not in said
     pg.close()
 
 
