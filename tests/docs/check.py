@@ -3,22 +3,54 @@ reports the first, ``update`` writes the second)."""
 
 from __future__ import annotations
 
+import ast
+import importlib
+import importlib.util
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import compare
 from .figures import FIGURES, Premise
-from .markers import Block, kind, read, rel, rewrite
-from .run import Server, parses, run_cli, run_curl, unwrap_optional
+from .markers import (
+    BARE_CLI,
+    PYTHON,
+    ROOT,
+    SHELL,
+    Block,
+    Page,
+    bare,
+    kind,
+    python_modules,
+    read,
+    rel,
+    rewrite,
+    runs,
+    shell_lines,
+    split_chain,
+)
+from .run import Server, Workspace, parses, run_example, unwrap_optional
 
-UPDATE = "python -m tests.docs.update"
+UPDATE = ".venv/bin/python -m tests.docs.update"
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+INSTALL = "python3 -m venv .venv && .venv/bin/pip install -e ."      # the README's install
+# an inline command that runs this project's code (its modules, tests, scripts, install) or a
+# tool of its venv with arguments must name the venv's program; a prose mention of a command
+# (`engine-advisor serve`, `lint-imports`) is its name, not checked
+OURS = re.compile(r"engine_advisor|-m tests\b|(^|\s)bench/|-e +'?\.|engine-advisor\[")
+VENV_TOOLS = {"pytest", "mkdocs", "ruff", "lint-imports"}
+GPU_MACHINE = "bench/real_engines/run.py"   # stdlib only: the GPU machine's own python3 runs it
+SPAN = re.compile(r"(?<!`)`([^`]+)`(?!`)")
 
 
 @dataclass
 class Context:
     server: Server
+    workspace: Workspace = field(default_factory=Workspace)
+
+    def close(self) -> None:
+        self.server.close()
+        self.workspace.close()
 
 
 @dataclass
@@ -41,13 +73,19 @@ def check_page(path: Path, ctx: Context) -> Report:
     outputs: dict[int, str] = {}
     last_example: tuple[Block, object] | None = None
     for k, b in enumerate(page.blocks):
-        cmds = [c for c in b.commands() if kind(c)] if b.lang in ("", "bash", "sh") else []
+        shell, python = b.lang in SHELL, b.lang in PYTHON
+        cmds = b.commands() if shell else []
         where = f"{b.line} ({b.label()!r})"
-        if b.mark is None and cmds:
-            rep.add(where, "a block with engine-advisor or curl commands needs <!--example--> "
-                    "or <!--illustrative:why--> on the line before it", fixable=False)
+        if b.mark is None and (python or any(runs(c) for c in cmds)):
+            rep.add(where, "a block a user would run needs <!--example--> or "
+                    "<!--illustrative:why--> on the line before it", fixable=False)
+        for problem in bare_problems(b, cmds) if shell else []:
+            rep.add(where, problem, fixable=False)
         for c in cmds:
-            for problem in consistency(c):
+            for problem in consistency(c) + module_problems(c):
+                rep.add(where, problem, fixable=False)
+        if python:
+            for problem in import_problems(b.body):
                 rep.add(where, problem, fixable=False)
         if b.mark == "illustrative":
             for c in cmds:
@@ -57,17 +95,16 @@ def check_page(path: Path, ctx: Context) -> Report:
                         rep.add(where, f"`{' '.join(c)}` no longer parses: {err}",
                                 fixable=False)
         elif b.mark == "example":
-            result = None
-            for c in cmds:
-                result = run_cli(c) if kind(c) == "cli" else run_curl(c, ctx.server)
-                if result.code != 0:
-                    rep.add(where, f"`{' '.join(c)}` failed (exit {result.code}): "
-                            f"{(result.err or result.out).strip()[-400:]}", fixable=False)
-                    break
-            last_example = (b, result) if result is not None and result.code == 0 else None
-            if not cmds:
-                rep.add(where, "an example without engine-advisor or curl commands",
-                        fixable=False)
+            if not (python or any(runs(c) for c in cmds)):
+                rep.add(where, "an example without a command to run", fixable=False)
+                last_example = None
+                continue
+            result = run_example(b, ctx.server, ctx.workspace)
+            if result.code != 0:
+                rep.add(where, f"failed (exit {result.code}) as a user runs it from the "
+                        f"repository root after `{INSTALL}`: "
+                        f"{(result.err or result.out).strip()[-400:]}", fixable=False)
+            last_example = (b, result) if result.code == 0 else None
         elif b.mark == "output":
             if last_example is None:
                 rep.add(str(b.line), "an <!--output--> block without a working example "
@@ -96,6 +133,8 @@ def check_page(path: Path, ctx: Context) -> Report:
             figs[name] = want
     for line, problem in dead_links(page.path, page.text):
         rep.add(str(line), problem, fixable=False)
+    for line, problem in inline_problems(page):
+        rep.add(str(line), problem, fixable=False)
     rep.text = rewrite(page, outputs, gens, figs)
     return rep
 
@@ -121,6 +160,94 @@ def _first_difference(doc: str, want: str) -> str:
         if x != y:
             return f"line {k + 1}: documented {x!r}, now {y!r}"
     return "whitespace"
+
+
+def bare_problems(b: Block, cmds: list[list[str]]) -> list[str]:
+    """A bare ``engine-advisor`` anywhere in a shell block (comments too), and outside an
+    illustrative block a bare ``python``, ``pip`` or other program of the venv: after the
+    README's install none of them is on PATH."""
+    out = []
+    if BARE_CLI.search(b.body):
+        out.append("`engine-advisor` is not on PATH after the README's install "
+                   f"(`{INSTALL}`): write .venv/bin/engine-advisor")
+    if b.mark != "illustrative":
+        for name in dict.fromkeys(n for n in map(bare, cmds) if n and n != "engine-advisor"):
+            out.append(f"`{name}` is not the project's environment after the README's install "
+                       f"(`{INSTALL}`): write .venv/bin/{'python' if name == 'python3' else name}")
+    return out
+
+
+def _module_exists(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:       # a parent that is a module, not a package, or does not exist
+        return False
+
+
+def module_problems(argv: list[str]) -> list[str]:
+    """A ``python -m`` of this project's code must name a module that exists."""
+    out = []
+    for mod in python_modules(argv):
+        if mod.split(".")[0] == "tests":
+            path = ROOT.joinpath(*mod.split("."))
+            found = path.with_suffix(".py").is_file() or (path / "__main__.py").is_file()
+        elif mod.split(".")[0] == "engine_advisor":
+            found = _module_exists(mod)
+        else:
+            continue
+        if not found:
+            out.append(f"`python -m {mod}`: no such module")
+    return out
+
+
+def import_problems(code: str) -> list[str]:
+    """Python code's imports of this project's modules must resolve, names and all."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError as exc:
+        return [f"not Python: {exc.msg} (line {exc.lineno})"]
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("engine_advisor"):
+            try:
+                mod = importlib.import_module(node.module)
+            except ImportError as exc:
+                out.append(f"from {node.module} import ...: {exc}")
+                continue
+            out += [f"from {node.module} import {a.name}: no such name" for a in node.names
+                    if not hasattr(mod, a.name) and not _module_exists(f"{node.module}.{a.name}")]
+        elif isinstance(node, ast.Import):
+            out += [f"import {a.name}: no such module" for a in node.names
+                    if a.name.startswith("engine_advisor") and not _module_exists(a.name)]
+    return out
+
+
+def inline_problems(page: Page) -> list[tuple[int, str]]:
+    """Inline code outside fenced blocks that runs this project's code or a tool of its venv
+    (``python -m engine_advisor...``, ``pip install -e .``, ``mkdocs build``) without the venv's
+    path, a ``python -m`` of a module that does not exist, a ``python -c`` whose imports of
+    the project do not resolve."""
+    lines = list(page.lines)
+    for b in page.blocks:
+        lines[b.start - 1:b.end + 1] = [""] * (b.end - b.start + 2)
+    text = "\n".join(lines)
+    out = []
+    for m in SPAN.finditer(text):
+        span = " ".join(m.group(1).split())
+        line = text.count("\n", 0, m.start()) + 1
+        for tokens in shell_lines(span):
+            for c in split_chain(tokens):
+                name = bare(c)
+                if name and name != "engine-advisor" and GPU_MACHINE not in c and (
+                        (name in VENV_TOOLS and len(c) > 1) or OURS.search(" ".join(c))):
+                    out.append((line, f"`{span}`: `{name}` is not the project's environment "
+                                f"after the README's install (`{INSTALL}`): write "
+                                f".venv/bin/{'python' if name == 'python3' else name}"))
+                out += [(line, f"`{span}`: {p}") for p in module_problems(c)]
+                if c and c[0].rsplit("/", 1)[-1].startswith("python") and "-c" in c[1:-1]:
+                    code = c[c.index("-c") + 1]
+                    out += [(line, f"`{span}`: {p}") for p in import_problems(code)]
+    return out
 
 
 def consistency(argv: list[str]) -> list[str]:

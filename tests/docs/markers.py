@@ -15,6 +15,21 @@ GEN_CLOSE = "<!--/gen-->"
 FIG = re.compile(r"<!--fig:([\w.-]+)-->(.*?)<!--/fig-->", re.S)
 FENCE = re.compile(r"^(\s*)(```+)(\S*)\s*$")
 CHAIN = {"&&", "||", ";", "|"}
+SHELL = ("", "bash", "sh", "shell", "console")     # fenced blocks of shell commands
+PYTHON = ("python", "py", "pycon")                  # fenced blocks of Python
+
+# What a user types to run something: a command whose program is one of these (or a path to
+# one, or a script) makes its block one that must say whether it is run or illustrative.
+PROGRAMS = {"engine-advisor", "curl", "python", "python3", "pip", "pip3", "pytest", "mkdocs",
+            "ruff", "lint-imports", "bash", "sh", "git", "apt-get", "vllm", "wrk"}
+WRAPPERS = {"setsid", "nohup", "time", "exec", "env"}
+# Not on PATH after the README's install (`python3 -m venv .venv && .venv/bin/pip install -e .`):
+# the venv's programs are .venv/bin/NAME. `python3` itself is, for `python3 -m venv`.
+VENV_ONLY = {"engine-advisor", "python", "pip", "pip3", "pytest", "mkdocs", "ruff",
+             "lint-imports"}
+# a bare engine-advisor subcommand anywhere in a block, comments included (not the package's
+# name in `pip install 'engine-advisor[epp]'`, nor an error message's `engine-advisor: error`)
+BARE_CLI = re.compile(r"(?<![\w/.\[-])engine-advisor(?= +[a-z])")
 
 
 def pages() -> list[Path]:
@@ -157,6 +172,44 @@ def kind(argv: list[str]) -> str | None:
     """'cli' for an engine-advisor command, 'curl' for curl, else None."""
     exe = Path(argv[0]).name if argv else ""
     return {"engine-advisor": "cli", "curl": "curl"}.get(exe)
+
+
+def program(argv: list[str]) -> list[str]:
+    """The command without a wrapper or assignments in front (``setsid python3 x``,
+    ``env A=1 python3 x`` -> ``python3 x``)."""
+    while argv and (argv[0] in WRAPPERS or re.match(r"^[A-Z_][A-Z0-9_]*=", argv[0])):
+        argv = argv[1:]
+    return argv
+
+
+def runs(argv: list[str]) -> bool:
+    """Whether the command runs something a user would type: a known program (by name or
+    path) or a script by its path."""
+    argv = program(argv)
+    if not argv:
+        return False
+    exe = argv[0]
+    return (Path(exe).name in PROGRAMS or "/bin/" in exe or exe.startswith("./")
+            or ("/" in exe and exe.endswith((".sh", ".py"))))
+
+
+def bare(argv: list[str]) -> str | None:
+    """The program's name when the command names a virtual environment's program without its
+    path (``python -m x``, ``pip install y``), else None; ``python3 -m venv`` is fine."""
+    argv = program(argv)
+    if not argv or "/" in argv[0] or argv[0] not in VENV_ONLY | {"python3"}:
+        return None
+    if argv[0] == "python3" and argv[1:3] == ["-m", "venv"]:
+        return None
+    return argv[0]
+
+
+def python_modules(argv: list[str]) -> list[str]:
+    """The module a ``python -m MODULE`` command runs (none for other commands)."""
+    argv = program(argv)
+    if argv and Path(argv[0]).name.startswith("python") and "-m" in argv[1:-1]:
+        return [argv[argv.index("-m", 1) + 1]]
+    return []
 
 
 def rewrite(page: Page, outputs: dict[int, str], gens: dict[str, str],

@@ -1,6 +1,6 @@
 """Every page's examples, quoted outputs and figures agree with the code (tests/docs/__init__.py
 says how pages mark them). A failure names the page, the line, the example and the figure
-that differs; ``python -m tests.docs.update`` rewrites what the code determines."""
+that differs; ``.venv/bin/python -m tests.docs.update`` rewrites what the code determines."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ README_MAX_LINES = 200
 
 @pytest.fixture(scope="module")
 def ctx():
-    server = Server()      # started by the first page that needs it
-    yield Context(server)
-    server.close()
+    ctx = Context(Server())      # the server started by the first page that needs it
+    yield ctx
+    ctx.close()
 
 
 @pytest.mark.parametrize("path", pages(), ids=rel)

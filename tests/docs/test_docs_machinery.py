@@ -1,14 +1,19 @@
 """The docs test's machinery catches what it is for: a changed output or figure (and rewrites
-it), a flag that no longer exists, an unmarked example, a wrong KV figure, a dead link."""
+it), a flag that no longer exists, an unmarked example, a wrong KV figure, a dead link, a
+command the README's install does not provide, a module that does not exist; and it runs an
+example as a user types it."""
 
 from __future__ import annotations
 
 import json
+import os
+import sys
 
 import pytest
 
 from .check import Context, check_page
 from .compare import dumps, json_problems, text_problems
+from .markers import ROOT
 from .run import Server
 
 LIST_GPUS = "<!--example-->\n```bash\n.venv/bin/engine-advisor recommend --list-gpus\n```\n"
@@ -16,9 +21,9 @@ LIST_GPUS = "<!--example-->\n```bash\n.venv/bin/engine-advisor recommend --list-
 
 @pytest.fixture
 def ctx():
-    server = Server()        # never started by these pages (they have no curl example)
-    yield Context(server)
-    server.close()
+    ctx = Context(Server())     # the server never started by these pages (no curl example)
+    yield ctx
+    ctx.close()
 
 
 def page(tmp_path, text: str):
@@ -74,13 +79,51 @@ def test_a_generated_table_is_checked(tmp_path, ctx):
      "--kv-bytes-per-token 70272\n```\n", "--kv-bytes-per-token 70272 is not kimi-k3's 27,648"),
     ("See [the proxy](proxy.md#no-such-heading).\n", "no heading #no-such-heading"),
     ("See [nothing](missing.md).\n", "missing.md does not exist"),
-    ("<!--example-->\n```bash\nengine-advisor recommend --preset kimi-k3 --context-tokens 0 "
-     "--output-tokens 1\n```\n", "failed (exit 2): engine-advisor: error: --context-tokens"),
+    ("<!--example-->\n```bash\n.venv/bin/engine-advisor recommend --preset kimi-k3 "
+     "--context-tokens 0 --output-tokens 1\n```\n", "engine-advisor: error: --context-tokens"),
+    # what the README's install does not put on PATH, in a block of any kind (comments too)
+    ("<!--illustrative:x-->\n```bash\n.venv/bin/engine-advisor serve   # or: engine-advisor "
+     "serve\n```\n", "`engine-advisor` is not on PATH after the README's install"),
+    ("```bash\npip install -e .\n```\n", "`pip` is not the project's environment after the "
+     "README's install (`python3 -m venv .venv && .venv/bin/pip install -e .`): write "
+     ".venv/bin/pip"),
+    ("<!--example-->\n```bash\npython3 -m venv /tmp/x && python -c 1\n```\n",
+     "`python` is not the project's environment"),
+    ("```python\nprint(1)\n```\n", "a block a user would run needs <!--example--> or"),
+    ("<!--illustrative:x-->\n```bash\n.venv/bin/python -m engine_advisor.model.no_such\n```\n",
+     "`python -m engine_advisor.model.no_such`: no such module"),
+    ("<!--illustrative:x-->\n```python\nfrom engine_advisor.model.arch import no_such\n```\n",
+     "from engine_advisor.model.arch import no_such: no such name"),
+    ("Run `python -m engine_advisor.model.fit.seedcheck`.\n", "write .venv/bin/python"),
+    ("Build it: `pip install -e '.[docs]' && .venv/bin/mkdocs build`.\n", "write .venv/bin/pip"),
+    ("Run `.venv/bin/python -c 'from engine_advisor.model.arch import nope'`.\n",
+     "import nope: no such name"),
 ])
 def test_what_only_a_hand_can_fix_is_reported(tmp_path, ctx, text, needle):
     (tmp_path / "proxy.md").write_text("# Proxy\n\n## The pools file\n")
     rep = check_page(page(tmp_path, text), ctx)
     assert any(needle in m for m in rep.manual), rep.problems
+
+
+def test_an_example_runs_as_typed_from_the_root_with_the_tests_venv(tmp_path, ctx):
+    """A bare engine-advisor fails as it would after the README's install (not on PATH); the
+    page's .venv is the test's environment; what an example writes stays out of the checkout."""
+    rep = check_page(page(tmp_path, "<!--example-->\n```bash\nengine-advisor --help\n```\n"),
+                     ctx)
+    assert any("failed (exit 127)" in m and "engine-advisor: command not found" in m
+               for m in rep.manual), rep.problems
+    prefix = os.path.realpath(sys.prefix)
+    where = "import os, sys; print(os.path.realpath(sys.prefix))"
+    text = (f"<!--example-->\n```bash\n.venv/bin/python -c '{where}' > docs-test-prefix.txt "
+            "&& cat docs-test-prefix.txt && test -f pyproject.toml\n```\n"
+            f"\n<!--output-->\n```text\n{prefix}\n```\n"
+            "\n<!--example-->\n```python\nfrom engine_advisor.model.arch import preset\n"
+            "print(preset('kimi-k3').kv_bytes_per_token('bf16'))\n```\n"
+            "\n<!--output-->\n```text\n27648\n```\n")
+    rep = check_page(page(tmp_path, text), ctx)
+    assert rep.problems == []
+    assert not (ROOT / "docs-test-prefix.txt").exists()
+    assert (ctx.workspace.root() / "docs-test-prefix.txt").read_text().strip() == prefix
 
 
 def test_an_illustrative_synopsis_and_elisions_parse():

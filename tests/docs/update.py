@@ -1,6 +1,6 @@
 """Rewrite the pages' quoted outputs, figures and generated tables from the current code:
-``python -m tests.docs.update [PAGE ...]`` (default: the README and every page under docs/),
-from the repository root. What only an edit by hand can fix is listed, exit status 1."""
+``.venv/bin/python -m tests.docs.update [PAGE ...]`` (default: the README and every page under
+docs/), from the repository root. What only an edit by hand can fix is listed, exit status 1."""
 
 from __future__ import annotations
 
@@ -14,15 +14,14 @@ from .run import Server
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tests.docs.update", description=__doc__)
+    ap = argparse.ArgumentParser(prog=".venv/bin/python -m tests.docs.update", description=__doc__)
     ap.add_argument("pages", nargs="*", type=Path, help="pages to rewrite (default: all)")
     ap.add_argument("--check", action="store_true", help="only report, write nothing")
     args = ap.parse_args(argv)
     targets = [p.resolve() for p in args.pages] or pages()
-    server = Server()
+    ctx = Context(Server())
     manual = []
     try:
-        ctx = Context(server)
         for path in targets:
             rep = check_page(path, ctx)
             changed = rep.text != path.read_text(encoding="utf-8")
@@ -35,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
                       + ("rewritten" if changed and not args.check else "checked"))
             manual += rep.manual
     finally:
-        server.close()
+        ctx.close()
     if manual:
         print(f"\n{len(manual)} problem(s) need an edit by hand (above, without 'fixed:')",
               file=sys.stderr)
