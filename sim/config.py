@@ -1,4 +1,8 @@
-"""The simulator's settings (one object built from the CLI) and what follows from them."""
+"""The simulator's settings (one object built from the CLI) and what follows from them.
+
+The engine is one of the cost model's (engine_advisor.model.engines); which of them the simulator
+imitates, and how, is engine_advisor.sim.engines, which reads these settings (this module imports
+nothing of it)."""
 
 from __future__ import annotations
 
@@ -6,12 +10,12 @@ import dataclasses
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from engine_advisor.model import engines
 from engine_advisor.model.engines.base import MemoryKnobs
 from engine_advisor.model.hardware.gpus import BUILTIN_GPUS, GpuSpec
 from engine_advisor.model.physics.capacity import Pool, instance_pool
 from engine_advisor.model.physics.memory import OOM_THRESHOLD
 from engine_advisor.model.physics.shape import ModelShape
-from engine_advisor.sim import engines
 
 DEFAULT_KV_BYTES = 27_648        # Kimi-K3 (the default --model-name): 24 MLA layers x 576 x 2 B
 
@@ -150,10 +154,6 @@ class SimConfig:
     def kv_capacity(self) -> int:
         """KV tokens the instance reports (``pool().capacity_tokens``)."""
         return self.pool().capacity_tokens
-
-    @property
-    def version(self) -> str:
-        return engines.get(self.engine).version
 
     def as_dict(self) -> dict:
         return asdict(self)

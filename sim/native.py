@@ -45,7 +45,7 @@ from engine_advisor.sim.textgen import OutputPlan, plan_output
 from engine_advisor.sim.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
-    from engine_advisor.sim.app import SimState
+    from engine_advisor.sim.state import SimState
 
 DEFAULT_MAX_NEW_TOKENS = 128          # SGLang's SamplingParams default
 FLUSHED = ("Cache flushed.\nPlease check backend logs for more details. (When there are running "

@@ -8,9 +8,10 @@ import time
 
 from engine_advisor.model.fit.costmodel import CostModel
 from engine_advisor.sim import engines
-from engine_advisor.sim.app import SimState, create_app
+from engine_advisor.sim.app import create_app
 from engine_advisor.sim.config import SimConfig
 from engine_advisor.sim.faults import oom_message
+from engine_advisor.sim.state import SimState
 from engine_advisor.sim.timing import StepTimer
 from engine_advisor.sim.tokenizer import BUILTIN, Tokenizer
 

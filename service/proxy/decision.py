@@ -28,19 +28,22 @@ import math
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from engine_advisor.model.fit.costmodel import CostModel
 from engine_advisor.model.queries import evaluate
 from engine_advisor.model.workload import MAX_BATCH, MAX_CONTEXT, MAX_OUTPUT, Workload
 from engine_advisor.service.errors import ApiError
 from engine_advisor.service.holder import LoadedModel
+from engine_advisor.service.proxy.metrics import ProxyMetrics
 from engine_advisor.service.proxy.request import ProxyRequest
-from engine_advisor.service.proxy.tokens import MAX_BYTES_PER_TOKEN, local_count, upstream_count
+from engine_advisor.service.proxy.tokens import (
+    MAX_BYTES_PER_TOKEN,
+    Tokenizer,
+    local_count,
+    upstream_count,
+)
 from engine_advisor.service.proxy.upstreams import Pools, Upstream
-
-if TYPE_CHECKING:
-    from engine_advisor.service.proxy.state import ProxyState
 
 Group = tuple[str, int]          # (engine, DCP size)
 CONTEXT_STEPS = 8     # buckets per octave
@@ -51,6 +54,16 @@ LOCAL_INLINE_BYTES = 64 << 10      # larger prompts are tokenized off the event 
 
 
 # ----------------------------------------------------------------------------- facts
+class Routing(Protocol):
+    """What ``choose`` reads and changes of the proxy's state
+    (engine_advisor.service.proxy.state.ProxyState, which holds a ``Decider``)."""
+
+    tokenizer: Tokenizer | None
+    decider: Decider
+    metrics: ProxyMetrics
+    seq: int                      # pick counter: ties of in-flight go round-robin
+
+
 @dataclass(slots=True)
 class Choice:
     decision: Decision
@@ -75,7 +88,7 @@ def _unavailable(cands: list[Upstream]) -> ApiError:
         f"{u.name}: {_why_unavailable(u, now)}" for u in cands))
 
 
-async def choose(st: ProxyState, pools: Pools, loaded: LoadedModel, req: ProxyRequest,
+async def choose(st: Routing, pools: Pools, loaded: LoadedModel, req: ProxyRequest,
                  context_tokens: int | None = None) -> Choice:
     """The request's facts (model, prompt and output tokens, the batch it would join), the
     decision for them, and its first upstream (``pick``)."""

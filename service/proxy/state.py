@@ -16,7 +16,6 @@ import signal
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 
@@ -26,7 +25,7 @@ from engine_advisor.service.proxy.health_checker import HealthChecker
 from engine_advisor.service.proxy.metrics import ProxyMetrics
 from engine_advisor.service.proxy.observations import Observations
 from engine_advisor.service.proxy.obsfile import FLUSH_S, ObservationFile
-from engine_advisor.service.proxy.tokens import load_tokenizer
+from engine_advisor.service.proxy.tokens import Tokenizer, load_tokenizer
 from engine_advisor.service.proxy.upstreams import (
     Pools,
     PoolsConfig,
@@ -42,12 +41,6 @@ NO_POOLS = ("the proxy has no upstream pools: start `engine-advisor serve --upst
             "or set ENGINE_ADVISOR_UPSTREAMS")
 MIN_BODY_CAP = 32 << 20
 BYTES_PER_CONTEXT_TOKEN = 16      # a token id in JSON, or a token of escaped text, at most
-
-
-class Tokenizer(Protocol):
-    """What the proxy uses of a ``tokenizers.Tokenizer`` (an optional dependency)."""
-
-    def encode(self, sequence: str, add_special_tokens: bool = ...) -> object: ...
 
 
 @dataclass

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Protocol
 
 import httpx
 
@@ -26,6 +27,12 @@ from engine_advisor.service.proxy.upstreams import Upstream, UpstreamsError
 
 MAX_BYTES_PER_TOKEN = 16
 CHAT_OVERHEAD = 4
+
+
+class Tokenizer(Protocol):
+    """What the proxy uses of a ``tokenizers.Tokenizer`` (an optional dependency)."""
+
+    def encode(self, sequence: str, add_special_tokens: bool = ...) -> object: ...
 
 
 def load_tokenizer(path: Path):
@@ -40,7 +47,7 @@ def load_tokenizer(path: Path):
         raise UpstreamsError(f"tokens.tokenizer_file: cannot load {path}: {exc}") from None
 
 
-def local_count(tokenizer, req: ProxyRequest) -> int:
+def local_count(tokenizer: Tokenizer, req: ProxyRequest) -> int:
     if req.chat:
         msgs = [m for m in req.body["messages"] if isinstance(m, dict)]
         text = req.prompt_text()

@@ -1,6 +1,7 @@
 """The pool's timer: idle connections closed after keep-alive, stalled responses ended.
 
-One timer per ``Http1Pool`` (engine_advisor.service.transport.client), armed while the pool has a
+One timer per ``Http1Pool`` (engine_advisor.service.transport.client, which this module does not
+import: ``ReapedPool`` is what the reaper reads and changes of it), armed while the pool has a
 connection, every ``tick`` seconds (a quarter of the shorter of ``keepalive_s`` and ``idle_s``,
 between 50 ms and 1 s). At each tick:
 
@@ -20,20 +21,28 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from engine_advisor.service.transport.connection import IdleTimeout
-
-if TYPE_CHECKING:
-    from engine_advisor.service.transport.client import Http1Pool
+from engine_advisor.service.transport.connection import Connection, IdleTimeout
 
 MIN_TICK, MAX_TICK = 0.05, 1.0
+
+
+class ReapedPool(Protocol):
+    """What the reaper reads and changes of its pool (``Http1Pool``)."""
+
+    keepalive_s: float
+    idle_s: float | None
+    idle: deque[Connection]       # replaced by the connections kept
+    conns: set[Connection]
+
+    def retire(self, c: Connection) -> None: ...
 
 
 class Reaper:
     __slots__ = ("pool", "timer", "loop")
 
-    def __init__(self, pool: Http1Pool):
+    def __init__(self, pool: ReapedPool):
         self.pool = pool
         self.timer: asyncio.TimerHandle | None = None
         self.loop: asyncio.AbstractEventLoop | None = None

@@ -50,7 +50,7 @@ class Vllm(SimEngine):
         return pool.capacity_tokens / max_model_len
 
     def startup(self, log, cfg, pool):
-        log(f"vLLM API server version {cfg.version}", where="api_server.py")
+        log(f"vLLM API server version {self.version}", where="api_server.py")
         args = {"model": cfg.model_name, "tensor_parallel_size": cfg.num_gpus,
                 "decode_context_parallel_size": cfg.dcp_size,
                 "gpu_memory_utilization": cfg.mem_fraction}

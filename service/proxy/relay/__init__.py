@@ -4,6 +4,9 @@
   retries on others, timeouts, the mapping of every failure to the client's answer, and the
   client's disconnect (it cancels the attempts, which closes the upstream connection, so the
   engine aborts the request; counted as 499).
+- ``reply``: ``Reply``, the answer to the client as it goes (what was sent, from which upstream,
+  the deadline's phase) and the error event that ends a cut stream. A ``Relay`` is one; ``whole``,
+  ``stream`` and ``observe`` work on a ``Reply`` and import nothing of the attempts.
 - ``whole``: a non-streaming answer (or an error answer) passed on whole.
 - ``stream``: a streamed answer passed on event by event.
 - ``writer``: how a relay writes to its client: the direct lane's cycle (whole responses as

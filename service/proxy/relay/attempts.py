@@ -10,13 +10,9 @@ from typing import TYPE_CHECKING
 
 from engine_advisor.service.proxy.decision import Decision, pick
 from engine_advisor.service.proxy.health_checker import mark_down
-from engine_advisor.service.proxy.relay.failure import (
-    DEFERRED,
-    Failure,
-    count_deferred,
-    error_bytes,
-)
+from engine_advisor.service.proxy.relay.failure import DEFERRED, Failure, count_deferred
 from engine_advisor.service.proxy.relay.passed import DROP_REQUEST
+from engine_advisor.service.proxy.relay.reply import Reply
 from engine_advisor.service.proxy.relay.stream import stream
 from engine_advisor.service.proxy.relay.whole import answer, fail
 from engine_advisor.service.proxy.relay.writer import AsgiWriter, LaneWriter
@@ -38,12 +34,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("engine_advisor.proxy")
 
 
-class Relay:
-    """One proxied request, from its decision's first upstream to the client's answer."""
+class Relay(Reply):
+    """One proxied request, from its decision's first upstream to the client's answer (the
+    answer's progress: ``Reply``)."""
 
-    __slots__ = ("state", "pools", "req", "decision", "first", "prompt_tokens", "rid",
-                 "headers", "own_lines", "started", "finished", "final", "status_code", "watch",
-                 "writer", "task", "loop", "phase")
+    __slots__ = ("req", "first", "headers", "own_lines", "task")
 
     def __init__(self, state: ProxyState, pools: Pools, req: ProxyRequest, decision: Decision,
                  first: Upstream, rid: bytes, prompt_tokens: int,
@@ -229,23 +224,3 @@ class Relay:
         return b"".join((own, b"accept-encoding: identity\r\nx-request-id: ", self.rid,
                          b"\r\n" if key is None else b"\r\nauthorization: Bearer %b\r\n"
                          % key.get_secret_value().encode()))
-
-    async def failed_midway(self, up: Upstream, f: Failure) -> Failure | None:
-        """Before any byte reached the client: the failure (maybe retried). After: an error
-        event ends the stream (unless the client's stream has already ended)."""
-        if not self.started:
-            return f
-        if self.finished:
-            log.info("upstream %s after [DONE]: %s", up.name, f.message)
-            return None
-        log.warning("stream from %s cut: %s", up.name, f.message)
-        err = b"data: " + error_bytes(f.status, f.message + "; the stream is incomplete",
-                                      "upstream_error") + b"\n\n"
-        self.final = (up.engine, up.name, f.status)
-        self.state.metrics.count(up.engine, up.name, f.status)
-        try:
-            await self.writer.send({"type": "http.response.body", "body": err,
-                                    "more_body": False})
-        except OSError:
-            pass
-        return None

@@ -9,7 +9,7 @@ from engine_advisor.service.proxy.observations import Observation
 from engine_advisor.service.proxy.upstreams import Upstream
 
 if TYPE_CHECKING:
-    from engine_advisor.service.proxy.relay.attempts import Relay
+    from engine_advisor.service.proxy.relay.reply import Reply
 
 _row = tuple.__new__            # Observation._make without its length check (fields are fixed)
 
@@ -47,7 +47,7 @@ COMPLETION = UsageField(b"completion_tokens")
 PROMPT = UsageField(b"prompt_tokens")
 
 
-def observe(relay: Relay, up: Upstream, tail: bytes, n: int, ttft: float | None, total: float,
+def observe(relay: Reply, up: Upstream, tail: bytes, n: int, ttft: float | None, total: float,
             batch: int) -> None:
     """One finished request's timings: the metrics, and a row of
     engine_advisor.service.proxy.observations (``n`` output tokens; ``tail``: where the usage counts

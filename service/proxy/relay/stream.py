@@ -22,7 +22,7 @@ from engine_advisor.service.transport.client import LimitError, UpstreamError
 from engine_advisor.service.transport.client import Response as Http1Response
 
 if TYPE_CHECKING:
-    from engine_advisor.service.proxy.relay.attempts import Relay
+    from engine_advisor.service.proxy.relay.reply import Reply
 
 log = logging.getLogger("engine_advisor.proxy")
 
@@ -44,7 +44,7 @@ def ends_with_done(events: bytes) -> bool:
     return body.endswith(DONE) and (k == 0 or body[k - 1] == 0x0A)
 
 
-async def stream(relay: Relay, up: Upstream, resp: Http1Response, cm, deadline: float,
+async def stream(relay: Reply, up: Upstream, resp: Http1Response, cm, deadline: float,
                  sent_at: float, batch: int) -> Failure | None:
     """``resp``: a 2xx streamed answer; ``cm``: the attempt's deadline, moved on as events
     arrive (first byte, idle, total, then the grace after [DONE])."""
@@ -135,7 +135,7 @@ async def stream(relay: Relay, up: Upstream, resp: Http1Response, cm, deadline: 
     return None
 
 
-def succeeded(relay: Relay, up: Upstream, status: int, last: bytes, events: int, skipped: int,
+def succeeded(relay: Reply, up: Upstream, status: int, last: bytes, events: int, skipped: int,
               ttft: float | None, sent_at: float, batch: int) -> None:
     """The client's stream is complete: the breaker, the request's count, its observation."""
     up.breaker.success()
@@ -148,7 +148,7 @@ def succeeded(relay: Relay, up: Upstream, status: int, last: bytes, events: int,
         observe(relay, up, last, n, ttft, total, batch)
 
 
-async def invalid(relay: Relay, up: Upstream, good: bytes) -> Failure | None:
+async def invalid(relay: Reply, up: Upstream, good: bytes) -> Failure | None:
     """A data line that is not JSON: before the first event, a failed attempt (502, retried
     elsewhere); after it, the events before it (``good``) and an error event. Counted against
     the upstream's breaker at once (a probe's garbage opens it again)."""

@@ -18,13 +18,13 @@ from engine_advisor.service.proxy.relay.valid import is_json
 from engine_advisor.service.proxy.upstreams import Upstream
 
 if TYPE_CHECKING:
-    from engine_advisor.service.proxy.relay.attempts import Relay
+    from engine_advisor.service.proxy.relay.reply import Reply
 
 log = logging.getLogger("engine_advisor.proxy")
 JSON = [(b"content-type", b"application/json")]
 
 
-async def answer(relay: Relay, up: Upstream, status: int, headers: list[tuple[bytes, bytes]],
+async def answer(relay: Reply, up: Upstream, status: int, headers: list[tuple[bytes, bytes]],
                  body: bytes, sent_at: float, batch: int) -> Failure | None:
     """An upstream's whole answer (``headers``: its response headers): a 429 or 5xx is a
     failure to retry; anything else goes to the client as it came."""
@@ -71,7 +71,7 @@ async def answer(relay: Relay, up: Upstream, status: int, headers: list[tuple[by
     return None
 
 
-async def fail(relay: Relay, failures: list[tuple[Upstream, Failure]]) -> None:
+async def fail(relay: Reply, failures: list[tuple[Upstream, Failure]]) -> None:
     """No attempt succeeded: the last upstream's own answer as it came, else an error naming
     every attempt."""
     up, last = failures[-1]
