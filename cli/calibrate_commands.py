@@ -14,7 +14,7 @@ from engine_advisor.cli.errors import CliError
 
 
 def run_calibrate_rebuild(args: argparse.Namespace) -> int:
-    from engine_advisor.calibration.sweep.driver import read_hf_config
+    from engine_advisor.calibration.sweep.config import read_hf_config
     from engine_advisor.calibration.sweep.rebuild import RebuildInputs, rebuild
 
     def text(path: str | None, flag: str) -> str | None:
@@ -96,14 +96,11 @@ def run_fit(args: argparse.Namespace) -> int:
 
 
 def run_calibrate_run(args: argparse.Namespace) -> int:
-    from engine_advisor.calibration.sweep.driver import (
-        Sweep,
-        SweepAbort,
-        SweepConfig,
-        read_hf_config,
-        summary_table,
-    )
+    from engine_advisor.calibration.sweep.config import SweepConfig, read_hf_config
+    from engine_advisor.calibration.sweep.driver import Sweep
     from engine_advisor.calibration.sweep.launcher import LaunchTemplateError
+    from engine_advisor.calibration.sweep.outcome import summary_table
+    from engine_advisor.calibration.sweep.stop import SweepAbort
     from engine_advisor.model.errors import DiskError
 
     try:
@@ -162,7 +159,7 @@ def run_calibrate_import(args: argparse.Namespace) -> int:
         return _import_silicon(args)
     if not args.files:
         raise CliError(f"FILE: at least one benchmark file is required with --format {args.format}")
-    from engine_advisor.calibration.sweep.driver import read_hf_config
+    from engine_advisor.calibration.sweep.config import read_hf_config
     from engine_advisor.calibration.sweep.importers import Defaults, import_files, write_rows
     from engine_advisor.model.fit.dataset import DatasetError
 

@@ -12,9 +12,11 @@ import pytest
 from calib_fakes import FakeEngine
 from calib_helpers import cli_in_process
 
-from engine_advisor.calibration.sweep.driver import Sweep, SweepAbort, SweepConfig
+from engine_advisor.calibration.sweep.config import SweepConfig
+from engine_advisor.calibration.sweep.driver import Sweep
 from engine_advisor.calibration.sweep.pointtimes import RequestTimes
 from engine_advisor.calibration.sweep.served_model import MODEL_CONFIG, resolve_row_config
+from engine_advisor.calibration.sweep.stop import SweepAbort
 from engine_advisor.calibration.sweep.streams import Stream, stream_times
 from engine_advisor.calibration.sweep.warmup import OUTPUT_TOKENS, SHORT_PROMPT_TOKENS
 from engine_advisor.model.arch.presets import preset_config

@@ -9,7 +9,10 @@ import pytest
 from calib_fakes import FakeEngine
 from calib_helpers import cli_in_process, free_port
 
-from engine_advisor.calibration.sweep.driver import Sweep, SweepAbort, SweepConfig, summary_table
+from engine_advisor.calibration.sweep.config import SweepConfig
+from engine_advisor.calibration.sweep.driver import Sweep
+from engine_advisor.calibration.sweep.outcome import summary_table
+from engine_advisor.calibration.sweep.stop import SweepAbort
 from engine_advisor.model.fit.costmodel import CostModel
 from engine_advisor.model.fit.dataset import read_csv
 from engine_advisor.model.physics.memory import choose_fraction

@@ -1,5 +1,5 @@
 """Ctrl-C during a sweep is never lost and never breaks asyncio
-(engine_advisor.calibration.sweep.driver. StopRequest): the cases in which ``asyncio.run``'s own
+(engine_advisor.calibration.sweep.stop.StopRequest): the cases in which ``asyncio.run``'s own
 SIGINT handler dropped it, and the ones in which a ``KeyboardInterrupt`` raised inside an event
 loop's construction left a half-built loop behind."""
 
@@ -13,7 +13,7 @@ import warnings
 
 import pytest
 
-from engine_advisor.calibration.sweep.driver import StopRequest
+from engine_advisor.calibration.sweep.stop import StopRequest
 
 
 def test_a_signal_as_the_batch_finishes_still_stops():
