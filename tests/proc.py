@@ -2,7 +2,8 @@
 
 ``Proc`` starts one (``sim`` or ``serve``), waits until an HTTP path answers 200, and stops it
 (SIGTERM, then SIGKILL) or kills it on purpose. ``start_all`` starts several at once and waits
-for them together (interpreter start-up dominates; in parallel it is paid once). Every process
+for them together (interpreter start-up dominates; in parallel it is paid once), a proxy
+(``serve --upstreams``) only once the others are ready (``start_all`` says why). Every process
 runs in its own session so a kill never reaches the test runner.
 """
 
@@ -60,6 +61,12 @@ class Proc:
                                                 delete=False)
 
     @property
+    def proxy(self) -> bool:
+        """``serve`` with a pools file: it checks its upstreams' health from its first second
+        (``args`` may have been wrapped, e.g. in ``sh -c``)."""
+        return "serve" in self.args and "--upstreams" in self.args
+
+    @property
     def log(self) -> str:
         return Path(self._log.name).read_text(errors="replace")
 
@@ -109,12 +116,20 @@ class Proc:
 
 
 def start_all(*procs: Proc, timeout: float = 60.0) -> list[Proc]:
-    """Start ``procs`` together and wait until each is ready; on failure stop them all."""
+    """Start ``procs`` together and wait until each is ready; on failure stop them all.
+
+    A proxy (``Proc.proxy``) is started once the others are ready. Its health checker looks at
+    its upstreams as soon as it runs: started beside simulators that were still starting
+    (connection refused, or /health 503 while they measure their time resolution), it marked
+    them down and routed around them until its next check after they were up, and neither
+    process's readiness showed it: a loaded machine sent short prompts to SGLang. Started
+    after them, its first check finds them ready."""
     try:
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.wait_ready(timeout)
+        for group in ([p for p in procs if not p.proxy], [p for p in procs if p.proxy]):
+            for p in group:
+                p.start()
+            for p in group:
+                p.wait_ready(timeout)
     except BaseException:
         for p in procs:
             p.stop()

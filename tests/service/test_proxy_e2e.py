@@ -287,3 +287,35 @@ def test_sighup_reloads_the_pools_file(cluster):
     finally:
         path.write_text(good)
         httpx.post(proxy.url + "/v1/upstreams/reload", headers=auth)
+
+
+def test_a_proxy_starts_after_its_upstreams_and_never_sees_them_starting(tmp_path):
+    """``start_all`` starts a proxy once its upstreams answer /health (tests/proc.py). Started
+    beside them, its first health checks found a simulator still starting (/health 503),
+    took it out of the pool until the next check after it was up, and the readiness of
+    either process showed nothing: on a loaded machine short prompts went to SGLang."""
+    slow = Proc("sim", "--engine", "vllm", "--time-scale", SCALE, "--startup-seconds", "5")
+    sg = Proc("sim", "--engine", "sglang", "--dcp-size", "8", "--time-scale", SCALE)
+    path = tmp_path / "upstreams.yaml"
+    # down at the first failed check and checked again only after the test: a proxy that
+    # looked while vLLM was starting keeps it out of the pool
+    path.write_text(pools_yaml([slow.url], [sg.url],
+                               health={"interval_s": 60.0, "failure_threshold": 1}))
+    proxy = Proc("serve", "--upstreams", str(path), "--log-level", "warning", ready="/readyz",
+                 env={"ENGINE_ADVISOR_ADMIN_TOKEN": TOKEN,
+                      "ENGINE_ADVISOR_UPSTREAMS_WATCH_S": "0"})
+    procs = start_all(proxy, slow, sg)          # the order given does not matter
+    try:
+        seen = httpx.get(proxy.url + "/v1/upstreams",
+                         headers={"Authorization": f"Bearer {TOKEN}"}).json()["upstreams"]
+        assert sorted((u["name"], u["healthy"], u["available"], u["last_error"])
+                      for u in seen) == [("sglang-0", True, True, None),
+                                         ("vllm-0", True, True, None)], proxy.log
+        r = httpx.post(proxy.url + "/v1/chat/completions", timeout=30, json={
+            "model": "kimi-k3", "messages": [{"role": "user", "content": "What is DCP?"}],
+            "max_tokens": 16})
+        assert r.status_code == 200, r.text
+        assert r.headers["x-engine-advisor-upstream"] == "vllm-0"
+    finally:
+        for p in procs:
+            p.stop()
