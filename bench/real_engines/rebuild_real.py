@@ -86,10 +86,21 @@ TAGS = ("vllm-deepseek-v2-lite", "sglang-deepseek-v2-lite", "sglang-deepseek-v2-
 # experts) moves vLLM's per-call MoE cost from 2.6 to 1.8 x its floor and DeepSeek-V2-Lite's
 # held-out decode step from 2.4 % to 4.8 %; tests/model/test_real_h200.py checks it both ways
 # (fitted with it: batch prefill, decode step and total held out within 10 %; left out: the prior
-# and a fit on the others).
+# and a fit on the others). sglang-nemotron-3-nano-30b-a3b (2026-12-03, second session): the same
+# Mamba2 model on SGLang, shipped unfitted like its vLLM twin, run with `run.py all --only TAG
+# --grid "1024:1,16,64,192;16384:1,16;65536:1,8;131072:1;260000:1" --startup-timeout 420
+# --engine-cmd "<the sglang command> --disable-flashinfer-autotune --moe-runner-backend triton"`.
+# With SGLang's defaults the server never became healthy: its bf16 MoE ran FlashInfer's CUTLASS
+# fused-MoE path, which first autotuned and then compiled its kernels with nvcc for more than 7 min
+# (superseded/sglang-nemotron-3-nano-30b-a3b-*.log); the Triton fused-MoE runner is SGLang's other
+# bf16 path and the one vLLM ran. Its 1,024 x 192 point exceeds the running limit (137 of a
+# 686-slot state pool): 55 requests queue, and steps above 64 running run without CUDA graphs
+# (--cuda-graph-max-bs 64). In both attempts one of its 192 requests lost its connection
+# (ReadError, nothing in the engine's log); the row keeps errors = 1 and the second attempt's times.
 UNFITTED_TAGS = ("vllm-qwen3-30b-a3b", "sglang-qwen3-30b-a3b", "vllm-mixtral-8x7b",
                  "sglang-mixtral-8x7b", "sglang-mixtral-8x7b-rerun",
-                 "sglang-qwen3-next-80b-a3b-fp8", "vllm-nemotron-3-nano-30b-a3b")
+                 "sglang-qwen3-next-80b-a3b-fp8", "vllm-nemotron-3-nano-30b-a3b",
+                 "sglang-nemotron-3-nano-30b-a3b")
 UNFITTED = REPO / "model" / "data" / "h200_real_unfitted.csv"
 # unfitted folders rebuilt all the same: the hybrids, measured before rows carried max_running
 REBUILT_UNFITTED = ("sglang-qwen3-next-80b-a3b-fp8", "vllm-nemotron-3-nano-30b-a3b")

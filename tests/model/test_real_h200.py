@@ -161,23 +161,40 @@ def _median_errors(model, rows, name: str) -> dict[str, float]:
     return out
 
 
-def test_a_hybrid_holds_in_a_fit_and_left_out():
-    """Nemotron-3-Nano (23 Mamba2 and 6 attention layers, 128 experts) on a real vLLM 0.26.0,
-    shipped unfitted (bench/real_engines/rebuild_real.py says why). Fitted with the default
-    model's data, held out point by point: the batch prefill, the decode step and the total
-    within 10 % in the median. Left out (the default model: this model's physics, the other
-    models' efficiencies): the batch prefill within 10 % (the batch-1 decode step 16 % slow:
-    its 52 blocks cost less per step than the 26 decoder layers they count as)."""
+# Nemotron-3-Nano's rows per engine, fitted with the default model's data (held out point by
+# point) and left out (the default model): each quantity's bound, None where it is not met
+HYBRID_BOUNDS = {
+    # vLLM: the batch-1 decode step 16 % slow left out (its 52 blocks cost less per step than
+    # the 26 decoder layers they count as)
+    "vllm": ({"ttft": 0.10, "total": 0.10, "step": 0.10}, {"ttft": 0.10, "step": 0.20}),
+    # SGLang: the decode step holds both ways (4.6 % fitted, 9.8 % left out); its prefill does
+    # not: measured 1.5-2.6x the prior (SGLang's efficiencies come from dense and MLA models,
+    # where its prefill is faster than vLLM's; on this Mamba2 MoE it is 1.4-1.8x slower than
+    # vLLM's), and fitted 14.8 % held out (docs/validation.md)
+    "sglang": ({"ttft": 0.20, "total": 0.15, "step": 0.10}, {"step": 0.12}),
+}
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_hybrid_holds_in_a_fit_and_left_out(engine):
+    """Nemotron-3-Nano (23 Mamba2 and 6 attention layers, 128 experts) on a real vLLM 0.26.0
+    and SGLang 0.5.16, shipped unfitted (bench/real_engines/rebuild_real.py says why), against
+    the bounds above: fitted with the default model's data and held out point by point, and
+    left out (this model's physics, the other models' efficiencies)."""
     from engine_advisor.model.fit.costmodel import CostModel
     from engine_advisor.model.fit.default import fitted_rows
     from engine_advisor.model.validation import error_table
 
     name = "nemotron-3-nano-30b-a3b"
-    rows = [r for r in unfitted_rows() if r.model == name]
-    assert len(rows) == 10 and {r.max_running for r in rows} == {128}
+    rows = [r for r in unfitted_rows() if r.model == name and r.engine == engine]
+    # vLLM ran with --max-num-seqs 128; SGLang with its own limit (137 of 686 state slots)
+    assert len(rows) == 10 and {r.max_running for r in rows} == {128 if engine == "vllm" else None}
     with_it = CostModel.fit(fitted_rows() + rows)
     fitted = {g["quantity"]: g["held_out"] for g in error_table(with_it, "H200")
               if g["model"] == name}
-    assert fitted["ttft"] <= 0.10 and fitted["total"] <= 0.10 and fitted["step"] <= 0.10
     outside = _median_errors(default_model(), rows, name)
-    assert outside["ttft"] <= 0.10 and outside["step"] <= 0.20
+    in_fit, left_out = HYBRID_BOUNDS[engine]
+    for q, bound in in_fit.items():
+        assert fitted[q] <= bound, (q, fitted)
+    for q, bound in left_out.items():
+        assert outside[q] <= bound, (q, outside)
