@@ -222,7 +222,8 @@ def test_the_unfitted_real_dataset():
     assert {(r.engine, r.model) for r in rows} == set(caps)
     stalls = {("vllm", "qwen3-30b-a3b", 1024, 64), ("vllm", "mixtral-8x7b", 32640, 2)}
     # points without a pure decode step: batches above the running limit (vLLM's 128, SGLang's
-    # 66 for Qwen3-Next and 137 for Nemotron) ran in waves, and vLLM streamed its 260,000-token point's outputs in three chunks
+    # 66 for Qwen3-Next and 137 for Nemotron) ran in waves, and vLLM streamed its 260,000-token
+    # point's outputs in three chunks
     no_step = {("vllm", 1024, 192), ("vllm", 260000, 1), ("sglang", 1024, 192),
                ("sglang", 32768, 80)}
     for r in rows:
