@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 
 from engine_advisor.calibration.errors import CalibrationError
-from engine_advisor.calibration.sweep.engine_facts import SERVER_INFO_PARSERS
+from engine_advisor.calibration.sweep.engine_endpoints import SERVER_INFO_PARSERS
 from engine_advisor.model import engines
 
 OOM_PATTERN = re.compile(r"out of memory|outofmemory|\boom\b|cuda error: out of memory",

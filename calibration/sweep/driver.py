@@ -43,7 +43,8 @@ import httpx
 from engine_advisor.calibration.ports import free_port
 from engine_advisor.calibration.sweep.client import PromptError, Sample
 from engine_advisor.calibration.sweep.config import SweepConfig
-from engine_advisor.calibration.sweep.engine_facts import EngineFacts, jit_events
+from engine_advisor.calibration.sweep.engine_facts import EngineFacts
+from engine_advisor.calibration.sweep.engine_jit import jit_events
 from engine_advisor.calibration.sweep.honesty import overhead_warnings
 from engine_advisor.calibration.sweep.jitwatch import Interval, attribute, parse_utc
 from engine_advisor.calibration.sweep.launcher import LaunchedEngine, format_command

@@ -60,7 +60,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from engine_advisor.calibration.errors import CalibrationError
-from engine_advisor.calibration.sweep.engine_facts import EngineFacts, FactsError, weights_of
+from engine_advisor.calibration.sweep.engine_facts import EngineFacts
+from engine_advisor.calibration.sweep.engine_sources import FactsError, weights_of
 from engine_advisor.calibration.sweep.honesty import overhead_warnings, resolution_of
 from engine_advisor.calibration.sweep.served_model import ServedModelError, resolve_served_model
 from engine_advisor.calibration.sweep.streams import Stream, stream_times

@@ -14,7 +14,7 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine_advisor.calibration.sweep.engine_facts import JitEvent
+from engine_advisor.calibration.sweep.engine_jit import JitEvent
 
 SLACK_S = 1.0
 

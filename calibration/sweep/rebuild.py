@@ -36,12 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from engine_advisor.calibration.errors import CalibrationError
-from engine_advisor.calibration.sweep.engine_facts import (
-    EngineFacts,
-    FactsError,
-    gather,
-    weights_of,
-)
+from engine_advisor.calibration.sweep.engine_facts import EngineFacts
+from engine_advisor.calibration.sweep.engine_sources import FactsError, gather, weights_of
 from engine_advisor.calibration.sweep.jitwatch import Interval, JitHit, attribute, parse_utc
 from engine_advisor.calibration.sweep.pointtimes import RequestTimes, point_times
 from engine_advisor.calibration.sweep.runstore import (

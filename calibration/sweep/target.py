@@ -19,13 +19,9 @@ import httpx
 
 from engine_advisor.calibration.sweep.client import check_health, engine_info
 from engine_advisor.calibration.sweep.config import SweepConfig
-from engine_advisor.calibration.sweep.engine_facts import (
-    EngineFacts,
-    FactsError,
-    LogTail,
-    gather,
-    weights_of,
-)
+from engine_advisor.calibration.sweep.engine_facts import EngineFacts
+from engine_advisor.calibration.sweep.engine_jit import LogTail
+from engine_advisor.calibration.sweep.engine_sources import FactsError, gather, weights_of
 from engine_advisor.calibration.sweep.honesty import resolution_of
 from engine_advisor.calibration.sweep.launcher import LaunchedEngine
 from engine_advisor.calibration.sweep.runstore import PointKey, RunStore

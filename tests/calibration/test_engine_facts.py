@@ -9,18 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from engine_advisor.calibration.sweep.engine_facts import (
-    EngineFacts,
-    FactsError,
-    JitEvent,
-    LogTail,
-    gather,
-    log_time,
-    parse_log,
+from engine_advisor.calibration.sweep.engine_endpoints import (
     parse_metrics,
     parse_sglang_server_info,
-    weights_of,
 )
+from engine_advisor.calibration.sweep.engine_facts import EngineFacts
+from engine_advisor.calibration.sweep.engine_jit import JitEvent, LogTail, log_time
+from engine_advisor.calibration.sweep.engine_logs import parse_log
+from engine_advisor.calibration.sweep.engine_sources import FactsError, gather, weights_of
 from engine_advisor.calibration.sweep.jitwatch import Interval, attribute
 
 LOGS = Path(__file__).resolve().parents[2] / "bench" / "data" / "h200-real" / "logs"
@@ -168,7 +164,8 @@ def test_log_tail_reads_whole_lines_only(tmp_path):
 
 
 def test_every_engine_has_a_log_parser():
-    from engine_advisor.calibration.sweep.engine_facts import LOG_PARSERS, SERVER_INFO_PARSERS
+    from engine_advisor.calibration.sweep.engine_endpoints import SERVER_INFO_PARSERS
+    from engine_advisor.calibration.sweep.engine_logs import LOG_PARSERS
     from engine_advisor.model import engines
     assert set(LOG_PARSERS) == set(engines.names())
     assert set(SERVER_INFO_PARSERS) <= set(engines.names())

@@ -17,7 +17,8 @@ import httpx
 import pytest
 from proc import Proc, start_all
 
-from engine_advisor.calibration.sweep.engine_facts import parse_log, parse_metrics
+from engine_advisor.calibration.sweep.engine_endpoints import parse_metrics
+from engine_advisor.calibration.sweep.engine_logs import parse_log
 from engine_advisor.model.engines import get as engine_record
 from engine_advisor.model.engines.base import MemoryKnobs
 from engine_advisor.model.hardware.gpus import builtin_gpu
