@@ -276,7 +276,7 @@ def _best_concurrency(model: CostModel, w: Workload, e1: Evaluated, req: PlanReq
     per_seq = w.context_tokens + w.output_tokens
     # the most sequences the instance's memory runs at once: KV, and a hybrid's state as its engine
     # lays it out, with the memory knobs chosen for that many
-    # (engine_advisor.model.formulas.memory_fit)
+    # (engine_advisor.model.formulas.memory.memory_fit)
     kv_max = _at(model, w, e1.config, req.max_concurrency).pred.running_sequences
     label = f"{e1.config.engine} dcp {e1.config.dcp_size}"
     if kv_max < 1:

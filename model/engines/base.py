@@ -4,9 +4,9 @@ Every field is a fact of the engine's own documentation or of its real start-up 
 module (``engine_advisor.model.engines.vllm``, ``engine_advisor.model.engines.sglang``) fills one
 in, and ``engine_advisor.model.engines`` registers it. Nothing here depends on the rest of ``model``
 but the codes of the memory knobs the compiled formulas propose
-(``engine_advisor.model.formulas.KNOB_*``). How an engine lays out a hybrid model's state and KV is
-a function of plain numbers (``HybridShape`` -> ``StateLayout``), so that the engine modules need no
-model code either.
+(``engine_advisor.model.formulas.memory.KNOB_*``). How an engine lays out a hybrid model's state
+and KV is a function of plain numbers (``HybridShape`` -> ``StateLayout``), so that the engine
+modules need no model code either.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine_advisor.model.formulas import KNOB_NO_PREFIX, KNOB_RUNNING, KNOB_SLOTS
+from engine_advisor.model.formulas.memory import KNOB_NO_PREFIX, KNOB_RUNNING, KNOB_SLOTS
 
 GIB = 2 ** 30
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2,
@@ -65,7 +65,7 @@ DEFAULT_KNOBS = MemoryKnobs()
 @lru_cache(maxsize=1024)
 def knobs_of(knob: int, running: int, slots: int) -> MemoryKnobs:
     """The memory knobs of a planner's proposal: its code
-    (``engine_advisor.model.formulas.KNOB_*``), running limit and state slots."""
+    (``engine_advisor.model.formulas.memory.KNOB_*``), running limit and state slots."""
     if knob == KNOB_SLOTS:
         return MemoryKnobs(max_running=running, state_slots=slots)
     if knob == KNOB_NO_PREFIX:
@@ -223,7 +223,7 @@ class Engine:
         """The largest prefill pass (tokens) the engine replays as a captured CUDA graph for
         a model with this attention (``ModelShape.attention``); 0 when it launches every pass
         kernel by kernel. A graphed pass pays no launch-bound fixed costs
-        (``engine_advisor.model.formulas.prefill_into``)."""
+        (``engine_advisor.model.formulas.terms.prefill_into``)."""
         return self.prefill_graph_tokens if attention in self.prefill_graph_attention else 0
 
     def dcp_constraint(self, dcp: int, tp: int, attention: str, kv_heads: int) -> str | None:

@@ -21,13 +21,13 @@ the leave-one-point-out error, so the fit is never worse than its prior on the p
 
 Rows measured on random weights (``weights`` = dummy) route a decode batch's tokens as an engine's
 random-weight router does, which need not be a trained model's: a routing diversity ``rho`` per
-served model (``engine_advisor.model.formulas.batch_terms``, ``choose_diversity``) is chosen on a
-grid by the same held-out error and applied to those rows only. Predictions for real checkpoints use
-1. When ``rho`` < 1 the routed experts' decode efficiency cannot be told from those rows (few
-experts, many tokens each say nothing about reading every expert once, which a trained router makes
-a batch do), so ``moe`` stays at its prior on that level (``movable``): what the rows show beyond
-the experts' bytes goes to the terms that hold for any routing, the MoE calls' floor (``moe_fixed``)
-among them.
+served model (``engine_advisor.model.formulas.terms.batch_terms``, ``choose_diversity``) is
+chosen on a grid by the same held-out error and applied to those rows only. Predictions for real
+checkpoints use 1. When ``rho`` < 1 the routed experts' decode efficiency cannot be told from
+those rows (few experts, many tokens each say nothing about reading every expert once, which a
+trained router makes a batch do), so ``moe`` stays at its prior on that level (``movable``):
+what the rows show beyond the experts' bytes goes to the terms that hold for any routing, the MoE
+calls' floor (``moe_fixed``) among them.
 """
 
 from __future__ import annotations

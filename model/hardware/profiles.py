@@ -1,10 +1,11 @@
 """Measured hardware profiles: the JSON files ``engine-advisor calibrate gpu|dcp`` writes.
 
 The curve fits used both to build a profile (in calibration/) and to evaluate one
-(model/hardware/silicon.py; the evaluation itself is ``engine_advisor.model.formulas.read_s``), and
-the loader that finds a GPU's profile by path. The profiles directory is
-``$ENGINE_ADVISOR_PROFILES_DIR`` or, by default, ``calibration/profiles`` beside this package; a
-missing directory means "no profiles" (the spec sheet is used). Each directory is read once per
+(model/hardware/silicon.py; the evaluation itself is
+``engine_advisor.model.formulas.hardware.read_s``), and the loader that finds a GPU's profile by
+path. The profiles directory is ``$ENGINE_ADVISOR_PROFILES_DIR`` or, by default,
+``calibration/profiles`` beside this package; a missing directory means "no profiles" (the spec
+sheet is used). Each directory is read once per
 process (``clear_profile_cache`` forgets it).
 
 Read curve: seconds of one call that reads ``b`` bytes, ``t(b)``, stored as knots (bytes,
@@ -25,7 +26,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.isotonic import isotonic_regression
 
-from engine_advisor.model.formulas import read_many, read_s
+from engine_advisor.model.formulas.hardware import read_many, read_s
 
 PROFILES_ENV = "ENGINE_ADVISOR_PROFILES_DIR"
 DEFAULT_PROFILES_DIR = Path(__file__).resolve().parents[2] / "calibration" / "profiles"
@@ -72,10 +73,10 @@ def fit_read_curve(nbytes, seconds, overhead_s: float | None = None) -> dict:
 
 
 class ReadCurve:
-    """A read curve as ``engine_advisor.model.formulas.read_s`` takes it: ``table`` (4, m) of knot
-    bytes, seconds and their logs, the per-call overhead ``t0``, the asymptotic bandwidth ``asym``;
-    with no knots (``spec``) a plain bandwidth ``bps``. Callable on a float or an array of byte
-    counts."""
+    """A read curve as ``engine_advisor.model.formulas.hardware.read_s`` takes it: ``table``
+    (4, m) of knot bytes, seconds and their logs, the per-call overhead ``t0``, the asymptotic
+    bandwidth ``asym``; with no knots (``spec``) a plain bandwidth ``bps``. Callable on a float or
+    an array of byte counts."""
 
     __slots__ = ("table", "t0", "asym", "bps")
 

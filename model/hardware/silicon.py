@@ -24,7 +24,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from engine_advisor.model.formulas import collective_many, collective_s
+from engine_advisor.model.formulas.hardware import collective_many, collective_s
 from engine_advisor.model.hardware.gpus import GpuSpec, gpu_family
 from engine_advisor.model.hardware.profiles import (
     KIND_DCP,

@@ -1,8 +1,8 @@
 """The memory of one engine instance, outside a recommendation's rows: what the simulator admits by
 and what ``engine_advisor.model.decision.nofit`` checks its suggestions with. Both call the compiled
-functions the recommender predicts with (``engine_advisor.model.formulas.pool_of``, ``memory_fit``)
-on one row (``engine_advisor.model.physics.features.static_rows``): one implementation of each
-engine's memory.
+functions the recommender predicts with (``engine_advisor.model.formulas.memory.pool_of``,
+``memory_fit``) on one row (``engine_advisor.model.physics.features.static_rows``): one
+implementation of each engine's memory.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import math
 from typing import NamedTuple
 
 from engine_advisor.model.engines.base import DEFAULT_KNOBS, MemoryKnobs, knobs_of
-from engine_advisor.model.formulas import (
+from engine_advisor.model.formulas.memory import (
     LIMIT_KV,
     LIMIT_NONE,
     LIMIT_RUNNING,
@@ -55,7 +55,7 @@ class Pool(NamedTuple):
 
 
 class Fit(NamedTuple):
-    """How a batch sits in one instance (``engine_advisor.model.formulas.memory_fit``)."""
+    """How a batch sits in one instance (``engine_advisor.model.formulas.memory.memory_fit``)."""
 
     running: int               # sequences at once
     capacity_tokens: int

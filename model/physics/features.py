@@ -3,8 +3,8 @@
 A ``Case`` is a set of rows that share the served model, the GPU type and the TP size: one workload
 on several configurations, or one configuration over a grid of contexts. ``case_features`` is the
 only place that builds features: prefill, decode steps, and the sequences running at once when the
-batch's KV does not fit (``engine_advisor.model.formulas.rows_into``). ``roofline_total_s`` is the
-same at spec-sheet peaks: the floor no measurement may beat.
+batch's KV does not fit (``engine_advisor.model.formulas.rows.rows_into``). ``roofline_total_s``
+is the same at spec-sheet peaks: the floor no measurement may beat.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ import numpy as np
 
 from engine_advisor.model import engines as engine_registry
 from engine_advisor.model.engines.base import DEFAULT_KNOBS, MemoryKnobs
-from engine_advisor.model.formulas import (
-    N_FACTS,
+from engine_advisor.model.formulas.layout import (
     N_PREFILL,
     N_ROW_FIELDS,
     R_ADVISE,
@@ -33,8 +32,9 @@ from engine_advisor.model.formulas import (
     R_STATE_UNITS,
     R_UNIT,
     fill_sizes,
-    rows_into,
 )
+from engine_advisor.model.formulas.memory import N_FACTS
+from engine_advisor.model.formulas.rows import rows_into
 from engine_advisor.model.hardware.silicon import Silicon, roofline_silicon
 from engine_advisor.model.physics.memory import state_layout
 from engine_advisor.model.physics.shape import ModelShape
@@ -80,12 +80,12 @@ class Case:
     fraction: np.ndarray | list  # memory fraction per row
     share: np.ndarray | list | float = 0.0   # prefix-cache share of each prompt
     physics: Physics | None = None     # physics_for(shape, silicon, tp), when the caller has it
-    # routing diversity of a decode batch's tokens (engine_advisor.model.formulas.batch_terms): 1
-    # for a trained router; below 1 for what an engine measured on random weights
-    # (CostModel.diversity)
+    # routing diversity of a decode batch's tokens
+    # (engine_advisor.model.formulas.terms.batch_terms): 1 for a trained router; below 1 for what
+    # an engine measured on random weights (CostModel.diversity)
     diversity: np.ndarray | list | float = 1.0
     # the engines' memory knobs as launched, and whether to choose them for the workload (a
-    # recommendation's rows: engine_advisor.model.formulas.memory_fit)
+    # recommendation's rows: engine_advisor.model.formulas.memory.memory_fit)
     knobs: MemoryKnobs = DEFAULT_KNOBS
     advise: bool = False
 
@@ -103,7 +103,7 @@ class Features:
     running: np.ndarray        # sequences running at once
     capacity: np.ndarray       # KV capacity in tokens
     feasible: np.ndarray       # at least one sequence fits
-    # (N_FACTS, n): engine_advisor.model.formulas.memory_fit's, per row
+    # (N_FACTS, n): engine_advisor.model.formulas.memory.memory_fit's, per row
     facts: np.ndarray | None = None
 
     @property
@@ -149,7 +149,7 @@ def engine_index(names) -> tuple[tuple[str, ...], np.ndarray]:
 def static_rows(index: tuple[tuple[str, ...], np.ndarray], fraction, dcp, shape: ModelShape,
                 tp: int, gpu_name: str, gpu_memory: float, knobs: MemoryKnobs = DEFAULT_KNOBS,
                 advise: bool = False) -> np.ndarray:
-    """The rows ``engine_advisor.model.formulas.rows_into`` reads (ROW_FIELDS) with the
+    """The rows ``engine_advisor.model.formulas.rows.rows_into`` reads (ROW_FIELDS) with the
     configurations' fields filled: from each row's engine (``engine_index``) its reserve, whether it
     holds the activation peak, the largest prefill pass it replays as a CUDA graph for a model of
     this attention and how it lays out the model's state and KV on ``tp`` GPUs of ``gpu_name``
@@ -185,9 +185,9 @@ def static_rows(index: tuple[tuple[str, ...], np.ndarray], fraction, dcp, shape:
 
 def kernel_inputs(case: Case) -> tuple:
     """(K, collectives, read curve, rows, engine index) of a case: what
-    ``engine_advisor.model.formulas.predict_rows`` reads (the model's constants on its GPU and TP
-    size, one column per row) and each row's ``engine_index``. A recommendation's query packs its
-    own once (``engine_advisor.model.predict.query.Query``)."""
+    ``engine_advisor.model.formulas.predict.predict_rows`` reads (the model's constants on its GPU
+    and TP size, one column per row) and each row's ``engine_index``. A recommendation's query
+    packs its own once (``engine_advisor.model.predict.query.Query``)."""
     ph = case.physics or physics_for(case.shape, case.silicon, case.tp)
     n = len(case.engine)
     index = engine_index(case.engine)
@@ -201,7 +201,7 @@ def kernel_inputs(case: Case) -> tuple:
 
 def case_features(case: Case) -> Features:
     """Features of every row of a case, in one compiled pass
-    (``engine_advisor.model.formulas.rows_into``)."""
+    (``engine_advisor.model.formulas.rows.rows_into``)."""
     K, coll, curve, rows, _ = kernel_inputs(case)
     n = rows.shape[1]
     X = np.empty((n, 2 * N_TERMS))

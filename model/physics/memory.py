@@ -8,10 +8,10 @@ weights / tp - Engine.reserve(activation peak)``. Without linear-attention layer
 budget / (KV bytes per token per GPU / dcp)``. With them, each engine lays the state out its own way
 (``engine_advisor.model.engines.base.StateLayout``, from the model's ``HybridShape`` here): vLLM
 keeps state and KV in one pool of pages, SGLang splits the budget into a state pool and a KV pool;
-``engine_advisor.model.formulas.memory_fit`` computes the capacity, the state slots and the
+``engine_advisor.model.formulas.memory.memory_fit`` computes the capacity, the state slots and the
 sequences that run at once from it, for the recommender and the simulator alike. When a batch does
 not fit, the engine runs what fits and admits the rest as running sequences finish
-(``engine_advisor.model.formulas.rows_into``).
+(``engine_advisor.model.formulas.rows.rows_into``).
 """
 
 from __future__ import annotations

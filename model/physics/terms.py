@@ -44,7 +44,7 @@ Prefill of ``B`` prompts of ``L`` tokens, a share ``s`` of each found in the pre
   call: routing, token permutation into expert order and back, the grouped GEMMs' launches);
 - ``pf_batch`` (count: 1 per prefilled batch: scheduling, tokenisation, first sampling).
 
-The formulas are compiled by numba (``engine_advisor.model.formulas``: ``decode_into``,
+The formulas are compiled by numba (``engine_advisor.model.formulas.terms``: ``decode_into``,
 ``prefill_into`` and the rows of ``engine_advisor.model.physics.features.case_features`` that call
 them): one recommendation evaluates its rows in microseconds and a grid of 80,000 rows in
 milliseconds, with no second implementation. ``Physics`` packs one model's constants on one GPU and
@@ -58,7 +58,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine_advisor.model.formulas import (
+from engine_advisor.model.formulas.layout import (
     ACT,
     ACT_PEAK,
     ACT_SEQ,
@@ -97,10 +97,8 @@ from engine_advisor.model.formulas import (
     WEIGHT_BYTES,
     WEIGHTS_PASS,
     WINDOW_GPU,
-    batch_terms,
-    decode_into,
-    prefill_into,
 )
+from engine_advisor.model.formulas.terms import batch_terms, decode_into, prefill_into
 from engine_advisor.model.hardware.silicon import Silicon
 from engine_advisor.model.physics.memory import activation_pass_bytes, sampler_row_bytes
 from engine_advisor.model.physics.shape import ModelShape

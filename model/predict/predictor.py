@@ -18,10 +18,10 @@ from engine_advisor.model.fit.costmodel import (
     Prediction,
 )
 from engine_advisor.model.fit.estimator import PRIOR
-from engine_advisor.model.formulas import (
+from engine_advisor.model.formulas.layout import N_PREFILL
+from engine_advisor.model.formulas.predict import (
     CAPACITY,
     FEASIBLE,
-    N_PREFILL,
     PARTS,
     PREFILL_ALL,
     RUNNING,
@@ -149,10 +149,10 @@ class Predictor:
 
     def table(self, case: Case, rel_extra: np.ndarray | None = None,
               z: float = Z90) -> np.ndarray:
-        """The prediction table (n, ``engine_advisor.model.formulas.N_TABLE``) of every row of a
-        case: its features times its engine's efficiencies, with ``z``-sd intervals, its sequences
-        at once, KV capacity, feasibility and decode terms
-        (``engine_advisor.model.formulas.predict_rows``)."""
+        """The prediction table (n, ``engine_advisor.model.formulas.predict.N_TABLE``) of every
+        row of a case: its features times its engine's efficiencies, with ``z``-sd intervals, its
+        sequences at once, KV capacity, feasibility and decode terms
+        (``engine_advisor.model.formulas.predict.predict_rows``)."""
         K, coll, curve, rows, (engines, idx) = kernel_inputs(case)
         n = rows.shape[1]
         coef, factors, noise = self.stacked(engines, case.silicon.name, case.shape.key)

@@ -25,12 +25,7 @@ from engine_advisor.model.fit.costmodel import (
     RANGE_DIMS,
     CostModel,
 )
-from engine_advisor.model.formulas import (
-    E_FEASIBLE,
-    E_PARTS,
-    N_EVAL,
-    evaluate_rows,
-)
+from engine_advisor.model.formulas.evaluate import E_FEASIBLE, E_PARTS, N_EVAL, evaluate_rows
 from engine_advisor.model.hardware.silicon import Silicon, silicon_for
 from engine_advisor.model.physics.features import Case
 from engine_advisor.model.physics.memory import MemoryChoice
@@ -228,9 +223,9 @@ class Query:
         out = []
         for (c, engine, dcp, calibrated, transferred, fraction), t in zip(self.fixed, table,
                                                                           strict=True):
-            # the table's columns (engine_advisor.model.formulas.evaluate_rows: E_TOTAL ...
-            # E_DOUBLINGS, then the decode terms in DECODE_TERMS' order; tests/model/test_batch.py
-            # checks both)
+            # the table's columns (engine_advisor.model.formulas.evaluate.evaluate_rows:
+            # E_TOTAL ... E_DOUBLINGS, then the decode terms in DECODE_TERMS' order;
+            # tests/model/test_batch.py checks both)
             (total, lo, hi, pf, decode, tpot, run, cap, fits, ok, dist, binds, knob, knob_run,
              slots, run0, cap0, binds0, gemm, moe, kv, mla, dcp_read, state, tp_comm, dcp_comm,
              dcp_fixed, layer, moe_fixed, seq, step) = t
@@ -255,8 +250,8 @@ class Query:
 
 
 _evaluated = partial(tuple.__new__, Evaluated)    # Evaluated((...)) without its Python __new__
-# ConfigPrediction.running_limit by engine_advisor.model.formulas.LIMIT_* (what memory_fit says
-# binds)
+# ConfigPrediction.running_limit by engine_advisor.model.formulas.memory.LIMIT_* (what
+# memory_fit says binds)
 LIMITS = ("none", "kv", "state", "max_running")
 
 

@@ -32,7 +32,7 @@ def test_a_query_reports_what_the_batch_path_predicts():
     rows: every figure and every decode term, in ``DECODE_TERMS``' order, for calibrated,
     uncalibrated, prefix-shared, queued and extrapolated configurations."""
     from engine_advisor.model.fit.costmodel import EXTRAPOLATION_REL_SIGMA
-    from engine_advisor.model.formulas import DECODE_TERMS
+    from engine_advisor.model.formulas.layout import DECODE_TERMS
     from engine_advisor.model.predict.predictor import predictor_for
     from engine_advisor.model.predict.query import build_case
     from engine_advisor.model.queries import query_for

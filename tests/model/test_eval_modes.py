@@ -72,7 +72,7 @@ QUERIES = [dict(context_tokens=150_000, output_tokens=2048, batch_size=64, prese
 
 def evaluations() -> list:
     """Each of QUERIES' configurations as ``Query.evaluate`` reports them (one compiled call
-    of ``engine_advisor.model.formulas.evaluate_rows``)."""
+    of ``engine_advisor.model.formulas.evaluate.evaluate_rows``)."""
     from engine_advisor.model.queries import evaluate
     m = default_model()
     return [[e.pred.model_dump() for e in evaluate(m, Workload(**spec))] for spec in QUERIES]

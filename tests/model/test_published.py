@@ -137,7 +137,7 @@ def wave_ttft_ms(row_id: str) -> float:
     token ends, that is after the prefill of every prompt ahead of it and of those sharing its
     last pass (``n_i`` prompts). The mean over the wave of the prefill of ``n_i`` prompts (each
     the model's batch TTFT, its fixed costs included)."""
-    from engine_advisor.model.formulas import CHUNK_TOKENS
+    from engine_advisor.model.formulas.terms import CHUNK_TOKENS
 
     r = BY_ID[row_id]
     n, L = r["batch"], r["context_tokens"]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from engine_advisor.model.engines import get as engine
-from engine_advisor.model.formulas import CHUNK_TOKENS
+from engine_advisor.model.formulas.terms import CHUNK_TOKENS
 from engine_advisor.model.hardware.gpus import GpuSpec
 from engine_advisor.model.hardware.silicon import SPEC_EFFICIENCY, Silicon
 from engine_advisor.model.physics.capacity import instance_fit, instance_pool
@@ -253,7 +253,7 @@ def test_dcp_read_is_looked_up_at_the_gathered_heads():
     tokens: its read is the per-call curve at d x the heads per rank, the engine-kernel
     tables' measured slowdown of 128 heads over 16 (DeepSeek-V3: 128 heads, TP 8, DCP 8, on
     B200, where the read, not the FLOPs, bounds the call at 64 x 128K)."""
-    from engine_advisor.model.formulas import ATTN_CALL, KV_CALL, N_FULL
+    from engine_advisor.model.formulas.layout import ATTN_CALL, KV_CALL, N_FULL
     from engine_advisor.model.hardware.gpus import builtin_gpu
     from engine_advisor.model.hardware.profiles import ReadCurve
     from engine_advisor.model.hardware.silicon import silicon_for

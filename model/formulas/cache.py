@@ -1,0 +1,82 @@
+"""numba's on-disk cache of the formulas, invalidated by a change to any file of this package.
+
+numba stamps a function's cache with its own source file only. A formula compiled with another
+module's formula inlined or linked into it (``decode_into`` with ``read_s``, ``rows_into`` with
+``memory_fit`` and ``decode_into``, ...) would load stale machine code after only the other file
+changed. ``PackageLocator`` gives each function of this package the cache numba's own locators
+give it (``NUMBA_CACHE_DIR``, else ``__pycache__`` beside the module, ...) with a stamp of every
+``.py`` file of the package as well: an edit to any of them recompiles them all. ``register``
+puts it first among numba's locators; the package's ``__init__`` calls it, so it runs before
+any of the modules compiles. (``NUMBA_CACHE_LOCATOR_CLASSES``, which replaces numba's list,
+leaves it out.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+from functools import cache
+from pathlib import Path
+
+from numba.core import caching
+from numba.core.caching import _CacheLocator
+
+PACKAGE = Path(__file__).resolve().parent
+# numba's base of the cache implementations, whose class list of locators each function's cache
+# tries in turn (``_CacheImpl`` in older releases)
+IMPL = getattr(caching, "CacheImpl", None) or caching._CacheImpl
+
+
+def package_stamp(folder: Path = PACKAGE) -> str:
+    """A digest of the names and contents of every ``.py`` file in ``folder`` (re-read when a
+    file's size or modification time changes)."""
+    stats = []
+    for path in sorted(folder.glob("*.py")):
+        st = path.stat()
+        stats.append((path.name, st.st_mtime_ns, st.st_size))
+    return _digest(folder, tuple(stats))
+
+
+@cache
+def _digest(folder: Path, stats: tuple[tuple[str, int, int], ...]) -> str:
+    h = hashlib.sha256()
+    for name, _, _ in stats:
+        h.update(name.encode() + b"\0")
+        h.update((folder / name).read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+class PackageLocator(_CacheLocator):
+    """The locator numba would use for a function of this package, its source stamp the
+    package's as well as the function's file's."""
+
+    def __init__(self, inner: _CacheLocator):
+        self._inner = inner
+
+    def ensure_cache_path(self) -> None:
+        self._inner.ensure_cache_path()
+
+    def get_cache_path(self) -> str:
+        return self._inner.get_cache_path()
+
+    def get_source_stamp(self) -> object:
+        return (self._inner.get_source_stamp(), package_stamp())
+
+    def get_disambiguator(self) -> str:
+        return self._inner.get_disambiguator()
+
+    @classmethod
+    def from_function(cls, py_func, py_file):
+        if Path(py_file).resolve().parent != PACKAGE:
+            return None
+        for other in IMPL._locator_classes:
+            if other is not cls:
+                inner = other.from_function(py_func, py_file)
+                if inner is not None:
+                    return cls(inner)
+        return None
+
+
+def register() -> None:
+    """Put ``PackageLocator`` first among the locators numba tries (once)."""
+    if PackageLocator not in IMPL._locator_classes:
+        IMPL._locator_classes.insert(0, PackageLocator)
