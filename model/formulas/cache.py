@@ -9,6 +9,10 @@ give it (``NUMBA_CACHE_DIR``, else ``__pycache__`` beside the module, ...) with 
 puts it first among numba's locators; the package's ``__init__`` calls it, so it runs before
 any of the modules compiles. (``NUMBA_CACHE_LOCATOR_CLASSES``, which replaces numba's list,
 leaves it out.)
+
+The locators are numba's internals: where a release lacks them, ``register`` does nothing and
+numba's own per-file stamp applies. That can only go stale while the package's files are
+edited in place (an install writes every file anew), so it matters to developers, not users.
 """
 
 from __future__ import annotations
@@ -18,12 +22,12 @@ from functools import cache
 from pathlib import Path
 
 from numba.core import caching
-from numba.core.caching import _CacheLocator
 
 PACKAGE = Path(__file__).resolve().parent
 # numba's base of the cache implementations, whose class list of locators each function's cache
-# tries in turn (``_CacheImpl`` in older releases)
-IMPL = getattr(caching, "CacheImpl", None) or caching._CacheImpl
+# tries in turn (``_CacheImpl`` in older releases), and the locators' base class
+IMPL = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl", None)
+_CacheLocator = getattr(caching, "_CacheLocator", object)
 
 
 def package_stamp(folder: Path = PACKAGE) -> str:
@@ -77,6 +81,9 @@ class PackageLocator(_CacheLocator):
 
 
 def register() -> None:
-    """Put ``PackageLocator`` first among the locators numba tries (once)."""
+    """Put ``PackageLocator`` first among the locators numba tries (once); nothing where this
+    numba release has no such list."""
+    if IMPL is None or _CacheLocator is object or not hasattr(IMPL, "_locator_classes"):
+        return
     if PackageLocator not in IMPL._locator_classes:
         IMPL._locator_classes.insert(0, PackageLocator)
