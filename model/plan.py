@@ -22,12 +22,14 @@ Queueing assumption (also returned in every plan's ``assumptions``):
   ``instances = ceil(rps x E2E(B) / (B x headroom))``.
 - Each class gets its own pool (its best configuration); ``total_nodes`` is the sum.
 
-Each class's plan says how far to trust it as ``/v1/recommend`` does (``confidence`` and
-``reasons``, by the rules of ``engine_advisor.model.decision.choose``): ``prior`` when nothing is
-calibrated for the hardware, ``low`` when the chosen configuration was never measured or its
-rival needs as many instances with an overlapping interval, ``medium`` when it is extrapolated or
-only the model's KV bytes per token are known (no weights, FLOPs or per-layer costs: its TTFT
-leaves out the prompt's prefill compute), else ``high``.
+Each class's plan says how far to trust it as ``/v1/recommend`` does: its ``confidence`` is
+``engine_advisor.model.decision.choose.trust``'s, the rule ``/v1/recommend`` applies, and its
+``reasons`` are that answer's words (``engine_advisor.model.presentation.reasons.trust_reasons``):
+``prior`` when nothing is calibrated for the hardware, ``low`` when the chosen configuration was
+never measured or its rival needs as many instances with an overlapping interval, ``medium`` when
+it is extrapolated or only the model's KV bytes per token are known, else ``high``. Only the plan
+adds what KV bytes alone leave out of its times (the prompt's prefill compute and each decode
+step's weight reads).
 """
 
 from __future__ import annotations
@@ -38,8 +40,9 @@ from typing import Annotated, Any, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from engine_advisor.model import engines
+from engine_advisor.model.decision.choose import overlap, trust
 from engine_advisor.model.errors import validation_message
-from engine_advisor.model.fit.costmodel import UNCALIBRATED_REL_SIGMA, CostModel
+from engine_advisor.model.fit.costmodel import CostModel
 from engine_advisor.model.hardware.gpus import GpuSpec
 from engine_advisor.model.jsonnum import JsonModel
 from engine_advisor.model.kv import KvDtype
@@ -47,6 +50,7 @@ from engine_advisor.model.physics.shape import ModelShape
 from engine_advisor.model.predict.arrivals import arrival_tpot_s, arrival_ttft_s
 from engine_advisor.model.predict.query import Evaluated
 from engine_advisor.model.presentation.launch import launch_command
+from engine_advisor.model.presentation.reasons import trust_reasons
 from engine_advisor.model.queries import evaluate, query_for
 from engine_advisor.model.schemas import Confidence
 from engine_advisor.model.workload import (
@@ -75,17 +79,11 @@ ASSUMPTIONS = [
     "Little's law: in flight = rps x E2E(B); instances = ceil(rps x E2E(B) / (B x headroom))",
     "each class runs in its own pool of nodes; total_nodes is the sum over classes",
 ]
-# the words of /v1/recommend (engine_advisor.model.presentation.reasons) where they say the same
-KV_ONLY = ("only KV bytes per token are known (no preset or config.json): weights, FLOPs and "
-           "per-layer costs are not modelled, so KV capacity is an upper bound and the interval "
-           "is widened")
+# what only KV bytes per token leave out of a plan (after /v1/recommend's KV_ONLY sentence)
 KV_ONLY_PLAN = ("with only KV bytes per token, the plan's times leave out the prompt's prefill "
                 "compute and each decode step's weight reads: its TTFT, TPOT and end-to-end time "
                 "are lower bounds and its concurrency and node count optimistic; give a preset "
                 "or hf_config to plan on them")
-SAME_PRIOR = ("the prior gives both engines the same efficiencies: only their memory (KV "
-              "capacity, reserve) tells them apart here, so the choice between them is not "
-              "informed by measurements")
 
 
 class TrafficClass(JsonModel):
@@ -323,13 +321,8 @@ def _plan_class(model: CostModel, req: PlanRequest, i: int,
     evals = q.evaluate(w)
     for e1 in evals:
         label = f"{e1.config.engine} dcp {e1.config.dcp_size}"
-        if e1.pred.running_sequences == 0:
-            reasons.append(f"{label}: one sequence needs {w.context_tokens + w.output_tokens:,} "
-                           f"KV tokens, the instance holds {e1.pred.kv_capacity_tokens:,}")
-            continue
-        if not e1.eligible:
-            reasons.append(f"{e1.config.engine} dcp {e1.config.dcp_size}: not calibrated for "
-                           f"{w.gpu_spec().name} x {w.num_gpus} (allow_extrapolation)")
+        if not e1.eligible:     # holds no sequence, or not calibrated (as /v1/recommend says)
+            reasons.append(f"{label}: {e1.pred.ineligible_reason}")
             continue
         found = _best_concurrency(model, w, e1, req)
         if isinstance(found, str):
@@ -383,64 +376,30 @@ def _plan_class(model: CostModel, req: PlanRequest, i: int,
                       for o in options[1:]])
 
 
-def _overlap(a: Evaluated, b: Evaluated) -> bool:
-    (a0, a1), (b0, b1) = a.pred.interval_s, b.pred.interval_s
-    return a0 <= b1 and b0 <= a1
-
-
 def _trust(w: Workload, shape: ModelShape, gpu: str, evals: list[Evaluated],
            options: list[_Candidate]) -> tuple[str, list[str]]:
-    """(confidence, reasons) of a class's plan, its configuration ``options[0]``, by the rules
-    of ``/v1/recommend`` (``engine_advisor.model.decision.choose.decide``): ``prior`` when no
-    configuration holding a sequence is calibrated (or transferred) for the hardware; ``low``
-    when the chosen one is not, or its rival (the best option of another engine, else the next)
-    needs as many instances and their end-to-end intervals overlap; ``medium`` when it is
-    extrapolated or only the KV bytes per token are known; else ``high``."""
+    """(confidence, reasons) of a class's plan, its configuration ``options[0]``, by
+    ``/v1/recommend``'s rule (``engine_advisor.model.decision.choose.trust``) and in its words
+    (``engine_advisor.model.presentation.reasons.trust_reasons``). Its rival is the best option
+    of another engine, else the next; it contests the plan when it needs as many instances.
+    The plan adds what only KV bytes per token leave out of its times, and why it is low."""
     best = options[0]
-    bp, label = best.ev.pred, f"{best.ev.config.engine} dcp {best.ev.config.dcp_size}"
     others = [o for o in options[1:] if o.ev.config.engine != best.ev.config.engine]
     rival = (others or options[1:] or [None])[0]
-    rival_l = f"{rival.ev.config.engine} dcp {rival.ev.config.dcp_size}" if rival else ""
     tied = rival is not None and rival.instances == best.instances
-    held = [e for e in evals if e.pred.running_sequences and e.eligible]
-    where = f"{gpu} x {w.num_gpus}"
-    reasons = []
+    confidence, prior_why = trust(best.ev.pred, rival.ev.pred if tied else None,
+                                  [e for e in evals if e.eligible], evals, shape.weights_known,
+                                  gpu, w.num_gpus)
+    reasons = trust_reasons(w, gpu, shape.weights_known, best.ev, rival.ev if rival else None,
+                            prior_why)
     if not shape.weights_known:
-        reasons += [KV_ONLY, KV_ONLY_PLAN]
-    if not any(e.pred.calibrated or e.pred.transferred for e in held):
-        confidence = "prior"
-        why = (f"the configurations calibrated on {where} hold no sequence of this workload"
-               if any(e.pred.calibrated or e.pred.transferred for e in evals)
-               else f"no configuration is calibrated on {where}")
-        names = label + (f" and {rival_l}" if rival else "")
-        reasons.append(f"answered from the physics prior: {why}, so every prediction uses the "
-                       "engines' prior efficiencies and their intervals are widened "
-                       f"(+{UNCALIBRATED_REL_SIGMA:.0%} relative sd); calibrate {names} on "
-                       f"{where} near {w.context_tokens:,} context tokens (engine-advisor "
-                       "calibrate run, then fit) to replace it")
-        if tied and rival.ev.config.engine != best.ev.config.engine \
-                and rival.e2e < best.e2e * 1.005:
-            reasons.append(SAME_PRIOR)
-        return confidence, reasons
-    if bp.transferred:
-        reasons.append(f"{label} is calibrated on {where} for other models: this model's "
-                       "physics with the engine's fitted efficiencies (transferred; interval "
-                       "widened)")
-    elif not bp.calibrated:
-        reasons.append(f"{label} has no calibration data on {where}: extrapolated from the "
-                       "physics prior (allow_extrapolation)")
-    elif bp.extrapolated:
-        reasons.append("the workload lies outside the calibrated range: the interval is widened")
-    if not (bp.calibrated or bp.transferred) or (tied and _overlap(best.ev, rival.ev)):
-        confidence = "low"
-        if tied and _overlap(best.ev, rival.ev):
-            n = best.instances
-            reasons.append(f"low confidence: {label} and {rival_l} need {n} instance"
-                           f"{'s' if n != 1 else ''} each and their end-to-end intervals overlap")
-    elif bp.extrapolated or not shape.weights_known:
-        confidence = "medium"
-    else:
-        confidence = "high"
+        reasons.insert(1, KV_ONLY_PLAN)
+    if confidence == "low" and tied and overlap(best.ev.pred, rival.ev.pred):
+        n = best.instances
+        reasons.append(f"low confidence: {best.ev.config.engine} dcp {best.ev.config.dcp_size} "
+                       f"and {rival.ev.config.engine} dcp {rival.ev.config.dcp_size} need {n} "
+                       f"instance{'s' if n != 1 else ''} each and their end-to-end intervals "
+                       "overlap")
     return confidence, reasons
 
 

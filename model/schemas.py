@@ -76,6 +76,20 @@ class ConfigPrediction(BaseModel):
     step_terms_s: dict[str, float] = Field(
         default_factory=dict, description="seconds of each physical term of one decode step "
         "at the workload's mean context (engine_advisor.model.physics.terms.DECODE_TERMS)")
+    eligible: bool = Field(
+        default=True, description="whether the recommendation may choose this configuration "
+        "among those evaluated with it (in /v1/recommend: every candidate of the workload; "
+        "/v1/predict evaluates one alone): it holds at least one sequence, and it is calibrated "
+        "(or transferred) for the hardware, unless allow_extrapolation is set or no "
+        "configuration holding a sequence is")
+    ineligible_reason: str | None = Field(
+        default=None, description="why it may not be chosen (not even one sequence fits, or "
+        "no calibration data for the hardware without allow_extrapolation); null when eligible")
+
+
+class ConfigRef(BaseModel):
+    engine: str
+    dcp_size: int
 
 
 class Exclusion(BaseModel):
@@ -102,6 +116,9 @@ class Recommendation(BaseModel):
     mem_fraction_flag: str
     predictions: list[ConfigPrediction]
     speedup: float | None
+    speedup_over: ConfigRef | None = Field(
+        description="the configuration the speed-up is over: the fastest eligible "
+        "configuration of another engine, else the next-fastest eligible one; null with speedup")
     confidence: Confidence
     crossover_context_tokens: int | None
     kv_capacity_tokens: int

@@ -52,9 +52,9 @@ def decide(q: Query, w: Workload, evals: list[Evaluated]) -> Decision:
     pred, shape, si = q.pred, q.shape, q.si
     excluded = list(q.excluded)
     for e in evals:
-        if e.pred.running_sequences == 0:
+        if e.pred.running_sequences == 0:    # the reason evaluate() gave it
             excluded.append(Exclusion(engine=e.config.engine, dcp_size=e.config.dcp_size,
-                                      reason=holds_nothing(w, e.pred)))
+                                      reason=e.pred.ineligible_reason))
     ranked = sorted(evals, key=_total)
     eligible = [e for e in ranked if e.eligible]
     if not eligible:    # evaluate() makes every configuration holding a sequence eligible
@@ -64,43 +64,45 @@ def decide(q: Query, w: Workload, evals: list[Evaluated]) -> Decision:
     others = [e for e in eligible[1:] if e.config.engine != best.config.engine] or eligible[1:]
     rival = others[0] if others else None
     speedup = rival.pred.total_s / bp.total_s if rival else None
-    prior = not any(e.pred.calibrated or e.pred.transferred for e in eligible)
-    if prior:
-        confidence = "prior"
-    elif not (bp.calibrated or bp.transferred) or (rival and _overlap(bp, rival.pred)):
-        confidence = "low"
-    elif (bp.extrapolated or not bp.fits_in_memory or not shape.weights_known):
-        confidence = "medium"
-    else:
-        confidence = "high"
+    confidence, prior_why = trust(bp, rival.pred if rival else None, eligible, evals,
+                                  shape.weights_known, si.gpu.name, w.num_gpus)
     cross = crossover_near(q, w, [e.config for e in eligible])
     # ranked before the best are configurations not measured or holding no sequence
     unmeasured = (None if ranked[0] is best else
                   next((e for e in ranked if e is not best and e.pred.running_sequences
                         and e.pred.total_s < bp.total_s), None))
-    prior_why = None
-    if prior:
-        where = f"{si.gpu.name} x {w.num_gpus}"
-        prior_why = (f"the configurations calibrated on {where} hold no sequence of this "
-                     "workload" if any(e.pred.calibrated or e.pred.transferred for e in evals)
-                     else f"no configuration is calibrated on {where}")
     return Decision(ranked, best, rival, speedup, confidence, cross, unmeasured, prior_why,
                     excluded)
 
 
-def _overlap(a: ConfigPrediction, b: ConfigPrediction) -> bool:
+def trust(best: ConfigPrediction, rival: ConfigPrediction | None, eligible: list[Evaluated],
+          evals: list[Evaluated], weights_known: bool, gpu: str, num_gpus: int
+          ) -> tuple[str, str | None]:
+    """How far to trust choosing ``best`` over ``rival`` (the configuration that contests it;
+    None: none does) among the ``eligible`` of the evaluations ``evals`` on ``gpu`` x
+    ``num_gpus``, as (confidence, why the answer is the physics prior's or None): one rule for
+    ``/v1/recommend`` (``decide``) and ``/v1/plan`` (``engine_advisor.model.plan``).
+
+    ``prior`` when no eligible configuration is calibrated (or transferred) for the hardware
+    (why: none is, or those that are hold no sequence of the workload); ``low`` when ``best``
+    is neither, or ``rival``'s interval overlaps its own; ``medium`` when it is extrapolated,
+    the batch's KV is over its capacity or only the model's KV bytes per token are known
+    (``weights_known`` false); else ``high``."""
+    if not any(e.pred.calibrated or e.pred.transferred for e in eligible):
+        where = f"{gpu} x {num_gpus}"
+        return "prior", (f"the configurations calibrated on {where} hold no sequence of this "
+                         "workload" if any(e.pred.calibrated or e.pred.transferred for e in evals)
+                         else f"no configuration is calibrated on {where}")
+    if not (best.calibrated or best.transferred) or (rival is not None and overlap(best, rival)):
+        return "low", None
+    if best.extrapolated or not best.fits_in_memory or not weights_known:
+        return "medium", None
+    return "high", None
+
+
+def overlap(a: ConfigPrediction, b: ConfigPrediction) -> bool:
+    """Whether the 90 % intervals of ``a`` and ``b`` overlap."""
     return a.interval_s[0] <= b.interval_s[1] and b.interval_s[0] <= a.interval_s[1]
-
-
-def holds_nothing(w: Workload, p: ConfigPrediction) -> str:
-    """Why a configuration holds no sequence of the workload."""
-    seq = w.context_tokens + w.output_tokens
-    if p.kv_capacity_tokens <= 0:
-        return (f"its weights leave no KV memory at {engines.get(p.engine).mem_flag} "
-                f"{p.mem_fraction:.2f} "
-                f"(one sequence of {seq:,} tokens does not fit)")
-    return (f"not even one sequence of {seq:,} tokens fits its KV capacity of "
-            f"{p.kv_capacity_tokens:,} tokens")
 
 
 def does_not_fit(model: CostModel, w: Workload, shape: ModelShape,

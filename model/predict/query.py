@@ -44,7 +44,8 @@ assert E_PARTS == 18 and N_EVAL == E_PARTS + len(DECODE_TERMS)
 
 class Evaluated(NamedTuple):
     """One configuration's prediction (the seconds of each term of its decode step in
-    ``pred.step_terms_s``), whether it may be recommended, and with the engine's default
+    ``pred.step_terms_s``), whether it may be recommended (as ``pred.eligible``, and
+    ``pred.ineligible_reason`` says why not), and with the engine's default
     memory knobs (where the prediction sets others: ``pred.memory_flags``) the sequences at
     once, the KV capacity and what binds them."""
 
@@ -180,6 +181,9 @@ class Query:
                                                                            for c in configs)}
         self.share = w.requirements.prefix_reuse_share if w.requirements else 0.0
         self.allow_extrapolation = w.allow_extrapolation
+        # why a configuration without calibration data for this hardware may not be chosen
+        self.uncalibrated_why = (f"not calibrated on {self.gpu} x {w.num_gpus} "
+                                 "(allow_extrapolation to consider it)")
         if not configs:
             return
         facts = pred.facts(si.gpu, w.num_gpus, shape, self.configs)
@@ -220,6 +224,9 @@ class Query:
         # data for this hardware; allow_extrapolation matters only when one has
         anyway = self.allow_extrapolation or not any(
             (f[3] or f[4]) and t[E_FEASIBLE] for f, t in zip(self.fixed, table, strict=True))
+        # the one reason for every configuration without calibration data; None: none is held
+        uncalibrated = None if anyway else self.uncalibrated_why
+        seq = ctx + w.output_tokens
         out = []
         for (c, engine, dcp, calibrated, transferred, fraction), t in zip(self.fixed, table,
                                                                           strict=True):
@@ -228,7 +235,14 @@ class Query:
             # tests/model/test_batch.py checks both)
             (total, lo, hi, pf, decode, tpot, run, cap, fits, ok, dist, binds, knob, knob_run,
              slots, run0, cap0, binds0, gemm, moe, kv, mla, dcp_read, state, tp_comm, dcp_comm,
-             dcp_fixed, layer, moe_fixed, seq, step) = t
+             dcp_fixed, layer, moe_fixed, seq_fixed, step) = t
+            # may the decision choose it (decide() chooses among these), and if not, why
+            if ok <= 0.0:
+                eligible, why = False, holds_nothing(seq, engine, fraction, int(cap))
+            elif uncalibrated and not (calibrated or transferred):
+                eligible, why = False, uncalibrated
+            else:
+                eligible, why = True, None
             out.append(_evaluated((c, make_prediction({
                 "engine": engine, "dcp_size": dcp, "total_s": total, "prefill_s": pf,
                 "decode_s": decode, "tpot_s": tpot, "interval_s": (lo, hi),
@@ -243,10 +257,21 @@ class Query:
                     "gemm": gemm, "moe": moe, "kv_read": kv, "mla_read": mla,
                     "dcp_read": dcp_read, "state": state, "tp_comm": tp_comm,
                     "dcp_comm": dcp_comm, "dcp_fixed": dcp_fixed, "layer_fixed": layer,
-                    "moe_fixed": moe_fixed, "seq_fixed": seq, "step_fixed": step}}),
-                (anyway or calibrated or transferred) and ok > 0.0,
-                (int(run0), int(cap0), LIMITS[int(binds0)]) if knob else None)))
+                    "moe_fixed": moe_fixed, "seq_fixed": seq_fixed, "step_fixed": step},
+                "eligible": eligible, "ineligible_reason": why}),
+                eligible, (int(run0), int(cap0), LIMITS[int(binds0)]) if knob else None)))
         return out
+
+
+def holds_nothing(seq: int, engine: str, fraction: float, capacity: int) -> str:
+    """Why a configuration of ``engine`` at memory fraction ``fraction`` with KV capacity
+    ``capacity`` holds no sequence of ``seq`` tokens (its ``ineligible_reason``, and the
+    decision's exclusion)."""
+    if capacity <= 0:
+        return (f"its weights leave no KV memory at {engines.get(engine).mem_flag} "
+                f"{fraction:.2f} (one sequence of {seq:,} tokens does not fit)")
+    return (f"not even one sequence of {seq:,} tokens fits its KV capacity of "
+            f"{capacity:,} tokens")
 
 
 _evaluated = partial(tuple.__new__, Evaluated)    # Evaluated((...)) without its Python __new__

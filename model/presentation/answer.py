@@ -9,7 +9,7 @@ from engine_advisor.model.physics.memory import MemoryChoice
 from engine_advisor.model.physics.shape import ModelShape
 from engine_advisor.model.presentation.launch import launch_command
 from engine_advisor.model.presentation.reasons import reasons
-from engine_advisor.model.schemas import Recommendation, constructor
+from engine_advisor.model.schemas import ConfigRef, Recommendation, constructor
 from engine_advisor.model.workload import Workload
 
 
@@ -17,7 +17,7 @@ def answer(w: Workload, shape: ModelShape, gpu: str, d: Decision, mem: MemoryCho
            provenance: str, version: str) -> Recommendation:
     """The ``Recommendation`` of decision ``d``; ``mem``: the chosen engine's memory choice,
     ``provenance``: where the GPU's physics came from."""
-    best = d.best
+    best, rival = d.best, d.rival
     bp = best.pred
     engine = best.config.engine
     why = reasons(w, shape, gpu, d, provenance)
@@ -26,7 +26,10 @@ def answer(w: Workload, shape: ModelShape, gpu: str, d: Decision, mem: MemoryCho
         "engine": engine, "dcp_size": best.config.dcp_size,
         "mem_fraction": bp.mem_fraction, "mem_fraction_flag": engines.get(engine).mem_flag,
         "predictions": [e.pred for e in d.ranked],
-        "speedup": d.speedup, "confidence": d.confidence,
+        "speedup": d.speedup,
+        "speedup_over": make_ref({"engine": rival.config.engine,
+                                  "dcp_size": rival.config.dcp_size}) if rival else None,
+        "confidence": d.confidence,
         "crossover_context_tokens": d.crossover,
         "kv_capacity_tokens": bp.kv_capacity_tokens, "fits_in_memory": bp.fits_in_memory,
         "launch_command": launch_command(engine, best.config.dcp_size, bp.mem_fraction, w,
@@ -35,3 +38,4 @@ def answer(w: Workload, shape: ModelShape, gpu: str, d: Decision, mem: MemoryCho
 
 
 make_recommendation = constructor(Recommendation)
+make_ref = constructor(ConfigRef)

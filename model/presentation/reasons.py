@@ -82,6 +82,49 @@ def memory_story(w: Workload, shape: ModelShape, gpu: str, e: Evaluated) -> str:
             f"{limit0.replace('_', ' ')})")
 
 
+KV_ONLY = ("only KV bytes per token are known (no preset or config.json): weights, FLOPs and "
+           "per-layer costs are not modelled, so KV capacity is an upper bound and the interval "
+           "is widened")
+SAME_PRIOR = ("the prior gives both engines the same efficiencies: only their memory (KV "
+              "capacity, reserve) tells them apart here, so the choice between them is not "
+              "informed by measurements")
+
+
+def trust_reasons(w: Workload, gpu: str, weights_known: bool, best: Evaluated,
+                  rival: Evaluated | None, prior_why: str | None) -> list[str]:
+    """What a choice of ``best`` over ``rival`` rests on, one list of sentences for
+    ``/v1/recommend`` and ``/v1/plan`` (their confidence is
+    ``engine_advisor.model.decision.choose.trust``'s): that only the KV bytes per token are
+    known; then a transferred calibration, or the physics prior (``prior_why``: why; and, when
+    ``rival`` is of another engine within 0.5 %, that the prior cannot tell the engines apart),
+    or no calibration data (``allow_extrapolation``), or a workload outside the calibrated
+    range."""
+    bp = best.pred
+    best_l = _label(best)
+    r = [] if weights_known else [KV_ONLY]
+    if bp.transferred:
+        r.append(f"{best_l} is calibrated on {gpu} x {w.num_gpus} for other "
+                 f"models: this model's physics with the engine's fitted efficiencies "
+                 "(transferred; interval widened)")
+    elif prior_why:
+        names = best_l + (f" and {_label(rival)}" if rival else "")
+        r.append(f"answered from the physics prior: {prior_why}, so every prediction uses the "
+                 f"engines' prior efficiencies and their intervals are widened "
+                 f"(+{UNCALIBRATED_REL_SIGMA:.0%} relative sd); calibrate {names} on "
+                 f"{gpu} x {w.num_gpus} near "
+                 f"{w.context_tokens:,} context tokens (engine-advisor calibrate run, then fit) "
+                 "to replace it")
+        if rival and rival.config.engine != best.config.engine \
+                and rival.pred.total_s < bp.total_s * 1.005:
+            r.append(SAME_PRIOR)
+    elif not bp.calibrated:
+        r.append(f"{best_l} has no calibration data on {gpu} x {w.num_gpus}: "
+                 "extrapolated from the physics prior (allow_extrapolation)")
+    elif bp.extrapolated:
+        r.append("the workload lies outside the calibrated range: the interval is widened")
+    return r
+
+
 def reasons(w: Workload, shape: ModelShape, gpu: str, d: Decision, provenance: str) -> list[str]:
     """The decision ``d`` in sentences, in order: the choice against its rival, a faster
     configuration that may not be chosen (``d.unmeasured``: no calibration data, and
@@ -124,31 +167,7 @@ def reasons(w: Workload, shape: ModelShape, gpu: str, d: Decision, provenance: s
                     if rival.pred.running_limit != "kv" else "") + ")")
     if cross:
         r.append(f"the best engine changes near {cross:,} context tokens")
-    if not shape.weights_known:
-        r.append("only KV bytes per token are known (no preset or config.json): weights, "
-                 "FLOPs and per-layer costs are not modelled, so KV capacity is an upper bound "
-                 "and the interval is widened")
-    if bp.transferred:
-        r.append(f"{best_l} is calibrated on {gpu} x {w.num_gpus} for other "
-                 f"models: this model's physics with the engine's fitted efficiencies "
-                 "(transferred; interval widened)")
-    elif prior_why:
-        names = best_l + (f" and {rival_l}" if rival else "")
-        r.append(f"answered from the physics prior: {prior_why}, so every prediction uses the "
-                 f"engines' prior efficiencies and their intervals are widened "
-                 f"(+{UNCALIBRATED_REL_SIGMA:.0%} relative sd); calibrate {names} on "
-                 f"{gpu} x {w.num_gpus} near "
-                 f"{w.context_tokens:,} context tokens (engine-advisor calibrate run, then fit) "
-                 "to replace it")
-        if rival and speedup is not None and speedup < 1.005:
-            r.append("the prior gives both engines the same efficiencies: only their memory "
-                     "(KV capacity, reserve) tells them apart here, so the choice between them "
-                     "is not informed by measurements")
-    elif not bp.calibrated:
-        r.append(f"{best_l} has no calibration data on {gpu} x {w.num_gpus}: "
-                 "extrapolated from the physics prior (allow_extrapolation)")
-    elif bp.extrapolated:
-        r.append("the workload lies outside the calibrated range: the interval is widened")
+    r += trust_reasons(w, gpu, shape.weights_known, best, rival, prior_why)
     if rival and speedup is not None and rival.config.engine != best.config.engine \
             and speedup < 1.0 + TIE:
         r.append(f"{best.config.engine} and {rival.config.engine} tie: {best_l} is predicted "

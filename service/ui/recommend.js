@@ -16,8 +16,9 @@ addEventListener("resize", () => {
 });
 
 const KNOWN_REC = new Set(["engine", "dcp_size", "mem_fraction", "mem_fraction_flag",
-  "predictions", "speedup", "confidence", "crossover_context_tokens", "kv_capacity_tokens",
-  "fits_in_memory", "launch_command", "reasons", "excluded", "model_version"]);
+  "predictions", "speedup", "speedup_over", "confidence", "crossover_context_tokens",
+  "kv_capacity_tokens", "fits_in_memory", "launch_command", "reasons", "excluded",
+  "model_version"]);
 
 const same = (a, b) => a.engine === b.engine && a.dcp_size === b.dcp_size;
 const name = (p) => `${p.engine} dcp ${p.dcp_size}`;
@@ -31,44 +32,17 @@ function memoryCard(rec, w) {
                `${int(best.running_sequences)} of ${int(w.batch_size ?? 1)} sequences at once`)];
 }
 
-// Which predictions the recommendation could choose from, and why the others could not, as
-// the model decides (engine_advisor.model.predict.query: a configuration holding no sequence
-// never; one without calibration data for this GPU and size only with allow_extrapolation,
-// or when none that holds a sequence has any). The compared configuration (the speed-up's
-// denominator) is the fastest eligible one of another engine, else the next eligible one
-// (engine_advisor.model.decision.choose), checked against the API's speed-up: where they
-// disagree, the configuration whose time gives the API's speed-up.
-function eligibility(rec, w) {
-  const preds = rec.predictions;
-  const holds = (p) => p.running_sequences > 0;
-  const measured = (p) => p.calibrated || p.transferred;
-  const anyway = Boolean(w.allow_extrapolation) || !preds.some((p) => holds(p) && measured(p));
-  const where = w.gpu && w.num_gpus ? `${w.gpu}\u00a0×\u00a0${w.num_gpus}` : "this GPU and size";
-  const why = new Map();
-  for (const p of preds) {
-    if (!holds(p)) {
-      const x = (rec.excluded || []).find((e) => same(e, p));
-      why.set(p, x ? x.reason : "not even one sequence fits in memory");
-    } else if (!anyway && !measured(p)) {
-      why.set(p, `not calibrated on ${where} (allow extrapolation to consider it)`);
-    }
-  }
-  const eligible = preds.filter((p) => !why.has(p));
-  const best = preds.find((p) => same(p, rec));
-  const others = eligible.filter((p) => p !== best);
-  let rival = others.find((p) => p.engine !== rec.engine) ?? others[0] ?? null;
-  const ratio = (p) => p.total_s / best.total_s;
-  const agrees = (p) => p && Math.abs(ratio(p) - rec.speedup) <= 1e-6 * rec.speedup;
-  if (rec.speedup == null) rival = null;
-  else if (!agrees(rival)) rival = preds.find((p) => p !== best && agrees(p)) ?? null;
-  // what the API chose and compared with was eligible, whatever the rules above say
-  why.delete(best);
-  if (rival) why.delete(rival);
-  return {why, rival, isEligible: (p) => !why.has(p)};
+// Which predictions the recommendation could choose from, and why the others could not, and
+// the configuration its speed-up is over: as the API says them (each prediction's eligible and
+// ineligible_reason, the answer's speedup_over), never worked out here.
+function eligibility(rec) {
+  const over = rec.speedup_over;
+  const rival = over ? rec.predictions.find((p) => same(p, over)) ?? null : null;
+  return {rival, isEligible: (p) => p.eligible !== false, why: (p) => p.ineligible_reason};
 }
 
 function speedupCard(rec, elig) {
-  const {rival, why} = elig;
+  const {rival, isEligible} = elig;
   if (rec.speedup == null) {
     return card("Speed-up", "–", "speedup", "no other eligible configuration to compare with");
   }
@@ -78,7 +52,7 @@ function speedupCard(rec, elig) {
   }
   const across = rival.engine !== rec.engine;
   // faster than the compared one but not eligible (of another engine, where it is of one)
-  const skipped = rec.predictions.filter((p) => why.has(p) && p.total_s < rival.total_s
+  const skipped = rec.predictions.filter((p) => !isEligible(p) && p.total_s < rival.total_s
                                          && (!across || p.engine !== rec.engine));
   const node = card("Speed-up", rec.speedup.toFixed(2) + "×", "speedup",
     `vs ${name(rival)} (${secs(rival.total_s)} s), `
@@ -148,6 +122,8 @@ const DETAIL_COLS = [
   ["step_terms_s", "decode step ms", (p) => stepTerms(p.step_terms_s)],
 ];
 const STATUS_KEYS = new Set(["calibrated", "extrapolated", "transferred", "running_limit"]);
+// shown by the eligible column
+const ELIGIBLE_KEYS = ["eligible", "ineligible_reason"];
 // what binds the sequences running at once (a prediction's running_limit)
 const LIMITS = {kv: "KV cache", state: "state slots", max_running: "running limit"};
 
@@ -171,8 +147,9 @@ function renderPredictions(rec, elig) {
   const eligibleCol = ["eligible", "eligible", (p) => (elig.isEligible(p)
     ? ["yes", p === elig.rival ? h("span", {class: "badge rival", text: "speed-up baseline"}) : null]
     : [h("span", {class: "badge no", text: "no"}),
-       h("span", {class: "why", text: elig.why.get(p)})])];
-  const known = new Set([...PRED_COLS, ...DETAIL_COLS].map((c) => c[0]).concat([...STATUS_KEYS]));
+       h("span", {class: "why", text: elig.why(p)})])];
+  const known = new Set([...PRED_COLS, ...DETAIL_COLS].map((c) => c[0])
+    .concat([...STATUS_KEYS], ELIGIBLE_KEYS));
   const extra = [...new Set(preds.flatMap((p) => Object.keys(p)))].filter((k) => !known.has(k));
   const cols = PRED_COLS.filter(([k]) => preds.some((p) => k in p));
   cols.splice(2, 0, statusCol, eligibleCol);
@@ -278,7 +255,7 @@ export async function runRecommend() {
     state.workload = w;
     $("#rec-empty").hidden = true;
     $("#rec-result").hidden = false;
-    const elig = eligibility(rec, w);
+    const elig = eligibility(rec);
     renderAnswer(rec, w, elig);
     renderPredictions(rec, elig);
     await renderChart(rec, w);

@@ -20,6 +20,7 @@ from engine_advisor.model.queries import evaluate
 from engine_advisor.model.recommend import recommend
 from engine_advisor.model.schemas import (
     ConfigPrediction,
+    ConfigRef,
     Exclusion,
     Recommendation,
     constructor,
@@ -129,7 +130,8 @@ def test_construct_equals_validation():
         assert e.pred.model_fields_set == valid.model_fields_set
     values = {"engine": "vllm", "dcp_size": 1, "mem_fraction": 0.9,
               "mem_fraction_flag": "--gpu-memory-utilization", "predictions": [ev[0].pred],
-              "speedup": 1.2, "confidence": "high", "crossover_context_tokens": None,
+              "speedup": 1.2, "speedup_over": ConfigRef(engine="sglang", dcp_size=8),
+              "confidence": "high", "crossover_context_tokens": None,
               "kv_capacity_tokens": 10, "fits_in_memory": True, "launch_command": ["vllm"],
               "reasons": ["r"], "excluded": [Exclusion(engine="sglang", reason="x")],
               "model_version": "v"}
@@ -137,7 +139,7 @@ def test_construct_equals_validation():
     assert rec == Recommendation.model_validate(values)
     assert rec.model_dump_json() == Recommendation.model_validate(values).model_dump_json()
     # the models constructor() serves take none of what it skips
-    for cls in (ConfigPrediction, Recommendation):
+    for cls in (ConfigPrediction, ConfigRef, Recommendation):
         assert not cls.__private_attributes__ and not cls.__pydantic_post_init__
         assert cls.model_config.get("extra") != "allow"
         assert all(f.alias is None for f in cls.model_fields.values())

@@ -100,7 +100,9 @@ def test_unservable_classes_are_reported_with_the_reason():
     assert out.classes == []
     names = {u.name: u.reason for u in out.unserved}
     assert "misses the SLO" in names["short"]
-    assert "KV tokens" in names["huge"]
+    # in /v1/recommend's words (the prediction's ineligible_reason)
+    assert "vllm dcp 1: not even one sequence of 8,000,016 tokens fits its KV capacity of" \
+        in names["huge"]
     assert out.total_nodes == 0
 
 

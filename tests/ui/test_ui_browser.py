@@ -351,12 +351,18 @@ ELIGIBILITY_CASES = {
 @pytest.mark.parametrize("case", ELIGIBILITY_CASES)
 def test_eligible_rows_and_the_speedup_baseline(server, open_page, shots, case):
     """The table marks which configurations the recommendation could choose and says why
-    the others could not; the speed-up card names the configuration it compares with, which
-    is eligible, is marked in the table, and gives the API's speed-up."""
+    the others could not, as the API's predictions say (``eligible``, ``ineligible_reason``);
+    the speed-up card names the configuration the API's ``speedup_over`` names, which is
+    eligible, is marked in the table, and gives the API's speed-up. The API's fields are the
+    model's own decision."""
     workload = ELIGIBILITY_CASES[case]
     rec = httpx.post(server.url + "/v1/recommend", json=workload, timeout=30).json()
     version, eligible, rival = model_decision(workload)
     assert rec["model_version"] == version   # the server answers from the same default model
+    preds = {(p["engine"], p["dcp_size"]): p for p in rec["predictions"]}
+    assert {k: p["eligible"] for k, p in preds.items()} == eligible
+    over = rec["speedup_over"]
+    assert (None if over is None else (over["engine"], over["dcp_size"])) == rival
     pg = open_page(WIDE)
     # (the page's links write a set checkbox as "true")
     page = pg.open(urlencode({k: str(v).lower() if isinstance(v, bool) else v
@@ -370,19 +376,23 @@ def test_eligible_rows_and_the_speedup_baseline(server, open_page, shots, case):
     for i, p in enumerate(rec["predictions"]):
         key = (p["engine"], p["dcp_size"])
         row = rows.nth(i)
-        assert row.get_attribute("data-eligible") == str(eligible[key]).lower(), key
-        cell = row.locator("td[data-key=eligible]").inner_text().replace("\xa0", " ")
-        assert ("ineligible" in (row.get_attribute("class") or "")) == (not eligible[key])
-        if eligible[key]:
+        assert (row.get_attribute("data-engine"), row.get_attribute("data-dcp")) == \
+            (key[0], str(key[1]))
+        assert row.get_attribute("data-eligible") == str(p["eligible"]).lower(), key
+        cell = row.locator("td[data-key=eligible]").inner_text()
+        assert ("ineligible" in (row.get_attribute("class") or "")) == (not p["eligible"])
+        if p["eligible"]:
+            assert p["ineligible_reason"] is None
             assert cell.startswith("yes"), (key, cell)
             continue
         ineligible += 1
         assert cell.startswith("no"), (key, cell)
-        if key in excluded:                 # holds no sequence: the API's own reason
-            assert excluded[key] in cell, (key, cell)
+        assert p["ineligible_reason"] in cell, (key, cell)
+        if key in excluded:                 # holds no sequence: the API's exclusion says so
+            assert p["ineligible_reason"] == excluded[key]
         else:                               # no calibration data for this hardware
             assert not (p["calibrated"] or p["transferred"])
-            assert f"not calibrated on {workload['gpu']} × {workload['num_gpus']}" in cell
+            assert f"not calibrated on {workload['gpu']} x {workload['num_gpus']}" in cell
     caption = page.locator("#predictions caption").inner_text()
     assert (f"{ineligible} of {len(rec['predictions'])} may not be recommended" in caption
             if ineligible else "Each may be recommended" in caption)
@@ -390,21 +400,20 @@ def test_eligible_rows_and_the_speedup_baseline(server, open_page, shots, case):
     card = page.locator("#answer [data-field=speedup]")
     said = card.inner_text()
     marked = page.locator("#predictions tr[data-engine]:has(.badge.rival)")
-    if rival is None:
+    if over is None:
         assert rec["speedup"] is None
         assert text(page, "#answer [data-field=speedup] .card-value") == "–"
         assert "no other eligible configuration" in said and marked.count() == 0
         pg.close()
         return
-    engine, dcp = rival
-    assert eligible[rival]
+    engine, dcp = over["engine"], over["dcp_size"]
+    assert preds[(engine, dcp)]["eligible"]
     assert (card.get_attribute("data-engine"), card.get_attribute("data-dcp")) == \
         (engine, str(dcp))
     assert f"vs {engine} dcp {dcp}" in said
     assert ("of another engine" in said) == (engine != rec["engine"])
-    preds = {(p["engine"], p["dcp_size"]): p for p in rec["predictions"]}
     best = preds[(rec["engine"], rec["dcp_size"])]
-    assert math.isclose(preds[rival]["total_s"] / best["total_s"], rec["speedup"],
+    assert math.isclose(preds[(engine, dcp)]["total_s"] / best["total_s"], rec["speedup"],
                         rel_tol=1e-9)
     assert text(page, "#answer [data-field=speedup] .card-value") == f"{rec['speedup']:.2f}×"
     # the compared configuration is marked in the table, and it alone
@@ -414,8 +423,8 @@ def test_eligible_rows_and_the_speedup_baseline(server, open_page, shots, case):
     assert marked.get_attribute("data-eligible") == "true"
     # faster configurations of that engine that were not eligible: named by the card, and
     # marked not eligible in the table
-    faster = [k for k, p in preds.items() if not eligible[k] and k[0] == engine
-              and p["total_s"] < preds[rival]["total_s"]]
+    faster = [k for k, p in preds.items() if not p["eligible"] and k[0] == engine
+              and p["total_s"] < preds[(engine, dcp)]["total_s"]]
     if case == "calibrated-only":
         assert faster, "the case the issue is about: a faster vLLM configuration not eligible"
     if faster:
