@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from engine_advisor.model.decision.crossover import CROSSOVER_RANGE
 from engine_advisor.model.jsonnum import JsonModel
-from engine_advisor.model.schemas import ConfigPrediction, Exclusion, Recommendation
+from engine_advisor.model.schemas import ConfigPrediction, ConfigRef, Exclusion, Recommendation
 from engine_advisor.model.workload import MAX_CONTEXT, MAX_GPUS, Engine, Workload
 from engine_advisor.service.errors import ErrorDetail
 
@@ -97,11 +97,6 @@ class CrossoverRequest(Workload):
         if lo >= hi:
             raise ValueError(f"context_range: low {lo} must be below high {hi}")
         return self
-
-
-class ConfigRef(BaseModel):
-    engine: str
-    dcp_size: int
 
 
 class Crossing(BaseModel):
