@@ -4,8 +4,11 @@ numba stamps a function's cache with its own source file only. A formula compile
 module's formula inlined or linked into it (``decode_into`` with ``read_s``, ``rows_into`` with
 ``memory_fit`` and ``decode_into``, ...) would load stale machine code after only the other file
 changed. ``PackageLocator`` gives each function of this package the cache numba's own locators
-give it (``NUMBA_CACHE_DIR``, else ``__pycache__`` beside the module, ...) with a stamp of every
-``.py`` file of the package as well: an edit to any of them recompiles them all. ``register``
+give it (``NUMBA_CACHE_DIR``, else the user's cache folder, ``~/.cache/numba``) with a stamp of
+every ``.py`` file of the package as well: an edit to any of them recompiles them all. It never
+caches in ``__pycache__`` beside the module, as numba would where that is writable: files the
+install does not own, left behind in ``site-packages/engine_advisor/...`` by an uninstall, would
+make those folders namespace packages that shadow a later editable install's. ``register``
 puts it first among numba's locators; the package's ``__init__`` calls it, so it runs before
 any of the modules compiles. (``NUMBA_CACHE_LOCATOR_CLASSES``, which replaces numba's list,
 leaves it out.)
@@ -28,6 +31,10 @@ PACKAGE = Path(__file__).resolve().parent
 # tries in turn (``_CacheImpl`` in older releases), and the locators' base class
 IMPL = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl", None)
 _CacheLocator = getattr(caching, "_CacheLocator", object)
+# the locator that caches in __pycache__ beside the source (``_InTreeCacheLocator`` in older
+# releases): skipped
+IN_TREE = getattr(caching, "InTreeCacheLocator", None) or getattr(caching, "_InTreeCacheLocator",
+                                                                   None)
 
 
 def package_stamp(folder: Path = PACKAGE) -> str:
@@ -73,7 +80,7 @@ class PackageLocator(_CacheLocator):
         if Path(py_file).resolve().parent != PACKAGE:
             return None
         for other in IMPL._locator_classes:
-            if other is not cls:
+            if other is not cls and other is not IN_TREE:
                 inner = other.from_function(py_func, py_file)
                 if inner is not None:
                     return cls(inner)

@@ -25,6 +25,10 @@ def test_every_formula_is_cached_under_the_package_stamp():
                 locator = obj._cache._impl.locator
                 assert isinstance(locator, cache.PackageLocator), obj
                 assert locator.get_source_stamp()[1] == cache.package_stamp()
+                # never beside the source: an uninstall would leave the files, and their
+                # folders would shadow a later editable install (tests/test_packaging.py)
+                where = Path(locator.get_cache_path()).resolve()
+                assert cache.PACKAGE not in (where, *where.parents), where
                 seen += 1
     assert seen >= 14
 
