@@ -15,6 +15,7 @@ import errno
 import io
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -22,7 +23,7 @@ import types
 from pathlib import Path
 
 import pytest
-from proc import EXE, Proc
+from proc import EXE, Proc, wait_for
 
 from engine_advisor.calibration.sweep import runstore
 from engine_advisor.cli.main import main
@@ -386,6 +387,37 @@ def spoil(d: Tmpfs, state: str) -> None:
     d.fill() if state == "full" else d.remount("ro")
 
 
+def spoil_under(d: Tmpfs, state: str, proc: subprocess.Popen) -> None:
+    """``spoil`` while ``proc`` (a sweep writing to the disk) is stopped, so that it cannot
+    write on, or finish, between the check and the spoiling, however loaded the machine. A
+    read-only remount is refused (EBUSY) while a file is open for writing: then the sweep runs
+    on a moment and it is tried again."""
+    for _ in range(200):
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            assert wait_for(lambda: _state(proc.pid) in ("T", "t", "Z", None), 5), \
+                "the sweep did not stop"
+            if state == "full":
+                d.fill()
+                return
+            r = subprocess.run(["mount", "-o", "remount,ro", str(d.path)], capture_output=True,
+                               text=True)
+            if r.returncode == 0:
+                return
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        time.sleep(0.005)
+    raise AssertionError(f"{d.path}: cannot remount read-only ({r.stderr.strip()})")
+
+
+def _state(pid: int) -> str | None:
+    """A process's state letter (``T``: stopped), None once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
 def heal(d: Tmpfs, state: str) -> None:
     d.unfill() if state == "full" else d.remount("rw")
 
@@ -441,7 +473,7 @@ def test_tmpfs_calibrate_run_disk_goes_bad_mid_sweep(disk, sim, state):
                     break
             time.sleep(0.01)
         assert p.poll() is None, "the sweep finished before the disk went bad"
-        spoil(d, state)
+        spoil_under(d, state, p)
         stdout, stderr = p.communicate(timeout=120)
     finally:
         if p.poll() is None:
