@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import threading
 import time
 
 import httpx
 import pytest
 import yaml
 from proc import Proc, start_all, wait_for
+from rawserver import ThreadedServer
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -122,40 +121,12 @@ CLOSE_AFTER = {"closed-mid-body", "until-close", "chunk-huge"}
 STREAMED = {"stream-event-over-limit", "stream-not-json"}
 
 
-class Upstream:
+class Upstream(ThreadedServer):
     """The hostile server, on its own event loop in a thread."""
 
     def __init__(self):
-        self.loop = asyncio.new_event_loop()
         self.open = 0           # connections that carried completions (not health checks)
-        self.ready = threading.Event()
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-        self.ready.wait(10)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.server = self.loop.run_until_complete(
-            asyncio.start_server(self.serve, "127.0.0.1", self.port))
-        self.ready.set()
-        self.loop.run_forever()
-
-    def stop(self) -> None:
-        asyncio.run_coroutine_threadsafe(self._shutdown(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
-        self.loop.close()
-
-    async def _shutdown(self) -> None:
-        self.server.close()
-        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await self.server.wait_closed()
+        super().__init__()
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         posted = False          # counted in ``open``: connections of the forwarding pool

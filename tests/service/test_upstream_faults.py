@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import threading
 import time
 
 import httpx
@@ -20,6 +18,7 @@ import openai
 import pytest
 import yaml
 from proc import Proc, start_all, wait_for
+from rawserver import ThreadedServer
 
 from engine_advisor.model.fit.dataset import parse_csv
 
@@ -96,43 +95,15 @@ def respond(case: str, rid: str) -> tuple[bytes | list[bytes], bool]:
     raise ValueError(case)
 
 
-class RawUpstream:
+class RawUpstream(ThreadedServer):
     """The misbehaving server, on its own event loop in a thread; ``mode`` (when set) is the
     case of every POST, else its ``x-case`` header, else normal."""
 
     def __init__(self, mode: str | None = None, delay: float = 0.0):
         self.mode, self.delay = mode, delay
-        self.loop = asyncio.new_event_loop()
         self.open = 0           # forwarding connections (those that carried a POST) open now
         self.peak = 0
-        self.ready = threading.Event()
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-        assert self.ready.wait(10)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.server = self.loop.run_until_complete(
-            asyncio.start_server(self.serve, "127.0.0.1", self.port))
-        self.ready.set()
-        self.loop.run_forever()
-
-    def stop(self) -> None:
-        asyncio.run_coroutine_threadsafe(self._shutdown(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
-        self.loop.close()
-
-    async def _shutdown(self) -> None:
-        self.server.close()
-        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        super().__init__()
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         posted = False
