@@ -78,6 +78,11 @@ COMMANDS = {
               "--cuda-graph-max-bs 64{dcp_flag}",
 }
 EXTRA_FLAGS = {("vllm", True): f" --max-num-seqs {HYBRID_MAX_SEQS}"}    # (engine, hybrid)
+# (engine, preset) -> environment: FP8 block weights without the DeepGEMM JIT warm-up, which
+# compiled over a thousand kernel shapes past the start-up timeout (vLLM then runs its CUTLASS
+# block-FP8 GEMM on Hopper; SGLang its Triton block-FP8 kernel at a default configuration)
+ENGINE_ENV = {("vllm", "qwen3-next-80b-a3b-fp8"): {"VLLM_USE_DEEP_GEMM": "0"},
+              ("sglang", "qwen3-next-80b-a3b-fp8"): {"SGLANG_ENABLE_JIT_DEEPGEMM": "0"}}
 # NVLink multicast stays off on shared hosts (it can take the host's GPUs out of service)
 NCCL_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
             "NVSHMEM_DISABLE_NVLS": "1"}
@@ -190,7 +195,8 @@ def serve_one(engine: str, preset: str, res: pathlib.Path, port: int, cmd: str |
         dir=folder, preset=preset, fraction=FRACTION, max_len=facts["max_len"], port=port,
         engine=engine, kv=facts["kv"], tp=tp, dcp=dcp,
         dcp_flag=f" --dcp-size {dcp}" if dcp > 1 else ""))
-    env = {**os.environ, **NCCL_ENV, "PYTHONPATH": SITES[engine], "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, **NCCL_ENV, **ENGINE_ENV.get((engine, preset), {}),
+           "PYTHONPATH": site_path(SITES[engine]), "PYTHONUNBUFFERED": "1"}
     logs = res / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log(f"{tag}: starting {shlex.join(argv)}")
@@ -200,7 +206,7 @@ def serve_one(engine: str, preset: str, res: pathlib.Path, port: int, cmd: str |
                                 start_new_session=True, cwd="/tmp")
     base = f"http://127.0.0.1:{port}"
     facts_out: dict = {"engine": engine, "preset": preset, "command": argv,
-                       "fraction": FRACTION}
+                       "env": ENGINE_ENV.get((engine, preset), {}), "fraction": FRACTION}
     try:
         while True:
             if proc.poll() is not None:
@@ -237,6 +243,20 @@ def serve_one(engine: str, preset: str, res: pathlib.Path, port: int, cmd: str |
         facts_out["stopped"] = stop(proc)
         (res / "logs" / f"{tag}.facts.json").write_text(json.dumps(facts_out, indent=1))
         log(f"{tag}: stopped")
+
+
+def site_path(site: str) -> str:
+    """PYTHONPATH for a ``pip --target`` folder, with what its ``.pth`` files add: Python reads
+    them only in a site directory, not on PYTHONPATH (nvidia-cutlass-dsl puts its ``cutlass``
+    package on the path that way; without it vLLM's Gated DeltaNet prefill kernel is
+    "unavailable")."""
+    if not os.path.isdir(site) or not any(pathlib.Path(site).glob("*.pth")):
+        return site
+    code = ("import site, sys; before = list(sys.path); site.addsitedir(sys.argv[1]); "
+            "print(':'.join([sys.argv[1]] + [p for p in sys.path if p not in before]))")
+    r = subprocess.run([sys.executable, "-c", code, site], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": site})
+    return r.stdout.strip() if r.returncode == 0 and r.stdout.strip() else site
 
 
 def stop(proc: subprocess.Popen) -> int | None:
