@@ -68,8 +68,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8100)
+    ap.add_argument("--max-body-mb", type=float, default=1.0,
+                    help="largest request body (aiohttp's own default: 1 MB)")
     args = ap.parse_args()
-    app = web.Application()
+    app = web.Application(client_max_size=int(args.max_body_mb * (1 << 20)))
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", completions)
     app.router.add_get("/health", health)

@@ -18,7 +18,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from engine_advisor.service.epp import body
 from engine_advisor.service.errors import ApiError
 from engine_advisor.service.holder import LoadedModel
 from engine_advisor.service.proxy.auth import authorize
@@ -61,7 +60,7 @@ async def pick_endpoints(state: ProxyState, loaded: LoadedModel, path: str, raw:
     if counts is not None:
         counts.sync(pools)
     authorize(pools, headers.get("authorization", ""))
-    req = parse(raw, path, body.load(raw))
+    req = parse(raw, path)
     try:
         chosen = await choose(state, pools, loaded, req)
     except ApiError as exc:

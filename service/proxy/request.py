@@ -12,6 +12,7 @@ from starlette.types import Receive
 from engine_advisor.model.jsontext import PARSE_ERRORS, check_text, reason
 from engine_advisor.service.errors import ApiError
 from engine_advisor.service.middleware import body_too_large
+from engine_advisor.service.proxy.skim import SKIM_BYTES, Facts, skim
 
 CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
 
@@ -20,7 +21,7 @@ CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
 class ProxyRequest:
     path: str
     raw: bytes
-    body: dict[str, Any]
+    decoded: dict[str, Any] | None    # the body as JSON, or None until ``body`` asks for it
     model: str | None
     stream: bool
     max_tokens: int | None
@@ -30,6 +31,14 @@ class ProxyRequest:
     @property
     def chat(self) -> bool:
         return self.path == CHAT
+
+    @property
+    def body(self) -> dict[str, Any]:
+        """The body as JSON: a skimmed long body (engine_advisor.service.proxy.skim) is
+        decoded the first time something reads it."""
+        if self.decoded is None:
+            self.decoded = decode(self.raw)
+        return self.decoded
 
     def prompt_text(self) -> str:
         """The prompt as text (chat: message contents joined by newlines)."""
@@ -136,17 +145,20 @@ def decode(raw: bytes) -> Any:
 
 
 def parse(raw: bytes, path: str, body: Any = None) -> ProxyRequest:
-    """``body``: ``raw`` already decoded, when the caller has it."""
+    """``body``: ``raw`` already decoded, when the caller has it. A long body is skimmed,
+    not decoded (engine_advisor.service.proxy.skim), where it has the usual shape."""
+    if body is None and len(raw) >= SKIM_BYTES:
+        facts = skim(raw)
+        if facts is not None and (facts.messages if path == CHAT else facts.has_prompt):
+            short = _small(facts)
+            model, stream = _head(short)
+            return ProxyRequest(path, raw, None, model, stream, _max_tokens(short, path),
+                                facts.prompt_ids, facts.prompt_bytes)
     if body is None:
         body = decode(raw)
     if not isinstance(body, dict):
         raise ApiError(400, "request body: expected a JSON object")
-    model = body.get("model")
-    if model is not None and not isinstance(model, str):
-        raise ApiError(400, f"model: expected a string, got {model!r}", param="model")
-    stream = body.get("stream", False)
-    if stream is not None and stream is not True and stream is not False:
-        raise ApiError(400, f"stream: expected true or false, got {stream!r}", param="stream")
+    model, stream = _head(body)
     if path == CHAT:
         msgs = body.get("messages")
         if not isinstance(msgs, list) or not msgs:
@@ -155,10 +167,31 @@ def parse(raw: bytes, path: str, body: Any = None) -> ProxyRequest:
         ids = None
         size = sum(len(_content_text(m.get("content")).encode("utf-8", errors="replace"))
                    for m in msgs if isinstance(m, dict))
-        max_tokens = _int(body, "max_completion_tokens") or _int(body, "max_tokens")
     else:
         if "prompt" not in body:
             raise ApiError(400, "prompt: field required", param="prompt")
         ids, size = _prompt_size(body["prompt"])
-        max_tokens = _int(body, "max_tokens")
-    return ProxyRequest(path, raw, body, model, bool(stream), max_tokens, ids, size)
+    return ProxyRequest(path, raw, body, model, stream, _max_tokens(body, path), ids, size)
+
+
+def _small(facts: Facts) -> dict[str, Any]:
+    """The short fields of a skimmed body, as a decoded body holds them."""
+    return {k: v for k in ("model", "stream", "max_tokens", "max_completion_tokens")
+            if (v := getattr(facts, k)) is not None}
+
+
+def _head(body: dict[str, Any]) -> tuple[str | None, bool]:
+    """The model and ``stream`` of a body (decoded, or a skimmed one's short fields)."""
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise ApiError(400, f"model: expected a string, got {model!r}", param="model")
+    stream = body.get("stream", False)
+    if stream is not None and stream is not True and stream is not False:
+        raise ApiError(400, f"stream: expected true or false, got {stream!r}", param="stream")
+    return model, bool(stream)
+
+
+def _max_tokens(body: dict[str, Any], path: str) -> int | None:
+    if path == CHAT:
+        return _int(body, "max_completion_tokens") or _int(body, "max_tokens")
+    return _int(body, "max_tokens")
