@@ -3,8 +3,8 @@
 Two adapters over one ``Entrance.handle``:
 
 - ``lane(cycle)``: uvicorn's direct lane under ``engine-advisor serve``
-  (engine_advisor.service.transport.protocol): a body that has all arrived is taken as it is, and
-  whole responses are written as bytes (``LaneWriter``);
+  (engine_advisor.service.transport.protocol): the body is gathered in the protocol's own buffer
+  (no copy per read), and whole responses are written as bytes (``LaneWriter``);
 - ``asgi(scope, receive, send)``: any other server, through engine_advisor.service.main.App, which
   dispatches these paths here before FastAPI (``AsgiWriter``).
 
@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 from starlette.exceptions import HTTPException
@@ -42,6 +43,7 @@ from engine_advisor.service.proxy.relay.attempts import Relay
 from engine_advisor.service.proxy.relay.writer import AsgiWriter, LaneWriter
 from engine_advisor.service.proxy.request import CHAT, COMPLETIONS, parse, read_body
 from engine_advisor.service.proxy.state import NO_POOLS
+from engine_advisor.service.transport.cycle import OverCap
 
 if TYPE_CHECKING:
     from engine_advisor.service.proxy.state import ProxyState
@@ -70,18 +72,18 @@ class Entrance:
 
     async def asgi(self, scope: Scope, receive: Receive, send: Send) -> None:
         scope.setdefault("state", {})
-        await self.handle(scope, AsgiWriter(receive, send), None, receive,
-                          asyncio.current_task())
+        await self.handle(scope, AsgiWriter(receive, send), partial(read_body, receive),
+                          receive, asyncio.current_task())
 
     async def lane(self, cycle: LaneCycle) -> None:
-        await self.handle(cycle.scope, LaneWriter(cycle), cycle.whole_body, cycle.receive,
-                          cycle.task)
+        await self.handle(cycle.scope, LaneWriter(cycle), partial(_gather, cycle),
+                          cycle.receive, cycle.task)
 
     async def handle(self, scope: Scope, writer: LaneWriter | AsgiWriter,
-                     whole_body: Callable[[], bytes | None] | None, receive: Receive,
+                     body_of: Callable[[int], Awaitable[bytes | bytearray]], receive: Receive,
                      task: asyncio.Task) -> None:
-        """One request: ``whole_body`` gives its body when all of it has arrived (else
-        None: then it is read with ``receive``); the relay runs in ``task``."""
+        """One request: ``body_of(cap)`` reads its whole body (413 over ``cap`` bytes); the
+        relay runs in ``task``."""
         start = time.perf_counter()
         path = scope["path"]
         scope["route"] = TEMPLATES[path]
@@ -91,7 +93,7 @@ class Entrance:
         status = 500
         try:
             try:
-                relay = await self._relay(scope, rid, length, whole_body, receive)
+                relay = await self._relay(scope, rid, length, body_of)
             except ApiError as exc:
                 response = exc.response()
             except HTTPException as exc:
@@ -113,7 +115,7 @@ class Entrance:
             self.metrics.observe("POST", path, status, time.perf_counter() - start)
 
     async def _relay(self, scope: Scope, rid: bytes, length: bytes | None,
-                     whole_body: Callable[[], bytes | None] | None, receive: Receive) -> Relay:
+                     body_of: Callable[[int], Awaitable[bytes | bytearray]]) -> Relay:
         st = self.proxy
         path, headers = scope["path"], scope["headers"]
         cap = st.body_cap()
@@ -124,11 +126,7 @@ class Entrance:
             raise ApiError(503, NO_POOLS)
         if pools.api_keys:
             authorize(pools, authorization_of(headers))
-        body = whole_body() if whole_body is not None else None
-        if body is None:
-            body = await read_body(receive, cap)
-        elif len(body) > cap:
-            raise ApiError(413, body_too_large(cap, len(body), streamed=True))
+        body = await body_of(cap)
         loaded = model_of(scope["app"].state)
         if path == GENERATE:
             req, chosen = await choose_generate(st, pools, loaded, body)
@@ -137,6 +135,17 @@ class Entrance:
             chosen = await choose(st, pools, loaded, req)
         return Relay(st, pools, req, chosen.decision, chosen.first, rid, chosen.prompt_tokens,
                      headers)
+
+
+async def _gather(cycle: LaneCycle, cap: int) -> bytearray:
+    """The lane's whole body, gathered in place (``LaneCycle.gather_body``)."""
+    try:
+        body = await cycle.gather_body(cap)
+    except OverCap as exc:
+        raise ApiError(413, body_too_large(cap, exc.size, streamed=True)) from None
+    if body is None:
+        raise ClientDisconnect()
+    return body
 
 
 def _check_length(length: bytes, cap: int) -> None:

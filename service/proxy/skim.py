@@ -16,10 +16,10 @@ chat body costs well under a millisecond:
 The facts are the ones ``engine_advisor.service.proxy.request.parse`` would find, and the body is
 decoded whole only if something asks for it (a local tokenizer or the upstream's ``/tokenize``,
 asked only when the decision depends on the exact count). What skimming does not check, the
-engine does: control characters and escapes inside a long string, and the form of each token id.
-Anything of a shape it does not read (a body that is not one object, messages that are not
-objects, a batch of prompts, bytes that are not UTF-8) gives None, and the caller decodes the
-body whole, answering 400 where it is not JSON.
+engine does: inside a long string, bytes that are not UTF-8, control characters and escapes;
+and the form of each token id. Anything of a shape it does not read (a body that is not one
+object, messages that are not objects, a batch of prompts) gives None, and the caller decodes
+the body whole, answering 400 where it is not JSON.
 """
 
 from __future__ import annotations
@@ -56,11 +56,6 @@ class Facts:
 
 def skim(raw: bytes) -> Facts | None:
     """The facts of an OpenAI chat or completions body, or None (module docstring)."""
-    if not raw.isascii():
-        try:
-            raw.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
     try:
         return _Walk(raw).body()
     except (Skipped, IndexError, ValueError, RecursionError):
@@ -105,9 +100,9 @@ class _Walk:
         raw, a = self.raw, self.pos
         b = self.string_end()
         self.pos = b
-        escapes = raw.count(b"\\", a, b)
-        if not escapes:
+        if raw.find(b"\\", a, b) < 0:        # memchr: a tenth of what counting costs
             return b - a - 2
+        escapes = raw.count(b"\\", a, b)
         if raw.find(b"\\u", a, b) >= 0:
             text = json.loads(raw[a:b])
             return len(text.encode("utf-8", errors="replace"))

@@ -51,6 +51,8 @@ __all__ = ["BODY", "DONE", "HEAD", "IDLE", "ConnectError", "ConnectTimeout", "Co
 
 KEEPALIVE_S = 4.0               # below uvicorn's 5 s keep-alive: never reuse a closing socket
 HOP = {b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"host"}
+# a request body this long is written after its head, not copied into one buffer with it
+APART_BYTES = 64 * 1024
 
 
 class Response:
@@ -266,17 +268,21 @@ class Http1Pool:
             self.put(conn)
 
     def _data(self, method: str, path: str, headers: list[tuple[bytes, bytes]] | None,
-              body: bytes, lines: bytes | None) -> bytes:
+              body: bytes, lines: bytes | None) -> bytes | tuple[bytes, bytes]:
+        """The request's bytes: one buffer, or (head, body) for a body of ``APART_BYTES``
+        or more, written after its head rather than copied into one buffer with it."""
         if lines is None:
             lines = b"".join([k + b": " + v + b"\r\n" for k, v in headers or () if k not in HOP])
         start = self.starts.get((method, path))
         if start is None:      # the request line and host: once per method and (proxy) path
             start = self.starts[(method, path)] = b"%b %b HTTP/1.1\r\nhost: %b\r\n" % (
                 method.encode(), self.prefix + path.encode(), self.host_header)
+        if len(body) >= APART_BYTES:
+            return b"".join((start, b"content-length: %d\r\n" % len(body), lines, b"\r\n")), body
         return b"".join((start, b"content-length: %d\r\n" % len(body), lines, b"\r\n", body))
 
-    async def _exchange(self, data: bytes, cap: int | None, connect_timeout: float,
-                        whole: bool) -> Connection:
+    async def _exchange(self, data: bytes | tuple[bytes, bytes], cap: int | None,
+                        connect_timeout: float, whole: bool) -> Connection:
         """``data`` sent on a pooled connection, which is returned once the response head
         (``whole``: the whole response) has arrived. A kept-alive connection the upstream
         closed before answering is replaced, twice at most."""

@@ -306,10 +306,14 @@ class Connection(asyncio.Protocol):
         self.last_in = _now()
         self.transport.resume_reading()
 
-    def send(self, data: bytes, cap: int | None) -> None:
+    def send(self, data: bytes | tuple[bytes, bytes], cap: int | None) -> None:
+        """``data``: the request in one buffer, or its head and a long body apart."""
         self._reset(cap)
         self.phase = HEAD
-        self.transport.write(data)
+        if type(data) is tuple:
+            self.transport.writelines(data)
+        else:
+            self.transport.write(data)
 
     def usable(self, now: float, keepalive_s: float) -> bool:
         return (self.phase == IDLE and not self.lost and not self.extra and self.error is None

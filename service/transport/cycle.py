@@ -7,10 +7,11 @@ protocol's own body, disconnect, pipelining and shutdown handling apply to it un
 ``receive``/``send`` need no ``asyncio.Event`` and frame and check the response here. The head is
 held until the response's first body message and both leave in one write (or at the end of the
 event-loop iteration). The proxy's entrance (engine_advisor.service.proxy.entrance) works on the
-cycle itself: ``whole_body`` (a body that has all arrived), ``respond`` (a whole response in one
-write, header lines checked by the caller), ``task`` (the request's task) and ``on_disconnect``
-(called from ``connection_lost``). No object of a request refers back to the cycle, so each request
-is freed by reference counting, not left to the cyclic garbage collector.
+cycle itself: ``gather_body`` (the whole body, gathered in place), ``respond`` (a whole
+response in one write, header lines checked by the caller), ``task`` (the request's task) and
+``on_disconnect`` (called from ``connection_lost``). No object of a request refers back to the
+cycle, so each request is freed by reference counting, not left to the cyclic garbage
+collector.
 """
 
 from __future__ import annotations
@@ -67,6 +68,14 @@ class _Wakeup:
             self.waiters.remove(w)
 
 
+class OverCap(Exception):
+    """A request body over the caller's cap: ``size`` bytes had arrived."""
+
+    def __init__(self, size: int):
+        super().__init__(size)
+        self.size = size
+
+
 class LaneCycle:
     """One request of the direct lane: ASGI ``receive`` and ``send`` over the connection."""
 
@@ -121,14 +130,22 @@ class LaneCycle:
         finally:
             self.on_response = _nothing
 
-    def whole_body(self) -> bytes | None:
-        """The request body when all of it has arrived and none was read yet, else None
-        (then read it with ``receive``)."""
-        if self.more_body or self.body_read or self.disconnected:
+    async def gather_body(self, cap: int) -> bytearray | None:
+        """The whole request body, gathered where the protocol puts it (one buffer, no copy
+        per read and none at the end), or None when the client went away. More than ``cap``
+        bytes: ``OverCap`` (at most one read past it is held)."""
+        while self.more_body and not self.disconnected:
+            if len(self.body) > cap:
+                raise OverCap(len(self.body))
+            self.flow.resume_reading()
+            await self.message_event.wait()
+            self.message_event.clear()
+        if self.disconnected:
             return None
+        if len(self.body) > cap:
+            raise OverCap(len(self.body))
+        body, self.body = self.body, bytearray()
         self.body_read = True
-        body = bytes(self.body)
-        self.body.clear()
         self.message_event.clear()
         self.flow.resume_reading()
         return body

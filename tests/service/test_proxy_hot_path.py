@@ -422,10 +422,10 @@ class OnCycle:
 @run
 async def test_a_lane_entry_gets_the_whole_body_and_writes_a_response_in_one_write():
     async def answer(cycle):
-        body = cycle.whole_body()
-        assert cycle.whole_body() is None                    # taken once
+        body = await cycle.gather_body(1 << 20)
+        assert isinstance(body, bytearray) and len(cycle.body) == 0     # handed over whole
         cycle.respond(200, b"content-type: text/plain\r\ncontent-length: %d\r\n" % len(body),
-                      body)
+                      bytes(body))
 
     direct = OnCycle(answer)
     app = LaneApp(direct)
@@ -460,7 +460,7 @@ async def test_a_lane_entry_hears_of_a_disconnect_once_and_writes_nothing_after_
     gone = asyncio.Event()
 
     async def answer(cycle):
-        cycle.whole_body()
+        await cycle.gather_body(1 << 20)
         cycle.on_disconnect = lambda: calls.append("gone") or gone.set()
         await gone.wait()
         cycle.respond(200, b"content-length: 2\r\n", b"hi")     # too late: dropped
@@ -473,3 +473,34 @@ async def test_a_lane_entry_hears_of_a_disconnect_once_and_writes_nothing_after_
     p.connection_lost(None)
     await asyncio.sleep(0.01)
     assert calls == ["gone"] and t.writes == []
+
+
+@run
+async def test_a_lane_body_that_arrives_in_pieces_is_gathered_in_one_buffer_within_its_cap():
+    from engine_advisor.service.transport.cycle import OverCap
+
+    got: list = []
+
+    async def answer(cycle):
+        try:
+            got.append(await cycle.gather_body(300_000))
+        except OverCap as exc:
+            got.append(exc.size)
+        cycle.respond(200, b"content-length: 0\r\n", b"")
+
+    for size, expect in ((250_000, "body"), (400_000, "over")):
+        got.clear()
+        body = b'{"p":"' + b"x" * (size - 8) + b'"}'
+        p, t = connect(LaneApp(OnCycle(answer)))
+        request = post(body=body)
+        for i in range(0, len(request), 65_536):        # reads of 64 KiB, the loop between
+            p.data_received(request[i:i + 65_536])
+            for _ in range(3):
+                await asyncio.sleep(0)
+        for _ in range(10):
+            await asyncio.sleep(0)
+        if expect == "body":
+            assert got == [bytearray(body)]
+        else:                    # refused once past the cap, before the rest was held
+            assert len(got) == 1 and 300_000 < got[0] < 300_000 + 2 * 65_536
+        assert t.writes and t.writes[0].startswith(b"HTTP/1.1 200 OK")
