@@ -3,7 +3,8 @@
 Not the project's simulator (a different HTTP stack: aiohttp's own parser and writer, its
 default headers, its keep-alive handling), so the proxy is measured against a server it was not
 tuned on. Answers at once: POST /v1/completions and /v1/chat/completions (JSON, or an SSE
-stream of ``max_tokens`` events then ``data: [DONE]``), GET /health and /v1/models.
+stream of ``max_tokens`` events then ``data: [DONE]``), POST /tokenize (a word count), GET
+/health and /v1/models.
 
 aiohttp is not a dependency of this project; run it from its own environment:
 ``python3 -m venv /tmp/aiohttp-up && /tmp/aiohttp-up/bin/pip install aiohttp``, then
@@ -56,6 +57,17 @@ async def completions(request: web.Request) -> web.StreamResponse:
     return resp
 
 
+async def tokenize(request: web.Request) -> web.Response:
+    """vLLM's and SGLang's /tokenize, counting white-space separated words."""
+    body = await request.json()
+    if "messages" in body:
+        text = "\n".join(m.get("content") or "" for m in body["messages"]
+                         if isinstance(m.get("content"), str))
+    else:
+        text = body.get("prompt") or ""
+    return web.json_response({"count": len(text.split()), "max_model_len": 1 << 21})
+
+
 async def health(request: web.Request) -> web.Response:
     return web.Response(text="")
 
@@ -74,6 +86,7 @@ def main() -> None:
     app = web.Application(client_max_size=int(args.max_body_mb * (1 << 20)))
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", completions)
+    app.router.add_post("/tokenize", tokenize)
     app.router.add_get("/health", health)
     app.router.add_get("/v1/models", models)
     web.run_app(app, host=args.host, port=args.port, access_log=None, print=None)

@@ -28,13 +28,17 @@ Loads, per size, each target in turn within a round, ``--rounds`` rounds (median
    again with the largest size's prompts paced beside them on other connections: what a long
    body does to the short requests next to it.
 
+``--tokens`` sets where the proxy gets a chat prompt's token count (``pools_file``): the byte
+estimate (default), a local tokenizer (tests/compat's word-level ``tokenizer.json``), or the
+upstream's ``/tokenize`` where the decision depends on the count.
+
 Each target's CPU (user + system, /proc, with its child processes) over a load is divided by its
 answered requests and by the MB of request body they carried; its peak RSS (sampled every 20
 ms) is reported beside the bytes of the bodies in flight at the peak concurrency.
 
 Usage:  .venv/bin/python bench/bench_longctx.py [--sizes 8192,131072,1048576] [--rounds 3]
         [--duration 5] [--concurrency 1,16,64] [--kind chat|ids] [--whole] [--beside]
-        [--baseline DIR]
+        [--tokens estimate|tokenizer|upstream] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -260,6 +264,29 @@ def measure(target: Target, load) -> dict:
 
 
 # ----------------------------------------------------------------------------- targets
+TOKENIZER = ROOT / "tests" / "compat" / "data" / "tokenizer" / "tokenizer.json"
+
+
+def pools_file(up: str, tokens: str) -> str:
+    """The proxy's pools file for a count source: ``estimate`` (bytes / 4, one pool, so the
+    decision never depends on the count), ``tokenizer`` (a local tokenizer.json, every
+    request tokenized), ``upstream`` (two pools on the same upstream, vLLM and SGLang DCP 8,
+    whose crossover, near 33K tokens for this workload, lies in the plausible range of
+    prompts from about 33K to 530K tokens: those are counted by the upstream's /tokenize)."""
+    pools = f"""  sglang:
+    - {{name: up, url: "{up}", model: {MODEL}, dcp_size: {8 if tokens == "upstream" else 1},
+       mem_fraction: 0.9}}
+"""
+    if tokens == "upstream":
+        pools += f"""  vllm:
+    - {{name: up-v, url: "{up}", model: {MODEL}, dcp_size: 1, mem_fraction: 0.9}}
+"""
+    extra = (f"tokens: {{tokenizer_file: {TOKENIZER}}}\n" if tokens == "tokenizer" else
+             "tokens: {upstream_tokenize: true, tokenize_timeout_s: 30}\n")
+    return (f"pools:\n{pools}workload: {{kv_bytes_per_token: 70272, gpu: B300, num_gpus: 8, "
+            f"batch_size: 64}}\n{extra}")
+
+
 def start_targets(args, tmp: Path) -> tuple[list[Target], list[subprocess.Popen], dict]:
     procs: list[subprocess.Popen] = []
     targets: list[Target] = []
@@ -272,11 +299,7 @@ def start_targets(args, tmp: Path) -> tuple[list[Target], list[subprocess.Popen]
     procs.append(start([str(args.aiohttp_python), str(ROOT / "bench" / "aiohttp_upstream.py"),
                         "--port", str(up_port), "--max-body-mb", "64"], tmp / "up.log"))
     targets.append(Target("direct", up, procs[-1], tmp / "up.log"))
-    (tmp / "upstreams.yaml").write_text(f"""pools:
-  sglang:
-    - {{name: up, url: "{up}", model: {MODEL}, dcp_size: 1, mem_fraction: 0.9}}
-workload: {{kv_bytes_per_token: 70272, gpu: B300, num_gpus: 8, batch_size: 64}}
-""")
+    (tmp / "upstreams.yaml").write_text(pools_file(up, args.tokens))
     checkouts = [("engine-advisor", ROOT)]
     if args.baseline is not None:
         checkouts.append(("engine-advisor baseline", args.baseline))
@@ -341,6 +364,9 @@ def main() -> int:
     ap.add_argument("--kind", choices=["chat", "ids"], default="chat",
                     help="chat text on /v1/chat/completions, or token ids on /v1/completions")
     ap.add_argument("--whole", action="store_true", help="non-streamed answers (default: SSE)")
+    ap.add_argument("--tokens", choices=["estimate", "tokenizer", "upstream"],
+                    default="estimate",
+                    help="the proxy's source of a chat prompt's token count (pools_file)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=float, default=5.0, help="seconds per load (default 5)")
     ap.add_argument("--rate", type=float, default=0.0,
@@ -366,6 +392,7 @@ def main() -> int:
         targets, procs, skipped = start_targets(args, tmp)
         print(f"# bench_longctx {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
               f"{os.cpu_count()} CPUs, kind {args.kind}, {'whole' if args.whole else 'stream'}"
+              f", token counts: {args.tokens}"
               f", {args.rounds} rounds of {args.duration:g} s")
         for name, why in skipped.items():
             print(f"skipped {name}: {why}")

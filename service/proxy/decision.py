@@ -1,8 +1,8 @@
 """The routing decision: a request, its facts, the pools' predicted costs, the upstream picked.
 
-1. Facts (``choose``): the model asked for, the prompt tokens (a token-id prompt's length, the
-   local tokenizer's count, else a bytes estimate, asking an upstream's /tokenize when the
-   estimate's plausible range straddles a crossover: engine_advisor.service.proxy.tokens), the
+1. Facts (``choose``): the model asked for, the prompt tokens (a token-id prompt's length, else
+   a bytes estimate; where the estimate's plausible range straddles a crossover, the local
+   tokenizer's count or else an upstream's /tokenize: engine_advisor.service.proxy.tokens), the
    output tokens and the batch the request would join: ``max(workload.batch_size, 1 + in-flight
    requests of the least-loaded available upstream)``, floored by the batch the operator expects an
    engine to run.
@@ -116,20 +116,22 @@ async def choose(st: Routing, pools: Pools, loaded: LoadedModel, req: ProxyReque
         n, method = context_tokens, "given"
     elif req.prompt_token_ids is not None:
         n, method = req.prompt_token_ids, "token_ids"
-    elif st.tokenizer is not None:
-        if req.prompt_bytes > LOCAL_INLINE_BYTES:
-            n = await asyncio.to_thread(local_count, st.tokenizer, req)
-        else:
-            n = local_count(st.tokenizer, req)
-        method = "tokenizer"
     else:
-        # the estimate and its plausible range (engine_advisor.service.proxy.tokens)
+        # the estimate and its plausible range (engine_advisor.service.proxy.tokens); a count
+        # (local tokenizer, else the upstream's /tokenize) only where the decision depends on it
         size = req.prompt_bytes
         n, method = round(size / cfg.tokens.bytes_per_token) or 1, "estimate"
         lo, hi = size // MAX_BYTES_PER_TOKEN or 1, size or 1
-        decision, differs = st.decider.estimated(loaded, pools, n, lo, hi, out, batch,
-                                                 cfg.tokens.upstream_tokenize)
-        if differs:
+        decision, differs = st.decider.estimated(
+            loaded, pools, n, lo, hi, out, batch,
+            st.tokenizer is not None or cfg.tokens.upstream_tokenize)
+        if differs and st.tokenizer is not None:
+            if req.prompt_bytes > LOCAL_INLINE_BYTES:
+                n = await asyncio.to_thread(local_count, st.tokenizer, req)
+            else:
+                n = local_count(st.tokenizer, req)
+            method, decision = "tokenizer", None
+        elif differs:
             asker = min((u for u in cands if u.available(now)), key=lambda u: u.in_flight)
             counted = await upstream_count(asker, req, cfg.tokens.tokenize_timeout_s)
             if counted is not None:

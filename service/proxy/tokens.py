@@ -3,15 +3,18 @@
 In order of preference:
 
 1. ``token_ids``: a /v1/completions prompt given as token ids is counted exactly.
-2. ``tokenizer``: a local Hugging Face ``tokenizer.json`` (``tokens.tokenizer_file``; needs the
-   optional ``tokenizers`` package, extra ``engine-advisor[tokenizer]``). Chat requests count
+2. ``estimate``: UTF-8 bytes of the prompt / ``tokens.bytes_per_token`` (default 4, about right
+   for English text with BPE vocabularies), whenever the decision does not depend on the
+   count: every context in the estimate's plausible range (``bytes / MAX_BYTES_PER_TOKEN`` ..
+   ``bytes``, a token is at least one byte) gets the same decision. Tokenizing a 1M-token
+   prompt costs a large share of a CPU-second, so nothing is tokenized that cannot change
+   where the request goes.
+3. ``tokenizer``: where it does, a local Hugging Face ``tokenizer.json``
+   (``tokens.tokenizer_file``; needs the optional ``tokenizers`` package, extra
+   ``engine-advisor[tokenizer]``), off the event loop for a long prompt. Chat requests count
    the message contents plus ``CHAT_OVERHEAD`` tokens per message for the template.
-3. ``upstream``: POST ``/tokenize`` of an upstream serving the model (vLLM and SGLang have it).
-   Asked only when the decision depends on it: if every context in the plausible range of the
-   estimate (``bytes / MAX_BYTES_PER_TOKEN`` .. ``bytes``, a token is at least one byte) gets
-   the same decision, the estimate is used and no round trip is spent.
-4. ``estimate``: UTF-8 bytes of the prompt / ``tokens.bytes_per_token`` (default 4, about right
-   for English text with BPE vocabularies), also when /tokenize fails.
+4. ``upstream``: else POST ``/tokenize`` of an upstream serving the model (vLLM and SGLang have
+   it); the estimate stands when /tokenize fails.
 """
 
 from __future__ import annotations

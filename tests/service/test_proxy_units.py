@@ -345,13 +345,21 @@ def test_local_tokenizer_counts_prompts(tmp_path):
     doc = {**BASE, "tokens": {"tokenizer_file": "tokenizer.json"}}
     app = create_app(Settings(_env_file=None, upstreams=write(tmp_path, doc)))
     with TestClient(app, raise_server_exceptions=False) as c:
-        r = c.post("/v1/route", json={"model": "m", "prompt": "alpha beta gamma " * 1000})
+        # 72,000 bytes: plausibly 4,500-72,000 tokens, across BASE's crossover near 33K
+        r = c.post("/v1/route", json={"model": "m", "prompt": "alpha beta gamma " * 4000
+                                                                + "alpha " * 700})
         assert r.status_code == 200, r.text
         assert (r.json()["prompt_tokens"], r.json()["prompt_tokens_method"]) == (
-            3000, "tokenizer")
+            12_700, "tokenizer")
         r = c.post("/v1/route", json={"model": "m", "messages": [
-            {"role": "system", "content": "alpha"}, {"role": "user", "content": "beta beta"}]})
-        assert r.json()["prompt_tokens"] == 3 + 2 * 4       # contents + template per message
+            {"role": "system", "content": "alpha " * 6000},
+            {"role": "user", "content": "beta " * 6000}]})
+        assert r.json()["prompt_tokens"] == 12_000 + 2 * 4   # contents + template per message
+        assert r.json()["prompt_tokens_method"] == "tokenizer"
+        # 17,000 bytes: every plausible count (1,062-17,000) is routed alike: not tokenized
+        r = c.post("/v1/route", json={"model": "m", "prompt": "alpha beta gamma " * 1000})
+        assert (r.json()["prompt_tokens"], r.json()["prompt_tokens_method"]) == (
+            4250, "estimate")
 
 
 def test_serve_refuses_a_bad_pools_file(tmp_path):
