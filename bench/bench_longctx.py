@@ -30,7 +30,8 @@ Loads, per size, each target in turn within a round, ``--rounds`` rounds (median
 
 ``--tokens`` sets where the proxy gets a chat prompt's token count (``pools_file``): the byte
 estimate (default), a local tokenizer (tests/compat's word-level ``tokenizer.json``), or the
-upstream's ``/tokenize`` where the decision depends on the count.
+upstream's ``/tokenize``, both only where the decision depends on the count; ``--max-tokens``
+(default 16, the events each streamed answer has) moves the crossover that decides where.
 
 Each target's CPU (user + system, /proc, with its child processes) over a load is divided by its
 answered requests and by the MB of request body they carried; its peak RSS (sampled every 20
@@ -77,9 +78,10 @@ def words(n: int, seed: int) -> str:
     return " ".join(rng.choices(vocab, k=n))
 
 
-def body(kind: str, tokens: int, stream: bool, seed: int = 0) -> tuple[str, bytes]:
+def body(kind: str, tokens: int, stream: bool, seed: int = 0,
+         max_tokens: int = 16) -> tuple[str, bytes]:
     """(path, JSON body) of one request with a prompt of ``tokens`` tokens."""
-    tail = f',"max_tokens":16,"stream":{"true" if stream else "false"}}}'
+    tail = f',"max_tokens":{max_tokens},"stream":{"true" if stream else "false"}}}'
     if kind == "chat":
         return ("/v1/chat/completions",
                 (f'{{"model":"{MODEL}","messages":[{{"role":"user","content":"'
@@ -269,22 +271,24 @@ TOKENIZER = ROOT / "tests" / "compat" / "data" / "tokenizer" / "tokenizer.json"
 
 def pools_file(up: str, tokens: str) -> str:
     """The proxy's pools file for a count source: ``estimate`` (bytes / 4, one pool, so the
-    decision never depends on the count), ``tokenizer`` (a local tokenizer.json, every
-    request tokenized), ``upstream`` (two pools on the same upstream, vLLM and SGLang DCP 8,
-    whose crossover, near 33K tokens for this workload, lies in the plausible range of
-    prompts from about 33K to 530K tokens: those are counted by the upstream's /tokenize)."""
+    decision never depends on the count); ``tokenizer`` (a local tokenizer.json) and
+    ``upstream`` (the upstream's /tokenize): Kimi-K3 on two pools on the same upstream, vLLM
+    and SGLang DCP 8, so that a prompt whose plausible range straddles their crossover is
+    counted (2026-12-03: with 16 output tokens the 8K-token prompts are, with
+    ``--max-tokens 2048`` the 128K ones; 1M-token prompts never are)."""
     pools = f"""  sglang:
-    - {{name: up, url: "{up}", model: {MODEL}, dcp_size: {8 if tokens == "upstream" else 1},
+    - {{name: up, url: "{up}", model: {MODEL}, dcp_size: {1 if tokens == "estimate" else 8},
        mem_fraction: 0.9}}
 """
-    if tokens == "upstream":
+    if tokens != "estimate":
         pools += f"""  vllm:
     - {{name: up-v, url: "{up}", model: {MODEL}, dcp_size: 1, mem_fraction: 0.9}}
 """
     extra = (f"tokens: {{tokenizer_file: {TOKENIZER}}}\n" if tokens == "tokenizer" else
              "tokens: {upstream_tokenize: true, tokenize_timeout_s: 30}\n")
-    return (f"pools:\n{pools}workload: {{kv_bytes_per_token: 70272, gpu: B300, num_gpus: 8, "
-            f"batch_size: 64}}\n{extra}")
+    model = "kv_bytes_per_token: 70272" if tokens == "estimate" else "preset: kimi-k3"
+    return (f"pools:\n{pools}workload: {{{model}, gpu: B300, num_gpus: 8, batch_size: 64}}\n"
+            f"{extra}")
 
 
 def start_targets(args, tmp: Path) -> tuple[list[Target], list[subprocess.Popen], dict]:
@@ -364,6 +368,8 @@ def main() -> int:
     ap.add_argument("--kind", choices=["chat", "ids"], default="chat",
                     help="chat text on /v1/chat/completions, or token ids on /v1/completions")
     ap.add_argument("--whole", action="store_true", help="non-streamed answers (default: SSE)")
+    ap.add_argument("--max-tokens", type=int, default=16,
+                    help="output tokens asked for (default 16): the upstream's events")
     ap.add_argument("--tokens", choices=["estimate", "tokenizer", "upstream"],
                     default="estimate",
                     help="the proxy's source of a chat prompt's token count (pools_file)")
@@ -398,7 +404,7 @@ def main() -> int:
             print(f"skipped {name}: {why}")
         latency = "total" if args.whole else "first"
         for size in sizes:
-            path, payload = body(args.kind, size, not args.whole)
+            path, payload = body(args.kind, size, not args.whole, max_tokens=args.max_tokens)
             mb = len(payload) / MB
             rate = args.rate or min(200.0, 10.0 * 1_048_576 / size)
             paced_res: dict[str, list[dict]] = {t.name: [] for t in targets}
