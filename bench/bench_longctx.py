@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench_proxy import AIOHTTP_PYTHON, KEY, ROUTER_VENV, Target, cpu_seconds, ready, start, stop
+from bench_proxy import exchange as proxy_exchange
 from checkout import cli_module, import_path
 
 from engine_advisor.calibration.ports import free_port
@@ -101,27 +102,10 @@ def request(url: str, path: str, payload: bytes) -> bytes:
 # ----------------------------------------------------------------------------- one exchange
 async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                    req: bytes) -> tuple[int, float, float]:
-    """One request on a kept-alive connection: (status, first body byte, total), seconds."""
-    t0 = time.perf_counter()
-    writer.write(req)
-    head = await reader.readuntil(b"\r\n\r\n")
-    status = int(head.split(b" ", 2)[1])
-    low = head.lower()
-    first = None
-    if b"transfer-encoding: chunked" in low:
-        while True:
-            size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
-            if size == 0:
-                await reader.readuntil(b"\r\n")
-                break
-            if first is None:
-                first = time.perf_counter() - t0
-            await reader.readexactly(size + 2)
-    else:
-        i = low.index(b"content-length:") + 15
-        await reader.readexactly(int(low[i:low.index(b"\r\n", i)]))
-    total = time.perf_counter() - t0
-    return status, (first if first is not None else total), total
+    """One request on a kept-alive connection: (status, first body byte, total), seconds
+    (bench_proxy's exchange, without the answer's bytes)."""
+    status, _, first, total, _ = await proxy_exchange(reader, writer, req)
+    return status, first, total
 
 
 @dataclass
