@@ -1,10 +1,11 @@
 """Shared test helper: ``engine-advisor`` subcommands as real processes on free loopback ports.
 
-``Proc`` starts one (``sim`` or ``serve``), waits until an HTTP path answers 200, and stops it
-(SIGTERM, then SIGKILL) or kills it on purpose. ``start_all`` starts several at once and waits
-for them together (interpreter start-up dominates; in parallel it is paid once), a proxy
-(``serve --upstreams``) only once the others are ready (``start_all`` says why). Every process
-runs in its own session so a kill never reaches the test runner.
+``Proc`` starts one (``sim`` or ``serve``), waits until an HTTP path answers 200 from that
+process (``owns_port``), and stops it (SIGTERM, then SIGKILL) or kills it on purpose.
+``start_all`` starts several at once and waits for them together (interpreter start-up
+dominates; in parallel it is paid once), a proxy (``serve --upstreams``) only once the others
+are ready (``start_all`` says why). Every process runs in its own session so a kill never
+reaches the test runner.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -35,6 +37,55 @@ def wait_for(cond, timeout: float, step: float = 0.02) -> bool:
 
 
 
+def _session_socket_inodes(sid: int) -> set[str]:
+    """The socket inodes open in the processes of session ``sid`` (Linux /proc)."""
+    inodes: set[str] = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if _session(int(entry)) != sid:
+                continue
+            for fd in os.listdir(f"/proc/{entry}/fd"):
+                link = os.readlink(f"/proc/{entry}/fd/{fd}")
+                if link.startswith("socket:["):
+                    inodes.add(link[8:-1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return inodes
+
+
+def _session(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2:].split()[3])
+
+
+def owns_port(pid: int, port: int) -> bool | None:
+    """Whether process ``pid`` or another of its session holds the socket listening on
+    127.0.0.1:``port``; None where /proc cannot tell (not Linux).
+
+    A port from ``free_port`` is free when it is picked, not when the child binds it seconds
+    later: on a loaded machine running other test suites, another process took one in between,
+    answered the readiness check in our process's place, and went away (connection refused on
+    the first request; our process had exited on EADDRINUSE)."""
+    try:
+        table = Path("/proc/net/tcp").read_text().splitlines()[1:]
+        sid = _session(pid)
+    except OSError:
+        return None
+    local = f"0100007F:{port:04X}"
+    listening = {f[9] for f in (line.split() for line in table)
+                 if len(f) > 9 and f[1] == local and f[3] == "0A"}
+    if not listening:
+        return False
+    return bool(listening & _session_socket_inodes(sid))
+
+
+def port_taken(log: str) -> bool:
+    """The child's log says its port was bound by another process before it could bind it."""
+    return "address already in use" in log.lower()
+
+
 def terminate(proc: subprocess.Popen | None, grace: float = 10.0) -> None:
     """SIGTERM a child process, then SIGKILL it if it has not exited after ``grace`` s."""
     if proc is None or proc.poll() is not None:
@@ -51,14 +102,19 @@ class Proc:
     def __init__(self, command: str, *args: str, ready: str = "/health",
                  env: dict[str, str] | None = None):
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.args = [EXE, command, "--port", str(self.port), *args]
         self.ready = ready
         base = {k: v for k, v in os.environ.items() if not k.startswith("ENGINE_ADVISOR_")}
         self.env = {**base, **(env or {})}
         self.proc: subprocess.Popen | None = None
+        # run before each start: writes files that name other processes' ports
+        self.prepare: Callable[[], None] | None = None
         self._log = tempfile.NamedTemporaryFile(prefix=f"{command}-", suffix=".log",
                                                 delete=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
 
     @property
     def proxy(self) -> bool:
@@ -71,24 +127,41 @@ class Proc:
         return Path(self._log.name).read_text(errors="replace")
 
     def start(self) -> Proc:
+        if self.prepare is not None:
+            self.prepare()
         self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, env=self.env,
                                      start_new_session=True)
         return self
 
     def wait_ready(self, timeout: float = 60.0) -> Proc:
+        """Until the process itself answers ``ready`` with 200. If another process took its
+        port first (``owns_port``), it starts again on a fresh port, up to three times."""
         deadline = time.monotonic() + timeout
+        moves = 0
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.args[1]} exited with {self.proc.returncode}:\n"
-                                   f"{self.log}")
+                log = self.log
+                if moves < 3 and port_taken(log):
+                    moves += 1
+                    self._move()
+                    continue
+                raise RuntimeError(f"{self.args[1]} exited with {self.proc.returncode}:\n{log}")
             try:
-                if httpx.get(self.url + self.ready, timeout=1.0).status_code == 200:
+                if (httpx.get(self.url + self.ready, timeout=1.0).status_code == 200
+                        and owns_port(self.proc.pid, self.port) is not False):
                     return self
             except httpx.TransportError:
                 pass
             time.sleep(0.05)
         raise RuntimeError(f"{self.args[1]} not ready after {timeout} s:\n{self.log}")
+
+    def _move(self) -> None:
+        """Start again on a fresh port (the ``--port`` argument, wherever it is)."""
+        i = self.args.index("--port")
+        self.port = free_port()
+        self.args[i + 1] = str(self.port)
+        self.start()
 
     def kill(self) -> None:
         """SIGKILL, as a crash would: no graceful shutdown, connections cut."""

@@ -57,10 +57,11 @@ def cluster(tmp_path_factory):
     sims = [Proc("sim", "--engine", "vllm", "--time-scale", SCALE),
             Proc("sim", "--engine", "sglang", "--dcp-size", "8", "--time-scale", SCALE)]
     path = tmp_path_factory.mktemp("proxy") / "upstreams.yaml"
-    path.write_text(pools_yaml([sims[0].url], [sims[1].url]))
     proxy = Proc("serve", "--upstreams", str(path), "--log-level", "warning", ready="/readyz",
                  env={"ENGINE_ADVISOR_ADMIN_TOKEN": TOKEN,
                       "ENGINE_ADVISOR_UPSTREAMS_WATCH_S": "0"})   # reloads: admin or SIGHUP
+    # written at start, once the simulators' ports are final
+    proxy.prepare = lambda: path.write_text(pools_yaml([sims[0].url], [sims[1].url]))
     procs = start_all(*sims, proxy)
     try:
         yield {"vllm": sims[0], "sglang": sims[1], "proxy": proxy, "path": path}
@@ -299,11 +300,11 @@ def test_a_proxy_starts_after_its_upstreams_and_never_sees_them_starting(tmp_pat
     path = tmp_path / "upstreams.yaml"
     # down at the first failed check and checked again only after the test: a proxy that
     # looked while vLLM was starting keeps it out of the pool
-    path.write_text(pools_yaml([slow.url], [sg.url],
-                               health={"interval_s": 60.0, "failure_threshold": 1}))
     proxy = Proc("serve", "--upstreams", str(path), "--log-level", "warning", ready="/readyz",
                  env={"ENGINE_ADVISOR_ADMIN_TOKEN": TOKEN,
                       "ENGINE_ADVISOR_UPSTREAMS_WATCH_S": "0"})
+    proxy.prepare = lambda: path.write_text(pools_yaml(
+        [slow.url], [sg.url], health={"interval_s": 60.0, "failure_threshold": 1}))
     procs = start_all(proxy, slow, sg)          # the order given does not matter
     try:
         seen = httpx.get(proxy.url + "/v1/upstreams",

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import httpx
-from proc import free_port, terminate
+from proc import free_port, owns_port, terminate
 
 EXE = str(Path(sys.executable).with_name("engine-advisor"))
 
@@ -52,7 +52,8 @@ class SimProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"sim exited with {self.proc.returncode}:\n{self.log}")
             try:
-                if httpx.get(self.url + "/health", timeout=1.0).status_code == 200:
+                if (httpx.get(self.url + "/health", timeout=1.0).status_code == 200
+                        and owns_port(self.proc.pid, self.port) is not False):
                     return
             except httpx.TransportError:
                 pass
