@@ -64,17 +64,11 @@ def serve_proc(tmp: Path, sims_vllm: list[Proc], sims_sglang: list[Proc], *,
                env: dict[str, str] | None = None, **extra) -> Proc:
     """``engine-advisor serve --upstreams FILE`` over the given simulators (not started)."""
     path = tmp / "upstreams.yaml"
-
-    def write() -> None:     # again at start: a simulator may have moved to another port
-        path.write_text(pools_yaml([s.url for s in sims_vllm], [s.url for s in sims_sglang],
-                                   **extra))
-
-    write()
-    proc = Proc("serve", "--upstreams", str(path), "--log-level", "warning", ready="/readyz",
+    path.write_text(pools_yaml([s.url for s in sims_vllm], [s.url for s in sims_sglang],
+                               **extra))
+    return Proc("serve", "--upstreams", str(path), "--log-level", "warning", ready="/readyz",
                 env={"ENGINE_ADVISOR_ADMIN_TOKEN": TOKEN,
                      "ENGINE_ADVISOR_UPSTREAMS_WATCH_S": "0", **(env or {})})
-    proc.prepare = write
-    return proc
 
 
 __all__ = ["AUTH", "TOKEN", "Proc", "load_soak", "metric_sum", "open_fds", "rss_kib",

@@ -27,15 +27,10 @@ SLOW = {"model": "kimi-k3", "prompt": "tell me a long story", "max_tokens": 3000
 
 
 def proxy_for(path, sims_vllm, sims_sglang, **extra) -> Proc:
-    def write() -> None:     # again at start: a simulator may have moved to another port
-        path.write_text(pools_yaml([s.url for s in sims_vllm], [s.url for s in sims_sglang],
-                                   **extra))
-
-    write()
-    proc = Proc("serve", "--upstreams", str(path), "--log-level", "warning", ready="/readyz",
+    path.write_text(pools_yaml([s.url for s in sims_vllm], [s.url for s in sims_sglang],
+                               **extra))
+    return Proc("serve", "--upstreams", str(path), "--log-level", "warning", ready="/readyz",
                 env={"ENGINE_ADVISOR_ADMIN_TOKEN": TOKEN})
-    proc.prepare = write
-    return proc
 
 
 def metric_line(url: str, *needles: str) -> float | None:
