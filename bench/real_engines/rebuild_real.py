@@ -51,9 +51,15 @@ COMBINED = REPO / "model" / "data" / "h200_real.csv"
 # 330-slot state pool), so its rows leave max_running empty. In SGLang's 1,024 x 192 point one
 # request of the first attempt lost its connection (ReadError, nothing in the engine's log); the
 # point ran again at once and all 192 requests succeeded. The row keeps errors = 1 (that lost
-# request) and its times are the second attempt's (the rebuild reads a point's last attempt). vLLM
-# on Qwen3-Next has start-up facts only (logs/vllm-qwen3-next-80b-a3b-fp8*.log): its engine died at
-# the first request.
+# request) and its times are the second attempt's (the rebuild reads a point's last attempt).
+# vllm-qwen3-next-80b-a3b-fp8 (2026-12-04 00:09-00:16 UTC): vLLM on the Gated DeltaNet hybrid,
+# `run.py all --only TAG` on the same grid, with the CuTe DSL wheels and quack-kernels 0.5.0 in
+# its folder, VLLM_USE_DEEP_GEMM=0 (run.py's engine environment) and `--gdn-prefill-backend
+# triton` (--engine-cmd): vLLM 0.26.0's default Gated DeltaNet prefill on an H200, FlashInfer's
+# CuTe DSL kernel, raised "SM90 GDN prefill DSL kernel is unavailable" at the first request
+# (superseded/vllm-qwen3-next-80b-a3b-fp8-flashinfer-gdn-dsl.log); the first start of this model
+# (2026-12-03, without the DSL wheels) died the same way (superseded/*-first-start.*). Its FP8
+# block GEMMs ran vLLM's Triton kernel with "Using default MoE config" for 512 experts x 512.
 TAGS = ("vllm-deepseek-v2-lite", "sglang-deepseek-v2-lite", "sglang-deepseek-v2-lite-rerun",
         "vllm-llama-3.1-8b", "sglang-llama-3.1-8b", "vllm-qwen3-32b", "sglang-qwen3-32b")
 # Measured but not fitted (model/data/h200_real_unfitted.csv): vllm-qwen3-30b-a3b and
@@ -100,7 +106,7 @@ TAGS = ("vllm-deepseek-v2-lite", "sglang-deepseek-v2-lite", "sglang-deepseek-v2-
 UNFITTED_TAGS = ("vllm-qwen3-30b-a3b", "sglang-qwen3-30b-a3b", "vllm-mixtral-8x7b",
                  "sglang-mixtral-8x7b", "sglang-mixtral-8x7b-rerun",
                  "sglang-qwen3-next-80b-a3b-fp8", "vllm-nemotron-3-nano-30b-a3b",
-                 "sglang-nemotron-3-nano-30b-a3b")
+                 "sglang-nemotron-3-nano-30b-a3b", "vllm-qwen3-next-80b-a3b-fp8")
 UNFITTED = REPO / "model" / "data" / "h200_real_unfitted.csv"
 # unfitted folders rebuilt all the same: the hybrids, measured before rows carried max_running
 REBUILT_UNFITTED = ("sglang-qwen3-next-80b-a3b-fp8", "vllm-nemotron-3-nano-30b-a3b")

@@ -214,37 +214,40 @@ def test_the_hybrid_folders_rebuild_with_their_running_limit(tmp_path, tag, max_
 def test_the_unfitted_real_dataset():
     """The runs shipped for the left-out check: Qwen3-30B-A3B and Mixtral-8x7B on both engines,
     the two stalled prefills' times left out; the hybrids, Nemotron-3-Nano on both engines
-    (vLLM's with its running limit as launched) and SGLang's Qwen3-Next."""
+    and Qwen3-Next on both (vLLM's with its running limit as launched)."""
     rebuild_real = _script()
     rows = read_csv(REPO / "model" / "data" / "h200_real_unfitted.csv")
     caps = {("vllm", "qwen3-30b-a3b"): 714_128, ("sglang", "qwen3-30b-a3b"): 745_609,
             ("vllm", "mixtral-8x7b"): 296_352, ("sglang", "mixtral-8x7b"): 312_663,
             ("vllm", "nemotron-3-nano-30b-a3b"): 10_951_569,
             ("sglang", "nemotron-3-nano-30b-a3b"): 6_098_975,
-            ("sglang", "qwen3-next-80b-a3b-fp8"): 1_152_938}
+            ("sglang", "qwen3-next-80b-a3b-fp8"): 1_152_938,
+            ("vllm", "qwen3-next-80b-a3b-fp8"): 2_114_448}
     assert {(r.engine, r.model) for r in rows} == set(caps)
     stalls = {("vllm", "qwen3-30b-a3b", 1024, 64), ("vllm", "mixtral-8x7b", 32640, 2)}
     # points without a pure decode step: batches above the running limit (vLLM's 128, SGLang's
-    # 66 for Qwen3-Next and 137 for Nemotron) ran in waves, and vLLM streamed its 260,000-token
-    # point's outputs in three chunks
-    no_step = {("vllm", 1024, 192), ("vllm", 260000, 1), ("sglang", 1024, 192),
-               ("sglang", 32768, 80)}
+    # 66 for Qwen3-Next and 137 for Nemotron) or the KV pool (80 x 32K of Qwen3-Next) ran in
+    # waves, and vLLM streamed Nemotron's 260,000-token point's outputs in three chunks
+    nemotron, qwen = "nemotron-3-nano-30b-a3b", "qwen3-next-80b-a3b-fp8"
+    no_step = {("vllm", nemotron, 1024, 192), ("vllm", nemotron, 260000, 1),
+               ("vllm", qwen, 1024, 192), ("vllm", qwen, 32768, 80),
+               ("sglang", nemotron, 1024, 192), ("sglang", qwen, 1024, 192),
+               ("sglang", qwen, 32768, 80)}
     for r in rows:
-        hybrid = r.model in ("nemotron-3-nano-30b-a3b", "qwen3-next-80b-a3b-fp8")
+        hybrid = r.model in (nemotron, qwen)
         assert r.kv_capacity_tokens == caps[(r.engine, r.model)]
         assert (r.decode_step_s is None) == (
-            hybrid and (r.engine, r.context_tokens, r.batch_size) in no_step), r
+            (r.engine, r.model, r.context_tokens, r.batch_size) in no_step), r
         stalled = (r.engine, r.model, r.context_tokens, r.batch_size) in stalls
         assert (r.ttft_s is None and r.total_s is None) == stalled, r
         # the running-request limit as launched: vLLM's hybrid --max-num-seqs, else the default
-        assert r.max_running == (128 if (r.engine, r.model) == (
-            "vllm", "nemotron-3-nano-30b-a3b") else None), r
+        assert r.max_running == (128 if r.engine == "vllm" and hybrid else None), r
         # SGLang's 1,024 x 192 of both hybrids: one request of an attempt lost its connection
         assert r.errors == int(r.engine == "sglang" and hybrid and (
             r.context_tokens, r.batch_size) == (1024, 192)), r
     per_folder = sum(len(read_csv(f / "dataset.csv")) for tag in rebuild_real.UNFITTED_TAGS
                      for f in (REAL / "runs" / tag).iterdir())
-    assert len(rows) == per_folder == 83
+    assert len(rows) == per_folder == 94
 
 
 def test_rebuild_reads_a_launched_engines_own_log(tmp_path):

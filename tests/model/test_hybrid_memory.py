@@ -83,7 +83,7 @@ def logs():
 
 
 # every hybrid each engine ran: a Mamba2 MoE (Nemotron-3-Nano) and a Gated DeltaNet MoE in FP8
-# (Qwen3-Next) on vLLM 0.26.0 and SGLang 0.5.16 (vLLM's Qwen3-Next has start-up facts only)
+# (Qwen3-Next) on vLLM 0.26.0 and SGLang 0.5.16
 TAGS = ("vllm-nemotron-3-nano-30b-a3b", "sglang-nemotron-3-nano-30b-a3b",
         "vllm-qwen3-next-80b-a3b-fp8", "sglang-qwen3-next-80b-a3b-fp8")
 
