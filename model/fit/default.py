@@ -3,8 +3,10 @@
 - ``b300_reference.csv``: the published 8 x B300 benchmark of Kimi-K3 (four times, two OOM
   points) under the assumptions ``engine_advisor.model.fit.seedcheck`` chooses;
 - ``h200_real.csv``: real vLLM 0.26.0 and SGLang 0.5.16 on one H200 (deepseek-v2-lite,
-  llama-3.1-8b and qwen3-32b on both, contexts 1K-130K x batches 1-64; the Mamba2 hybrid
-  nemotron-3-nano-30b-a3b on vLLM, 1K-256K x 1-192; random weights).
+  llama-3.1-8b and qwen3-32b on both, contexts 1K-130K x batches 1-64; random weights).
+
+``h200_real_unfitted.csv`` (two more MoEs and two hybrids on both engines) is measured the same
+way and checks the model left out (``left_out_rows``).
 """
 
 from __future__ import annotations
