@@ -76,12 +76,15 @@ def gateway_config(listen: int, admin: int, engines: list[tuple[str, int]],
                    mode: str = "buffered",
                    token: str | None = TOKEN, message_timeout: str | None = None,
                    picker_streams: int | None = None, tls: Path | None = None) -> dict:
-    """The shipped configuration on loopback. ``picker`` None: no picker at all, the engines
-    cluster round-robin (the bench's plain Envoy); a list: replicas side by side. ``mode``: one of ``MODES``. ``token``:
-    sent in place of the placeholder (None: no token at all). ``picker_streams``: streams per
-    connection to the picker (more connections, spread over its workers). ``tls``: a folder
-    of tests/epp/pki.py's certificates: mutual TLS to the picker (client.pem / client.key,
-    the picker's server.pem checked against ca.pem), as docs/gateway.md shows it."""
+    """The shipped configuration on loopback.
+
+    ``picker``: None, no picker at all (the engines cluster round-robin: the bench's plain
+    Envoy); a port, or a list of ports (replicas side by side). ``mode``: one of ``MODES``.
+    ``token``: sent in place of the placeholder (None: no token at all). ``picker_streams``:
+    streams per connection to the picker (more connections, spread over its workers). ``tls``:
+    a folder of tests/epp/pki.py's certificates: mutual TLS to the picker (client.pem /
+    client.key, the picker's server.pem checked against ca.pem), as docs/gateway.md shows
+    it."""
     cfg = copy.deepcopy(yaml.safe_load(CONFIG.read_text()))
     cfg["admin"]["address"] = _socket(admin)["address"]
     res = cfg["static_resources"]
