@@ -125,18 +125,28 @@ async def choose(st: Routing, pools: Pools, loaded: LoadedModel, req: ProxyReque
         decision, differs = st.decider.estimated(
             loaded, pools, n, lo, hi, out, batch,
             st.tokenizer is not None or cfg.tokens.upstream_tokenize)
-        if differs and st.tokenizer is not None:
-            if req.prompt_bytes > LOCAL_INLINE_BYTES:
-                n = await asyncio.to_thread(local_count, st.tokenizer, req)
-            else:
-                n = local_count(st.tokenizer, req)
-            method, decision = "tokenizer", None
+        if differs and st.counting >= cfg.tokens.max_concurrent:
+            # bounded: a flood of long prompts does not queue for counts (each a share of a
+            # CPU-second, or a round trip); the estimate decides, as without a counter
+            st.metrics.counts_skipped.inc(("busy",))
         elif differs:
-            asker = min((u for u in cands if u.available(now)), key=lambda u: u.in_flight)
-            counted = await upstream_count(asker, req, cfg.tokens.tokenize_timeout_s)
-            if counted is not None:
-                n, method = counted, "upstream"
-                decision = None
+            st.counting += 1
+            try:
+                if st.tokenizer is not None:
+                    if req.prompt_bytes > LOCAL_INLINE_BYTES:
+                        n = await asyncio.to_thread(local_count, st.tokenizer, req)
+                    else:
+                        n = local_count(st.tokenizer, req)
+                    method, decision = "tokenizer", None
+                else:
+                    asker = min((u for u in cands if u.available(now)),
+                                key=lambda u: u.in_flight)
+                    counted = await upstream_count(asker, req, cfg.tokens.tokenize_timeout_s)
+                    if counted is not None:
+                        n, method = counted, "upstream"
+                        decision = None
+            finally:
+                st.counting -= 1
     st.metrics.token_counts.inc((method,))
     if decision is None:
         decision = st.decider.decide(loaded, pools, n, out, batch)

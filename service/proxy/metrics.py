@@ -74,6 +74,10 @@ class ProxyMetrics:
         self.token_counts = Counts(
             "engine_advisor_proxy_prompt_token_counts", "how prompt tokens were counted",
             ["method"], registry=r)
+        self.counts_skipped = Counts(
+            "engine_advisor_proxy_prompt_token_counts_skipped", "prompts the decision depended "
+            "on routed by their estimate: tokens.max_concurrent counts were running",
+            ["reason"], registry=r)
         self.breaker = Gauge(
             "engine_advisor_proxy_breaker_state", "circuit breaker (0 closed, 1 half-open, "
             "2 open)", ["upstream"], registry=r)

@@ -68,6 +68,7 @@ class ProxyState:
         self.path: Path | None = settings.upstreams
         self.pools: Pools | None = None
         self.tokenizer: Tokenizer | None = None
+        self.counting = 0             # prompts being counted now (tokens.max_concurrent)
         self.metrics = ProxyMetrics(registry, lambda: self.pools)
         self.decider = Decider()
         self.deadlines = Deadlines()      # the timeouts of proxied requests

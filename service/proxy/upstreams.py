@@ -133,6 +133,9 @@ class TokensSpec(Strict):
         default=True, description="ask an upstream's /tokenize when the decision depends on it")
     bytes_per_token: PosFloat = Field(default=4.0, description="the estimate's ratio")
     tokenize_timeout_s: PosFloat = 2.0
+    max_concurrent: Annotated[int, Field(gt=0, le=1024)] = Field(
+        default=4, description="prompts counted at once (local tokenizer or /tokenize); past "
+                               "it a prompt is routed by its estimate")
 
 
 class TimeoutsSpec(Strict):

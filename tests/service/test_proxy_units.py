@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import time
 
 import pytest
 import seedload
@@ -360,6 +361,54 @@ def test_local_tokenizer_counts_prompts(tmp_path):
         r = c.post("/v1/route", json={"model": "m", "prompt": "alpha beta gamma " * 1000})
         assert (r.json()["prompt_tokens"], r.json()["prompt_tokens_method"]) == (
             4250, "estimate")
+
+
+def test_counts_are_bounded_past_them_the_estimate_decides(tmp_path):
+    """tokens.max_concurrent prompts are counted at once; one more whose decision depends on
+    its count is routed by its estimate at once, and counted as skipped (a flood of long
+    prompts must not queue for a tokenizer)."""
+    tokenizers = pytest.importorskip("tokenizers")
+    import threading
+
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    tok = tokenizers.Tokenizer(WordLevel({"[UNK]": 0, "alpha": 1}, unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    doc = {**BASE, "tokens": {"tokenizer_file": "tokenizer.json", "max_concurrent": 1}}
+    app = create_app(Settings(_env_file=None, upstreams=write(tmp_path, doc)))
+    release = threading.Event()
+
+    class Held:                           # the real tokenizer, once the test lets it go on
+        def encode(self, text, add_special_tokens=True):
+            assert release.wait(30)
+            return tok.encode(text, add_special_tokens=add_special_tokens)
+
+    # 72,000 bytes: plausibly 4,500-72,000 tokens, across BASE's crossover near 33K
+    body = {"model": "m", "prompt": "alpha beta gamma " * 4000 + "alpha " * 700}
+    with TestClient(app, raise_server_exceptions=False) as c:
+        st = app.state.proxy
+        st.tokenizer = Held()
+        first: list = []
+        t = threading.Thread(target=lambda: first.append(c.post("/v1/route", json=body)))
+        t.start()
+        try:
+            deadline = time.monotonic() + 30
+            while st.counting < 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert st.counting == 1
+            r = c.post("/v1/route", json=body)           # while the first is being counted
+            assert (r.json()["prompt_tokens"], r.json()["prompt_tokens_method"]) == (
+                18_050, "estimate")
+        finally:
+            release.set()
+            t.join(30)
+        assert first[0].json()["prompt_tokens_method"] == "tokenizer"
+        assert st.counting == 0
+        metrics = c.get("/metrics").text
+        assert ('engine_advisor_proxy_prompt_token_counts_skipped_total{reason="busy"} 1.0'
+                in metrics)
 
 
 def test_serve_refuses_a_bad_pools_file(tmp_path):
