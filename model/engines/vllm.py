@@ -29,7 +29,7 @@ group and one per state group (prefix caching is off for hybrids by default). Th
 the model dtype (GDN), float32 (KDA) or Nemotron-H's ``mamba_ssm_cache_dtype`` (Mamba2). The
 logged "GPU KV cache size" is ``num_blocks / blocks of one max_model_len request x
 max_model_len``. The real H200 logs: Nemotron-3-Nano 2,096-token blocks, 10,951,569 tokens
-(65.14 GiB); Qwen3-Next-80B-A3B 544-token blocks, 2,114,988 tokens (48.72 GiB). ``max_num_seqs``
+(65.14 GiB); Qwen3-Next-80B-A3B 544-token blocks, 2,114,448 tokens (48.72 GiB). ``max_num_seqs``
 defaults to 1024 on GPUs of 70 GiB and more (256 below), and the profiled activation peak
 holds its sampler rows. For these hybrids it also profiles its CUDA graphs' memory and takes it
 out of the KV budget ("CUDA graph memory profiling is enabled ... equivalent to

@@ -79,7 +79,7 @@ def test_the_parsers_read_the_real_engines_hybrid_lines():
     vq = real("vllm-qwen3-next-80b-a3b-fp8.log")
     assert one(BLOCK, vq) == ("544",)
     assert one(CONCURRENCY, vq) == ("262,144", "8.07")
-    assert parse_log("vllm", vq).kv_capacity_tokens == 2_114_988
+    assert parse_log("vllm", vq).kv_capacity_tokens == 2_114_448
     vn = real("vllm-nemotron-3-nano-30b-a3b.log")
     assert one(BLOCK, vn) == ("2096",) and one(PADDING, vn) == ("1", "4.35")
     sq = real("sglang-qwen3-next-80b-a3b-fp8.log")
