@@ -126,40 +126,33 @@ def routes(replica: Proc) -> list[tuple]:
     return out
 
 
-def test_killing_one_of_two_pickers_fails_only_what_was_in_flight_on_it(envoy_exe, sims):
-    (vllm, sglang), path = sims
-    pickers = [Proc("serve", "--upstreams", str(path), "--epp-port", str(free_port()),
-                    "--log-level", "warning", ready="/readyz",
-                    env={"ENGINE_ADVISOR_EPP_TOKEN": TOKEN}) for _ in range(2)]
-    start_all(*pickers)
-    ports = [int(p.args[p.args.index("--epp-port") + 1]) for p in pickers]
-    envoy = Envoy.gateway(envoy_exe, [("127.0.0.1", vllm.port), ("127.0.0.1", sglang.port)],
-                          ports)
+def kill_one_of_two(envoy: Envoy, replicas: list[Proc]) -> None:
+    """Started, the two replicas route alike; one SIGKILLed under load through ``envoy``
+    fails only what was in flight on it. Everything is stopped after."""
     try:
+        start_all(*replicas)
         envoy.start()
-        a, b = routes(pickers[0]), routes(pickers[1])
+        a, b = routes(replicas[0]), routes(replicas[1])
         assert a == b and a[0][0] == "vllm" and a[1][0] == "sglang"
-        out, killed_at = kill_under_load(envoy.url, pickers[0])
-        check(out, killed_at)
+        check(*kill_under_load(envoy.url, replicas[0]))
     finally:
         envoy.stop()
-        for p in pickers:
+        for p in replicas:
             p.stop()
+
+
+def test_killing_one_of_two_pickers_fails_only_what_was_in_flight_on_it(envoy_exe, sims):
+    (vllm, sglang), path = sims
+    ports = [free_port(), free_port()]
+    pickers = [Proc("serve", "--upstreams", str(path), "--epp-port", str(port),
+                    "--log-level", "warning", ready="/readyz",
+                    env={"ENGINE_ADVISOR_EPP_TOKEN": TOKEN}) for port in ports]
+    engines = [("127.0.0.1", vllm.port), ("127.0.0.1", sglang.port)]
+    kill_one_of_two(Envoy.gateway(envoy_exe, engines, ports), pickers)
 
 
 def test_killing_one_of_two_proxies_fails_only_what_was_in_flight_on_it(envoy_exe, sims):
-    (vllm, sglang), path = sims
+    _, path = sims
     proxies = [Proc("serve", "--upstreams", str(path), "--log-level", "warning",
                     ready="/readyz") for _ in range(2)]
-    start_all(*proxies)
-    envoy = Envoy.balancer(envoy_exe, [p.port for p in proxies])
-    try:
-        envoy.start()
-        a, b = routes(proxies[0]), routes(proxies[1])
-        assert a == b and a[0][0] == "vllm" and a[1][0] == "sglang"
-        out, killed_at = kill_under_load(envoy.url, proxies[0])
-        check(out, killed_at)
-    finally:
-        envoy.stop()
-        for p in proxies:
-            p.stop()
+    kill_one_of_two(Envoy.balancer(envoy_exe, [p.port for p in proxies]), proxies)
