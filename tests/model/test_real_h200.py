@@ -198,3 +198,25 @@ def test_a_hybrid_holds_in_a_fit_and_left_out(engine):
         assert fitted[q] <= bound, (q, fitted)
     for q, bound in left_out.items():
         assert outside[q] <= bound, (q, outside)
+
+
+# Qwen3-Next-80B-A3B-FP8's rows left out (the default model), per engine: what holds today.
+# The decode step: vLLM's at batch 1 5.8 % in the median, SGLang's 22 % (its FP8 block GEMMs
+# on an untuned Triton configuration). The batch prefill is the prior's open question on
+# both (docs/validation.md): 25 % (vLLM) and 36 % (SGLang) in the median, bounded here so
+# that it does not get worse unnoticed.
+QWEN3_NEXT_LEFT_OUT = {"vllm": {"step": 0.10, "ttft": 0.30, "total": 0.20},
+                       "sglang": {"step": 0.25, "ttft": 0.40, "total": 0.35}}
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_the_gated_deltanet_hybrid_left_out(engine):
+    """Qwen3-Next (36 Gated DeltaNet and 12 attention layers, 512 experts, block-FP8) on a
+    real vLLM 0.26.0 (Triton GDN prefill) and SGLang 0.5.16, shipped unfitted, against the
+    default model: the bounds above."""
+    name = "qwen3-next-80b-a3b-fp8"
+    rows = [r for r in unfitted_rows() if r.model == name and r.engine == engine]
+    assert len(rows) == 11
+    outside = _median_errors(default_model(), rows, name)
+    for q, bound in QWEN3_NEXT_LEFT_OUT[engine].items():
+        assert outside[q] <= bound, (q, outside)
