@@ -62,6 +62,7 @@ class Routing(Protocol):
     decider: Decider
     metrics: ProxyMetrics
     seq: int                      # pick counter: ties of in-flight go round-robin
+    counting: int                 # prompts being counted now (tokens.max_concurrent)
 
 
 @dataclass(slots=True)
