@@ -178,9 +178,12 @@ def ea_env() -> dict[str, str]:
             "PYTHONUNBUFFERED": "1"}
 
 
-def serve_one(engine: str, preset: str, res: pathlib.Path, port: int, cmd: str | None,
-              startup_timeout: float, grid: dict[int, list[int]], tp: int = 1,
-              dcp: int = 1, gpu: str = "H200") -> None:
+def start(engine: str, preset: str, res: pathlib.Path, port: int, cmd: str | None,
+          startup_timeout: float, tp: int = 1, dcp: int = 1,
+          env_extra: dict[str, str] | None = None) -> tuple[subprocess.Popen, str, str, dict]:
+    """Serve ``preset`` on ``engine`` from a dummy-weight model folder and wait until it is
+    healthy: (process, base URL, tag, facts so far). The start-up log goes to
+    ``res/logs/TAG.log``; the caller stops the process (``stop``)."""
     facts = PRESETS[preset]
     tag = f"{engine}-{preset}" + (f"-tp{tp}-dcp{dcp}" if tp > 1 or dcp > 1 else "")
     folder = res / "models" / preset
@@ -189,13 +192,11 @@ def serve_one(engine: str, preset: str, res: pathlib.Path, port: int, cmd: str |
                           str(folder), "--max-model-len", str(facts["max_len"])),
                        env=ea_env(), check=True, cwd=REPO)
     template = cmd or COMMANDS[engine] + EXTRA_FLAGS.get((engine, bool(facts.get("hybrid"))), "")
-    if facts.get("hybrid") and grid is GRID:
-        grid = dict(sorted(HYBRID_GRIDS.get(preset, HYBRID_GRID).items()))
     argv = shlex.split(template.format(
         dir=folder, preset=preset, fraction=FRACTION, max_len=facts["max_len"], port=port,
         engine=engine, kv=facts["kv"], tp=tp, dcp=dcp,
         dcp_flag=f" --dcp-size {dcp}" if dcp > 1 else ""))
-    env = {**os.environ, **NCCL_ENV, **ENGINE_ENV.get((engine, preset), {}),
+    env = {**os.environ, **NCCL_ENV, **ENGINE_ENV.get((engine, preset), {}), **(env_extra or {}),
            "PYTHONPATH": site_path(SITES[engine]), "PYTHONUNBUFFERED": "1"}
     logs = res / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -216,8 +217,23 @@ def serve_one(engine: str, preset: str, res: pathlib.Path, port: int, cmd: str |
             if time.monotonic() - t0 > startup_timeout:
                 raise RuntimeError(f"{tag}: not healthy after {startup_timeout:g} s")
             time.sleep(2)
-        facts_out["startup_s"] = round(time.monotonic() - t0, 1)
-        log(f"{tag}: healthy after {facts_out['startup_s']} s")
+    except BaseException:
+        facts_out["stopped"] = stop(proc)
+        (logs / f"{tag}.facts.json").write_text(json.dumps(facts_out, indent=1))
+        raise
+    facts_out["startup_s"] = round(time.monotonic() - t0, 1)
+    log(f"{tag}: healthy after {facts_out['startup_s']} s")
+    return proc, base, tag, facts_out
+
+
+def serve_one(engine: str, preset: str, res: pathlib.Path, port: int, cmd: str | None,
+              startup_timeout: float, grid: dict[int, list[int]], tp: int = 1,
+              dcp: int = 1, gpu: str = "H200") -> None:
+    if PRESETS[preset].get("hybrid") and grid is GRID:
+        grid = dict(sorted(HYBRID_GRIDS.get(preset, HYBRID_GRID).items()))
+    proc, base, tag, facts_out = start(engine, preset, res, port, cmd, startup_timeout, tp, dcp)
+    logs = res / "logs"
+    try:
         for path in ("/get_server_info", "/server_info", "/version"):
             code, body = get(base + path)
             if code == 200:
@@ -315,7 +331,7 @@ def archive(res: pathlib.Path) -> pathlib.Path:
     """Everything measured so far in one file (the GPU machine returns a few files only)."""
     path = res.parent / "res.tgz"
     with tarfile.open(path, "w:gz") as t:
-        for sub in ("runs", "logs"):
+        for sub in ("runs", "logs", "profiles"):
             if (res / sub).exists():
                 t.add(res / sub, arcname=sub)
         if (res / "driver.log").exists():

@@ -326,3 +326,16 @@ def ENGINE_FLAGS(engine: str, knobs) -> list[str]:  # noqa: N802 - a table's col
     from engine_advisor.model import engines
 
     return engines.get(engine).knob_args(knobs)
+
+
+@figure("validation.kernels")
+def validation_kernels(ctx) -> str:
+    """The real engines' prefill kernels per cost term (bench/real_engines/kernels.py)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "bench/real_engines/kernels.py"
+    spec = importlib.util.spec_from_file_location("bench_real_engines_kernels", path)
+    kernels = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kernels)
+    return kernels.markdown(kernels.table())

@@ -1,0 +1,85 @@
+"""bench/real_engines/kernel_profile.py (reads an engine's torch-profiler trace into a kernel
+table) and kernels.py (sorts the shipped tables into the cost model's prefill terms)."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import importlib.util
+import json
+import re
+
+import pytest
+from calib_helpers import REPO
+
+PROFILES = REPO / "bench" / "data" / "h200-real" / "profiles"
+# what a kernel outside every term may be: norms, activations, activation quantisation, copies
+ELEMENTWISE = re.compile(r"norm|act|quant|copy|elementwise|triton_|Memcpy|Memset|fill|rope|pow|"
+                         r"clamp|sigmoid|cat|split|reshape|add|mul|index|gather|scatter|softmax|"
+                         r"sampl|argmax|topk|embedding|reduce", re.I)
+
+
+def _load(name: str):
+    path = REPO / "bench" / "real_engines" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _trace(path, events):
+    path.write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
+    return path
+
+
+def test_a_trace_becomes_a_kernel_table(tmp_path):
+    kp = _load("kernel_profile")
+    a = _trace(tmp_path / "a.trace.json.gz", [
+        {"ph": "X", "cat": "kernel", "name": "fused_moe_kernel", "ts": 100, "dur": 40},
+        {"ph": "X", "cat": "kernel", "name": "fused_moe_kernel", "ts": 200, "dur": 60},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 1000},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoD", "ts": 300, "dur": 5},
+        {"ph": "i", "cat": "kernel", "name": "marker", "ts": 50}])
+    b = tmp_path / "b.json"       # a second, uncompressed trace of the same window (vLLM's ranks)
+    b.write_text(json.dumps([{"ph": "X", "cat": "kernel", "name": "_chunk_scan_fwd_kernel",
+                              "ts": 90, "dur": 20}]))
+    rows, span = kp.summarise([a, b])
+    assert rows == [("fused_moe_kernel", 2, 100.0), ("_chunk_scan_fwd_kernel", 1, 20.0),
+                    ("Memcpy DtoD", 1, 5.0)]
+    assert span == pytest.approx(305 - 90)
+    assert kp.summarise([_trace(tmp_path / "c.json.gz", [])]) == ([], 0.0)
+
+
+def test_every_shipped_kernel_goes_to_a_term_or_is_elementwise():
+    kernels = _load("kernels")
+    tables = sorted(PROFILES.glob("*/ctx*.csv"))
+    assert len(tables) >= 12
+    for path in tables:
+        lines = path.read_text().splitlines()
+        busy = float(re.search(r"busy ([\d.]+) s", lines[0]).group(1)) * 1e6
+        for r in csv.DictReader(lines[1:]):
+            us = float(r["total_us"])
+            if kernels.kind(r["kernel"]) == "elementwise" and us > 0.01 * busy:
+                assert ELEMENTWISE.search(r["kernel"]), (path, r["kernel"], us)
+
+
+def test_the_terms_partition_each_profile_and_meet_the_model():
+    kernels = _load("kernels")
+    rows = kernels.table(PROFILES)
+    seen = {(r["engine"], r["model"]) for r in rows}
+    assert {("vllm", "nemotron-3-nano-30b-a3b"), ("sglang", "nemotron-3-nano-30b-a3b"),
+            ("vllm", "qwen3-next-80b-a3b-fp8"), ("sglang", "qwen3-next-80b-a3b-fp8")} <= seen
+    for r in rows:
+        per, client, busy, table = kernels.read(
+            PROFILES / f"{r['engine']}-{r['model']}" / f"ctx{r['ctx']}x{r['batch']}.csv")
+        kernel_ms = sum(ms for _, ms in table)
+        assert kernel_ms == pytest.approx(busy * 1e3, rel=1e-3)
+        assert sum(per[t] for t in kernels.TERM_NAMES if t != "gaps") == pytest.approx(kernel_ms)
+        assert per["gaps"] == pytest.approx(max(client - busy, 0) * 1e3)
+        # a model with linear-attention layers has their kernels and their physics; one
+        # without has neither
+        linear_ms, linear_unit, _ = r["terms"]["pf_linear"]
+        assert (linear_ms > 0) == (linear_unit > 0), r["model"]
+        assert r["predicted_ms"] > 0
+    table = kernels.markdown(rows)
+    assert table.count("\n") == len(rows) + 1 and "(4." in table
