@@ -126,19 +126,22 @@ def prior_ratios(model: CostModel, gpu: str) -> dict:
 
 def unseen_model_ratios(model: CostModel, rows: Sequence[Measurement]) -> dict:
     """Predicted / measured over real rows of a model that ``model`` was not fitted on: the
-    uncalibrated prior's, and the fitted engine's on that GPU (this model's physics with the
-    efficiencies fitted on other models: what a recommendation for it gives, ``transferred``).
+    uncalibrated prior's (each engine's, ``engine_prior``), and the fitted engine's on that GPU
+    (this model's physics with the efficiencies fitted on other models: what a recommendation
+    for it gives, ``transferred``).
     Per predictor: the geometric mean, the share within 2x, and per quantity (total, the
     batch's prefill, one decode step) the geometric mean and range. Random-weight MoE rows are
     routed as a trained router would (diversity 1)."""
-    from engine_advisor.model.fit.estimator import PRIOR, prior_vector
-    from engine_advisor.model.fit.fitting import QUANTITIES, observations
+    from engine_advisor.model.fit.estimator import prior_vector
+    from engine_advisor.model.fit.fitting import QUANTITIES, engine_prior, observations
 
     seen = {r["model"] for r in model.held_out} & {r.model for r in rows}
     if seen:
         raise ValueError(f"the model was fitted on {sorted(seen)}: not an unseen model")
     obs = observations(rows)
-    preds = {"prior": obs.X @ prior_vector(PRIOR)}
+    # the uncalibrated prior: each engine's (the physics, its profiled kernels' terms)
+    coef = {e: prior_vector(engine_prior(e)) for e in {r.engine for r in rows}}
+    preds = {"prior": np.array([obs.X[i] @ coef[rows[j].engine] for i, j in enumerate(obs.row)])}
     keys = {(r.engine, r.gpu) for r in rows}
     fitted = np.empty(len(obs.y))
     for i, j in enumerate(obs.row):

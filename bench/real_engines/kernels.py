@@ -34,36 +34,42 @@ from engine_advisor.model.physics.terms import TERMS  # noqa: E402
 DATA = Path(__file__).resolve().parents[2] / "bench/data/h200-real/profiles"
 # kernel name -> the term whose work it does; the first pattern that matches wins
 KINDS = (
-    ("pf_linear", r"chunk_scan|chunk_state|state_passing|bmm_chunk|chunk_cumsum|gated_delta|"
-                  r"chunk_fwd_kernel_o|kkt|recompute_w_u|solve_tril|merge_16x16|"
+    # Mamba2's SSD (and its conv1d, on a model whose linear layers are Mamba2: ``family``)
+    ("pf_ssd", r"chunk_scan|chunk_state|state_passing|bmm_chunk|chunk_cumsum"),
+    # the chunked delta rule of Gated DeltaNet and KDA, and their conv1d
+    ("pf_linear", r"gated_delta|chunk_fwd_kernel_o|kkt|recompute_w_u|solve_tril|merge_16x16|"
                   r"chunk_local_cumsum|causal_conv1d|fused_gdn|qkvzba|fused_post_conv|"
                   r"gdn_prefill|fused_recurrent"),
     ("pf_moe", r"fused_moe|moe_align|count_and_sort|moe_sum|topk|router|expert"),
     ("pf_attn", r"flash|fmha|attention|mla"),
     ("pf_gemm", r"nvjet|gemm|matmul|cublas|sm90_xmma|cutlass"),
 )
-TERM_NAMES = ("pf_gemm", "pf_moe", "pf_attn", "pf_linear", "elementwise", "gaps")
+TERM_NAMES = ("pf_gemm", "pf_moe", "pf_attn", "pf_linear", "pf_ssd", "elementwise", "gaps")
 
 
-def kind(name: str) -> str:
+def kind(name: str, ssd: bool = False) -> str:
+    """The term a kernel's work belongs to; ``ssd``: the model's linear layers are Mamba2's, so
+    that their short convolution goes with the SSD."""
     for term, pattern in KINDS:
         if re.search(pattern, name, re.I):
-            return term
+            return "pf_ssd" if ssd and term == "pf_linear" else term
     return "elementwise"
 
 
-def read(path: Path) -> tuple[dict[str, float], float, float, list[tuple[str, float]]]:
-    """(ms per term, client s, busy s, (kernel, ms) most first) of one profile table."""
+def read(path: Path, ssd: bool | None = None) -> tuple[dict[str, float], float, float,
+                                                        list[tuple[str, float]]]:
+    """(ms per term, client s, busy s, (kernel, ms) most first) of one profile table;
+    ``ssd`` None: Mamba2 when the table has SSD kernels."""
     lines = path.read_text().splitlines()
     head = lines[0]
     client = float(re.search(r"client ([\d.]+) s", head).group(1))
     busy = float(re.search(r"busy ([\d.]+) s", head).group(1))
     per = dict.fromkeys(TERM_NAMES, 0.0)
-    kernels = []
-    for r in csv.DictReader(lines[1:]):
-        ms = float(r["total_us"]) / 1e3
-        per[kind(r["kernel"])] += ms
-        kernels.append((r["kernel"], ms))
+    kernels = [(r["kernel"], float(r["total_us"]) / 1e3) for r in csv.DictReader(lines[1:])]
+    if ssd is None:
+        ssd = any(kind(name) == "pf_ssd" for name, _ in kernels)
+    for name, ms in kernels:
+        per[kind(name, ssd)] += ms
     per["gaps"] = max(client - busy, 0.0) * 1e3
     return per, client, busy, kernels
 
@@ -105,8 +111,8 @@ def markdown(rows: list[dict]) -> str:
     """The compact table docs/validation.md shows: per term the kernels' ms and, in brackets,
     that over the term's physics at the silicon's achievable rate."""
     head = ("| engine | model | prompts | measured (client) | GEMMs | fused MoE | attention "
-            "| linear attention | elementwise | gaps | default model |\n"
-            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+            "| delta rule (GDN) | Mamba2 SSD | elementwise | gaps | default model |\n"
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     lines = [head]
     for r in rows:
         cells = []
@@ -133,8 +139,9 @@ def main() -> None:
     print(markdown(rows))
     for r in rows if a.kernels else ():
         print(f"\n{r['engine']} {r['model']} {r['batch']} x {r['ctx']}:")
+        ssd = r["terms"]["pf_ssd"][0] > 0
         for name, ms in r["kernels"][:a.kernels]:
-            print(f"  {ms:8.1f} ms  {kind(name):11s}  {name[:90]}")
+            print(f"  {ms:8.1f} ms  {kind(name, ssd):11s}  {name[:90]}")
 
 
 if __name__ == "__main__":

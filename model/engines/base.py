@@ -184,6 +184,12 @@ class Engine:
     state_layout: Callable[[HybridShape], StateLayout] | None = None
     default_running: Callable[[float], int] = lambda gib: 256
     knob_flags: tuple[tuple[str, str], ...] = ()
+    # what the engine's own kernels of a family take over their term's physics, measured by
+    # profiling its prefill kernel by kernel (bench/real_engines/kernel_profile.py): the prior
+    # of that term's coefficient in every fit of the engine, where the others start at 1.
+    # Only terms no dense model has (the linear-attention families) are set this way, so that
+    # a hybrid's own kernels, not its neighbours' end-to-end times, say what it costs
+    kernel_priors: tuple[tuple[str, float], ...] = ()
 
     def launch_command(self, model: str, tp: int, dcp: int, fraction: float,
                        memory_flags: Sequence[str] = (), kv_dtype: str = "bf16") -> list[str]:

@@ -99,4 +99,8 @@ ENGINE = Engine(
     knob_flags=(("state_slots", "--max-mamba-cache-size"),
                 ("no_prefix_cache", "--disable-radix-cache"),
                 ("state_ratio", "--mamba-full-memory-ratio")),
+    # SGLang 0.5.16 on an H200 (docs/validation.md, "Where the prefill time goes"): its Triton
+    # Gated DeltaNet kernels 4.20-4.68 x the delta rule's physics, but its Mamba2 SSD kernels
+    # and conv1d 18.8-19.4 x theirs (vLLM's: 4.4-4.6 x), at 1 x 16,384 and 16 x 1,024 tokens
+    kernel_priors=(("pf_linear", 4.4), ("pf_ssd", 19.1)),
 )

@@ -152,4 +152,8 @@ ENGINE = Engine(
     port=8000,
     state_layout=state_layout,
     default_running=default_running,
+    # vLLM 0.26.0 on an H200 (docs/validation.md, "Where the prefill time goes"): its Triton
+    # Gated DeltaNet kernels 4.68-4.86 x the delta rule's physics, its Mamba2 SSD kernels and
+    # conv1d 4.37-4.58 x theirs, at 1 x 16,384 and 16 x 1,024 prompt tokens
+    kernel_priors=(("pf_linear", 4.8), ("pf_ssd", 4.5)),
 )

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine_advisor.model import engines
 from engine_advisor.model.fit.dataset import Measurement
 from engine_advisor.model.fit.estimator import (
     MIN_HELD_OUT_POINTS,
@@ -58,6 +59,15 @@ DCP_TERMS = ("dcp_read", "dcp_comm", "dcp_fixed")
 QUANTITIES = ("total", "ttft", "step")
 # routing diversity of a random-weight decode batch: the candidates (1 = a trained router)
 DIVERSITY_GRID = (1.0, 0.5, 0.3, 0.2, 0.15, 0.1, 0.07, 0.05, 0.03, 0.02, 0.01, 0.0)
+
+
+def engine_prior(engine: str) -> dict[str, float]:
+    """The prior an engine's fits start from: the physics priors (``PRIOR``), with the terms
+    the engine's kernels were profiled on at what they measured
+    (``engine_advisor.model.engines.base.Engine.kernel_priors``); an engine no module registers
+    starts from the physics."""
+    known = engines.REGISTRY.get(engine)
+    return {**PRIOR, **dict(known.kernel_priors if known else ())}
 
 
 def family_key(engine: str, gpu: str) -> str:
@@ -192,7 +202,8 @@ def choose_diversity(rows: Sequence[Measurement]) -> tuple[dict[str, float], Lev
     select differently (on vLLM's H200 rows, 0 and 0.01 kept five and seven terms, 3.1 % and
     1.6 % held out), so the choice is made between selections, not between refits of one
     selection."""
-    first = fit_level(rows, PRIOR, TRAINED)
+    prior = engine_prior(rows[0].engine) if rows else PRIOR
+    first = fit_level(rows, prior, TRAINED)
     if first is None or not has_routing(rows):
         return {}, first
     free = first.estimator.free_
@@ -204,14 +215,14 @@ def choose_diversity(rows: Sequence[Measurement]) -> tuple[dict[str, float], Lev
             trial = {**chosen, name: rho}
             obs = observations(rows, trial)
             pool = movable(rows, trial)
-            est = EngineCostModel(prior=PRIOR, free=[t for t in free if t in pool])
+            est = EngineCostModel(prior=prior, free=[t for t in free if t in pool])
             est.fit(obs.X, obs.y)
             loo = est.loo_predictions(obs.X, obs.y, _groups(rows, obs))
             scores.append((held_out_error(log_errors(loo, obs.y)), -rho, rho, trial))
         chosen = min(scores, key=lambda s: s[:3])[3]
     fits = []
     for _, _, rho, trial in sorted(scores, key=lambda s: s[:3])[:DIVERSITY_FINALISTS]:
-        lf = first if all(v == 1.0 for v in trial.values()) else fit_level(rows, PRIOR, trial)
+        lf = first if all(v == 1.0 for v in trial.values()) else fit_level(rows, prior, trial)
         if lf is not None:
             fits.append((lf.score, -rho, rho, trial, lf))
     _, _, _, trial, lf = min(fits, key=lambda f: f[:3])
@@ -245,8 +256,9 @@ def fit_engine(engine: str, rows: Sequence[Measurement]) -> EngineFit:
     # decoding a batch): other families' rows would only move the choice by their own misfit
     rho, _ = choose_diversity([r for frows in by_family.values() if has_routing(frows)
                                for r in frows] or rows)
+    start = engine_prior(engine)
     for family, frows in sorted(by_family.items()):
-        top = fit_level(frows, PRIOR, rho)
+        top = fit_level(frows, start, rho)
         if top is not None:
             _finish(top)
             key = f"{engine}/@{family}"
@@ -257,8 +269,8 @@ def fit_engine(engine: str, rows: Sequence[Measurement]) -> EngineFit:
             by_gpu[r.gpu].append(r)
         for gpu, grows in sorted(by_gpu.items()):
             others = [r for r in frows if r.gpu != gpu]
-            parent = fit_level(others, PRIOR, rho) if others else None
-            prior = parent.estimator.coef_ if parent is not None else prior_vector(PRIOR)
+            parent = fit_level(others, start, rho) if others else None
+            prior = parent.estimator.coef_ if parent is not None else prior_vector(start)
             lf = fit_level(grows, prior, rho)
             if lf is None:
                 continue
@@ -266,7 +278,7 @@ def fit_engine(engine: str, rows: Sequence[Measurement]) -> EngineFit:
             key = f"{engine}/{gpu}"
             estimators[key] = lf.estimator
             metrics[key] = _metrics(lf, grows)
-            physics = observations(grows).X @ prior_vector(PRIOR)   # uncalibrated
+            physics = observations(grows).X @ prior_vector(start)   # uncalibrated
             for j in range(len(lf.obs.y)):
                 r = grows[lf.obs.row[j]]
                 records.append({

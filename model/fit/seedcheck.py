@@ -81,8 +81,8 @@ def _parents() -> dict[str, tuple[np.ndarray, float]]:
     """Each engine's efficiencies fitted on the other Blackwell GPUs' rows (the B300 level's
     prior) and its routing diversity: what the default model starts the B300 fit from."""
     from engine_advisor.model.fit.default import real_rows
-    from engine_advisor.model.fit.estimator import PRIOR, prior_vector
-    from engine_advisor.model.fit.fitting import choose_diversity, fit_level
+    from engine_advisor.model.fit.estimator import prior_vector
+    from engine_advisor.model.fit.fitting import choose_diversity, engine_prior, fit_level
     from engine_advisor.model.fit.rows import trainable
     from engine_advisor.model.hardware.gpus import gpu_family
 
@@ -92,14 +92,14 @@ def _parents() -> dict[str, tuple[np.ndarray, float]]:
         erows = [r for r in rows if r.engine == engine]
         rho = choose_diversity(erows)[0] if erows else {}
         same = [r for r in erows if gpu_family(r.gpu) == gpu_family("B300") and r.gpu != "B300"]
-        lf = fit_level(same, PRIOR, rho) if same else None
-        out[engine] = (lf.estimator.coef_ if lf else prior_vector(PRIOR), rho)
+        lf = fit_level(same, engine_prior(engine), rho) if same else None
+        out[engine] = (lf.estimator.coef_ if lf else prior_vector(engine_prior(engine)), rho)
     return out
 
 
 def judge(a: Assumption) -> Verdict:
-    from engine_advisor.model.fit.estimator import PRIOR, prior_vector
-    from engine_advisor.model.fit.fitting import fit_level
+    from engine_advisor.model.fit.estimator import prior_vector
+    from engine_advisor.model.fit.fitting import engine_prior, fit_level
     from engine_advisor.model.fit.rows import row_case, trainable
     from engine_advisor.model.physics.features import roofline_total_s
     from engine_advisor.model.physics.terms import TERMS
@@ -112,7 +112,7 @@ def judge(a: Assumption) -> Verdict:
     distance = 0.0
     for engine in sorted({r.engine for r in rows}):
         timed = [r for r in rows if r.engine == engine and trainable(r)]
-        prior, rho = parents.get(engine, (prior_vector(PRIOR), {}))
+        prior, rho = parents.get(engine, (prior_vector(engine_prior(engine)), {}))
         lf = fit_level(timed, prior, rho)
         pred = lf.estimator.predict(lf.obs.X) if lf else []
         for r, p in zip(timed, pred, strict=True):

@@ -4,8 +4,8 @@ prefill and decode terms in a row of features."""
 
 from __future__ import annotations
 
-PREFILL_TERMS = ("pf_gemm", "pf_moe", "pf_attn", "pf_mla", "pf_linear", "pf_comm", "pf_fixed",
-                 "pf_moe_fixed", "pf_batch")
+PREFILL_TERMS = ("pf_gemm", "pf_moe", "pf_attn", "pf_mla", "pf_linear", "pf_ssd", "pf_comm",
+                 "pf_fixed", "pf_moe_fixed", "pf_batch")
 DECODE_TERMS = ("gemm", "moe", "kv_read", "mla_read", "dcp_read", "state", "tp_comm", "dcp_comm",
                 "dcp_fixed", "layer_fixed", "moe_fixed", "seq_fixed", "step_fixed")
 N_PREFILL = len(PREFILL_TERMS)
@@ -31,10 +31,11 @@ N_ROW_FIELDS = len(ROW_FIELDS)
 (W_DENSE, LOG_Q_MISS, W_EXPERTS, MM, N_FULL, KV_CALL, ATTN_CALL, STATE, N_LAYERS, ACT, Q_GATHER,
  O_GATHER, WEIGHTS_PASS, ATTN_PF, ATTN_PF_LINEAR, MEMORY, WEIGHT_BYTES, TP, KV_GPU_TOKEN,
  WINDOW_GPU, READ_T0, READ_ASYM, READ_BPS, MM_MOE, IS_MLA, ACT_PEAK, N_MOE_LAYERS,
- MOE_CALLS, ACT_SEQ, HBM_BPS, MAX_LEN, LIN_PF, LIN_STEP) = range(33)
-N_CONSTANTS = 33
+ MOE_CALLS, ACT_SEQ, HBM_BPS, MAX_LEN, LIN_PF, LIN_STEP, IS_SSD) = range(34)
+N_CONSTANTS = 34
 # Columns of the prefill terms (offsets into PREFILL_TERMS) that prefill_into writes
-(P_GEMM, P_MOE, P_ATTN, P_MLA, P_LINEAR, P_COMM, P_FIXED, P_MOE_FIXED, P_BATCH) = range(9)
+(P_GEMM, P_MOE, P_ATTN, P_MLA, P_LINEAR, P_SSD, P_COMM, P_FIXED, P_MOE_FIXED,
+ P_BATCH) = range(10)
 # Columns of the decode terms (offsets into DECODE_TERMS) that decode_into writes
 (D_GEMM, D_MOE, D_KV, D_MLA, D_DCP_READ, D_STATE, D_TP, D_DCP_COMM, D_DCP_FIXED, D_LAYER,
  D_MOE_FIXED, D_SEQ, D_STEP) = range(13)

@@ -30,6 +30,7 @@ from engine_advisor.model.formulas.layout import (
     D_TP,
     HBM_BPS,
     IS_MLA,
+    IS_SSD,
     KV_CALL,
     LIN_PF,
     LIN_STEP,
@@ -51,6 +52,7 @@ from engine_advisor.model.formulas.layout import (
     P_MLA,
     P_MOE,
     P_MOE_FIXED,
+    P_SSD,
     Q_GATHER,
     READ_ASYM,
     READ_BPS,
@@ -154,8 +156,10 @@ def prefill_into(K, coll, b, L, s, warm, graph, out, r, at):
     else:
         out[r, at + P_ATTN] = quad + linear
         out[r, at + P_MLA] = 0.0
-    # linear-attention layers' chunked kernels (KDA, GDN, Mamba2's SSD): per token
-    out[r, at + P_LINEAR] = K[LIN_PF] * new
+    # linear-attention layers' chunked kernels, per token: the delta rule's (KDA, GDN) or
+    # Mamba2's SSD, each engine's kernels of a family on their own term
+    out[r, at + P_LINEAR] = 0.0 if K[IS_SSD] > 0.0 else K[LIN_PF] * new
+    out[r, at + P_SSD] = K[LIN_PF] * new if K[IS_SSD] > 0.0 else 0.0
     out[r, at + P_COMM] = chunks * (2.0 * K[N_LAYERS]) * collective_s(chunk * K[ACT], coll, 0)
     eager = chunks if chunk > graph else 0.0     # passes launched kernel by kernel
     out[r, at + P_FIXED] = eager * K[N_LAYERS]

@@ -32,10 +32,13 @@ Prefill of ``B`` prompts of ``L`` tokens, a share ``s`` of each found in the pre
   of GQA / MHA layers, and of window-bounded and linear-attention layers (``x L``);
 - ``pf_mla``: the same FLOPs of MLA's full-attention layers: the engines prefill MLA on kernels
   of its own (the latent up-projected per chunk, MHA-form attention), as ``mla_read`` decodes it;
-- ``pf_linear``: linear-attention layers' chunked kernels (KDA, GDN, Mamba2's SSD): per prompt
+- ``pf_linear``: linear-attention layers' chunked delta-rule kernels (KDA, GDN): per prompt
   token their FLOPs at the attention rate and the chunk states and inputs they stream through HBM
   (``engine_advisor.model.arch.Architecture.linear_prefill_flops_per_token``,
   ``..._bytes_per_token``), one after the other as the kernels run;
+- ``pf_ssd``: the same physics of Mamba2's layers, whose chunked kernels (the SSD's chunk
+  state, state passing and chunk scan) are another family: an engine's kernels of one family run
+  at an efficiency of their own (``engine_advisor.model.engines.base.Engine.kernel_priors``);
 - ``pf_comm``: two all-reduces of the chunk's activations per layer and chunk;
 - ``pf_fixed`` (count: layers x forward passes the engine launches kernel by kernel; a pass it
   replays as a captured CUDA graph has none:
@@ -68,6 +71,7 @@ from engine_advisor.model.formulas.layout import (
     DECODE_TERMS,
     HBM_BPS,
     IS_MLA,
+    IS_SSD,
     KV_CALL,
     KV_GPU_TOKEN,
     LIN_PF,
@@ -104,7 +108,7 @@ from engine_advisor.model.physics.memory import activation_pass_bytes, sampler_r
 from engine_advisor.model.physics.shape import ModelShape
 
 TERMS = PREFILL_TERMS + DECODE_TERMS
-PHYSICS_TERMS = ("pf_gemm", "pf_moe", "pf_attn", "pf_mla", "pf_linear", "pf_comm", "gemm",
+PHYSICS_TERMS = ("pf_gemm", "pf_moe", "pf_attn", "pf_mla", "pf_linear", "pf_ssd", "pf_comm", "gemm",
                  "moe", "kv_read", "mla_read", "dcp_read", "state", "tp_comm", "dcp_comm",
                  "moe_fixed")
 ACT_BYTES = 2                # bf16 activations on the wire
@@ -169,6 +173,7 @@ class Physics:
         K[LIN_STEP] = shape.linear_step_flops / t / si.attn_flops
         K[LIN_PF] = (shape.linear_prefill_flops / si.attn_flops
                      + shape.linear_prefill_bytes / si.stream_Bps) / t
+        K[IS_SSD] = 1.0 if shape.linear_kind == "mamba2" else 0.0     # pf_ssd, not pf_linear
         K[N_LAYERS] = shape.layer_units
         K[N_MOE_LAYERS] = shape.n_moe_layers if shape.n_experts else 0
         K[MOE_CALLS] = K[N_MOE_LAYERS] * si.moe_call_s(expert_dtype)

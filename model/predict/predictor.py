@@ -4,7 +4,7 @@
 lives). It stacks the engines' coefficients and covariances once and predicts every row of a
 ``Case`` in one pass: totals with 90 % intervals, prefill, TPOT, the seconds of each decode
 term, how many sequences run at once and the KV capacity. An engine without calibration data
-on a GPU type predicts with the physical priors (``engine_advisor.model.fit.estimator.PRIOR``).
+on a GPU type predicts with the engine's priors (``engine_advisor.model.fit.fitting.engine_prior``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from engine_advisor.model.fit.costmodel import (
     CostModel,
     Prediction,
 )
-from engine_advisor.model.fit.estimator import PRIOR
+from engine_advisor.model.fit.estimator import prior_vector
+from engine_advisor.model.fit.fitting import engine_prior
 from engine_advisor.model.formulas.layout import N_PREFILL
 from engine_advisor.model.formulas.predict import (
     CAPACITY,
@@ -55,7 +56,6 @@ CROSSOVER_CACHE_SIZE = 1024
 Z90 = 1.645          # a normal's 90 % two-sided quantile: the intervals' half-width in sd
 FACTS_CACHE_SIZE = 1024
 
-PRIOR_COEF = np.array([PRIOR[t] for t in TERMS])
 
 
 class Predictor:
@@ -144,7 +144,8 @@ class Predictor:
             level = self.model.level_for(engine, gpu, model_key)
             k = len(TERMS)
             hit = self._coef[key] = (self._levels[level] if level is not None
-                                     else (PRIOR_COEF, np.zeros((k, k)), 0.03))
+                                     else (prior_vector(engine_prior(engine)),
+                                           np.zeros((k, k)), 0.03))
         return hit
 
     def table(self, case: Case, rel_extra: np.ndarray | None = None,

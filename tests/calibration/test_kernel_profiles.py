@@ -76,10 +76,12 @@ def test_the_terms_partition_each_profile_and_meet_the_model():
         assert kernel_ms == pytest.approx(busy * 1e3, rel=1e-3)
         assert sum(per[t] for t in kernels.TERM_NAMES if t != "gaps") == pytest.approx(kernel_ms)
         assert per["gaps"] == pytest.approx(max(client - busy, 0) * 1e3)
-        # a model with linear-attention layers has their kernels and their physics; one
-        # without has neither
-        linear_ms, linear_unit, _ = r["terms"]["pf_linear"]
-        assert (linear_ms > 0) == (linear_unit > 0), r["model"]
+        # a model's linear-attention family has kernels and physics on its own term, and the
+        # other family's term has neither
+        for term in ("pf_linear", "pf_ssd"):
+            ms, unit, _ = r["terms"][term]
+            assert (ms > 0) == (unit > 0), (r["model"], term)
+        assert r["terms"]["pf_ssd"][0] > 0 if "nemotron" in r["model"] else True
         assert r["predicted_ms"] > 0
     table = kernels.markdown(rows)
     assert table.count("\n") == len(rows) + 1 and "(4." in table

@@ -100,10 +100,15 @@ def test_selection_frees_the_terms_the_data_inform_and_no_others():
 
 
 def test_selection_keeps_the_prior_when_the_data_agree_with_it():
-    X, y = synthetic(PRIOR, n=60, noise=0.02, seed=5)
-    est, loo, prior_pred = select_terms(X, y, np.arange(60), PRIOR, TERMS)
-    assert len(est.free_) <= 1
-    assert np.mean(log_errors(loo, y)) <= np.mean(log_errors(prior_pred, y)) * 1.001
+    """Times from the priors with 2 % noise: on most draws no term or one is freed (noise can
+    look like a signal now and then), and held out the fit is never worse than the prior."""
+    freed = []
+    for seed in range(10):
+        X, y = synthetic(PRIOR, n=60, noise=0.02, seed=seed)
+        est, loo, prior_pred = select_terms(X, y, np.arange(60), PRIOR, TERMS)
+        freed.append(len(est.free_))
+        assert np.mean(log_errors(loo, y)) <= np.mean(log_errors(prior_pred, y)) * 1.001
+    assert sum(n <= 1 for n in freed) >= 8, freed
 
 
 def test_selection_never_frees_more_terms_than_half_the_points():

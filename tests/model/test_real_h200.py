@@ -162,16 +162,18 @@ def _median_errors(model, rows, name: str) -> dict[str, float]:
 
 
 # Nemotron-3-Nano's rows per engine, fitted with the default model's data (held out point by
-# point) and left out (the default model): each quantity's bound, None where it is not met
+# point) and left out (the default model): each quantity's bound. Its linear layers' prefill
+# starts from each engine's profiled SSD kernels (Engine.kernel_priors: vLLM 4.5 x the physics,
+# SGLang 19.1 x), the rest from the other models' efficiencies
 HYBRID_BOUNDS = {
-    # vLLM: the batch-1 decode step 16 % slow left out (its 52 blocks cost less per step than
-    # the 26 decoder layers they count as)
+    # vLLM: 4.1 % (prefill), 8.8 % (decode step) fitted; left out the batch-1 decode step 16 %
+    # slow (its 52 blocks cost less per step than the 26 decoder layers they count as)
     "vllm": ({"ttft": 0.10, "total": 0.10, "step": 0.10}, {"ttft": 0.10, "step": 0.20}),
-    # SGLang: the decode step holds both ways (4.6 % fitted, 9.8 % left out); its prefill does
-    # not: measured 1.5-2.6x the prior (SGLang's efficiencies come from dense and MLA models,
-    # where its prefill is faster than vLLM's; on this Mamba2 MoE it is 1.4-1.8x slower than
-    # vLLM's), and fitted 14.8 % held out (docs/validation.md)
-    "sglang": ({"ttft": 0.20, "total": 0.15, "step": 0.10}, {"step": 0.12}),
+    # SGLang: 1.5 % (prefill), 4.9 % (decode step) fitted; left out its prefill is still 32 %
+    # fast in the median: its fused MoE runs at 2.4 x the physics (the default model's MoE
+    # prefill efficiency comes from models whose kernels run closer to it) and its host waits
+    # 73-128 ms per batch (docs/validation.md, kernel profiles)
+    "sglang": ({"ttft": 0.10, "total": 0.10, "step": 0.10}, {"step": 0.12, "ttft": 0.35}),
 }
 
 
@@ -200,23 +202,63 @@ def test_a_hybrid_holds_in_a_fit_and_left_out(engine):
         assert outside[q] <= bound, (q, outside)
 
 
-# Qwen3-Next-80B-A3B-FP8's rows left out (the default model), per engine: what holds today.
-# The decode step: vLLM's at batch 1 5.8 % in the median, SGLang's 22 % (its FP8 block GEMMs
-# on an untuned Triton configuration). The batch prefill is the prior's open question on
-# both (docs/validation.md): 25 % (vLLM) and 36 % (SGLang) in the median, bounded here so
-# that it does not get worse unnoticed.
-QWEN3_NEXT_LEFT_OUT = {"vllm": {"step": 0.10, "ttft": 0.30, "total": 0.20},
-                       "sglang": {"step": 0.25, "ttft": 0.40, "total": 0.35}}
+# Qwen3-Next-80B-A3B-FP8's rows per engine, fitted (held out point by point) and left out (the
+# default model), as HYBRID_BOUNDS. Fitted: 5.4 % / 1.3 % (vLLM prefill / step), 3.1 % / 8.6 %
+# (SGLang). Left out: vLLM's prefill 12 % (host time per prefilled sequence that the kernel
+# profile shows and no term has yet), SGLang's 26 % and its decode step 22 % (its FP8 block
+# GEMMs on an untuned Triton configuration)
+QWEN3_NEXT_BOUNDS = {"vllm": ({"ttft": 0.10, "total": 0.10, "step": 0.10},
+                              {"step": 0.10, "ttft": 0.15, "total": 0.10}),
+                     "sglang": ({"ttft": 0.10, "total": 0.10, "step": 0.10},
+                                {"step": 0.25, "ttft": 0.30, "total": 0.30})}
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
-def test_the_gated_deltanet_hybrid_left_out(engine):
+def test_the_gated_deltanet_hybrid_in_a_fit_and_left_out(engine):
     """Qwen3-Next (36 Gated DeltaNet and 12 attention layers, 512 experts, block-FP8) on a
     real vLLM 0.26.0 (Triton GDN prefill) and SGLang 0.5.16, shipped unfitted, against the
-    default model: the bounds above."""
+    bounds above."""
+    from engine_advisor.model.fit.costmodel import CostModel
+    from engine_advisor.model.fit.default import fitted_rows
+    from engine_advisor.model.validation import error_table
+
     name = "qwen3-next-80b-a3b-fp8"
     rows = [r for r in unfitted_rows() if r.model == name and r.engine == engine]
     assert len(rows) == 11
+    fitted = {g["quantity"]: g["held_out"]
+              for g in error_table(CostModel.fit(fitted_rows() + rows), "H200")
+              if g["model"] == name}
     outside = _median_errors(default_model(), rows, name)
-    for q, bound in QWEN3_NEXT_LEFT_OUT[engine].items():
+    in_fit, left_out = QWEN3_NEXT_BOUNDS[engine]
+    for q, bound in in_fit.items():
+        assert fitted[q] <= bound, (q, fitted)
+    for q, bound in left_out.items():
         assert outside[q] <= bound, (q, outside)
+
+
+@pytest.mark.parametrize("name", ["nemotron-3-nano-30b-a3b", "qwen3-next-80b-a3b-fp8"])
+def test_the_faster_engine_is_picked_on_each_hybrid(name):
+    """At each point both engines ran, the engine the default model (the hybrids left out)
+    predicts faster took the less time, or within 5 % of the other's: Nemotron 9 of 10,
+    Qwen3-Next 9 of 11 (before SGLang's SSD kernels had their prior, Nemotron was 2 of 10)."""
+    from engine_advisor.model.fit.fitting import QUANTITIES, observations
+    from engine_advisor.model.fit.rows import row_shape
+
+    rows = [r for r in unfitted_rows() if r.model == name]
+    model = default_model()
+    totals = {}
+    for r in rows:
+        obs = observations([r])
+        level = model.level_for(r.engine, r.gpu, row_shape(r).key)
+        (i,) = [i for i in range(len(obs.y)) if QUANTITIES[obs.qty[i]] == "total"]
+        totals[(r.context_tokens, r.batch_size, r.engine)] = (
+            model.engines[level].predict(obs.X[i:i + 1])[0], obs.y[i])
+    good = n = 0
+    for (ctx, batch, engine), (pv, yv) in totals.items():
+        if engine != "vllm" or (ctx, batch, "sglang") not in totals:
+            continue
+        ps, ys = totals[(ctx, batch, "sglang")]
+        n += 1
+        picked, other = (yv, ys) if pv <= ps else (ys, yv)
+        good += picked <= other * 1.05
+    assert n >= 10 and good >= 9, (good, n)
