@@ -50,7 +50,11 @@ CONTEXT_STEPS = 8     # buckets per octave
 OUTPUT_STEPS = 8
 BATCH_STEPS = 4
 CACHE_SIZE = 16_384
-LOCAL_INLINE_BYTES = 64 << 10      # larger prompts are tokenized off the event loop
+# larger prompts are tokenized off the event loop (the library releases the GIL): a tokenizer
+# takes about 0.18 ms per KB (tests/compat's word-level tokenizer.json, 2 vCPUs), so 2 KiB
+# cost the loop 0.4 ms where a thread hop costs ~0.1 ms; at 64 KiB each 33 KB prompt held
+# the loop for 6-10 ms and 200 of them a second stalled it for seconds
+LOCAL_INLINE_BYTES = 2 << 10
 
 
 # ----------------------------------------------------------------------------- facts
