@@ -47,12 +47,12 @@ class Endpoints:
         self.generation: int | None = None
         self.of: dict[int, str] = {}          # id(upstream) -> endpoint
         self.by: dict[str, object] = {}       # endpoint -> upstream
+        self.literal = False                  # every URL of the generation is an IP address
 
     async def refresh(self, generation: int | None, upstreams: list) -> None:
         now = time.monotonic()
-        if generation == self.generation and (now - self.resolved_at < self.ttl_s or all(
-                _literal(u.url) for u in upstreams)):
-            return
+        if generation == self.generation and (self.literal or now - self.resolved_at < self.ttl_s):
+            return                            # literal addresses never need resolving again
         urls = [u.url for u in upstreams]
         found = await asyncio.to_thread(_resolve_all, urls)
         of, by = {}, {}
@@ -64,6 +64,7 @@ class Endpoints:
             of[id(u)] = ep
             by.setdefault(ep, u)
         self.generation, self.of, self.by = generation, of, by
+        self.literal = all(_literal(url) for url in urls)
         self.resolved_at = now
 
     def endpoint(self, upstream) -> str | None:

@@ -199,6 +199,33 @@ def test_endpoints_of_names_and_literals():
     assert eps.resolved_at > first
 
 
+def test_literal_endpoints_are_not_parsed_again_on_every_request(monkeypatch):
+    """IP addresses are resolved once per generation, whatever the ttl: a request does not
+    parse the pools' URLs again (it did after the first ttl, 10 µs a request)."""
+    import asyncio
+
+    from engine_advisor.service.epp import endpoints
+
+    parsed = []
+    real = endpoints._literal
+    monkeypatch.setattr(endpoints, "_literal", lambda url: parsed.append(url) or real(url))
+
+    class Up:
+        def __init__(self, name, url):
+            self.name, self.url = name, url
+
+    lits = [Up("c", "http://127.0.0.1:3"), Up("d", "http://[::1]:4")]
+    eps = endpoints.Endpoints(ttl_s=0.0)
+    asyncio.run(eps.refresh(2, lits))
+    assert eps.endpoint(lits[1]) == "[::1]:4"
+    once, seen = eps.resolved_at, len(parsed)
+    for _ in range(5):
+        asyncio.run(eps.refresh(2, lits))
+    assert eps.resolved_at == once and len(parsed) == seen
+    asyncio.run(eps.refresh(3, lits))           # a new generation is resolved again
+    assert eps.resolved_at > once
+
+
 def test_a_gateway_in_another_request_body_mode_is_told_so(picker):
     from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
 
