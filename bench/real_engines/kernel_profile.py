@@ -32,7 +32,17 @@ import urllib.request
 from collections import defaultdict
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from run import EXTRA_FLAGS, PRESETS, SITES, archive, log, parse_grid, start, stop  # noqa: E402
+from run import (  # noqa: E402
+    COMMANDS,
+    EXTRA_FLAGS,
+    PRESETS,
+    SITES,
+    archive,
+    log,
+    parse_grid,
+    start,
+    stop,
+)
 
 # braces doubled: the command is a template (run.py's placeholders); DIR is the traces' folder
 VLLM_PROFILER = (" --profiler-config '{{\"profiler\": \"torch\", \"torch_profiler_dir\": "
@@ -117,7 +127,6 @@ def profile_one(engine: str, preset: str, res: pathlib.Path, port: int, cmd: str
     traces.mkdir(parents=True, exist_ok=True)
     hybrid = bool(PRESETS[preset].get("hybrid"))
     if engine == "vllm":
-        from run import COMMANDS
         cmd = (cmd or COMMANDS["vllm"] + EXTRA_FLAGS.get(("vllm", hybrid), "")) + \
             VLLM_PROFILER.replace("DIR", str(traces))
     proc, base, tag, facts = start(engine, preset, res, port, cmd, startup_timeout)
