@@ -12,6 +12,7 @@ from engine_advisor.model.decision import nofit
 from engine_advisor.model.decision.crossover import crossover_near
 from engine_advisor.model.errors import NoEligibleConfiguration
 from engine_advisor.model.fit.costmodel import CostModel
+from engine_advisor.model.hardware.gpus import gpu_family
 from engine_advisor.model.hardware.silicon import Silicon
 from engine_advisor.model.physics.shape import ModelShape
 from engine_advisor.model.predict.query import (
@@ -118,8 +119,9 @@ def does_not_fit(model: CostModel, w: Workload, shape: ModelShape,
     def dcps_for(engine: str, n: int) -> list[int]:
         own = [d for d in sizes if n % d == 0] if w.dcp_sizes else list(divisors(n))
         rules = engines.get(engine)
+        family = gpu_family(si.gpu.name)
         return [d for d in own
-                if rules.dcp_constraint(d, n, shape.attention, shape.kv_heads) is None]
+                if rules.dcp_constraint(d, n, shape.attention, shape.kv_heads, family) is None]
 
     why = nofit.explain(w, shape, fractions, dcps_for)
     exc = NoEligibleConfiguration(why.message)

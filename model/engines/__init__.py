@@ -6,10 +6,10 @@ order recommendations list them. Resolve the record once per configuration, not 
 
 from __future__ import annotations
 
-from engine_advisor.model.engines import sglang, vllm
+from engine_advisor.model.engines import sglang, trtllm, vllm
 from engine_advisor.model.engines.base import Engine
 
-REGISTRY: dict[str, Engine] = {e.name: e for e in (vllm.ENGINE, sglang.ENGINE)}
+REGISTRY: dict[str, Engine] = {e.name: e for e in (vllm.ENGINE, sglang.ENGINE, trtllm.ENGINE)}
 
 
 class UnknownEngine(KeyError):
@@ -32,8 +32,8 @@ def names() -> tuple[str, ...]:
 
 def effective_share(engine: str, share: float, context_tokens: float) -> float:
     """The share of a prompt an engine finds in its prefix cache when ``share`` of it could be:
-    whole cache blocks only (vLLM hashes blocks of 16 tokens, SGLang's radix tree is
-    token-granular), so a partial last block is recomputed."""
+    whole cache blocks only (vLLM hashes blocks of 16 tokens, TensorRT-LLM reuses blocks of 32,
+    SGLang's radix tree is token-granular), so a partial last block is recomputed."""
     if share <= 0 or context_tokens <= 0:
         return 0.0
     block = get(engine).capabilities.prefix_reuse.block_tokens

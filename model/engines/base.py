@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine_advisor.model.formulas.memory import KNOB_NO_PREFIX, KNOB_RUNNING, KNOB_SLOTS
@@ -190,20 +191,63 @@ class Engine:
     # Only terms no dense model has (the linear-attention families) are set this way, so that
     # a hybrid's own kernels, not its neighbours' end-to-end times, say what it costs
     kernel_priors: tuple[tuple[str, float], ...] = ()
+    # engines whose memory flag is not a fraction of the whole GPU (TensorRT-LLM's is one of
+    # the memory free after weights and activations): the flag's value for a fraction of the
+    # whole GPU, from (fraction, GPU memory bytes, bytes per GPU in use before the KV cache);
+    # None: the flag takes the fraction itself
+    flag_fraction: Callable[[float, float, float], float] | None = None
+    # engines with a configuration file beside the command line: its flag, the path the
+    # command names, and its content (a dict written as YAML) from (DCP size, the memory
+    # flag's value, KV dtype); "" / None: none
+    config_flag: str = ""
+    config_path: str = ""
+    config_file: Callable[[int, float, str], dict] | None = None
+    # engines whose DCP ranks are GPUs of their own beside TP (TensorRT-LLM's context
+    # parallelism: world = tp x cp): the parallel flags for ``num_gpus`` GPUs at DCP ``dcp``;
+    # None: ``tp_flag num_gpus`` and ``dcp_flag dcp`` within the TP group
+    parallel_args: Callable[[int, int], list[str]] | None = None
+    # GPU families (``engine_advisor.model.hardware.gpus.gpu_family``) DCP > 1 runs on (empty:
+    # any) and what a recommendation of DCP > 1 must say about it ("": nothing)
+    dcp_gpu_families: frozenset[str] = frozenset()
+    dcp_note: str = ""
+    # why the engine's predictions cannot be calibrated yet ("": they can, with
+    # ``engine-advisor calibrate run``)
+    uncalibrated_note: str = ""
+
+    def flag_value(self, fraction: float, memory: float = 0.0, used: float = 0.0) -> float:
+        """The memory flag's value for ``fraction`` of the whole GPU: the fraction itself,
+        or the engine's own (``flag_fraction``) given the GPU's memory and the bytes per GPU in
+        use before the KV cache (weights, reserve, activations)."""
+        if self.flag_fraction is None or memory <= 0:
+            return fraction
+        return self.flag_fraction(fraction, memory, used)
 
     def launch_command(self, model: str, tp: int, dcp: int, fraction: float,
                        memory_flags: Sequence[str] = (), kv_dtype: str = "bf16") -> list[str]:
         """The engine's command line for one instance: TP ``tp``, DCP ``dcp`` (flag only when
-        > 1), memory fraction to two decimals, the flags of its memory knobs (``knob_args``)
-        and a KV cache dtype other than the default."""
-        cmd = [*self.program, *((self.model_flag,) if self.model_flag else ()), model,
-               self.tp_flag, str(tp)]
-        if dcp > 1:
-            cmd += [self.dcp_flag, str(dcp)]
+        > 1), memory fraction to two decimals (the flag's value: ``flag_value``), the flags of
+        its memory knobs (``knob_args``), a KV cache dtype other than the default and the
+        engine's configuration file (``config_flag``)."""
+        cmd = [*self.program, *((self.model_flag,) if self.model_flag else ()), model]
+        if self.parallel_args is not None:
+            cmd += self.parallel_args(tp, dcp)
+        else:
+            cmd += [self.tp_flag, str(tp)]
+            if dcp > 1:
+                cmd += [self.dcp_flag, str(dcp)]
         cmd += [self.mem_flag, f"{fraction:.2f}", *memory_flags]
         if kv_dtype in self.kv_dtype_values:
             cmd += [self.kv_dtype_flag, self.kv_dtype_values[kv_dtype]]
+        if self.config_flag:
+            cmd += [self.config_flag, self.config_path]
         return cmd
+
+    def config_text(self, dcp: int, fraction: float, kv_dtype: str = "bf16") -> str | None:
+        """The engine's configuration file for one instance as YAML text (None without
+        one): DCP ``dcp``, the memory flag's value ``fraction``, KV dtype ``kv_dtype``."""
+        if self.config_file is None:
+            return None
+        return yaml.safe_dump(self.config_file(dcp, fraction, kv_dtype), sort_keys=False)
 
     def knob_args(self, knobs: MemoryKnobs) -> list[str]:
         """The flags of the knobs set (``knob_flags``; the running-request limit is
@@ -232,15 +276,23 @@ class Engine:
         (``engine_advisor.model.formulas.terms.prefill_into``)."""
         return self.prefill_graph_tokens if attention in self.prefill_graph_attention else 0
 
-    def dcp_constraint(self, dcp: int, tp: int, attention: str, kv_heads: int) -> str | None:
+    def dcp_constraint(self, dcp: int, tp: int, attention: str, kv_heads: int,
+                       gpu_family: str = "") -> str | None:
         """Why DCP ``dcp`` cannot run with TP ``tp`` on a model with this attention
         (``ModelShape.attention``: mla, gqa, mha, unknown) and KV heads, or None. DCP stripes
         a TP group's KV over ``dcp`` ranks, so ``dcp`` divides ``tp``; GQA/MHA KV heads
         replicated over the TP group must be replicated a multiple of ``dcp`` times."""
         if tp % dcp:
             return f"dcp {dcp} does not divide the tensor-parallel size {tp}"
-        if dcp == 1 or attention == "unknown":
+        if dcp == 1:
             return None
+        if self.dcp_gpu_families and gpu_family not in self.dcp_gpu_families:
+            return (f"{self.label} runs DCP > 1 on {', '.join(sorted(self.dcp_gpu_families))} "
+                    f"GPUs only; this GPU is {gpu_family or 'of an unknown family'}")
+        if attention == "unknown":
+            return None
+        if attention == "mla" and "mla" not in self.dcp_attention:
+            return f"{self.label} implements DCP for GQA/MHA attention only; this model uses MLA"
         if attention in ("gqa", "mha"):
             if attention not in self.dcp_attention:
                 return (f"{self.label} implements DCP for MLA attention only; this model uses "

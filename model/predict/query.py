@@ -26,6 +26,7 @@ from engine_advisor.model.fit.costmodel import (
     CostModel,
 )
 from engine_advisor.model.formulas.evaluate import E_FEASIBLE, E_PARTS, N_EVAL, evaluate_rows
+from engine_advisor.model.hardware.gpus import gpu_family
 from engine_advisor.model.hardware.silicon import Silicon, silicon_for
 from engine_advisor.model.physics.features import Case
 from engine_advisor.model.physics.memory import MemoryChoice
@@ -61,13 +62,13 @@ def candidates(w: Workload, shape: ModelShape) -> tuple[list[Config], list[Exclu
     blocked = capability_exclusions(w.requirements, shape) if w.requirements else {}
     ok, excluded = _candidates(tuple(w.engines or engines.names()), tuple(dcp_sizes(w)),
                                w.num_gpus, shape.attention, shape.kv_heads,
-                               tuple(sorted(blocked.items())))
+                               tuple(sorted(blocked.items())), gpu_family(w.gpu_spec().name))
     return list(ok), list(excluded)
 
 
 @lru_cache(maxsize=1024)
 def _candidates(names: tuple[str, ...], dcps: tuple[int, ...], tp: int, attention: str,
-                kv_heads: int, blocked: tuple[tuple[str, str], ...]
+                kv_heads: int, blocked: tuple[tuple[str, str], ...], family: str = ""
                 ) -> tuple[tuple[Config, ...], tuple[Exclusion, ...]]:
     why = dict(blocked)
     ok, excluded = [], []
@@ -77,7 +78,7 @@ def _candidates(names: tuple[str, ...], dcps: tuple[int, ...], tp: int, attentio
             continue
         rules = engines.get(engine)
         for dcp in dcps:
-            reason = rules.dcp_constraint(dcp, tp, attention, kv_heads)
+            reason = rules.dcp_constraint(dcp, tp, attention, kv_heads, family)
             if reason:
                 excluded.append(Exclusion(engine=engine, dcp_size=dcp, reason=reason))
             else:
