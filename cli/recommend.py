@@ -23,8 +23,8 @@ FLAGS = {
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("recommend", help="recommend engine, DCP size and memory fraction",
-                       description="Recommend vLLM or SGLang, the DCP size and the memory "
-                                   "fraction for one workload.")
+                       description="Recommend vLLM, SGLang or TensorRT-LLM, the DCP size and "
+                                   "the memory fraction for one workload.")
     p.add_argument("--context-tokens", type=int, required=True, help="prompt tokens per sequence")
     p.add_argument("--output-tokens", type=int, required=True, help="output tokens per sequence")
     p.add_argument("--batch-size", type=int, default=1, help="concurrent sequences (default 1)")
@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--num-gpus", type=int, default=8,
                    help="GPUs = tensor-parallel size (default 8)")
     p.add_argument("--engines", type=lambda s: [x for x in s.split(",") if x],
-                   help="restrict to these engines, e.g. vllm,sglang")
+                   help="restrict to these engines, e.g. vllm,sglang,trtllm")
     p.add_argument("--dcp-sizes", type=int_list, help="restrict DCP sizes, e.g. 1,2,4,8")
     p.add_argument("--model-weight-bytes", type=float, help="weight bytes (for KV capacity)")
     p.add_argument("--prefix-reuse-share", type=float,
@@ -163,14 +163,20 @@ def format_table(rec) -> str:
                      f"{f'[{lo:.1f}, {hi:.1f}]':>20}{p.prefill_s:>11.1f}{p.tpot_s * 1e3:>9.1f}"
                      f"{p.mem_fraction:>6.2f}{p.kv_capacity_tokens:>13,}  {status}")
     speed = f", {rec.speedup:.2f}x" if rec.speedup else ""
+    value = rec.mem_fraction if rec.mem_flag_value is None else rec.mem_flag_value
+    of_gpu = (f" (= {rec.mem_fraction:.2f} of the GPU)"
+              if abs(value - rec.mem_fraction) >= 0.005 else "")
     lines += ["", f"Recommendation: {rec.engine} dcp {rec.dcp_size}, {rec.mem_fraction_flag} "
-              f"{rec.mem_fraction:.2f}{speed} (confidence {rec.confidence})"]
+              f"{value:.2f}{of_gpu}{speed} (confidence {rec.confidence})"]
     if rec.crossover_context_tokens:
         lines.append(f"Crossover: the best engine changes near {rec.crossover_context_tokens:,} "
                      "context tokens")
     lines += ["", "Why:"] + [f"  - {r}" for r in rec.reasons]
     if rec.excluded:
         lines += ["", "Excluded:"] + [f"  - {e.describe()}" for e in rec.excluded]
-    lines += ["", "Launch:", "  " + " ".join(rec.launch_command), "",
-              f"model {rec.model_version}"]
+    lines += ["", "Launch:", "  " + " ".join(rec.launch_command)]
+    if rec.config_file is not None:
+        lines += ["", f"{rec.config_file.path}:"]
+        lines += ["  " + line for line in rec.config_file.content.splitlines()]
+    lines += ["", f"model {rec.model_version}"]
     return "\n".join(lines)

@@ -49,10 +49,15 @@ from engine_advisor.model.kv import KvDtype
 from engine_advisor.model.physics.shape import ModelShape
 from engine_advisor.model.predict.arrivals import arrival_tpot_s, arrival_ttft_s
 from engine_advisor.model.predict.query import Evaluated
-from engine_advisor.model.presentation.launch import launch_command
+from engine_advisor.model.presentation.launch import (
+    config_file,
+    flag_value,
+    launch_command,
+    memory_reason,
+)
 from engine_advisor.model.presentation.reasons import trust_reasons
 from engine_advisor.model.queries import evaluate, query_for
-from engine_advisor.model.schemas import Confidence
+from engine_advisor.model.schemas import CONFIG_FILE, MEM_FLAG_VALUE, Confidence, ConfigFile
 from engine_advisor.model.workload import (
     MAX_BATCH,
     MAX_CONTEXT,
@@ -129,7 +134,10 @@ class PlanRequest(JsonModel):
     model: Annotated[str, Field(min_length=1, max_length=256,
                                 pattern=r"^[\w./:@+-]+$")] | None = None
     slo: Slo
-    engines: Annotated[list[Engine], Field(min_length=1, max_length=N_ENGINES)] | None = None
+    engines: Annotated[list[Engine], Field(
+        min_length=1, max_length=N_ENGINES,
+        description="the engines to consider (default: vllm and sglang; trtllm, predicted from "
+                    "physics priors only, when named here)")] | None = None
     dcp_sizes: Annotated[list[Annotated[int, Field(gt=0, le=64)]],
                          Field(min_length=1, max_length=16)] | None = None
     requirements: Requirements | None = None
@@ -179,6 +187,8 @@ class ClassPlan(BaseModel):
     dcp_size: int
     mem_fraction: float
     mem_fraction_flag: str
+    mem_flag_value: float | None = Field(default=None, description=MEM_FLAG_VALUE)
+    config_file: ConfigFile | None = Field(default=None, description=CONFIG_FILE)
     concurrency: int
     limited_by: str
     instances: int
@@ -355,12 +365,18 @@ def _plan_class(model: CostModel, req: PlanRequest, i: int,
         flags[flags.index(rules.max_running_flag) + 1] = str(b)
     else:
         flags += [rules.max_running_flag, str(b)]
-    cmd = launch_command(e.config.engine, e.config.dcp_size, p.mem_fraction, w, flags)
+    cmd = launch_command(e.config.engine, e.config.dcp_size, p.mem_fraction, w, flags, q.shape)
+    value = flag_value(e.config.engine, p.mem_fraction, w, q.shape, flags)
+    config = config_file(e.config.engine, e.config.dcp_size, p.mem_fraction, w, flags, q.shape)
+    memory = memory_reason(e.config.engine, p.mem_fraction, w, q.shape, flags)
+    if memory:
+        why = [*why, memory]
     return ClassPlan(
         index=i, name=c.name, context_tokens=c.context_tokens, output_tokens=c.output_tokens,
         requests_per_second=c.requests_per_second, engine=e.config.engine,
         dcp_size=e.config.dcp_size, mem_fraction=p.mem_fraction,
-        mem_fraction_flag=rules.mem_flag, concurrency=b, limited_by=limit,
+        mem_fraction_flag=rules.mem_flag, mem_flag_value=value, config_file=config,
+        concurrency=b, limited_by=limit,
         instances=instances, gpus=gpus, nodes=instances, predicted_tpot_s=tpot,
         predicted_ttft_s=ttft, predicted_e2e_s=e2e, e2e_interval_s=p.interval_s,
         calibrated=p.calibrated, extrapolated=p.extrapolated, confidence=confidence,

@@ -109,11 +109,25 @@ Confidence = Annotated[Literal["high", "medium", "low", "prior"], Field(
     "calibrated for the hardware, the answer is the physics prior's")]
 
 
+class ConfigFile(BaseModel):
+    path: str = Field(description="where the launch command expects the file")
+    content: str = Field(description="the file's text (YAML)")
+
+
+MEM_FLAG_VALUE = ("the value the launch command gives mem_fraction_flag: mem_fraction itself for "
+                  "vLLM and SGLang (a share of the whole GPU), for TensorRT-LLM the same memory "
+                  "as a share of what is free after weights, activations and buffers")
+CONFIG_FILE = ("the configuration file the launch command names (TensorRT-LLM's --config "
+               "YAML: KV cache settings, metrics, Helix); null for engines without one")
+
+
 class Recommendation(BaseModel):
     engine: str
     dcp_size: int
     mem_fraction: float
     mem_fraction_flag: str
+    mem_flag_value: float | None = Field(default=None, description=MEM_FLAG_VALUE)
+    config_file: ConfigFile | None = Field(default=None, description=CONFIG_FILE)
     predictions: list[ConfigPrediction]
     speedup: float | None
     speedup_over: ConfigRef | None = Field(

@@ -65,7 +65,10 @@ class Workload(JsonModel):
         Field(default=None, description="model name or path for the launch command")
     gpu: str | GpuSpec = "B300"
     num_gpus: Annotated[int, Field(gt=0, le=MAX_GPUS)] = 8
-    engines: Annotated[list[Engine], Field(min_length=1, max_length=N_ENGINES)] | None = None
+    engines: Annotated[list[Engine], Field(
+        min_length=1, max_length=N_ENGINES,
+        description="the engines to consider (default: vllm and sglang; trtllm, predicted from "
+                    "physics priors only, when named here)")] | None = None
     dcp_sizes: Annotated[list[Annotated[int, Field(gt=0, le=MAX_GPUS)]],
                          Field(min_length=1, max_length=16)] | None = None
     requirements: Requirements | None = None

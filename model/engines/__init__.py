@@ -1,7 +1,7 @@
 """The serving engines engine-advisor knows, one module each (README.md: how to add one).
 
 ``get(name)`` returns an engine's ``Engine`` record, ``names()`` every registered name in the
-order recommendations list them. Resolve the record once per configuration, not per row.
+order recommendations list them, ``defaults()`` those a workload naming no engines considers. Resolve the record once per configuration, not per row.
 """
 
 from __future__ import annotations
@@ -28,6 +28,12 @@ def get(name: str) -> Engine:
 
 def names() -> tuple[str, ...]:
     return tuple(REGISTRY)
+
+
+def defaults() -> tuple[str, ...]:
+    """The engines a workload naming none is answered with (``Engine.default_candidate``):
+    vLLM and SGLang; TensorRT-LLM, known only by its priors, where a workload names it."""
+    return tuple(n for n, e in REGISTRY.items() if e.default_candidate)
 
 
 def effective_share(engine: str, share: float, context_tokens: float) -> float:

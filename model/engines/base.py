@@ -213,6 +213,10 @@ class Engine:
     # why the engine's predictions cannot be calibrated yet ("": they can, with
     # ``engine-advisor calibrate run``)
     uncalibrated_note: str = ""
+    # whether a workload naming no engines considers it: an engine known only by its priors
+    # (TensorRT-LLM) is ranked where a workload names it, so that its priors never displace the
+    # answers measured engines gave before it was added
+    default_candidate: bool = True
 
     def flag_value(self, fraction: float, memory: float = 0.0, used: float = 0.0) -> float:
         """The memory flag's value for ``fraction`` of the whole GPU: the fraction itself,
@@ -281,15 +285,11 @@ class Engine:
         """Why DCP ``dcp`` cannot run with TP ``tp`` on a model with this attention
         (``ModelShape.attention``: mla, gqa, mha, unknown) and KV heads, or None. DCP stripes
         a TP group's KV over ``dcp`` ranks, so ``dcp`` divides ``tp``; GQA/MHA KV heads
-        replicated over the TP group must be replicated a multiple of ``dcp`` times."""
+        replicated over the TP group must be replicated a multiple of ``dcp`` times; an engine
+        with ``dcp_gpu_families`` runs DCP > 1 on those GPU families (``gpu_family``) only."""
         if tp % dcp:
             return f"dcp {dcp} does not divide the tensor-parallel size {tp}"
         if dcp == 1:
-            return None
-        if self.dcp_gpu_families and gpu_family not in self.dcp_gpu_families:
-            return (f"{self.label} runs DCP > 1 on {', '.join(sorted(self.dcp_gpu_families))} "
-                    f"GPUs only; this GPU is {gpu_family or 'of an unknown family'}")
-        if attention == "unknown":
             return None
         if attention == "mla" and "mla" not in self.dcp_attention:
             return f"{self.label} implements DCP for GQA/MHA attention only; this model uses MLA"
@@ -302,4 +302,7 @@ class Engine:
                 return (f"{self.label} needs (tp // kv_heads) % dcp == 0: KV heads {kv_heads} "
                         f"on tp {tp} are replicated {replicas}x, so dcp {dcp} cannot stripe "
                         "them")
+        if self.dcp_gpu_families and gpu_family not in self.dcp_gpu_families:
+            return (f"{self.label} runs DCP > 1 on {', '.join(sorted(self.dcp_gpu_families))} "
+                    f"GPUs only; this GPU is {gpu_family or 'of an unknown family'}")
         return None

@@ -186,6 +186,7 @@ ENGINE = Engine(
     parallel_args=parallel_args,
     dcp_gpu_families=frozenset({"blackwell"}),
     dcp_note=EXPERIMENTAL,
+    default_candidate=False,
     uncalibrated_note="TensorRT-LLM cannot be installed here (PyPI's tensorrt-llm is a stub "
                       "pointing at NVIDIA's own index), so no calibration data exist: its "
                       "predictions are the physics priors until you calibrate it on your own "

@@ -60,7 +60,7 @@ class Evaluated(NamedTuple):
 def candidates(w: Workload, shape: ModelShape) -> tuple[list[Config], list[Exclusion]]:
     """The configurations to evaluate and the ones excluded, with why."""
     blocked = capability_exclusions(w.requirements, shape) if w.requirements else {}
-    ok, excluded = _candidates(tuple(w.engines or engines.names()), tuple(dcp_sizes(w)),
+    ok, excluded = _candidates(tuple(w.engines or engines.defaults()), tuple(dcp_sizes(w)),
                                w.num_gpus, shape.attention, shape.kv_heads,
                                tuple(sorted(blocked.items())), gpu_family(w.gpu_spec().name))
     return list(ok), list(excluded)

@@ -7,7 +7,12 @@ from engine_advisor.model import engines
 from engine_advisor.model.decision.choose import Decision
 from engine_advisor.model.physics.memory import MemoryChoice
 from engine_advisor.model.physics.shape import ModelShape
-from engine_advisor.model.presentation.launch import launch_command
+from engine_advisor.model.presentation.launch import (
+    config_file,
+    flag_value,
+    launch_command,
+    memory_reason,
+)
 from engine_advisor.model.presentation.reasons import reasons
 from engine_advisor.model.schemas import ConfigRef, Recommendation, constructor
 from engine_advisor.model.workload import Workload
@@ -20,11 +25,15 @@ def answer(w: Workload, shape: ModelShape, gpu: str, d: Decision, mem: MemoryCho
     best, rival = d.best, d.rival
     bp = best.pred
     engine = best.config.engine
+    dcp = best.config.dcp_size
     why = reasons(w, shape, gpu, d, provenance)
     why.append(mem.reason)
+    why += engine_notes(w, shape, d)
     return make_recommendation({
-        "engine": engine, "dcp_size": best.config.dcp_size,
+        "engine": engine, "dcp_size": dcp,
         "mem_fraction": bp.mem_fraction, "mem_fraction_flag": engines.get(engine).mem_flag,
+        "mem_flag_value": flag_value(engine, bp.mem_fraction, w, shape, bp.memory_flags),
+        "config_file": config_file(engine, dcp, bp.mem_fraction, w, bp.memory_flags, shape),
         "predictions": [e.pred for e in d.ranked],
         "speedup": d.speedup,
         "speedup_over": make_ref({"engine": rival.config.engine,
@@ -32,9 +41,30 @@ def answer(w: Workload, shape: ModelShape, gpu: str, d: Decision, mem: MemoryCho
         "confidence": d.confidence,
         "crossover_context_tokens": d.crossover,
         "kv_capacity_tokens": bp.kv_capacity_tokens, "fits_in_memory": bp.fits_in_memory,
-        "launch_command": launch_command(engine, best.config.dcp_size, bp.mem_fraction, w,
-                                         bp.memory_flags),
+        "launch_command": launch_command(engine, dcp, bp.mem_fraction, w, bp.memory_flags,
+                                         shape),
         "reasons": why, "excluded": d.excluded, "model_version": version})
+
+
+def engine_notes(w: Workload, shape: ModelShape, d: Decision) -> list[str]:
+    """What the chosen engine's memory flag means where it is not a share of the whole GPU,
+    and, for every engine ranked whose record says so, why its predictions are uncalibrated
+    and what its DCP > 1 is (TensorRT-LLM: no calibration data, Helix experimental)."""
+    best = d.best
+    out = []
+    memory = memory_reason(best.config.engine, best.pred.mem_fraction, w, shape,
+                           best.pred.memory_flags)
+    if memory:
+        out.append(memory)
+    for name in dict.fromkeys(e.config.engine for e in d.ranked):
+        e = engines.get(name)
+        if e.uncalibrated_note and any(not x.pred.calibrated for x in d.ranked
+                                       if x.config.engine == name):
+            out.append(f"{name} calibrated: false: {e.uncalibrated_note}")
+        if e.dcp_note and any(x.config.dcp_size > 1 for x in d.ranked
+                              if x.config.engine == name):
+            out.append(f"{name} dcp > 1: {e.dcp_note}")
+    return out
 
 
 make_recommendation = constructor(Recommendation)

@@ -5,7 +5,9 @@ service. Pure functions (dicts and YAML text, no I/O), shared by ``engine-adviso
 The container runs the recommendation's own ``launch_command`` (so the engine, TP, DCP and
 memory-fraction flags are exactly the ones the recommendation prints) plus ``--host`` and
 ``--port``. Engine facts used here (``engine_advisor.model.engines``: ``image``, ``port``): the
-engines answer ``GET /health`` with 200 once serving.
+engines answer ``GET /health`` with 200 once serving. An engine whose command names a
+configuration file (TensorRT-LLM's ``--config`` YAML, ``Recommendation.config_file``) gets it as
+a ConfigMap mounted at that path (Kubernetes) or a compose ``configs`` entry with its content.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ REPO_PATTERN = r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]([a-z0-
 # Model loading (weights from disk or the hub, CUDA-graph capture) can take many minutes for
 # the large models this tool is about: the startup probe allows up to this long.
 STARTUP_SECONDS = 3600
+# the ConfigMap key of an engine's configuration file (TensorRT-LLM's --config YAML)
+CONFIG_KEY = "config.yml"
 
 
 class DeployOptions(BaseModel):
@@ -99,6 +103,9 @@ def _annotations(rec: Recommendation) -> dict[str, str]:
     out = {"engine-advisor/model-version": rec.model_version,
            "engine-advisor/engine": rec.engine, "engine-advisor/dcp-size": str(rec.dcp_size),
            "engine-advisor/mem-fraction": f"{rec.mem_fraction:.2f}",
+           **({"engine-advisor/mem-flag-value": f"{rec.mem_flag_value:.2f}"}
+              if rec.mem_flag_value is not None
+              and abs(rec.mem_flag_value - rec.mem_fraction) >= 0.005 else {}),
            "engine-advisor/confidence": rec.confidence}
     if best is not None:
         out["engine-advisor/predicted-total-s"] = f"{best.total_s:.1f}"
@@ -122,7 +129,10 @@ def kubernetes(rec: Recommendation, w: Workload, opts: DeployOptions) -> list[di
             "name": "hf-token", "key": "token", "optional": True}}}],
         "resources": {"limits": gpus, "requests": dict(gpus)},
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"},
-                         {"name": "model-cache", "mountPath": HF_CACHE}],
+                         {"name": "model-cache", "mountPath": HF_CACHE},
+                         *([{"name": "engine-config", "mountPath": rec.config_file.path,
+                             "subPath": CONFIG_KEY, "readOnly": True}]
+                           if rec.config_file else [])],
         "startupProbe": {**probe, "periodSeconds": 10,
                          "failureThreshold": STARTUP_SECONDS // 10},
         "readinessProbe": {**probe, "periodSeconds": 5, "timeoutSeconds": 5,
@@ -147,6 +157,8 @@ def kubernetes(rec: Recommendation, w: Workload, opts: DeployOptions) -> list[di
                                                       "sizeLimit": f"{opts.shm_gib}Gi"}},
                         # replace with a PersistentVolumeClaim to keep downloaded weights
                         {"name": "model-cache", "emptyDir": {}},
+                        *([{"name": "engine-config", "configMap": {"name": f"{name}-config"}}]
+                          if rec.config_file else []),
                     ],
                 },
             },
@@ -159,7 +171,12 @@ def kubernetes(rec: Recommendation, w: Workload, opts: DeployOptions) -> list[di
                  "ports": [{"name": "http", "port": port, "targetPort": "http",
                             "protocol": "TCP"}]},
     }
-    return [deployment, service]
+    if rec.config_file is None:
+        return [deployment, service]
+    config = {"apiVersion": "v1", "kind": "ConfigMap",
+              "metadata": {"name": f"{name}-config", "labels": labels},
+              "data": {CONFIG_KEY: rec.config_file.content}}
+    return [config, deployment, service]
 
 
 def compose(rec: Recommendation, w: Workload, opts: DeployOptions) -> dict[str, Any]:
@@ -188,7 +205,12 @@ def compose(rec: Recommendation, w: Workload, opts: DeployOptions) -> dict[str, 
     else:  # ROCm: the devices themselves, as AMD's container docs show
         service["devices"] = ["/dev/kfd", "/dev/dri"]
         service["group_add"] = ["video"]
-    return {"name": name, "services": {name: service}}
+    if rec.config_file is None:
+        return {"name": name, "services": {name: service}}
+    config = f"{name}-config"
+    service["configs"] = [{"source": config, "target": rec.config_file.path}]
+    return {"name": name, "services": {name: service},
+            "configs": {config: {"content": rec.config_file.content}}}
 
 
 class _PlainDumper(yaml.SafeDumper):
@@ -196,6 +218,15 @@ class _PlainDumper(yaml.SafeDumper):
 
     def ignore_aliases(self, data: Any) -> bool:
         return True
+
+
+def _text_block(dumper: yaml.SafeDumper, data: str) -> yaml.Node:
+    """A multi-line string (an engine's configuration file) as a literal block."""
+    style = "|" if "\n" in data else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_PlainDumper.add_representer(str, _text_block)
 
 
 def render(rec: Recommendation, w: Workload, opts: DeployOptions) -> str:

@@ -16,6 +16,7 @@ addEventListener("resize", () => {
 });
 
 const KNOWN_REC = new Set(["engine", "dcp_size", "mem_fraction", "mem_fraction_flag",
+  "mem_flag_value", "config_file",
   "predictions", "speedup", "speedup_over", "confidence", "crossover_context_tokens",
   "kv_capacity_tokens", "fits_in_memory", "launch_command", "reasons", "excluded",
   "model_version"]);
@@ -66,13 +67,21 @@ function speedupCard(rec, elig) {
   return node;
 }
 
+// the memory flag, with its own value where it is not a share of the whole GPU (TensorRT-LLM's
+// share of the memory free after weights and activations)
+function memoryFlag(rec) {
+  const v = rec.mem_flag_value;
+  return v == null || Math.abs(v - rec.mem_fraction) < 0.005 ? rec.mem_fraction_flag
+    : `${rec.mem_fraction_flag} ${v.toFixed(2)} (of the free memory)`;
+}
+
 function renderAnswer(rec, w, elig) {
   const fits = rec.fits_in_memory;
   const needed = int((w.batch_size ?? 1) * (w.context_tokens + w.output_tokens));
   $("#answer").replaceChildren(
     card("Engine", rec.engine, "engine"),
     card("DCP size", String(rec.dcp_size), "dcp_size"),
-    card("Memory fraction", rec.mem_fraction.toFixed(2), "mem_fraction", rec.mem_fraction_flag),
+    card("Memory fraction", rec.mem_fraction.toFixed(2), "mem_fraction", memoryFlag(rec)),
     card("Confidence", rec.confidence, "confidence"),
     speedupCard(rec, elig),
     card("KV capacity", int(rec.kv_capacity_tokens) + " tokens", "kv_capacity_tokens",
@@ -83,7 +92,10 @@ function renderAnswer(rec, w, elig) {
          "context where the best engine changes"));
   $("#answer [data-field=kv_capacity_tokens]").classList.toggle("bad", !fits);
   $("#reasons").replaceChildren(...rec.reasons.map((r) => h("li", {text: r})));
-  $("#launch").textContent = rec.launch_command.join(" ");
+  // an engine's configuration file (TensorRT-LLM's --config YAML) under its command
+  const file = rec.config_file;
+  $("#launch").textContent = rec.launch_command.join(" ")
+    + (file ? `\n\n# ${file.path}\n${file.content}` : "");
   const excluded = rec.excluded || [];
   $("#excluded-wrap").hidden = !excluded.length;
   $("#excluded").replaceChildren(...excluded.map((x) => h("li", {},

@@ -68,7 +68,7 @@ BAD = [
     (["--context-tokens", "1000", "--gpu", "A100X"], "--gpu: unknown GPU 'A100X'"),
     (["--context-tokens", "1000", "--num-gpus", "0"], "--num-gpus: Input should be greater"),
     (["--context-tokens", "1000", "--kv-cache-dtype", "int3"], "--kv-cache-dtype: Input should be"),
-    (["--context-tokens", "1000", "--engines", "trtllm"], "--engines: Input should be 'vllm'"),
+    (["--context-tokens", "1000", "--engines", "lmdeploy"], "--engines: Input should be 'vllm'"),
 ]
 
 

@@ -26,12 +26,13 @@ SEED = dict(context_tokens=204_800, output_tokens=2048, batch_size=64, kv_bytes_
 def test_data_file_names_its_source_and_each_engine_its_capabilities():
     caps = load_capabilities()
     assert "official documentation" in caps.source
-    assert set(engines.names()) == {"vllm", "sglang"}
+    assert set(engines.names()) == {"vllm", "sglang", "trtllm"}
     for name in engines.names():
         assert engines.get(name).capabilities.prefix_reuse.block_tokens >= 1
-    # the radix tree is token-granular, vLLM's prefix cache block-granular
+    # the radix tree is token-granular, vLLM's prefix cache blocks of 16, TensorRT-LLM's of 32
     assert (engines.get("sglang").capabilities.prefix_reuse.block_tokens
-            < engines.get("vllm").capabilities.prefix_reuse.block_tokens)
+            < engines.get("vllm").capabilities.prefix_reuse.block_tokens
+            < engines.get("trtllm").capabilities.prefix_reuse.block_tokens == 32)
 
 
 def test_no_requirements_excludes_nothing():
@@ -40,17 +41,23 @@ def test_no_requirements_excludes_nothing():
 
 
 @pytest.mark.parametrize("req, excluded", [
-    (Requirements(hardware_vendor="tpu"), {"sglang"}),
-    (Requirements(hardware_vendor="cpu"), {"sglang"}),
-    (Requirements(hardware_vendor="ascend"), {"vllm"}),
-    (Requirements(hardware_vendor="intel"), {"vllm", "sglang"}),
-    (Requirements(quantization="GGUF"), {"sglang"}),
-    (Requirements(quantization="blockwise-int8"), {"vllm"}),
-    (Requirements(quantization="auto-round"), {"vllm"}),
+    (Requirements(hardware_vendor="tpu"), {"sglang", "trtllm"}),
+    (Requirements(hardware_vendor="cpu"), {"sglang", "trtllm"}),
+    (Requirements(hardware_vendor="ascend"), {"vllm", "trtllm"}),
+    (Requirements(hardware_vendor="intel"), {"vllm", "sglang", "trtllm"}),
+    (Requirements(hardware_vendor="nvidia"), set()),
+    (Requirements(quantization="GGUF"), {"sglang", "trtllm"}),
+    (Requirements(quantization="blockwise-int8"), {"vllm", "trtllm"}),
+    (Requirements(quantization="auto-round"), {"vllm", "trtllm"}),
     (Requirements(quantization="fp8"), set()),
-    (Requirements(quantization="gptq-marlin"), set()),
-    (Requirements(quantization="no-such-format"), {"vllm", "sglang"}),
+    (Requirements(quantization="modelopt_fp4"), {"sglang"}),
+    # Marlin is a kernel of vLLM and SGLang; TensorRT-LLM runs GPTQ checkpoints its own way
+    (Requirements(quantization="gptq-marlin"), {"trtllm"}),
+    (Requirements(quantization="gptq"), set()),
+    (Requirements(quantization="no-such-format"), {"vllm", "sglang", "trtllm"}),
     (Requirements(speculative_method="n-gram"), {"sglang"}),
+    (Requirements(speculative_method="medusa"), {"vllm", "sglang"}),
+    (Requirements(speculative_method="lookahead"), {"vllm", "sglang"}),
     (Requirements(speculative_method="EAGLE-3"), {"vllm"}),
     (Requirements(speculative_method="mtp"), set()),
     (Requirements(pipeline_parallel=True), set()),

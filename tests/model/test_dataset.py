@@ -39,7 +39,7 @@ def test_round_trip(tmp_path):
 @pytest.mark.parametrize("line,message", [
     ("vllm,,B300,8,1,0.92,65536,2048,64,70272,1,,,-1,0,0,x",
      "total_s: Input should be greater than 0"),
-    ("trtllm,,B300,8,1,0.92,65536,2048,64,70272,1,,,1,0,0,x",
+    ("lmdeploy,,B300,8,1,0.92,65536,2048,64,70272,1,,,1,0,0,x",
      "engine: Value error, unknown engine"),
     ("vllm,,B300,8,1,1.5,65536,2048,64,70272,1,,,1,0,0,x", "mem_fraction: Input should be less"),
     ("vllm,,B300,8,1,0.92,65536,2048,64,70272,1,,,nan,0,0,x", "total_s: Input should be a finite"),

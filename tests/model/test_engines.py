@@ -18,11 +18,13 @@ from engine_advisor.model.workload import Workload
 from engine_advisor.sim import engines as sim_engines
 
 ENGINE_DIR = Path(engines.__file__).parent
+OPTIONAL = {"flag_fraction", "config_flag", "config_path", "config_file", "parallel_args",
+            "dcp_gpu_families", "dcp_note", "uncalibrated_note", "kernel_priors"}
 
 
 def test_every_engine_module_is_registered_under_its_name():
     modules = {p.stem for p in ENGINE_DIR.glob("*.py")} - {"__init__", "base"}
-    assert modules == set(engines.names()) == {"vllm", "sglang"}
+    assert modules == set(engines.names()) == {"vllm", "sglang", "trtllm"}
     for name in engines.names():
         assert engines.get(name).name == name
 
@@ -32,22 +34,29 @@ def test_every_engine_fills_every_field():
         e = engines.get(name)
         for f in dataclasses.fields(Engine):
             value = getattr(e, f.name)
-            # optional: a positional model argument, knobs beyond the running limit
+            # optional: a positional model argument, knobs beyond the running limit, and the
+            # hooks of engines unlike vLLM and SGLang (a free-memory flag, a config file, DCP
+            # ranks beside TP, DCP on some GPUs only, no calibration possible)
+            if f.name in OPTIONAL:
+                continue
             assert value is not None or f.name == "model_flag", (name, f.name)
-            if isinstance(value, str | tuple | frozenset) and f.name != "knob_flags":
+            if isinstance(value, str | tuple | frozenset) and f.name not in (
+                    "knob_flags", "prefill_graph_attention"):
                 assert value, (name, f.name)
         assert e.state_layout is not None and e.default_running(141.0) >= 256
         assert all(getattr(e.metrics, f.name) for f in dataclasses.fields(e.metrics))
         assert all(n.startswith(e.metrics.prefixes) for n in (e.metrics.running,
                                                               e.metrics.kv_usage))
         assert e.mem_flag.startswith("--") and e.reserve_bytes > 0
+        # a configuration file is named by a flag and a path, and has content
+        assert bool(e.config_flag) == bool(e.config_path) == (e.config_file is not None)
         assert e.dcp_attention <= {"mla", "gqa", "mha"} and "mla" in e.dcp_attention
         assert 0 < e.port < 65536
 
 
 def test_unknown_engine_names_the_known_ones():
-    with pytest.raises(KeyError, match="unknown engine 'trtllm'; known: vllm, sglang"):
-        engines.get("trtllm")
+    with pytest.raises(KeyError, match="unknown engine 'lmdeploy'; known: vllm, sglang, trtllm"):
+        engines.get("lmdeploy")
 
 
 # what recommendations printed before the flags moved into model/engines
@@ -63,6 +72,16 @@ PRINTED = {
                           "moonshotai/Kimi-K3", "--tp", "8", "--dcp-size", "8",
                           "--mem-fraction-static", "0.92", "--max-running-requests", "512",
                           "--kv-cache-dtype", "fp8_e4m3"],
+    # TensorRT-LLM: the flag's value is what Engine.launch_command is given (the free-memory
+    # share is converted before it, tests/model/test_trtllm.py); world = tp x cp (Helix); the
+    # KV dtype lives in the --config file
+    ("trtllm", 1, False): ["trtllm-serve", "MODEL", "--tp_size", "8",
+                           "--kv_cache_free_gpu_memory_fraction", "0.92", "--config",
+                           "/etc/trtllm/extra-llm-api-config.yml"],
+    ("trtllm", 8, True): ["trtllm-serve", "moonshotai/Kimi-K3", "--tp_size", "1", "--cp_size",
+                          "8", "--kv_cache_free_gpu_memory_fraction", "0.92",
+                          "--max_batch_size", "512", "--config",
+                          "/etc/trtllm/extra-llm-api-config.yml"],
 }
 
 
@@ -73,6 +92,10 @@ def test_launch_commands_are_the_ones_recommendations_printed(engine, dcp, big):
     e = engines.get(engine)
     flags = e.knob_args(MemoryKnobs(max_running=512)) if big else []
     assert launch_command(engine, dcp, 0.92, w, flags) == PRINTED[(engine, dcp, big)]
+    # with the model's shape, vLLM's and SGLang's flags take the fraction as it is
+    if engine != "trtllm":
+        assert launch_command(engine, dcp, 0.92, w, flags,
+                              w.model_shape()) == PRINTED[(engine, dcp, big)]
     assert e.launch_command(w.model or "MODEL", 8, dcp, 0.92, flags,
                             w.kv_cache_dtype) == PRINTED[(engine, dcp, big)]
 
@@ -85,6 +108,7 @@ def test_memory_knobs_are_each_engines_flags():
     # vLLM's one memory knob here is its running-sequence limit
     assert engines.get("vllm").knob_args(knobs) == ["--max-num-seqs", "40"]
     assert engines.get("vllm").knob_args(MemoryKnobs()) == []
+    assert engines.get("trtllm").knob_args(knobs) == ["--max_batch_size", "40"]
 
 
 def test_a_recommendation_prints_its_engines_command_and_flag():
@@ -109,9 +133,26 @@ def test_a_recommendation_prints_its_engines_command_and_flag():
                                "GQA"),
     ("sglang", "mla", 1, 8, 3, "dcp 3 does not divide the tensor-parallel size 8"),
     ("sglang", "unknown", 0, 8, 8, None),
+    # TensorRT-LLM's DCP is Helix: MLA models on Blackwell only
+    ("trtllm", "mla", 1, 8, 8, None),
+    ("trtllm", "mla", 1, 8, 1, None),
+    ("trtllm", "gqa", 2, 8, 4, "TensorRT-LLM implements DCP for MLA attention only; this model "
+                               "uses GQA"),
 ])
 def test_dcp_constraints_per_engine(engine, attention, kv_heads, tp, dcp, why):
-    assert engines.get(engine).dcp_constraint(dcp, tp, attention, kv_heads) == why
+    assert engines.get(engine).dcp_constraint(dcp, tp, attention, kv_heads,
+                                              "blackwell") == why
+    # vLLM's and SGLang's DCP runs on any GPU
+    if engine != "trtllm" or dcp == 1:
+        assert engines.get(engine).dcp_constraint(dcp, tp, attention, kv_heads, "hopper") == why
+
+
+def test_trtllm_runs_dcp_on_blackwell_only():
+    e = engines.get("trtllm")
+    assert e.dcp_constraint(8, 8, "mla", 1, "hopper") == (
+        "TensorRT-LLM runs DCP > 1 on blackwell GPUs only; this GPU is hopper")
+    assert e.dcp_constraint(8, 8, "mla", 1) == (
+        "TensorRT-LLM runs DCP > 1 on blackwell GPUs only; this GPU is of an unknown family")
 
 
 def test_every_engine_has_a_simulator_engine():

@@ -129,7 +129,8 @@ def test_construct_equals_validation():
         assert e.pred.model_dump_json() == valid.model_dump_json()
         assert e.pred.model_fields_set == valid.model_fields_set
     values = {"engine": "vllm", "dcp_size": 1, "mem_fraction": 0.9,
-              "mem_fraction_flag": "--gpu-memory-utilization", "predictions": [ev[0].pred],
+              "mem_fraction_flag": "--gpu-memory-utilization", "mem_flag_value": 0.9,
+              "config_file": None, "predictions": [ev[0].pred],
               "speedup": 1.2, "speedup_over": ConfigRef(engine="sglang", dcp_size=8),
               "confidence": "high", "crossover_context_tokens": None,
               "kv_capacity_tokens": 10, "fits_in_memory": True, "launch_command": ["vllm"],
