@@ -15,6 +15,21 @@ at once (``ttft_ms`` is the batch prefill time) and then decodes it without in-f
 
 Rows are appended as points finish, so an interrupted run resumes where it stopped; a sidecar
 ``<csv>.json`` records the aiconfigurator version, the date and the command.
+
+Two grids: by default ``--per-combo`` (context, batch) cells per model x GPU x engine, in
+rotation, at the smallest TP that fits (``bench/data/aiconfigurator_estimates.csv``, vLLM and
+SGLang). ``--tp 8`` instead runs every cell of ``--contexts`` x ``--batches`` at that TP, the
+grid of the TensorRT-LLM comparison (issue 46)::
+
+    HF_HUB_OFFLINE=1 /tmp/aic/bin/python bench/aiconfigurator_runs.py --engines trtllm \
+        --tp 8 --contexts 8192,32768,131072 --batches 1,16,64 \
+        --systems h200_sxm,b200_sxm,b300_sxm --models llama-3.1-70b,... \
+        --out bench/data/aiconfigurator_trtllm_estimates.csv --log /tmp/aic-trtllm.log
+
+A MoE runs with MoE TP = TP and no expert parallelism where aiconfigurator has that layout's
+measured MoE table for the engine; where it has not (its TensorRT-LLM tables lack Nemotron-3
+Nano's MoE at MoE TP 8), the next layout with the same GPUs (MoE TP / 2, EP x 2, ...) that it
+has, recorded in the ``moe_tp`` / ``moe_ep`` columns.
 """
 
 from __future__ import annotations
@@ -41,22 +56,26 @@ MODELS: dict[str, str] = {
     "deepseek-v3": "deepseek-ai/DeepSeek-V3",
     "kimi-k2": "moonshotai/Kimi-K2-Instruct",
     "kimi-k3": "moonshotai/Kimi-K3",
+    "nemotron-3-nano-30b-a3b": "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
 }
-MOE = {"qwen3-235b-a22b", "deepseek-v3", "kimi-k2", "kimi-k3"}  # run with MoE TP = TP, no EP
+MOE = {"qwen3-235b-a22b", "deepseek-v3", "kimi-k2", "kimi-k3",
+       "nemotron-3-nano-30b-a3b"}  # run with MoE TP = TP, no EP (where aiconfigurator can)
 # approximate weight bytes (GB) of those checkpoints and KV bytes per token (bf16, all layers)
 # with the number of KV heads TP can shard (1 for MLA), only to choose TP and feasible cells
 WEIGHTS_GB = {"llama-3.1-8b": 16, "llama-3.1-70b": 141, "llama-3.1-405b": 811, "qwen3-32b": 66,
-              "qwen3-235b-a22b": 470, "deepseek-v3": 690, "kimi-k2": 1030, "kimi-k3": 1450}
+              "qwen3-235b-a22b": 470, "deepseek-v3": 690, "kimi-k2": 1030, "kimi-k3": 1450,
+              "nemotron-3-nano-30b-a3b": 63}
 KV_PER_TOKEN = {"llama-3.1-8b": (131_072, 8), "llama-3.1-70b": (327_680, 8),
                 "llama-3.1-405b": (516_096, 8), "qwen3-32b": (262_144, 8),
                 "qwen3-235b-a22b": (192_512, 4), "deepseek-v3": (70_272, 1),
-                "kimi-k2": (70_272, 1), "kimi-k3": (27_648, 1)}
+                "kimi-k2": (70_272, 1), "kimi-k3": (27_648, 1),
+                "nemotron-3-nano-30b-a3b": (6_144, 2)}  # 6 attention layers of 52
 # aiconfigurator system name -> (engine-advisor GPU name, memory GB)
 GPUS: dict[str, tuple[str, float]] = {
     "h100_sxm": ("H100", 80), "h200_sxm": ("H200", 141),
     "b200_sxm": ("B200", 180), "b300_sxm": ("B300", 288),
 }
-ENGINES = ("vllm", "sglang")
+ENGINES = ("vllm", "sglang")  # the default grid's; --engines trtllm for TensorRT-LLM
 CONTEXTS = (2048, 8192, 32768, 131072)
 BATCHES = (1, 8, 32, 128)
 OUTPUT_TOKENS = 256
@@ -65,7 +84,7 @@ MEMORY_SHARE = 0.85  # weights + KV may take at most this share of each GPU
 FIELDS = ["model", "hf_model", "gpu", "system", "engine", "engine_version", "tp",
           "context_tokens", "output_tokens", "batch", "tpot_ms", "ttft_ms", "request_latency_ms",
           "tokens_per_s", "memory_gb_per_gpu", "gemm_quant", "moe_quant", "kvcache_quant",
-          "oom", "warning"]
+          "oom", "warning", "moe_tp", "moe_ep"]
 
 
 def smallest_tp(model: str, memory_gb: float, ctx: int, batch: int) -> int | None:
@@ -77,6 +96,14 @@ def smallest_tp(model: str, memory_gb: float, ctx: int, batch: int) -> int | Non
         if WEIGHTS_GB[model] / tp + kv_gb <= MEMORY_SHARE * memory_gb:
             return tp
     return None
+
+
+def full_grid(models: list[str], systems: list[str], engines: list[str], contexts: list[int],
+              batches: list[int]) -> list[tuple[str, str, str, int, int]]:
+    """Every model x GPU x engine x context x batch (the fixed-TP grid: nothing passed over;
+    aiconfigurator's out-of-memory flag says which cells would not fit)."""
+    return [(m, s, e, c, b) for m in models for s in systems for e in engines
+            for c in contexts for b in batches]
 
 
 def grid_points(models: list[str], systems: list[str], engines: list[str],
@@ -120,14 +147,30 @@ def model_path(hf_id: str, workdir: Path) -> str:
     return str(local)
 
 
+def moe_layouts(tp: int) -> list[tuple[int, int]]:
+    """(MoE TP, EP) over the same ``tp`` GPUs, from all-TP to all-EP."""
+    layouts, ep = [], 1
+    while ep <= tp:
+        layouts.append((tp // ep, ep))
+        ep *= 2
+    return layouts
+
+
 def estimate(cli_estimate, workdir: Path, model: str, system: str, engine: str, ctx: int,
-             batch: int) -> dict:
+             batch: int, fixed_tp: int | None = None) -> dict:
     gpu, memory = GPUS[system]
-    tp = smallest_tp(model, memory, ctx, batch)
-    moe = {"moe_tp_size": tp, "moe_ep_size": 1} if model in MOE else {}
+    tp = fixed_tp or smallest_tp(model, memory, ctx, batch)
     path = model_path(MODELS[model], workdir)
-    r = cli_estimate(path, system, mode="static", backend_name=engine, isl=ctx,
-                     osl=OUTPUT_TOKENS, batch_size=batch, tp_size=tp, **moe)
+    layouts = moe_layouts(tp) if model in MOE else [(0, 0)]
+    for i, (moe_tp, moe_ep) in enumerate(layouts):
+        moe = {"moe_tp_size": moe_tp, "moe_ep_size": moe_ep} if moe_tp else {}
+        try:
+            r = cli_estimate(path, system, mode="static", backend_name=engine, isl=ctx,
+                             osl=OUTPUT_TOKENS, batch_size=batch, tp_size=tp, **moe)
+            break
+        except Exception as exc:  # no measured MoE table for this layout: try the next one
+            if "MoE data missing" not in str(exc) or i == len(layouts) - 1:
+                raise
     raw = r.raw or {}
     warning = (r.kv_cache_warning or "").replace("\n", " ").replace(path, MODELS[model])
     return {
@@ -141,6 +184,7 @@ def estimate(cli_estimate, workdir: Path, model: str, system: str, engine: str, 
         "gemm_quant": raw.get("gemm", ""), "moe_quant": raw.get("moe", ""),
         "kvcache_quant": raw.get("kvcache", ""),
         "oom": int(warning.startswith("OOM")), "warning": warning[:200],
+        "moe_tp": moe_tp or "", "moe_ep": moe_ep or "",
     }
 
 
@@ -161,6 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engines", default=",".join(ENGINES))
     ap.add_argument("--per-combo", type=int, default=2,
                     help="(context, batch) cells per model x GPU x engine")
+    ap.add_argument("--tp", type=int, default=None,
+                    help="run every --contexts x --batches cell at this TP (default: the "
+                         "rotating grid at the smallest TP that fits)")
+    ap.add_argument("--contexts", default=",".join(map(str, CONTEXTS)))
+    ap.add_argument("--batches", default=",".join(map(str, BATCHES)))
     ap.add_argument("--budget-s", type=float, default=1200.0,
                     help="stop starting new points after this many seconds")
     args = ap.parse_args(argv)
@@ -176,17 +225,27 @@ def main(argv: list[str] | None = None) -> int:
     from aiconfigurator.cli.api import cli_estimate
 
     workdir = Path(tempfile.mkdtemp(prefix="aic-configs-"))
-    points = grid_points(args.models.split(","), args.systems.split(","),
-                         args.engines.split(","), args.per_combo)
+    models, systems, engines = (args.models.split(","), args.systems.split(","),
+                                args.engines.split(","))
+    if args.tp:
+        points = full_grid(models, systems, engines,
+                           [int(c) for c in args.contexts.split(",")],
+                           [int(b) for b in args.batches.split(",")])
+    else:
+        points = grid_points(models, systems, engines, args.per_combo)
     seen = done_keys(args.out)
     todo = [p for p in points if p not in seen]
     log.info("%d points, %d already in %s, %d to run", len(points), len(seen), args.out, len(todo))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     new_file = not args.out.exists()
+    header = FIELDS
+    if not new_file:  # resume with the file's own columns (older files lack moe_tp / moe_ep)
+        with args.out.open(newline="") as f:
+            header = next(csv.reader(f), FIELDS)
     start = time.monotonic()
     failed = 0
     with args.out.open("a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS)
+        w = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
         if new_file:
             w.writeheader()
         for i, (model, system, engine, ctx, batch) in enumerate(todo, 1):
@@ -195,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
                 break
             t0 = time.monotonic()
             try:
-                row = estimate(cli_estimate, workdir, model, system, engine, ctx, batch)
+                row = estimate(cli_estimate, workdir, model, system, engine, ctx, batch,
+                               args.tp)
             except Exception as exc:  # aiconfigurator refuses some combinations; log and go on
                 failed += 1
                 log.info("[%d/%d] %s %s %s ctx=%d bs=%d FAILED: %s", i, len(todo), model, system,
@@ -214,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
             sys.argv[1:] if argv is None else argv),
         "equivalent_cli": "aiconfigurator cli estimate --estimate-mode static --model-path "
                           "<hf_model> --system <system> --backend <engine> --isl <context_tokens> "
-                          f"--osl {OUTPUT_TOKENS} --batch-size <batch> --tp <tp>",
+                          f"--osl {OUTPUT_TOKENS} --batch-size <batch> --tp <tp>"
+                          + (" --moe-tp-size <moe_tp> --moe-ep-size <moe_ep>" if args.tp else ""),
         "database_mode": "SILICON (default)", "perf_db_version": "current (default)",
         "points_in_grid": len(points), "rows_in_csv": len(done_keys(args.out)),
         "failed_points": failed, "wall_s": round(time.monotonic() - start, 1),
