@@ -118,10 +118,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         from engine_advisor.model.fit.default import default_model
         model = default_model()
-    if cfg.engine not in model.engine_names:
-        print(f"engine-advisor: error: --model: the cost model has no coefficients for "
-              f"{cfg.engine} (it has {', '.join(model.engine_names)})", file=sys.stderr)
-        return 2
     from engine_advisor.sim import tokenizer
     try:
         tok = tokenizer.load(cfg.tokenizer)

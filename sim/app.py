@@ -256,9 +256,14 @@ def create_app(state: SimState) -> Starlette:
         while not req.finished:
             req.event.clear()
             await req.event.wait()
-        return Response(status_code=200)
+        return Response(status_code=200, content=engine.health_generate_text)
 
     async def metrics_route(request: Request) -> Response:
+        if engine.json_metrics:     # TensorRT-LLM: the iteration stats since the last call
+            return JSONResponse(engine.iteration_stats(state.core))
+        return await prometheus_metrics(request)
+
+    async def prometheus_metrics(request: Request) -> Response:
         info = {"gpu_memory_utilization": str(cfg.mem_fraction), "cache_dtype": "auto",
                 "enable_prefix_caching": str(state.prefix_caching),
                 "decode_context_parallel_size": str(cfg.dcp_size),
@@ -300,16 +305,17 @@ def create_app(state: SimState) -> Starlette:
         Route("/v1/models", models, methods=["GET"]),
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-        Route("/tokenize", tokenize, methods=["POST"]),
-        Route("/detokenize", detokenize, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics_route, methods=["GET"]),
         Route("/sim/info", sim_info, methods=["GET"]),
         Route("/sim/probe", resolution.probe, methods=["POST"]),
     ]
+    if engine.tokenize:
+        routes += [Route("/tokenize", tokenize, methods=["POST"]),
+                   Route("/detokenize", detokenize, methods=["POST"])]
     handlers = {"version": version, "load": load, "health_generate": health_generate,
                 "model_info": model_info, "server_info": server_info, "tokenize": tokenize,
-                "detokenize": detokenize}
+                "detokenize": detokenize, "prometheus_metrics": prometheus_metrics}
     routes += [Route(path, handlers[name], methods=[method])
                for path, name, method in engine.routes]
     if engine.native_api:
@@ -337,6 +343,7 @@ def create_app(state: SimState) -> Starlette:
                           admit_window_s=cfg.admit_window_ms / 1e3,
                           slots_per_request=engine.slots_per_request(cfg, state.pool))
         state.core = core
+        engine.attach(core, cfg)
         core.start()
 
         async def become_ready() -> None:

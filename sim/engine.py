@@ -101,6 +101,10 @@ class EngineCore:
         self._window_end = 0.0       # wall time the last admit window closed
         self._ids = itertools.count()
         self._task: asyncio.Task | None = None
+        # called after every iteration with (kind "prefill" | "decode", steps, wall seconds of
+        # one step, requests in it, requests it finished, prompt tokens it prefilled): an engine
+        # that reports per-iteration statistics (TensorRT-LLM's JSON /metrics) records them
+        self.on_step: Callable[[str, int, float, int, int, int], None] | None = None
 
     # ------------------------------------------------------------------ public
     def start(self) -> None:
@@ -270,6 +274,10 @@ class EngineCore:
             r.event.set()
         self._settle()
         stats.sample_throughput(now)
+        if self.on_step is not None:
+            done = sum(1 for r in batch if r.state == DONE and not r.aborted)
+            self.on_step("prefill", 1, max(dur, 0.0) * self.scale, len(batch), done,
+                         prompt - cached)
 
     async def _decode(self, loop: asyncio.AbstractEventLoop) -> None:
         running = self.running
@@ -302,11 +310,13 @@ class EngineCore:
             r.event.set()
         stats.generation_tokens += n * b
         self._ctx_sum += n * b
+        finished = 0
         if done:
             keep = []
             for r in running:
                 if r.produced >= r.n_out:
                     self._finish(r, now)
+                    finished += 1
                     self.reserved -= r.units
                     self._ctx_sum -= r.prompt_len + r.produced
                 else:
@@ -314,6 +324,8 @@ class EngineCore:
             self.running = keep
             self._settle()
         stats.sample_throughput(now)
+        if self.on_step is not None:
+            self.on_step("decode", n, step, b, finished, 0)
         if n > 1:
             await asyncio.sleep(0)      # let the streams write before the next burst
 

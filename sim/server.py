@@ -59,6 +59,10 @@ def serve(cfg: SimConfig, model: CostModel, tok: Tokenizer = BUILTIN) -> int:
     except ValueError as exc:
         log(str(exc), level="ERROR")
         return 1
+    if timer.priors_only:
+        log(f"engine-advisor sim: the cost model has no data for {cfg.engine} (it has "
+            f"{', '.join(model.engine_names)}): step times are its physics priors, uncalibrated",
+            level="WARNING")
     if cfg.oom_active:
         log(f"memory fraction {cfg.mem_fraction} >= {cfg.oom_threshold}: about "
             f"{cfg.oom_rate:.0%} of requests will fail with CUDA out of memory", level="WARNING")

@@ -24,9 +24,9 @@ class StepTimer:
 
     def __init__(self, model: CostModel, engine: str, gpu: GpuSpec, shape: ModelShape,
                  tp: int, dcp: int = 1):
-        if engine not in model.engine_names:
-            raise ValueError(f"the cost model has no coefficients for engine {engine!r} "
-                             f"(it has {', '.join(model.engine_names)})")
+        # an engine the model has no data for (TensorRT-LLM until calibrated) steps at the
+        # physics priors, as the recommender predicts it (``Predictor.coefficients``)
+        self.priors_only = engine not in model.engine_names
         self.model = model
         self.coef = predictor_for(model).coefficients(engine, gpu.name, shape.key)[0]
         self.coef_prefill = self.coef[:N_PREFILL].tolist()

@@ -4,7 +4,9 @@
   ``num_gpu_blocks`` x ``block_size``, ``enable_prefix_caching``, ``gpu_memory_utilization``,
   ``kv_cache_max_concurrency``); SGLang ``/metrics`` (``--enable-metrics``):
   ``sglang:max_total_num_tokens``, and on a hybrid model the state pool's slots (free +
-  evictable + in use: ``sglang:mamba_{available,evictable,used}_tokens``);
+  evictable + in use: ``sglang:mamba_{available,evictable,used}_tokens``); TensorRT-LLM's
+  JSON ``/metrics`` (iteration stats: ``kvCacheStats``) and ``/prometheus/metrics``
+  (``trtllm_kv_cache_max_blocks`` x ``trtllm_kv_cache_tokens_per_block``);
 - SGLang ``/get_server_info``: ``max_total_num_tokens``, ``chunked_prefill_size``,
   ``max_prefill_tokens``, ``disable_radix_cache``, ``load_format``, ``mem_fraction_static``,
   ``max_running_requests`` (the server argument: as launched), its scheduler's
@@ -18,6 +20,7 @@ import re
 from typing import Any
 
 from engine_advisor.calibration.sweep.engine_facts import EngineFacts, stated_bool
+from engine_advisor.calibration.sweep.trtllm_facts import parse_iteration_stats, prometheus_facts
 
 
 def parse_sglang_server_info(info: Any, source: str = "server_info") -> EngineFacts:
@@ -94,10 +97,15 @@ _SLOT_GAUGES = ("sglang:mamba_available_tokens", "sglang:mamba_evictable_tokens"
 
 def parse_metrics(text: str, source: str = "metrics") -> EngineFacts:
     """vLLM's ``vllm:cache_config_info`` labels; SGLang's ``sglang:max_total_num_tokens`` and a
-    hybrid model's state slots (free + evictable + in use)."""
-    f = EngineFacts()
+    hybrid model's state slots (free + evictable + in use); TensorRT-LLM's JSON iteration stats
+    or its Prometheus KV blocks (``engine_advisor.calibration.sweep.trtllm_facts``)."""
+    stats = parse_iteration_stats(text, source)
+    if stats is not None:
+        return stats
+    samples = metric_samples(text)
+    f = prometheus_facts(samples, source)
     slots: dict[str, float] = {}
-    for name, labels, value in metric_samples(text):
+    for name, labels, value in samples:
         if name == "vllm:cache_config_info":
             def num(key: str, labels: dict[str, str] = labels) -> int | None:
                 v = labels.get(key, "")

@@ -15,7 +15,10 @@ chunked_prefill_size=8192, max_prefill_tokens=16384, max_running_requests=66, ..
 is allocated. max_mamba_cache_size: 330, conv_state size: 0.55GB, ssm_state size: 23.27GB".
 SGLang's "GB" are GiB (it divides by 2**30).
 
-Both logs' JIT compiles go to ``EngineFacts.jit`` (``engine_advisor.calibration.sweep.engine_jit``).
+TensorRT-LLM: ``engine_advisor.calibration.sweep.trtllm_facts``.
+
+Every log's JIT compiles go to ``EngineFacts.jit``
+(``engine_advisor.calibration.sweep.engine_jit``).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import re
 
 from engine_advisor.calibration.sweep.engine_facts import EngineFacts, stated_bool
 from engine_advisor.calibration.sweep.engine_jit import jit_events
+from engine_advisor.calibration.sweep.trtllm_facts import parse_trtllm_log
 
 
 def _num(text: str) -> float:
@@ -185,4 +189,4 @@ def parse_log(engine: str, text: str, source: str = "log") -> EngineFacts:
 
 # What each engine's start-up log says, by engine name (an engine added to model/engines gets its
 # parser here: its log lines are this job's knowledge, not the model's)
-LOG_PARSERS = {"vllm": parse_vllm_log, "sglang": parse_sglang_log}
+LOG_PARSERS = {"vllm": parse_vllm_log, "sglang": parse_sglang_log, "trtllm": parse_trtllm_log}

@@ -1,7 +1,8 @@
 """Every source of an engine's facts at hand, merged into one ``EngineFacts`` (``gather``: the
 live endpoints first, then the launch command, then the start-up log); what the command of an
 engine the sweep launched (``--launch``) sets (``command_facts``: ``--load-format`` and the
-engine's running-request flag, vLLM ``--max-num-seqs``, SGLang ``--max-running-requests``); and a
+engine's running-request flag, vLLM ``--max-num-seqs``, SGLang ``--max-running-requests``,
+TensorRT-LLM ``--max_batch_size``); and a
 dataset row's ``weights`` from them (``weights_of``).
 """
 
@@ -16,8 +17,9 @@ from engine_advisor.calibration.sweep.engine_logs import parse_log
 from engine_advisor.model import engines
 
 # Engines that run with the running-request limit they were launched with (SGLang may lower
-# it to what its KV and state pools hold, and says so)
-RUNS_AS_LAUNCHED = {"vllm"}
+# it to what its KV and state pools hold, and says so; TensorRT-LLM's --max_batch_size is its
+# scheduler's limit as given)
+RUNS_AS_LAUNCHED = {"vllm", "trtllm"}
 
 
 class FactsError(CalibrationError, ValueError):
@@ -29,7 +31,7 @@ def _flag_value(command: list[str], flag: str) -> str | None:
     value = None
     for i, part in enumerate(command):
         name, eq, rest = part.partition("=")
-        if not name.startswith("--") or name.replace("_", "-") != flag:
+        if not name.startswith("--") or name.replace("_", "-") != flag.replace("_", "-"):
             continue
         if eq:
             value = rest

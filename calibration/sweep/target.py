@@ -191,6 +191,12 @@ class Targets:
             async with self.client(url, 10.0) as client:
                 try:
                     r = await client.get("/metrics")
+                    if r.status_code == 200 and r.text.lstrip().startswith("["):
+                        # TensorRT-LLM: JSON iteration stats, drained by each call (empty when
+                        # idle); its Prometheus page, when served, keeps the KV blocks
+                        p = await client.get("/prometheus/metrics")
+                        if p.status_code == 200:
+                            return p.text
                 except httpx.HTTPError:
                     return None
                 return r.text if r.status_code == 200 else None

@@ -3,12 +3,12 @@ one). ``get(name)`` returns its ``SimEngine``."""
 
 from __future__ import annotations
 
-from engine_advisor.sim.engines import sglang, vllm
+from engine_advisor.sim.engines import sglang, trtllm, vllm
 from engine_advisor.sim.engines.base import SimEngine
 
 __all__ = ["SimEngine", "get", "names"]
 
-REGISTRY: dict[str, SimEngine] = {e.name: e for e in (vllm.ENGINE, sglang.ENGINE)}
+REGISTRY: dict[str, SimEngine] = {e.name: e for e in (vllm.ENGINE, sglang.ENGINE, trtllm.ENGINE)}
 
 
 def get(name: str) -> SimEngine:

@@ -51,6 +51,9 @@ class SimEngine:
     # extra GET/POST routes: (path, handler name in engine_advisor.sim.app.create_app, method)
     routes: tuple[tuple[str, str, str], ...]
     native_api: bool                # the engine's native API (sim/native.py: /generate ...)
+    tokenize: bool = True           # serves /tokenize and /detokenize (TensorRT-LLM does not)
+    json_metrics: bool = False      # GET /metrics answers JSON (``iteration_stats``), not text
+    health_generate_text: str = ""  # the body of a good /health_generate
 
     @property
     def name(self) -> str:
@@ -87,6 +90,14 @@ class SimEngine:
         return not cfg.disable_prefix_caching
 
     # ---------------------------------------------------------------- metrics
+    def attach(self, core: EngineCore, cfg: SimConfig) -> None:
+        """Called once the engine core exists (before it serves): an engine that records
+        per-iteration statistics hooks ``core.on_step`` here."""
+
+    def iteration_stats(self, core: EngineCore) -> list:
+        """The JSON ``/metrics`` answer of an engine with ``json_metrics``."""
+        return []
+
     def cache_info(self, pool: Pool, max_model_len: int) -> dict[str, str]:
         """Labels of the engine's cache-configuration metric that follow from its pool."""
         return {}
