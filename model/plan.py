@@ -371,6 +371,10 @@ def _plan_class(model: CostModel, req: PlanRequest, i: int,
     memory = memory_reason(e.config.engine, p.mem_fraction, w, q.shape, flags)
     if memory:
         why = [*why, memory]
+    if p.calibration_note:
+        why = [*why, f"{e.config.engine} calibrated: false: {p.calibration_note}"]
+    if rules.dcp_note and e.config.dcp_size > 1:
+        why = [*why, f"{e.config.engine} dcp > 1: {rules.dcp_note}"]
     return ClassPlan(
         index=i, name=c.name, context_tokens=c.context_tokens, output_tokens=c.output_tokens,
         requests_per_second=c.requests_per_second, engine=e.config.engine,

@@ -85,6 +85,9 @@ class ConfigPrediction(BaseModel):
     ineligible_reason: str | None = Field(
         default=None, description="why it may not be chosen (not even one sequence fits, or "
         "no calibration data for the hardware without allow_extrapolation); null when eligible")
+    calibration_note: str | None = Field(
+        default=None, description="why calibrated is false where the engine has no calibration "
+        "data anywhere (TensorRT-LLM: its predictions are the physics priors); null otherwise")
 
 
 class ConfigRef(BaseModel):

@@ -9,6 +9,7 @@ import orjson
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from engine_advisor.model.arch import PRESETS, ArchConfigError, from_hf_config
+from engine_advisor.model.engines import defaults as default_engines
 from engine_advisor.model.engines import names as engine_names
 from engine_advisor.model.hardware.gpus import BUILTIN_GPUS, GpuSpec
 from engine_advisor.model.jsonnum import JsonModel
@@ -127,13 +128,14 @@ class Workload(JsonModel):
         hashable: workloads with equal keys are one query at different sizes
         (``engine_advisor.model.queries.query_for``). ``model`` names the launch command's model,
         and a config.json's model (its calibration key, ``ModelShape.key``): only with ``hf_config``
-        is it one. Without ``engines``, the registered engines'."""
+        is it one. Without ``engines``, the engines considered by default
+        (``engine_advisor.model.engines.defaults``)."""
         r = self.requirements
         return (self.preset, self.kv_bytes_per_token,
                 (orjson.dumps(self.hf_config, option=orjson.OPT_SORT_KEYS), self.model)
                 if self.hf_config is not None else None,
                 self.kv_cache_dtype, self.model_weight_bytes, self.gpu,
-                self.num_gpus, tuple(self.engines) if self.engines else engine_names(),
+                self.num_gpus, tuple(self.engines) if self.engines else default_engines(),
                 tuple(self.dcp_sizes) if self.dcp_sizes else None,
                 tuple(r.__dict__.values()) if r is not None else None, self.allow_extrapolation)
 

@@ -75,7 +75,7 @@ def explain(w: Workload, shape: ModelShape, fractions: dict[str, float],
              if pool > 0 else "")
     if all(weights + pool >= u for u in usable.values()):
         field = "num_gpus"
-        parts = [f"{e} {u / GB:.1f} GB ({engines.get(e).mem_flag} {fractions[e]:.2f} x "
+        parts = [f"{e} {u / GB:.1f} GB ({_flag(e)} {fractions[e]:.2f} x "
                  f"{mem / GB:.1f} GB"
                  + (f" less its {reserve[e] / GB:.1f} GB reserve" if reserve[e] else "")
                  + ")" for e, u in usable.items()]
@@ -93,7 +93,7 @@ def explain(w: Workload, shape: ModelShape, fractions: dict[str, float],
                  f"needs {seq * per_token / GB:.2f} GB of KV per GPU ({per_token:,.0f} B per "
                  f"token per GPU with {engine} dcp {dcp}, the largest capacity), and "
                  f"{max(left, 0.0) / GB:.2f} GB is left after {weights / GB:.1f} GB of "
-                 f"weights per GPU{state} ({engines.get(engine).mem_flag} "
+                 f"weights per GPU{state} ({_flag(engine)} "
                  f"{fractions[engine]:.2f}): "
                  f"{cap:,} tokens")
     fixes = suggestions(w, shape, fractions, dcps_for)
@@ -137,6 +137,14 @@ def suggestions(w: Workload, shape: ModelShape, fractions: dict[str, float],
     return out
 
 
+def _flag(engine: str) -> str:
+    """How the fractions here are named for ``engine``: its memory flag where the flag is a
+    share of the whole GPU, else "memory fraction" (TensorRT-LLM's flag is a share of the
+    free memory: the launch command converts it)."""
+    e = engines.get(engine)
+    return e.mem_flag if e.flag_fraction is None else "memory fraction"
+
+
 def _higher_fraction(w: Workload, shape: ModelShape, fractions: dict[str, float],
                      dcps_for: DcpsFor) -> str | None:
     """The lowest memory fraction above an engine's own, below the published OOM point, at
@@ -152,5 +160,5 @@ def _higher_fraction(w: Workload, shape: ModelShape, fractions: dict[str, float]
     if not found:
         return None
     g, e, f = min(found)
-    return (f"{e} at {engines.get(e).mem_flag} {g:.2f} instead of the chosen {f:.2f} "
+    return (f"{e} at {_flag(e)} {g:.2f} instead of the chosen {f:.2f} "
             f"(out-of-memory retries were published at {OOM_THRESHOLD:.2f})")

@@ -1,7 +1,8 @@
 """The serving engines engine-advisor knows, one module each (README.md: how to add one).
 
 ``get(name)`` returns an engine's ``Engine`` record, ``names()`` every registered name in the
-order recommendations list them, ``defaults()`` those a workload naming no engines considers. Resolve the record once per configuration, not per row.
+order recommendations list them, ``defaults()`` those a workload naming no engines considers.
+Resolve the record once per configuration, not per row.
 """
 
 from __future__ import annotations

@@ -228,6 +228,8 @@ class Query:
         # the one reason for every configuration without calibration data; None: none is held
         uncalibrated = None if anyway else self.uncalibrated_why
         seq = ctx + w.output_tokens
+        # why an engine that cannot be calibrated here is not (Engine.uncalibrated_note)
+        notes = {e: engines.get(e).uncalibrated_note or None for e in {f[1] for f in self.fixed}}
         out = []
         for (c, engine, dcp, calibrated, transferred, fraction), t in zip(self.fixed, table,
                                                                           strict=True):
@@ -259,7 +261,8 @@ class Query:
                     "dcp_read": dcp_read, "state": state, "tp_comm": tp_comm,
                     "dcp_comm": dcp_comm, "dcp_fixed": dcp_fixed, "layer_fixed": layer,
                     "moe_fixed": moe_fixed, "seq_fixed": seq_fixed, "step_fixed": step},
-                "eligible": eligible, "ineligible_reason": why}),
+                "eligible": eligible, "ineligible_reason": why,
+                "calibration_note": None if calibrated else notes[engine]}),
                 eligible, (int(run0), int(cap0), LIMITS[int(binds0)]) if knob else None)))
         return out
 
