@@ -160,12 +160,14 @@ def _served_model_args(p: argparse.ArgumentParser) -> None:
 
 def _register_import(csub: argparse._SubParsersAction) -> None:
     p = csub.add_parser(
-        "import", help="turn vllm bench serve / SGLang bench_serving files into dataset rows",
+        "import", help="turn vllm bench serve / SGLang bench_serving / TensorRT-LLM "
+                       "benchmark_serving and trtllm-bench files into dataset rows",
         description="Read benchmark result files and write dataset rows. Per-request arrays "
                     "(--output-details) are used when present. Flags supply what the files lack.")
     p.add_argument("files", nargs="*", metavar="FILE")
     p.add_argument("--format", required=True,
-                   choices=("vllm-bench", "sglang-bench", "aiconfigurator"),
+                   choices=("vllm-bench", "sglang-bench", "trtllm-serving", "trtllm-bench",
+                            "aiconfigurator"),
                    help="aiconfigurator: a GPU profile (JSON) from aiconfigurator-core's "
                         "measured per-op tables (needs --system; no FILE)")
     p.add_argument("--out", required=True, metavar="CSV",

@@ -11,6 +11,9 @@
   ``random_output_len``, ``server_info`` (the server's ``/server_info``: ``tp_size``,
   ``dcp_size``, ``mem_fraction_static``, ``version``, ``max_total_num_tokens``) and, with
   ``--output-details``, the per-request arrays.
+- ``trtllm-serving`` and ``trtllm-bench``: TensorRT-LLM's ``benchmark_serving`` JSON (vLLM's
+  keys) and ``trtllm-bench --report_json`` reports
+  (``engine_advisor.calibration.sweep.import_trtllm``).
 
 What a file says about the server (TP size, DCP size, memory fraction, version) fills the row;
 a flag that says otherwise is an error naming both values unless ``override`` (``--override``)
@@ -63,6 +66,8 @@ from engine_advisor.calibration.errors import CalibrationError
 from engine_advisor.calibration.sweep.engine_facts import EngineFacts
 from engine_advisor.calibration.sweep.engine_sources import FactsError, weights_of
 from engine_advisor.calibration.sweep.honesty import overhead_warnings, resolution_of
+from engine_advisor.calibration.sweep.import_trtllm import FORMATS as TRTLLM_FORMATS
+from engine_advisor.calibration.sweep.import_trtllm import ReportError, bench_report
 from engine_advisor.calibration.sweep.served_model import ServedModelError, resolve_served_model
 from engine_advisor.calibration.sweep.streams import Stream, stream_times
 from engine_advisor.model.diskio import atomic_write, file_kind
@@ -138,6 +143,8 @@ def _array(obj: dict[str, Any], key: str, n: int, where: tuple[str, int]) -> lis
 def _engine(obj: dict[str, Any], fmt: str, d: Defaults, where: tuple[str, int]) -> str:
     if d.engine:
         return d.engine
+    if fmt in TRTLLM_FORMATS:           # TensorRT-LLM's own tools (backend "openai")
+        return "trtllm"
     backend = str(obj.get("backend") or "").lower()
     for prefix, engine in ENGINE_OF_BACKEND:
         if backend.startswith(prefix) and engine:
@@ -411,8 +418,17 @@ def read_file(path: str, fmt: str, d: Defaults) -> list[Measurement]:
         raise BenchFileError(path, 0, f"cannot read ({exc.strerror})") from None
     except UnicodeDecodeError:
         raise BenchFileError(path, 0, "not UTF-8 text") from None
-    if fmt == "vllm-bench":
+    if fmt in ("vllm-bench", "trtllm-serving"):
         return [entry_to_row(obj, fmt, d, (path, line)) for line, obj in _json_objects(path, text)]
+    if fmt == "trtllm-bench":
+        rows = []
+        for line, obj in _json_objects(path, text):
+            try:
+                entry = bench_report(obj, d.batch_size)
+            except ReportError as exc:
+                raise BenchFileError(path, line, str(exc)) from None
+            rows.append(entry_to_row(entry, fmt, d, (path, line)))
+        return rows
     rows = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():

@@ -144,9 +144,15 @@ async def choose(st: Routing, pools: Pools, loaded: LoadedModel, req: ProxyReque
                         n = local_count(st.tokenizer, req)
                     method, decision = "tokenizer", None
                 else:
-                    asker = min((u for u in cands if u.available(now)),
-                                key=lambda u: u.in_flight)
-                    counted = await upstream_count(asker, req, cfg.tokens.tokenize_timeout_s)
+                    # the least loaded upstream with a /tokenize; one that turns out to have
+                    # none (404: trtllm-serve) hands the question to the next
+                    counted = None
+                    for asker in sorted((u for u in cands if u.available(now) and u.tokenize),
+                                        key=lambda u: u.in_flight):
+                        counted = await upstream_count(asker, req,
+                                                       cfg.tokens.tokenize_timeout_s)
+                        if counted is not None or asker.tokenize:
+                            break
                     if counted is not None:
                         n, method = counted, "upstream"
                         decision = None

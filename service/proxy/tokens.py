@@ -14,7 +14,8 @@ In order of preference:
    ``engine-advisor[tokenizer]``), off the event loop for a long prompt. Chat requests count
    the message contents plus ``CHAT_OVERHEAD`` tokens per message for the template.
 4. ``upstream``: else POST ``/tokenize`` of an upstream serving the model (vLLM and SGLang have
-   it); the estimate stands when /tokenize fails.
+   it; TensorRT-LLM's ``trtllm-serve`` has none: an upstream that answers 404 or 405 is not
+   asked again); the estimate stands when /tokenize fails.
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ async def upstream_count(up: Upstream, req: ProxyRequest, timeout: float) -> int
     try:
         r = await up.client.post(up.url + "/tokenize", content=json.dumps(payload).encode(),
                                  headers=headers, timeout=timeout)
+        if r.status_code in (404, 405):
+            up.tokenize = False         # no such route: never asked again
         if r.status_code != 200:
             return None
         data = r.json()

@@ -299,6 +299,8 @@ class Upstream:
     last_error: str | None = None
     not_before: float = 0.0     # Retry-After: no requests before this monotonic time
     picked: int = 0             # when it was last picked (ties of in-flight go round-robin)
+    tokenize: bool = True       # serves /tokenize (False once it answered 404 or 405: an
+                                # engine without one, TensorRT-LLM's trtllm-serve)
     name: str = field(init=False, default="")    # spec.name, fixed for the upstream's life
     # its timeouts.idle_s, end_grace_s and keepalive_s (its own, else the file's): ``timing``
     idle_s: float = field(init=False, default=60.0)
