@@ -1,7 +1,7 @@
 """The what-if page: ``GET /ui`` (``/`` redirects there) and its static files.
 
 The page is plain HTML + JS + CSS shipped in the package (service/ui/); it calls only the
-public REST API. The choice lists (presets, GPUs, KV dtypes, vendors) are rendered into the
+public REST API. The choice lists (presets, GPUs, KV dtypes, vendors, engines) are rendered into the
 page from the same catalogues that validate the workload, so they never drift from the API.
 """
 
@@ -15,6 +15,7 @@ from typing import get_args
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from engine_advisor.model import engines
 from engine_advisor.model.arch import PRESETS
 from engine_advisor.model.hardware.gpus import BUILTIN_GPUS
 from engine_advisor.model.kv import KvDtype
@@ -43,6 +44,23 @@ def _options(values, default: str | None = None, blank: str | None = None) -> st
     return "".join(out)
 
 
+def _engine_options() -> str:
+    """The engines a workload may name: the default set (blank), every engine together, and
+    each alone; an engine known by its priors only is marked so."""
+    def label(name: str) -> str:
+        e = engines.get(name)
+        return e.label + (" (priors only)" if e.uncalibrated_note else "")
+
+    every = engines.names()
+    choices = [(",".join(every), ", ".join(label(n) for n in every))] if every != (
+        engines.defaults()) else []
+    choices += [(n, label(n)) for n in every]
+    out = [f'<option value="">{html.escape(" and ".join(label(n) for n in engines.defaults()))}'
+           "</option>"]
+    out += [f'<option value="{html.escape(v)}">{html.escape(t)}</option>' for v, t in choices]
+    return "".join(out)
+
+
 @cache
 def page() -> str:
     vendors = get_args(get_args(Requirements.model_fields["hardware_vendor"].annotation)[0])
@@ -51,6 +69,7 @@ def page() -> str:
         "{{GPUS}}": _options(list(BUILTIN_GPUS), "B300"),
         "{{KV_DTYPES}}": _options(get_args(KvDtype), "bf16"),
         "{{VENDORS}}": _options(vendors, blank="any"),
+        "{{ENGINES}}": _engine_options(),
     }
     text = (UI_DIR / "index.html").read_text(encoding="utf-8")
     for key, value in fill.items():

@@ -5,7 +5,7 @@ import {$, $$, h} from "./dom.js";
 // Workload fields kept in the URL query and sent to the API, by kind.
 const FIELDS = {context_tokens: "int", output_tokens: "int", batch_size: "int",
                 num_gpus: "int", gpu: "str", preset: "str", kv_cache_dtype: "str",
-                model: "str", allow_extrapolation: "bool"};
+                model: "str", engines: "list", allow_extrapolation: "bool"};
 const REQUIREMENTS = {hardware_vendor: "str", quantization: "str",
                       speculative_method: "str", prefix_reuse_share: "num",
                       pipeline_parallel: "bool", lora: "bool", dp_attention: "bool"};
@@ -23,6 +23,7 @@ function read(name, kind) {
   const raw = node.value.trim();
   if (raw === "") return undefined;
   if (kind === "str") return raw;
+  if (kind === "list") return raw.split(",");
   const num = Number(raw);
   return Number.isFinite(num) ? num : raw;   // the API names what is wrong with a non-number
 }
@@ -59,7 +60,7 @@ function modelFields() {
       throw {param: "hf_config", message: "hf_config: paste or upload the model's config.json"};
     }
   }
-  for (const k of ["kv_cache_dtype", "model", "gpu", "allow_extrapolation"]) {
+  for (const k of ["kv_cache_dtype", "model", "gpu", "engines", "allow_extrapolation"]) {
     const v = read(k, FIELDS[k]);
     if (v !== undefined) out[k] = v;
   }

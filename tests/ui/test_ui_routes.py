@@ -62,3 +62,13 @@ def test_assets_reference_nothing_outside_the_service():
 def test_ui_is_not_in_the_api_schema(client):
     paths = client.get("/openapi.json").json()["paths"]
     assert not any(p == "/" or p.startswith("/ui") for p in paths)
+
+
+def test_page_lists_the_engines_a_workload_may_name(client):
+    page = client.get("/ui").text
+    # blank: the default set (vLLM and SGLang); TensorRT-LLM only when chosen, marked a prior
+    assert '<select id="f-engines" name="engines" data-param="engines">' in page
+    assert '<option value="">vLLM and SGLang</option>' in page
+    assert ('<option value="vllm,sglang,trtllm">vLLM, SGLang, TensorRT-LLM (priors only)'
+            '</option>') in page
+    assert '<option value="trtllm">TensorRT-LLM (priors only)</option>' in page
