@@ -286,11 +286,16 @@ class Engine:
         (``ModelShape.attention``: mla, gqa, mha, unknown) and KV heads, or None. DCP stripes
         a TP group's KV over ``dcp`` ranks, so ``dcp`` divides ``tp``; GQA/MHA KV heads
         replicated over the TP group must be replicated a multiple of ``dcp`` times; an engine
-        with ``dcp_gpu_families`` runs DCP > 1 on those GPU families (``gpu_family``) only."""
+        with ``dcp_gpu_families`` runs DCP > 1 on those GPU families (``gpu_family``) only, and
+        one whose DCP is experimental (``dcp_note``) not on a model of unknown attention."""
         if tp % dcp:
             return f"dcp {dcp} does not divide the tensor-parallel size {tp}"
         if dcp == 1:
             return None
+        if attention == "unknown" and self.dcp_note:
+            return (f"{self.label}'s DCP > 1 runs on {', '.join(sorted(self.dcp_attention))} "
+                    "attention only, and this model's attention is unknown (only its KV bytes "
+                    "per token are given)")
         if attention == "mla" and "mla" not in self.dcp_attention:
             return f"{self.label} implements DCP for GQA/MHA attention only; this model uses MLA"
         if attention in ("gqa", "mha"):

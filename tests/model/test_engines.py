@@ -153,6 +153,11 @@ def test_trtllm_runs_dcp_on_blackwell_only():
         "TensorRT-LLM runs DCP > 1 on blackwell GPUs only; this GPU is hopper")
     assert e.dcp_constraint(8, 8, "mla", 1) == (
         "TensorRT-LLM runs DCP > 1 on blackwell GPUs only; this GPU is of an unknown family")
+    # Helix needs MLA: a model known only by its KV bytes per token gets none
+    assert e.dcp_constraint(8, 8, "unknown", 0, "blackwell") == (
+        "TensorRT-LLM's DCP > 1 runs on mla attention only, and this model's attention is "
+        "unknown (only its KV bytes per token are given)")
+    assert e.dcp_constraint(1, 8, "unknown", 0, "hopper") is None
 
 
 def test_every_engine_has_a_simulator_engine():
