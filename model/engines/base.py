@@ -31,11 +31,12 @@ NO_STATE, PAGED, SPLIT = 0, 1, 2
 @dataclass(frozen=True)
 class HybridShape:
     """What an engine's memory planner reads of a served model with linear-attention layers,
-    per GPU at its TP size (plain numbers: the engine modules import nothing of the model)."""
+    or with sliding-window layers beside full-attention ones, per GPU at its TP size (plain
+    numbers: the engine modules import nothing of the model)."""
 
     n_full: int                      # full-attention layers (their KV grows with the context)
     n_linear: int                    # linear-attention (KDA, GDN, Mamba2) layers
-    linear_kind: str                 # "kda" | "gdn" | "mamba2"
+    linear_kind: str                 # "kda" | "gdn" | "mamba2" ("" without linear layers)
     attention: str                   # "mla" | "gqa" | "mha"
     attn_token_layer_bytes: float    # KV bytes of one token in one full-attention layer
     conv_elems: float                # short-convolution state elements of one layer
@@ -45,6 +46,16 @@ class HybridShape:
     gpu_family: str                  # "hopper" | "blackwell" | ...
     gpu_memory_gib: float
     max_model_len: int               # the context length the engine is launched for
+    # sliding-window layers (a token of one costs ``attn_token_layer_bytes``) and their window
+    # in tokens; engines pool them apart from the full-attention KV only without linear layers
+    n_window: int = 0
+    window: int = 0
+
+    @property
+    def window_pool(self) -> bool:
+        """Full-attention and sliding-window layers and no linear ones: the engines' pools for
+        windows (vLLM's sliding-window page groups, SGLang's SWA pool), not state."""
+        return self.n_linear == 0 and self.n_window > 0 and self.n_full > 0 and self.window > 0
 
 
 class MemoryKnobs(NamedTuple):
@@ -101,6 +112,8 @@ class StateLayout:
     default_running: float = 0.0
     graph_bytes: float = 0.0     # CUDA graphs' memory the engine profiles and sets aside
     notes: tuple[str, ...] = ()
+    windows: bool = False        # the "state" is sliding windows' KV (``HybridShape.window_pool``)
+    report_units: float = 0.0    # fixed units a request counts in the reported capacity (0: same)
 
 
 class PrefixReuse(BaseModel):

@@ -27,6 +27,15 @@ slots // 5 requests run (three slots each for the radix cache, two ping-pong slo
 overlap scheduler; one with the radix cache off): "max_running_requests was reduced from the
 requested 128 to ..." (the real H200 log of Qwen3-Next-80B-A3B: 330 slots, 66 running). DCP
 multiplies the KV tokens, not the state.
+
+Sliding-window layers beside full-attention ones (no linear layers: ``window_layout``;
+``model_runner_kv_cache_mixin.py``'s ``set_num_tokens_hybrid_swa``): the memory after weights
+is counted in tokens of every attention layer, then split so that the SWA pool holds
+``--swa-full-tokens-ratio`` (default 0.8) tokens for each token of the full pool: full tokens =
+rest / (full layers + 0.8 x window layers) / one layer's KV per token ("Use sliding window
+memory pool. full_layer_tokens=..., swa_layer_tokens=..."; ``#tokens`` is the full pool). A
+running request keeps at most its window in the SWA pool (the tokens behind it are freed), so
+the SWA pool admits about swa tokens / window requests at once.
 """
 
 from engine_advisor.model.engines.base import (
@@ -44,10 +53,22 @@ from engine_advisor.model.engines.base import (
 STATE_RATIO = 0.9        # --mamba-full-memory-ratio's default: state pool : KV pool
 SLOTS_PER_REQUEST = 5    # radix cache (3) and overlap scheduling's ping-pong slots (2)
 DEFAULT_RUNNING = 2048   # the least max_running_requests SGLang starts with when not given
+SWA_RATIO = 0.8          # --swa-full-tokens-ratio's default: SWA pool tokens : full pool tokens
+
+
+def window_layout(h: HybridShape) -> StateLayout:
+    """SGLang's SWA pool beside the full-attention KV pool (module docstring): token pools in
+    the memory ratio ``SWA_RATIO x window layers : full layers``, a request holding its window's
+    tokens of every sliding-window layer in the SWA pool, one slot a request."""
+    per_request = h.window * h.n_window * h.attn_token_layer_bytes
+    return StateLayout(SPLIT, state_bytes=0.0, unit_bytes=per_request, state_units=1,
+                       ratio=SWA_RATIO * h.n_window / h.n_full, windows=True)
 
 
 def state_layout(h: HybridShape) -> StateLayout:
     """SGLang's split of state and KV pools for a hybrid (module docstring)."""
+    if h.window_pool:
+        return window_layout(h)
     ssm = DTYPE_BYTES.get(h.ssm_dtype or "float32", 4)
     per_request = h.n_linear * (h.conv_elems * 2 + h.ssm_elems * ssm)
     return StateLayout(SPLIT, state_bytes=per_request, unit_bytes=per_request,

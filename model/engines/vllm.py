@@ -35,6 +35,11 @@ holds its sampler rows. For these hybrids it also profiles its CUDA graphs' memo
 out of the KV budget ("CUDA graph memory profiling is enabled ... equivalent to
 --gpu-memory-utilization=0.8957"): 0.43 GiB (Nemotron-3-Nano) and 0.60 GiB (Qwen3-Next) at
 ``--max-num-seqs 128`` on the H200, ``HYBRID_GRAPH_BYTES``.
+
+Sliding-window layers beside full-attention ones (no linear layers: ``window_layout``; the
+hybrid KV cache manager of ``v1/core/kv_cache_utils.py`` and ``SlidingWindowSpec``): the same
+pool of equal pages in groups of layers of one kind, a window group's request holding only the
+pages of its window and the chunk being prefilled. DCP is not taken for such models.
 """
 
 import math
@@ -53,6 +58,7 @@ from engine_advisor.model.engines.base import (
 )
 
 HYBRID_GRAPH_BYTES = 0.5 * GIB
+MAX_BATCHED_TOKENS = 8192    # vllm serve's max_num_batched_tokens: a chunk of prefill
 
 
 def kernel_block(gpu_family: str, attention: str) -> int:
@@ -66,8 +72,52 @@ def default_running(gpu_gib: float) -> int:
     return 1024 if gpu_gib >= 70 else 256
 
 
+def group_size(a: int, b: int) -> int:
+    """Layers per KV cache group of a model with ``a`` layers of one kind and ``b`` of
+    another: the smaller count, or the larger where it is under 1.5 x the smaller (fewer
+    padding layers)."""
+    lo, hi = sorted((a, b))
+    return hi if hi < 1.5 * lo else lo
+
+
+def padding_notes(group: int, *counts: int) -> list[str]:
+    """The start-up warning per kind whose layers do not fill whole groups."""
+    notes = []
+    for n in counts:
+        pad = -n % group
+        if n and pad:
+            notes.append(f"Add {pad} padding layers, may waste at most {pad / n * 100:.2f}% KV "
+                         "cache memory")
+    return notes
+
+
+def window_layout(h: HybridShape) -> StateLayout:
+    """Full-attention and sliding-window layers: groups of ``group_size`` layers of one kind
+    share one pool of equal pages (one layer's block of tokens each). A running request holds
+    ceil(tokens / block) pages per full-attention group and, per window group, the pages of its
+    last ``window - 1`` tokens plus one (the window need not start a page); the pages behind
+    the window are freed as it slides. The capacity vLLM logs counts a window group's pages
+    of ``window - 1 + MAX_BATCHED_TOKENS`` tokens plus one (``SlidingWindowSpec``'s
+    admission bound: a whole prefill chunk past the window)."""
+    block = kernel_block(h.gpu_family, h.attention)
+    group = group_size(h.n_full, h.n_window)
+    span = h.window - 1 + MAX_BATCHED_TOKENS
+    if h.max_model_len:
+        span = min(span, h.max_model_len)
+    groups = math.ceil(h.n_window / group)
+    return StateLayout(PAGED, state_bytes=0.0, unit_bytes=block * h.attn_token_layer_bytes
+                       * group, block_tokens=block,
+                       state_units=groups * (math.ceil((h.window - 1) / block) + 1),
+                       report_units=groups * (math.ceil(span / block) + 1),
+                       attn_units=math.ceil(h.n_full / group),
+                       default_running=default_running(h.gpu_memory_gib),
+                       notes=tuple(padding_notes(group, h.n_full, h.n_window)), windows=True)
+
+
 def state_layout(h: HybridShape) -> StateLayout:
     """vLLM's unified page pool for a hybrid (module docstring)."""
+    if h.window_pool:
+        return window_layout(h)
     if h.linear_kind == "kda":
         ssm = 4                                   # float32, hard-coded
     elif h.linear_kind == "mamba2":
@@ -81,8 +131,7 @@ def state_layout(h: HybridShape) -> StateLayout:
         align = kernel_block(h.gpu_family, h.attention)
         block = align * math.ceil(layer / (align * a))
         page = block * a
-        lo, hi = sorted((h.n_full, h.n_linear))
-        group = hi if hi < 1.5 * lo else lo
+        group = group_size(h.n_full, h.n_linear)
         notes.append(f"Setting attention block size to {block} tokens to ensure that "
                      "attention page size is >= mamba page size.")
         if page != layer:
@@ -91,11 +140,7 @@ def state_layout(h: HybridShape) -> StateLayout:
                          "equal.")
     else:
         block, page, group = 1, layer, max(h.n_linear, 1)
-    for n in (h.n_full, h.n_linear):
-        pad = -n % group
-        if n and pad:
-            notes.append(f"Add {pad} padding layers, may waste at most {pad / n * 100:.2f}% KV "
-                         "cache memory")
+    notes += padding_notes(group, h.n_full, h.n_linear)
     return StateLayout(PAGED, state_bytes=h.n_linear * layer, unit_bytes=page * group,
                        block_tokens=block, state_units=math.ceil(h.n_linear / group),
                        attn_units=math.ceil(h.n_full / group),

@@ -21,10 +21,13 @@ ROW_FIELDS = ("reserve", "fraction", "batch", "context", "output", "dcp", "share
               "default_running", "state_ratio", "state_bytes",
               # the memory knobs as launched (engine_advisor.model.engines.base.MemoryKnobs; 0: the
               # default), and whether to choose them for the workload (a recommendation's rows)
-              "max_running", "state_slots", "no_prefix_cache", "advise")
+              "max_running", "state_slots", "no_prefix_cache", "advise",
+              # the fixed units of one request in the capacity the engine reports (its own
+              # admission bound: vLLM's window pages of a whole prefill chunk)
+              "report_units")
 N_ROW_FIELDS = len(ROW_FIELDS)
 (R_MODE, R_UNIT, R_BLOCK, R_STATE_UNITS, R_ATTN_UNITS, R_DEFAULT_RUNNING, R_RATIO, R_STATE,
- R_MAX_RUNNING, R_SLOTS, R_NO_PREFIX, R_ADVISE) = range(10, N_ROW_FIELDS)
+ R_MAX_RUNNING, R_SLOTS, R_NO_PREFIX, R_ADVISE, R_REPORT_UNITS) = range(10, N_ROW_FIELDS)
 
 # Positions in engine_advisor.model.physics.terms.Physics.K, the constants of one model on one GPU
 # and TP size (a tuple of floats: unlike an array, passing it on costs no reference counting)

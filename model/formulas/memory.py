@@ -21,6 +21,7 @@ from engine_advisor.model.formulas.layout import (
     R_MODE,
     R_NO_PREFIX,
     R_RATIO,
+    R_REPORT_UNITS,
     R_SLOTS,
     R_STATE,
     R_STATE_UNITS,
@@ -72,7 +73,8 @@ def pool_of(K, rows, i, d, req, slots_req, no_prefix):
     - PAGED (vLLM): pool blocks = budget // (page x layers per group), less the null block; a
       request holds ``attn_units`` x ceil(tokens / (block x d)) + ``state_units`` of them. The
       capacity reported is the engine's log line: the pool over one request of the model's
-      maximum length, times that length;
+      maximum length (with ``report_units`` fixed: a sliding window's pages of a whole prefill
+      chunk, where a running request keeps its window's), times that length;
     - SPLIT (SGLang): state slots = budget x r / (1 + r) // state (or as launched), the KV pool
       the rest (x d: DCP stripes tokens, not state); at most slots // ``state_units``
       requests run (// 1 with the prefix cache off), within SGLang's own limits.
@@ -88,7 +90,7 @@ def pool_of(K, rows, i, d, req, slots_req, no_prefix):
         au, blk = rows[R_ATTN_UNITS, i], rows[R_BLOCK, i]
         L = K[MAX_LEN]
         cap = np.floor(max(total, 0.0) / (au * np.ceil(np.ceil(L / d) / blk)
-                                          + rows[R_STATE_UNITS, i]) * L)
+                                          + rows[R_REPORT_UNITS, i]) * L)
         return (total - 1.0, blk * d, au, rows[R_STATE_UNITS, i], limit, cap, 0.0, 0.0)
     if mode == SPLIT:
         unit, r = rows[R_UNIT, i], rows[R_RATIO, i]

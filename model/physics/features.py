@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from engine_advisor.model import engines as engine_registry
-from engine_advisor.model.engines.base import DEFAULT_KNOBS, MemoryKnobs
+from engine_advisor.model.engines.base import DEFAULT_KNOBS, SPLIT, MemoryKnobs
 from engine_advisor.model.formulas.layout import (
     N_PREFILL,
     N_ROW_FIELDS,
@@ -27,6 +27,7 @@ from engine_advisor.model.formulas.layout import (
     R_MODE,
     R_NO_PREFIX,
     R_RATIO,
+    R_REPORT_UNITS,
     R_SLOTS,
     R_STATE,
     R_STATE_UNITS,
@@ -174,12 +175,15 @@ def static_rows(index: tuple[tuple[str, ...], np.ndarray], fraction, dcp, shape:
                           (R_ATTN_UNITS, [x.attn_units for x in layouts]),
                           (R_DEFAULT_RUNNING, [x.default_running for x in layouts]),
                           (R_RATIO, [knobs.state_ratio or x.ratio for x in layouts]),
-                          (R_STATE, [x.state_bytes for x in layouts])):
+                          (R_STATE, [x.state_bytes for x in layouts]),
+                          (R_REPORT_UNITS, [x.report_units or x.state_units for x in layouts])):
         rows[field] = np.array(values, dtype=float)[idx]
     rows[R_MAX_RUNNING] = knobs.max_running
     rows[R_SLOTS] = knobs.state_slots
     rows[R_NO_PREFIX] = float(knobs.no_prefix_cache)
-    rows[R_ADVISE] = float(advise)
+    # SGLang's state-slot knobs are a linear-attention pool's, not a sliding window's
+    rows[R_ADVISE] = np.array([float(advise and not (x.windows and x.mode == SPLIT))
+                               for x in layouts])[idx]
     return rows
 
 

@@ -71,18 +71,23 @@ def activation_peak_bytes(summary: dict | None, tp: int, seqs: int = PROFILE_SEQ
 
 def hybrid_shape(shape: ModelShape, tp: int, gpu_name: str, gpu_memory: float
                  ) -> HybridShape | None:
-    """What an engine's memory planner reads of a model with linear-attention layers, per GPU
-    at TP ``tp`` (None without them)."""
-    if not shape.n_linear_layers or not shape.linear_kind:
+    """What an engine's memory planner reads of a model with linear-attention layers or with
+    sliding-window layers beside full-attention ones, per GPU at TP ``tp`` (None without
+    either)."""
+    linear = bool(shape.n_linear_layers and shape.linear_kind)
+    windows = bool(shape.n_window_layers and shape.window_tokens and shape.n_full_layers)
+    if not linear and not windows:
         return None
     return HybridShape(
-        n_full=shape.n_full_layers, n_linear=shape.n_linear_layers,
-        linear_kind=shape.linear_kind, attention=shape.attention,
+        n_full=shape.n_full_layers, n_linear=shape.n_linear_layers if linear else 0,
+        linear_kind=shape.linear_kind if linear else "", attention=shape.attention,
         attn_token_layer_bytes=shape.kv_layer_bytes / shape.shards(tp),
         conv_elems=shape.linear_conv_elems / tp, ssm_elems=shape.linear_ssm_elems / tp,
         ssm_dtype=shape.linear_ssm_dtype, ssm_cache_dtype=shape.linear_ssm_cache_dtype,
         gpu_family=gpu_family(gpu_name), gpu_memory_gib=gpu_memory / GIB,
-        max_model_len=int(shape.max_context or 0))
+        max_model_len=int(shape.max_context or 0),
+        n_window=shape.n_window_layers if windows else 0,
+        window=shape.window_tokens if windows else 0)
 
 
 @lru_cache(maxsize=256)

@@ -68,6 +68,8 @@ class ModelShape:
     linear_prefill_bytes: float = 0.0
     linear_step_flops: float = 0.0
     window_bytes_per_seq: float = 0.0   # sliding-window KV a sequence holds at most
+    n_window_layers: int = 0            # sliding-window layers (their KV per token is a full
+    window_tokens: int = 0              # layer's, ``kv_layer_bytes``) and their window
     max_context: int | None = None      # max_position_embeddings: what engines launch for
     summary: dict = field(default_factory=dict, compare=False, hash=False)
     # engine_advisor.model.physics.terms.Physics per (silicon, tp), built on first use; a replaced
@@ -194,6 +196,8 @@ def from_architecture(arch: Architecture, kv_dtype: str) -> ModelShape:
         linear_step_flops=float(arch.linear_attn_flops_per_token),
         window_bytes_per_seq=float(arch.state_bytes_per_seq(kv_dtype)
                                    - arch.linear_state_bytes_per_seq),
+        n_window_layers=arch.n_sliding_layers if arch.sliding_window else 0,
+        window_tokens=int(arch.sliding_window or 0) if arch.n_sliding_layers else 0,
         max_context=arch.max_context, summary=arch.to_dict())
 
 

@@ -5,7 +5,9 @@ A hybrid model's start-up lines are SGLang 0.5.16's for its two pools
 (``engine_advisor.model.engines.sglang``): "Mamba Cache is allocated" (the state slots and the
 tensors' sizes, one padding slot included), "KV Cache is allocated" (the KV pool's tokens and its K
 and V tensors, one padding row included), the warning when the state slots cut a requested
-running-request limit, and the scheduler's summary with the running-request limit it starts with."""
+running-request limit, and the scheduler's summary with the running-request limit it starts with.
+A model with sliding-window layers beside full-attention ones logs its SWA pool instead ("Use
+sliding window memory pool": the full pool's tokens and the SWA pool's)."""
 
 from __future__ import annotations
 
@@ -45,6 +47,12 @@ class Sglang(SimEngine):
             f"max_mamba_cache_size={cfg.max_mamba_cache_size}, "
             f"mamba_full_memory_ratio={ratio})")
         if not hybrid(pool):
+            log(f"KV Cache is allocated. #tokens: {pool.capacity_tokens}, "
+                f"KV size: {kv_gib(cfg, pool):.2f} GB")
+            return
+        if pool.layout.windows:
+            log(f"Use sliding window memory pool. full_layer_tokens={pool.capacity_tokens}, "
+                f"swa_layer_tokens={int(pool.capacity_tokens * sglang.SWA_RATIO)}")
             log(f"KV Cache is allocated. #tokens: {pool.capacity_tokens}, "
                 f"KV size: {kv_gib(cfg, pool):.2f} GB")
             return
@@ -116,7 +124,8 @@ class Sglang(SimEngine):
         gauge(out, "sglang:max_total_num_tokens", labels, core.pool.capacity_tokens,
               "Maximum total number of tokens in the KV cache pool.")
         slots = core.pool.state_slots
-        if slots:       # the state pool, in slots: free, cached (never, here), in use
+        if slots and not core.pool.layout.windows:
+            # the state pool, in slots: free, cached (never, here), in use
             used = min(core.num_running * core.slots_per_request, slots)
             gauge(out, "sglang:mamba_usage", labels, used / slots,
                   "The token usage for Mamba layers.")
