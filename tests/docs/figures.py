@@ -339,3 +339,68 @@ def validation_kernels(ctx) -> str:
     kernels = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(kernels)
     return kernels.markdown(kernels.table())
+
+
+# ---------------------------------------------------------------- trtllm-validation.md
+SEED_CONTEXTS = (65_536, 204_800)
+
+
+def _seed_three(context: int, extrapolate: bool):
+    from engine_advisor.model.fit.default import default_model
+    from engine_advisor.model.recommend import recommend
+    from tests import seedload
+
+    m = default_model()
+    return recommend(m, seedload.workload(context, engines=["vllm", "sglang", "trtllm"],
+                                          allow_extrapolation=extrapolate), m.version)
+
+
+@figure("trtllm.seed")
+def trtllm_seed(ctx) -> str:
+    """The seed's workloads (Kimi-K3, 8 distinct prompts + 4,096 output tokens on 8 x B300) with
+    all three engines: each engine's DCP 1 and DCP 8 (TensorRT-LLM's Helix), the
+    recommendation among calibrated configurations and with extrapolation allowed."""
+    from engine_advisor.model import engines
+
+    out = ["| context | engine | DCP | total s | prefill s | TPOT ms | rank | calibrated |",
+           "|---|---|---|---|---|---|---|---|"]
+    picks = []
+    for context in SEED_CONTEXTS:
+        rec = _seed_three(context, extrapolate=False)
+        loose = _seed_three(context, extrapolate=True)
+        order = [(p.engine, p.dcp_size) for p in rec.predictions]
+        for engine in ("vllm", "sglang", "trtllm"):
+            for dcp in (1, 8):
+                p = _pred(rec, engine, dcp)
+                out.append(f"| {context:,} | {engines.get(engine).label} | {dcp} | "
+                           f"{_g(p.total_s)} | {_g(p.prefill_s)} | {_g(p.tpot_s * 1e3)} | "
+                           f"{order.index((engine, dcp)) + 1} | "
+                           f"{'yes' if p.calibrated else 'no'} |")
+        picks.append(f"{context:,}: {engines.get(rec.engine).label} DCP {rec.dcp_size} "
+                     f"(with `--allow-extrapolation`: {engines.get(loose.engine).label} DCP "
+                     f"{loose.dcp_size})")
+    if [(_seed_three(c, False).engine, _seed_three(c, False).dcp_size)
+            for c in SEED_CONTEXTS] != [("vllm", 1), ("sglang", 8)]:
+        raise Premise("the page says the calibrated recommendation stays the seed's "
+                      "(vLLM DCP 1 at 64K, SGLang DCP 8 at 200K) with TensorRT-LLM ranked")
+    return "\n".join(out) + "\n\nRecommended: " + "; ".join(picks) + "."
+
+
+@figure("trtllm.published")
+def trtllm_published(ctx) -> str:
+    """The published TensorRT-LLM rows with the default model's predicted / published ratio
+    (tests/model/test_published.py computes both)."""
+    from tests.model import test_published as tp
+
+    out = ["| id | GPU | TP | context | batch | metric | published | predicted | "
+           "predicted / published |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in tp.ROWS:
+        if r["engine"] != "trtllm":
+            continue
+        pred = tp.predicted(r["id"])
+        ratio = f"{pred / r['value']:.2f}" + (" (known miss)" if r["id"] in tp.KNOWN_MISSES
+                                              else "")
+        out.append(f"| {r['id']} | {r['gpu']} | {r['tp']} | {r['context_tokens']:,} | "
+                   f"{r['batch']} | {r['metric']} | {_g(r['value'], 2)} | {_g(pred, 2)} | "
+                   f"{ratio} |")
+    return "\n".join(out)
