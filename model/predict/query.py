@@ -180,6 +180,9 @@ class Query:
         self.excluded: tuple[Exclusion, ...] = tuple(excluded)
         self.memory = {e: pred.memory(e, self.gpu) for e in dict.fromkeys(c.engine
                                                                            for c in configs)}
+        # why an engine that cannot be calibrated here is not, while the model holds no data
+        # of it on any GPU (Engine.uncalibrated_note: TensorRT-LLM's priors)
+        self.notes = uncalibrated_notes(model, tuple(self.memory))
         self.share = w.requirements.prefix_reuse_share if w.requirements else 0.0
         self.allow_extrapolation = w.allow_extrapolation
         # why a configuration without calibration data for this hardware may not be chosen
@@ -228,8 +231,7 @@ class Query:
         # the one reason for every configuration without calibration data; None: none is held
         uncalibrated = None if anyway else self.uncalibrated_why
         seq = ctx + w.output_tokens
-        # why an engine that cannot be calibrated here is not (Engine.uncalibrated_note)
-        notes = {e: engines.get(e).uncalibrated_note or None for e in {f[1] for f in self.fixed}}
+        notes = self.notes
         out = []
         for (c, engine, dcp, calibrated, transferred, fraction), t in zip(self.fixed, table,
                                                                           strict=True):
@@ -265,6 +267,13 @@ class Query:
                 "calibration_note": None if calibrated else notes[engine]}),
                 eligible, (int(run0), int(cap0), LIMITS[int(binds0)]) if knob else None)))
         return out
+
+
+def uncalibrated_notes(model: CostModel, names: tuple[str, ...]) -> dict[str, str | None]:
+    """Per engine, why its predictions are uncalibrated where it cannot be calibrated here
+    (``Engine.uncalibrated_note``) and ``model`` holds no data of it on any GPU; else None."""
+    fitted = set(model.engine_names)
+    return {e: None if e in fitted else engines.get(e).uncalibrated_note or None for e in names}
 
 
 def holds_nothing(seq: int, engine: str, fraction: float, capacity: int) -> str:

@@ -210,3 +210,14 @@ def test_a_capacity_plan_on_trtllm_carries_its_flag_config_and_why():
         "free_gpu_memory_fraction"] == c.mem_flag_value
     assert any(r.startswith("trtllm calibrated: false:") for r in c.reasons)
     assert any("of the GPU" in r and "free after" in r for r in c.reasons)
+
+
+def test_the_note_goes_once_the_model_holds_trtllm_data():
+    """A model fitted on the user's own trtllm rows (any GPU) no longer says none exist."""
+    from types import SimpleNamespace
+
+    from engine_advisor.model.predict.query import uncalibrated_notes
+    none = uncalibrated_notes(SimpleNamespace(engine_names=["vllm"]), ("vllm", "trtllm"))
+    assert none["vllm"] is None and "cannot be installed here" in none["trtllm"]
+    some = uncalibrated_notes(SimpleNamespace(engine_names=["trtllm"]), ("vllm", "trtllm"))
+    assert some == {"vllm": None, "trtllm": None}
