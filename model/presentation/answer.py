@@ -58,9 +58,10 @@ def engine_notes(w: Workload, shape: ModelShape, d: Decision) -> list[str]:
         out.append(memory)
     for name in dict.fromkeys(e.config.engine for e in d.ranked):
         e = engines.get(name)
-        if e.uncalibrated_note and any(not x.pred.calibrated for x in d.ranked
-                                       if x.config.engine == name):
-            out.append(f"{name} calibrated: false: {e.uncalibrated_note}")
+        note = next((x.pred.calibration_note for x in d.ranked
+                     if x.config.engine == name and x.pred.calibration_note), None)
+        if note:
+            out.append(f"{name} calibrated: false: {note}")
         if e.dcp_note and any(x.config.dcp_size > 1 for x in d.ranked
                               if x.config.engine == name):
             out.append(f"{name} dcp > 1: {e.dcp_note}")
