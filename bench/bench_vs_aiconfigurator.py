@@ -68,11 +68,12 @@ def our_prediction(model, row: dict, running: bool = False):
     return p.tpot_s * 1e3, p.prefill_s * 1e3
 
 
-def compare(rows: list[dict], exclude_oom: bool = False,
-            fitting_tpot: bool = False) -> tuple[dict, dict]:
+def compare(rows: list[dict], exclude_oom: bool = False, fitting_tpot: bool = False,
+            detail: list | None = None) -> tuple[dict, dict]:
     """Ratios grouped by (model, gpu, engine), and counts of points left out. With
     ``fitting_tpot`` a point whose batch the model cannot run at once has TPOT ratio NaN
-    (counted under ``BATCH_UNFIT``)."""
+    (counted under ``BATCH_UNFIT``); ``detail``, when given, receives (row, TPOT ratio, prefill
+    ratio) of every point compared."""
     model = default_model()
     groups: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
     left_out = {"aiconfigurator out of memory": 0}
@@ -99,7 +100,23 @@ def compare(rows: list[dict], exclude_oom: bool = False,
             left_out[BATCH_UNFIT] = left_out.get(BATCH_UNFIT, 0) + 1
         groups[(row["model"], row["gpu"], row["engine"])].append(
             (tpot_ratio, prefill / float(row["ttft_ms"])))
+        if detail is not None:
+            detail.append((row, tpot_ratio, prefill / float(row["ttft_ms"])))
     return groups, left_out
+
+
+def past(detail: list, factor: float = TARGET_WITHIN) -> str:
+    """The points where the model and aiconfigurator part by more than ``factor``."""
+    lines = ["| model | GPU | context | batch | quantity | ours / aic | ours ms | aic ms |",
+             "|---|---|---|---|---|---|---|---|"]
+    for row, tpot, prefill in detail:
+        for name, ratio, aic_ms in (("TPOT", tpot, float(row["tpot_ms"])),
+                                    ("prefill", prefill, float(row["ttft_ms"]))):
+            if ratio == ratio and not 1 / factor <= ratio <= factor:
+                lines.append(f"| {row['model']} | {row['gpu']} | {int(row['context_tokens']):,} | "
+                             f"{row['batch']} | {name} | {ratio:.2f} | {ratio * aic_ms:,.1f} | "
+                             f"{aic_ms:,.1f} |")
+    return "\n".join(lines) if len(lines) > 2 else f"No point parts by more than {factor:g}x."
 
 
 def acceptance(groups: dict) -> dict[str, dict[str, float]]:
@@ -206,14 +223,18 @@ def main(argv: list[str] | None = None) -> int:
         rows = list(csv.DictReader(f))
     meta_path = args.csv.with_suffix(".json")
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-    groups, left_out = compare(rows, args.exclude_oom, fitting_tpot=args.acceptance)
+    detail: list = []
+    groups, left_out = compare(rows, args.exclude_oom, fitting_tpot=args.acceptance,
+                               detail=detail)
     oom = sum(r["oom"] == "1" for r in rows)
     note = (f"{oom} of the {len(rows)} points are ones aiconfigurator flags out of memory for its "
             "whole-batch static prefill; their latencies are included."
             if oom and not args.exclude_oom else "")
     table = markdown(groups, left_out, meta, note)
     if args.acceptance:
-        table = acceptance_markdown(groups) + "\n\n" + table
+        table = (acceptance_markdown(groups) + "\n\n" + table
+                 + "\n\nPoints past 2x (TPOT only where the batch fits at once):\n\n"
+                 + past(detail))
     print(table)
     if args.write_docs:
         write_docs(args.write_docs, table, args.markers)
