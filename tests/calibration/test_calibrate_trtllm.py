@@ -150,3 +150,21 @@ def test_calibrate_run_launches_the_trtllm_simulator_and_fit_takes_its_rows(tmp_
     model, _ = load(tmp_path / "m.json")
     assert model.engine_names == ["trtllm"]
     assert "trtllm/B300" in model.engines
+
+
+@pytest.mark.slow
+def test_calibrate_run_against_a_running_trtllm_simulator_reads_its_metrics(tmp_path, sims):
+    url = sims.start("trtllm", "--time-scale", "0.1", "--max-model-len", "65536")
+    r = cli_in_process("calibrate", "run", "--engine", "trtllm", "--url", url, "--contexts",
+                       "4096", "--batch-sizes", "1,2", "--output-tokens", "8",
+                       "--kv-bytes-per-token", "70272", "--out", str(tmp_path / "run"),
+                       "--no-progress")
+    assert r.returncode == 0, r.stderr
+    rows = read_csv(tmp_path / "run" / "dataset.csv")
+    assert [(x.engine, x.batch_size) for x in rows] == [("trtllm", 1), ("trtllm", 2)]
+    cap = SimConfig(engine="trtllm", max_model_len=65536).pool().capacity_tokens // 32 * 32
+    assert {x.kv_capacity_tokens for x in rows} == {cap}    # no log: /prometheus/metrics
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    (info,) = manifest["engines"].values()
+    assert info["version"] == "1.2.0+sim" and info["info_path"] == "/version"
+    assert info["facts"]["sources"]["kv_capacity_tokens"] == "metrics"
