@@ -43,7 +43,9 @@ generation servers of disaggregated serving (the prefill servers run CP 1), for 
 Blackwell GPUs, it pays off above 64K-token inputs at small batches, and it is a prototype
 feature (``cp_config`` is marked prototype). Here it is a DCP size > 1 on MLA models on
 Blackwell only, with a reason saying that it is experimental, decode-only and a prior; world
-size = tp x cp, so ``num_gpus`` GPUs run ``--tp_size num_gpus / cp --cp_size cp``.
+size = tp x cp, so ``num_gpus`` GPUs run ``--tp_size num_gpus / cp --cp_size cp``. The cost
+model counts the weights as sharded over all ``num_gpus``; attention weights split only
+``tp`` ways under Helix are not counted again (a known gap of the prior).
 
 Capabilities: quantization (``QuantAlgo``: FP8 per tensor / per channel / block scales, NVFP4,
 MXFP4 (W4A8 / W4A16), INT4 and INT8 weight-only, AWQ, GPTQ, SmoothQuant W8A8), speculative
