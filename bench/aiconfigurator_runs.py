@@ -57,19 +57,26 @@ MODELS: dict[str, str] = {
     "kimi-k2": "moonshotai/Kimi-K2-Instruct",
     "kimi-k3": "moonshotai/Kimi-K3",
     "nemotron-3-nano-30b-a3b": "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
+    "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B",
+    "mixtral-8x7b": "mistralai/Mixtral-8x7B-v0.1",
 }
+# the default grid's models (bench/data/aiconfigurator_estimates.csv); the others by --models
+DEFAULT_MODELS = ("llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "qwen3-32b",
+                  "qwen3-235b-a22b", "deepseek-v3", "kimi-k2", "kimi-k3")
+# run with MoE TP = TP, no EP (where aiconfigurator can)
 MOE = {"qwen3-235b-a22b", "deepseek-v3", "kimi-k2", "kimi-k3",
-       "nemotron-3-nano-30b-a3b"}  # run with MoE TP = TP, no EP (where aiconfigurator can)
+       "nemotron-3-nano-30b-a3b", "qwen3-30b-a3b", "mixtral-8x7b"}
 # approximate weight bytes (GB) of those checkpoints and KV bytes per token (bf16, all layers)
 # with the number of KV heads TP can shard (1 for MLA), only to choose TP and feasible cells
 WEIGHTS_GB = {"llama-3.1-8b": 16, "llama-3.1-70b": 141, "llama-3.1-405b": 811, "qwen3-32b": 66,
               "qwen3-235b-a22b": 470, "deepseek-v3": 690, "kimi-k2": 1030, "kimi-k3": 1450,
-              "nemotron-3-nano-30b-a3b": 63}
+              "nemotron-3-nano-30b-a3b": 63, "qwen3-30b-a3b": 61, "mixtral-8x7b": 93}
 KV_PER_TOKEN = {"llama-3.1-8b": (131_072, 8), "llama-3.1-70b": (327_680, 8),
                 "llama-3.1-405b": (516_096, 8), "qwen3-32b": (262_144, 8),
                 "qwen3-235b-a22b": (192_512, 4), "deepseek-v3": (70_272, 1),
                 "kimi-k2": (70_272, 1), "kimi-k3": (27_648, 1),
-                "nemotron-3-nano-30b-a3b": (6_144, 2)}  # 6 attention layers of 52
+                "nemotron-3-nano-30b-a3b": (6_144, 2),  # 6 attention layers of 52
+                "qwen3-30b-a3b": (98_304, 4), "mixtral-8x7b": (131_072, 8)}
 # aiconfigurator system name -> (engine-advisor GPU name, memory GB)
 GPUS: dict[str, tuple[str, float]] = {
     "h100_sxm": ("H100", 80), "h200_sxm": ("H200", 141),
@@ -200,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=Path("bench/data/aiconfigurator_estimates.csv"))
     ap.add_argument("--log", type=Path, default=None, help="progress log (default: stderr)")
-    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--models", default=",".join(DEFAULT_MODELS))
     ap.add_argument("--systems", default=",".join(GPUS))
     ap.add_argument("--engines", default=",".join(ENGINES))
     ap.add_argument("--per-combo", type=int, default=2,

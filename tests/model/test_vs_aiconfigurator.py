@@ -20,8 +20,8 @@ CSV = ROOT / "bench" / "data" / "aiconfigurator_trtllm_estimates.csv"
 sys.path.insert(0, str(ROOT / "bench"))
 import bench_vs_aiconfigurator as aic  # noqa: E402
 
-MODELS = {"llama-3.1-70b", "llama-3.1-405b", "qwen3-32b", "qwen3-235b-a22b", "deepseek-v3",
-          "kimi-k2", "nemotron-3-nano-30b-a3b"}
+MODELS = {"llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "qwen3-32b", "qwen3-30b-a3b",
+          "qwen3-235b-a22b", "mixtral-8x7b", "deepseek-v3", "kimi-k2", "nemotron-3-nano-30b-a3b"}
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +36,8 @@ def compared(rows):
 
 
 def test_grid_is_the_issues(rows):
-    """At least 4 models (an MLA MoE and a hybrid among them) x B200 / B300 / H200 x 8K / 32K /
-    128K x batch 1 / 16 / 64 at TP 8, every point TensorRT-LLM's, none missing."""
+    """At least 4 models (an MLA MoE and a hybrid among them; here 10) x B200 / B300 / H200 x
+    8K / 32K / 128K x batch 1 / 16 / 64 at TP 8, every point TensorRT-LLM's, none missing."""
     assert {r["engine"] for r in rows} == {"trtllm"}
     assert {r["tp"] for r in rows} == {"8"}
     models = {r["model"] for r in rows}
@@ -59,8 +59,8 @@ def test_targets_hold_overall_and_per_gpu(compared):
         assert 1 / 1.5 <= s["tpot_median"] <= 1.5 and 1 / 1.5 <= s["prefill_median"] <= 1.5, key
         assert s["tpot_within"] >= 0.8 and s["prefill_within"] >= 0.8, (key, s)
     # nearly every point is compared: the left-out ones are named and few
-    assert acc["all"]["prefill_points"] >= 180, left_out
-    assert acc["all"]["tpot_points"] >= 140, left_out
+    assert acc["all"]["prefill_points"] >= 260, left_out
+    assert acc["all"]["tpot_points"] >= 210, left_out
     assert set(left_out) <= {"aiconfigurator out of memory", aic.BATCH_UNFIT,
                              "does not fit H200 x 8 (weights and one sequence)"}, left_out
 
