@@ -79,3 +79,20 @@ def test_markdown_names_every_gpu_and_the_verdict(compared):
     for gpu in ("B200", "B300", "H200", "**all**"):
         assert f"| {gpu} |" in table
     assert table.count("| yes |") == 4
+
+
+def test_runner_grids():
+    """bench/aiconfigurator_runs.py: the fixed-TP grid is every cell, a MoE falls back over
+    layouts of the same GPUs, and the default grid still names the vLLM / SGLang CSV's points
+    (its documented command reproduces that file)."""
+    import aiconfigurator_runs as runs
+
+    assert runs.moe_layouts(8) == [(8, 1), (4, 2), (2, 4), (1, 8)]
+    grid = runs.full_grid(["qwen3-32b", "kimi-k2"], ["h200_sxm"], ["trtllm"], [8192, 131072],
+                          [1, 16, 64])
+    assert len(grid) == len(set(grid)) == 12
+    default = runs.grid_points(list(runs.DEFAULT_MODELS), list(runs.GPUS), list(runs.ENGINES), 2)
+    with (ROOT / "bench" / "data" / "aiconfigurator_estimates.csv").open(newline="") as f:
+        shipped = {(r["model"], r["system"], r["engine"], int(r["context_tokens"]),
+                    int(r["batch"])) for r in csv.DictReader(f)}
+    assert set(default) == shipped
