@@ -189,6 +189,12 @@ ENGINE = Engine(
     dcp_gpu_families=frozenset({"blackwell"}),
     dcp_note=EXPERIMENTAL,
     default_candidate=False,
+    # the chunked delta-rule kernels (KDA, GDN): TensorRT-LLM runs Kimi-K3's KDA through fla-core,
+    # the kernel family vLLM's and SGLang's profiles measured at 4.8 and 4.4 x the physics;
+    # aiconfigurator-core 0.12.0's GDN tables put TensorRT-LLM's between the two engines' on the
+    # same shapes, so its prior is their midpoint (docs/trtllm-validation.md). Mamba2's SSD stays
+    # at the physics: aiconfigurator has no other engine's Mamba2 table to scale from
+    kernel_priors=(("pf_linear", 4.6),),
     uncalibrated_note="TensorRT-LLM cannot be installed here (PyPI's tensorrt-llm is a stub "
                       "pointing at NVIDIA's own index), so no calibration data exist: its "
                       "predictions are the physics priors until you calibrate it on your own "
