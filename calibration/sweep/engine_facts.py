@@ -18,6 +18,7 @@ request to what its KV and state pools hold, and logs the result (per DP worker)
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -132,3 +133,10 @@ def stated_bool(text: str) -> bool | None:
     anything else."""
     t = text.strip().strip("'\"").lower()
     return True if t == "true" else False if t == "false" else None
+
+
+def last_match(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
+    """The last match of ``pattern`` in a log: a log holding several starts describes the
+    last one."""
+    matches = list(pattern.finditer(text))
+    return matches[-1] if matches else None

@@ -25,19 +25,13 @@ from __future__ import annotations
 
 import re
 
-from engine_advisor.calibration.sweep.engine_facts import EngineFacts, stated_bool
+from engine_advisor.calibration.sweep.engine_facts import EngineFacts, last_match, stated_bool
 from engine_advisor.calibration.sweep.engine_jit import jit_events
 from engine_advisor.calibration.sweep.trtllm_facts import parse_trtllm_log
 
 
 def _num(text: str) -> float:
     return float(text.replace(",", ""))
-
-
-def _last(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
-    """The last match: a log holding several starts describes the last one."""
-    matches = list(pattern.finditer(text))
-    return matches[-1] if matches else None
 
 
 # ----------------------------------------------------------------------------- vLLM
@@ -72,19 +66,19 @@ _USAGE_NAMES = {"weight": "weights_gib", "peak activation": "peak_activation_gib
 def parse_vllm_log(text: str, source: str = "log") -> EngineFacts:
     f = EngineFacts()
     for name in ("kv_cache_gib", "chunk_tokens", "kv_capacity_tokens"):
-        m = _last(_V[name], text)
+        m = last_match(_V[name], text)
         if m:
             v = _num(m[1])
             f._set(name, v if name == "kv_cache_gib" else int(v), source)
-    m = _last(_V["usage"], text)
+    m = last_match(_V["usage"], text)
     if m:
         for value, what in _USAGE_PART.findall(m[1]):
             name = _USAGE_NAMES.get(what.lower().removesuffix(" memory"))
             if name:
                 f._set(name, float(value), source)
-    if f.weights_gib is None and (m := _last(_V["weights_loaded"], text)):
+    if f.weights_gib is None and (m := last_match(_V["weights_loaded"], text)):
         f._set("weights_gib", float(m[1]), source)
-    if m := _last(_V["free"], text):
+    if m := last_match(_V["free"], text):
         f._set("free_at_start_gib", float(m[1]), source)
         f._set("gpu_total_gib", float(m[2]), source)
     for name in ("attention_backend", "moe_backend", "version", "load_format", "kv_cache_dtype"):
@@ -97,12 +91,12 @@ def parse_vllm_log(text: str, source: str = "log") -> EngineFacts:
         f._set("max_model_len", int(next(g for g in m.groups() if g)), source)
     if m := _V["mem_fraction"].search(text):
         f._set("mem_fraction", float(next(g for g in m.groups() if g)), source)
-    if m := _last(_V["block_size"], text):
+    if m := last_match(_V["block_size"], text):
         f._set("block_size", int(next(g for g in m.groups() if g)), source)
-    if m := _last(_V["max_concurrency"], text):
+    if m := last_match(_V["max_concurrency"], text):
         f._set("max_concurrency", float(m[1]), source)
     # the launch's --max-num-seqs, which vLLM runs with; its default is not logged (None)
-    if m := _last(_V["max_num_seqs"], text):
+    if m := last_match(_V["max_num_seqs"], text):
         f._set("max_running_requested", int(m[1]), source)
         f._set("max_running", int(m[1]), source)
     f.jit.extend(jit_events(text))
@@ -135,9 +129,9 @@ _S = {
 def parse_sglang_log(text: str, source: str = "log") -> EngineFacts:
     f = EngineFacts()
     for name in ("free_at_start_gib", "weights_gib", "free_after_pool_gib"):
-        if m := _last(_S[name], text):
+        if m := last_match(_S[name], text):
             f._set(name, float(m[1]), source)
-    if m := _last(_S["kv"], text):
+    if m := last_match(_S["kv"], text):
         rest = m[1]
         if t := re.search(r"#tokens: (\d+)", rest):
             f._set("kv_capacity_tokens", int(t[1]), source)
@@ -148,7 +142,7 @@ def parse_sglang_log(text: str, source: str = "log") -> EngineFacts:
     graphs = [float(g) for g in _S["graph"].findall(text[max(start, 0):])]
     if graphs:
         f._set("cuda_graph_gib", round(sum(graphs), 4), source)
-    if m := _last(_S["summary"], text):
+    if m := last_match(_S["summary"], text):
         f._set("kv_capacity_tokens", int(m[1]), source)
         chunk = int(m[2])
         f._set("chunk_tokens", chunk if chunk > 0 else None, source)
@@ -162,18 +156,18 @@ def parse_sglang_log(text: str, source: str = "log") -> EngineFacts:
         f._set("mem_fraction", float(m[1]), source)
     if m := _S["radix"].search(text):
         f._set("prefix_caching", not stated_bool(m[1]), source)
-    if m := _last(_S["mamba"], text):
+    if m := last_match(_S["mamba"], text):
         f._set("state_slots", int(m[1]), source)
         # conv_state and ssm_state (and, with speculative decoding, the intermediate caches)
         sizes = re.findall(r"\b\w+ size: ([\d.]+) ?GB", m[2])
         if sizes:
             f._set("state_pool_gib", round(sum(map(float, sizes)), 4), source)
-    reduced = _last(_S["reduced"], text)
-    if m := _last(_S["requested"], text):       # None: not given (the engine's default)
+    reduced = last_match(_S["reduced"], text)
+    if m := last_match(_S["requested"], text):       # None: not given (the engine's default)
         f._set("max_running_requested", None if m[1] == "None" else int(m[1]), source)
     elif reduced:
         f._set("max_running_requested", int(reduced[1]), source)
-    if m := _last(_S["max_running"], text):
+    if m := last_match(_S["max_running"], text):
         f._set("max_running", int(m[1]), source)
     elif reduced:
         f._set("max_running", int(reduced[2]), source)

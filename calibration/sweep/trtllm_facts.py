@@ -36,7 +36,7 @@ import json
 import re
 from typing import Any
 
-from engine_advisor.calibration.sweep.engine_facts import EngineFacts
+from engine_advisor.calibration.sweep.engine_facts import EngineFacts, last_match
 from engine_advisor.calibration.sweep.engine_jit import jit_events
 
 _T = {
@@ -60,36 +60,30 @@ _T = {
 }
 
 
-def _last(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
-    """The last match: a log holding several starts describes the last one."""
-    matches = list(pattern.finditer(text))
-    return matches[-1] if matches else None
-
-
 def parse_trtllm_log(text: str, source: str = "log") -> EngineFacts:
     f = EngineFacts()
     for name in ("weights_gib", "peak_activation_gib", "non_torch_gib", "gpu_total_gib"):
-        if m := _last(_T[name], text):
+        if m := last_match(_T[name], text):
             f._set(name, float(m[1]), source)
-    if m := _last(_T["allocated"], text):
+    if m := last_match(_T["allocated"], text):
         f._set("kv_cache_gib", float(m[1]), source)
         f._set("kv_capacity_tokens", int(m[2]), source)
-    elif m := _last(_T["estimated"], text):
+    elif m := last_match(_T["estimated"], text):
         f._set("kv_cache_gib", float(m[1]), source)
-    if m := _last(_T["block_size"], text):
+    if m := last_match(_T["block_size"], text):
         f._set("block_size", int(m[1] or m[2]), source)
-    if m := _last(_T["blocks"], text):
+    if m := last_match(_T["blocks"], text):
         f._set("num_gpu_blocks", int(m[1]), source)
-    if m := _last(_T["limits"], text):
+    if m := last_match(_T["limits"], text):
         f._set("max_model_len", int(m[1]), source)
         # --max_batch_size as launched (the default, 2048, when not given): it runs with it
         f._set("max_running", int(m[2]), source)
         f._set("max_running_requested", int(m[2]), source)
-    if m := _last(_T["adjusted"], text):        # the context cut to what the cache holds
+    if m := last_match(_T["adjusted"], text):        # the context cut to what the cache holds
         f._set("max_model_len", int(m[1]), source)
     if m := _T["version"].search(text):
         f._set("version", m[1], source)
-    if m := _last(_T["reuse"], text):
+    if m := last_match(_T["reuse"], text):
         f._set("prefix_caching", m[1] == "enabled", source)
     f.jit.extend(jit_events(text))
     return f
