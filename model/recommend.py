@@ -48,7 +48,8 @@ def recommend(model: CostModel, w: Workload, version: str) -> Recommendation:
     # 5. decision
     d = decide(q, w, evals)
     # 6. presentation
-    return answer(w, q.shape, q.gpu, d, q.memory[d.best.config.engine], q.provenance, version)
+    return answer(w, q.shape, q.gpu, d, q.memory[d.best.config.engine],
+                  q.provenance[d.best.config.engine], version)
 
 
 def warm_up(model: CostModel) -> None:

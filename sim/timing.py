@@ -34,7 +34,7 @@ class StepTimer:
         self.shape, self.dcp = shape, float(dcp)
         # the largest prefill pass this engine replays as a CUDA graph for this model
         self.graph_tokens = float(engines.get(engine).graphed_prefill_tokens(shape.attention))
-        self.hw = Hardware(silicon_for(gpu), tp)
+        self.hw = Hardware(silicon_for(gpu).for_engine(engine), tp)
         # one sequence's state per GPU as this engine holds it (what the recommender's rows
         # carry: engine_advisor.model.physics.features.static_rows)
         self.state_bytes = float(state_layout(engine, shape, tp, gpu.name,

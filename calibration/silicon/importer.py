@@ -79,7 +79,7 @@ class Importer:
                                "rows: the default KV-read curve (MLA decode, bf16) needs them")
         gqa = gqa_decode(self.read("attention", "generation_attention_perf", GQA_COLS)[0],
                          spec_bw)
-        ctx_mla = mla_prefill(self.read("mla", "context_mla_perf", CTX_MLA_COLS)[0])
+        ctx_mla = mla_prefill(self.read("mla", "context_mla_perf", CTX_MLA_COLS)[0], self.engine)
         ctx_gqa = gqa_prefill(self.read("attention", "context_attention_perf",
                                         CTX_GQA_COLS)[0])
         gemms = gemm(self.read("gemm", "gemm_perf", GEMM_COLS)[0])

@@ -18,8 +18,12 @@ How a row maps to one GPU's call (docs/silicon-profiles.md):
   GPU; a call reads ``batch x (step + 1) x kv_heads x head_dim x 2 (K and V) x dtype bytes``.
 - Prefill (``context_mla_perf``, ``context_attention_perf``): FLOPs of causal attention over
   ``isl`` new tokens, ``batch x heads x (qk_dim + v_dim) x isl^2`` (two FLOPs per multiply-add
-  over half the score matrix, for both products). MLA prefill on the trtllm_mla kernel runs the
-  non-absorbed form (qk 192, v 128); the other MLA kernels run the absorbed one (576, 512).
+  over half the score matrix, for both products). MLA prefill on the trtllm_mla kernel, and every
+  MLA prefill of TensorRT-LLM's own tables, runs the non-absorbed form (qk 192, v 128: the
+  latent KV is expanded per head before the attention kernel); the other MLA kernels run the
+  absorbed one (576, 512). Counted absorbed, TensorRT-LLM's H200 rows would run at 1.9 PFLOP/s,
+  twice the GPU's dense bf16 peak; non-absorbed they run at 0.56, and on B300 at 1.3, where
+  SGLang's trtllm_mla rows run at 1.4.
 - GEMM (``gemm_perf``): ``2 m n k`` FLOPs; ``n x k`` weights.
 - Collectives (``nccl_perf``, the engine's ``custom_allreduce_perf``): ``message_size`` counts
   elements of the per-rank buffer as nccl-tests sizes it (all-reduce: the reduced buffer;
@@ -47,6 +51,7 @@ WEIGHT_BYTES = {"bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "
                 "nvfp4": 0.5 + 1 / 16,   # 4-bit values + one fp8 scale per 16
                 "mxfp4": 0.5 + 1 / 32, "int4": 0.5, "w4a16": 0.5}
 MLA_PREFILL_DIMS = {"trtllm_mla": (192, 128)}
+MLA_PREFILL_NON_ABSORBED_ENGINES = ("trtllm",)   # whatever their kernel_source says
 MLA_PREFILL_ABSORBED = (MLA_KV_DIM, 512)
 COLLECTIVES = ("all_reduce", "all_gather", "alltoall", "reduce_scatter")
 NCCL_ELEM_BYTES = {"half": 2, "bfloat16": 2, "float16": 2, "int8": 1}
@@ -143,9 +148,10 @@ def _flops_summary(flops: np.ndarray, sec: np.ndarray, **extra) -> dict:
             "n_points": int(len(f)), **extra}
 
 
-def mla_prefill(t: dict) -> dict:
+def mla_prefill(t: dict, engine: str = "") -> dict:
     kernel = pick_kernel(t["kernel_source"])
-    qk, v = MLA_PREFILL_DIMS.get(kernel, MLA_PREFILL_ABSORBED)
+    qk, v = (MLA_PREFILL_DIMS["trtllm_mla"] if engine in MLA_PREFILL_NON_ABSORBED_ENGINES
+             else MLA_PREFILL_DIMS.get(kernel, MLA_PREFILL_ABSORBED))
     big = ((t["kernel_source"] == kernel) & (t["isl"] >= CONTEXT_MIN_ISL)
            & (t["num_heads"] >= CONTEXT_MIN_HEADS))
     out = {}

@@ -193,9 +193,18 @@ def _scan(directory: Path) -> dict[tuple[str, str], list[tuple[str, dict]]]:
     return found
 
 
-def find_profiles(gpu_name: str, kind: str = KIND_GPU) -> list[tuple[str, dict]]:
-    """(file name, profile) of every profile of this kind for this GPU type, by file name."""
-    return list(_scan(profiles_dir()).get((gpu_name.upper(), kind), ()))
+def find_profiles(gpu_name: str, kind: str = KIND_GPU,
+                  engine: str | None = None) -> list[tuple[str, dict]]:
+    """(file name, profile) of every profile of this kind for this GPU type, by file name: the
+    profiles every engine shares (the directory's own files), or with ``engine`` that engine's
+    own kernel tables (its subdirectory, ``<engine>/<file>``: what only its predictions run on,
+    ``engine_advisor.model.hardware.silicon.Silicon.for_engine``)."""
+    if engine is None:
+        return list(_scan(profiles_dir()).get((gpu_name.upper(), kind), ()))
+    if not engine.isidentifier():     # a registry name, never a path
+        return []
+    return [(f"{engine}/{name}", data)
+            for name, data in _scan(profiles_dir() / engine).get((gpu_name.upper(), kind), ())]
 
 
 def gpu_key(device_name: str, known: list[str] | tuple[str, ...]) -> str:

@@ -80,9 +80,17 @@ class Silicon:
     """Per-call costs of one GPU type (see module docstring)."""
 
     def __init__(self, gpu: GpuSpec, profiles: list[tuple[str, dict]] = (),
-                 dcp_profile: tuple[str, dict] | None = None, peak: bool = False):
-        """``peak``: spec-sheet peaks, no profile (the roofline: nothing can be faster)."""
+                 dcp_profile: tuple[str, dict] | None = None, peak: bool = False,
+                 own: list[tuple[str, dict]] = (), engine: str | None = None):
+        """``peak``: spec-sheet peaks, no profile (the roofline: nothing can be faster).
+        ``own``: ``engine``'s own kernel tables, read before the shared ``profiles``
+        (``for_engine``)."""
         self.gpu = gpu
+        self.engine = engine
+        # the silicon of each engine that has kernel tables of its own on this GPU (for_engine);
+        # only the profiles directory's silicon (silicon_for) looks for them
+        self._engines: dict[str, Silicon] | None = None
+        self._shared = (list(profiles), dcp_profile)
         self.peak = peak
         self.eff = {k: 1.0 for k in SPEC_EFFICIENCY} if peak else dict(SPEC_EFFICIENCY)
         self.name = gpu.name.upper()
@@ -99,7 +107,7 @@ class Silicon:
         # engines run FlashMLA / FlashInfer / TRT-LLM kernels, ours is a Triton stand-in.
         ranked = sorted(profiles, key=lambda p: (0 if p[1].get("source", {}).get("engine")
                                                  else 1, p[0]))
-        for file_name, prof in ranked:
+        for file_name, prof in [*sorted(own, key=lambda p: p[0]), *ranked]:
             self._absorb(file_name, prof)
         if dcp_profile is not None:
             self._absorb_dcp(*dcp_profile)
@@ -154,6 +162,23 @@ class Silicon:
                 if int(n) not in table:
                     table[int(n)] = (float(fit["latency_s"]), float(fit["bandwidth_Bps"]))
                     self.sources["dcp_collectives"] = f"profile:{file_name}"
+
+    def for_engine(self, engine: str) -> Silicon:
+        """The silicon ``engine``'s predictions run on: this GPU's physics with the engine's own
+        kernel tables first, where the profiles directory holds some for it (its subdirectory
+        ``<engine>/``, e.g. TensorRT-LLM's tables imported from aiconfigurator:
+        ``calibrate import --format aiconfigurator --engine trtllm``), else this silicon itself.
+        An engine runs its own attention kernels: on H200, TensorRT-LLM's fp8 MLA decode reads
+        at 3.1 TB/s where SGLang's reads at 0.3 (aiconfigurator-core 0.12.0's tables), so one
+        GPU's physics is not every engine's."""
+        if self._engines is None:
+            return self
+        hit = self._engines.get(engine)
+        if hit is None:
+            own = find_profiles(self.gpu.name, KIND_GPU, engine)
+            hit = self._engines[engine] = (Silicon(self.gpu, *self._shared, own=own,
+                                                   engine=engine) if own else self)
+        return hit
 
     @property
     def provenance(self) -> str:
@@ -422,4 +447,6 @@ _BY_OBJECT: dict[tuple, Silicon] = {}
 @lru_cache(maxsize=64)
 def _silicon(gpu: GpuSpec, directory: str, generation: int) -> Silicon:
     dcp = find_profiles(gpu.name, KIND_DCP)
-    return Silicon(gpu, find_profiles(gpu.name, KIND_GPU), dcp[0] if dcp else None)
+    si = Silicon(gpu, find_profiles(gpu.name, KIND_GPU), dcp[0] if dcp else None)
+    si._engines = {}          # looks for the engines' own kernel tables (Silicon.for_engine)
+    return si

@@ -67,7 +67,7 @@ class Fit(NamedTuple):
 
 def _row(engine: str, fraction: float, gpu: GpuSpec, shape: ModelShape, tp: int, dcp: int,
          knobs: MemoryKnobs, advise: bool):
-    ph = physics_for(shape, silicon_for(gpu), tp)
+    ph = physics_for(shape, silicon_for(gpu).for_engine(engine), tp)
     rows = static_rows(engine_index([engine]), fraction, float(dcp), shape, tp, gpu.name,
                        gpu.memory_bytes, knobs, advise)
     return ph.K, rows

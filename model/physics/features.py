@@ -93,6 +93,14 @@ class Case:
     def __len__(self) -> int:
         return len(self.engine)
 
+    def take(self, rows: np.ndarray, silicon: Silicon) -> Case:
+        """The case's ``rows`` on ``silicon`` (``split_by_kernels``)."""
+        def pick(v):
+            return np.asarray(v)[rows] if np.ndim(v) else v
+        return Case(self.shape, silicon, self.tp, pick(self.engine), pick(self.batch),
+                    pick(self.context), pick(self.output), pick(self.dcp), pick(self.fraction),
+                    pick(self.share), None, pick(self.diversity), self.knobs, self.advise)
+
 
 @dataclass
 class Features:
@@ -187,6 +195,27 @@ def static_rows(index: tuple[tuple[str, ...], np.ndarray], fraction, dcp, shape:
     return rows
 
 
+def split_by_kernels(case: Case) -> list[tuple[Case, np.ndarray | None]]:
+    """A case's rows by the silicon their engines' kernels run on
+    (``engine_advisor.model.hardware.silicon.Silicon.for_engine``): ``[(case, None)]`` when every
+    engine runs on the case's silicon, else (the rows as a case on their engine's silicon, their
+    indices in the case; None: all of them)."""
+    engines, idx = engine_index(case.engine)
+    sis = [case.silicon.for_engine(e) for e in engines]
+    if all(si is case.silicon for si in sis):
+        return [(case, None)]
+    groups: dict[int, tuple[Silicon, list[int]]] = {}
+    for k, si in enumerate(sis):
+        groups.setdefault(id(si), (si, []))[1].append(k)
+    if len(groups) == 1:
+        return [(case.take(np.arange(len(idx)), sis[0]), None)]
+    out = []
+    for si, ks in groups.values():
+        rows = np.flatnonzero(np.isin(idx, ks))
+        out.append((case.take(rows, si), rows))
+    return out
+
+
 def kernel_inputs(case: Case) -> tuple:
     """(K, collectives, read curve, rows, engine index) of a case: what
     ``engine_advisor.model.formulas.predict.predict_rows`` reads (the model's constants on its GPU
@@ -204,8 +233,18 @@ def kernel_inputs(case: Case) -> tuple:
 
 
 def case_features(case: Case) -> Features:
-    """Features of every row of a case, in one compiled pass
-    (``engine_advisor.model.formulas.rows.rows_into``)."""
+    """Features of every row of a case, in one compiled pass per silicon its engines' kernels
+    run on (``split_by_kernels``; ``engine_advisor.model.formulas.rows.rows_into``)."""
+    parts = split_by_kernels(case)
+    if len(parts) > 1:
+        done = [(case_features(sub), rows) for sub, rows in parts]
+        n = len(case)
+        X = np.empty((n, 2 * N_TERMS))
+        facts = np.empty((N_FACTS, n))
+        for f, rows in done:
+            X[rows], facts[:, rows] = f.X, f.facts
+        return Features(X, facts[0], facts[1], facts[2] > 0.0, facts)
+    case = parts[0][0]
     K, coll, curve, rows, _ = kernel_inputs(case)
     n = rows.shape[1]
     X = np.empty((n, 2 * N_TERMS))

@@ -39,6 +39,7 @@ from engine_advisor.model.physics.features import (
     QueryFacts,
     engine_index,
     kernel_inputs,
+    split_by_kernels,
     static_rows,
 )
 from engine_advisor.model.physics.memory import MemoryChoice, choose_fraction
@@ -154,15 +155,23 @@ class Predictor:
         row of a case: its features times its engine's efficiencies, with ``z``-sd intervals, its
         sequences at once, KV capacity, feasibility and decode terms
         (``engine_advisor.model.formulas.predict.predict_rows``)."""
-        K, coll, curve, rows, (engines, idx) = kernel_inputs(case)
-        n = rows.shape[1]
-        coef, factors, noise = self.stacked(engines, case.silicon.name, case.shape.key)
+        parts = split_by_kernels(case)
+        n = len(case)
         if rel_extra is None:
             extra = np.zeros(n)
         elif isinstance(rel_extra, np.ndarray) and rel_extra.shape == (n,):
             extra = rel_extra.astype(float, copy=False)
         else:
             extra = np.ascontiguousarray(np.broadcast_to(rel_extra, (n,)), dtype=float)
+        if len(parts) > 1:          # engines on kernels of their own: one pass per silicon
+            done = [(self.table(sub, extra[rows], z), rows) for sub, rows in parts]
+            out = np.empty((n, done[0][0].shape[1]))
+            for t, rows in done:
+                out[rows] = t
+            return out
+        case = parts[0][0]
+        K, coll, curve, rows, (engines, idx) = kernel_inputs(case)
+        coef, factors, noise = self.stacked(engines, case.silicon.name, case.shape.key)
         return predict_rows(K, coll, curve, rows, coef, factors, noise, idx, extra, float(z))
 
     def predict(self, case: Case, rel_extra: np.ndarray | None = None,

@@ -171,7 +171,7 @@ class Query:
         allows when None; given, they are evaluated as they are, none excluded."""
         self.pred = pred = predictor_for(model)
         self.si, self.shape, self.physics = si, shape, ph
-        self.gpu, self.provenance = si.gpu.name, si.provenance
+        self.gpu = si.gpu.name
         if configs is None:
             configs, excluded = candidates(w, shape)
         else:
@@ -180,6 +180,9 @@ class Query:
         self.excluded: tuple[Exclusion, ...] = tuple(excluded)
         self.memory = {e: pred.memory(e, self.gpu) for e in dict.fromkeys(c.engine
                                                                            for c in configs)}
+        # per engine, where the physics of its predictions came from (a recommendation's
+        # reason): the GPU's measured profiles, its own kernel tables first where it has some
+        self.provenance = {e: si.for_engine(e).provenance for e in self.memory}
         # why an engine that cannot be calibrated here is not, while the model holds no data
         # of it on any GPU (Engine.uncalibrated_note: TensorRT-LLM's priors)
         self.notes = uncalibrated_notes(model, tuple(self.memory))
@@ -194,7 +197,10 @@ class Query:
         self.facts = facts
         engines, self.index = facts.engine_index
         self.coef, self.factors, self.noise = pred.stacked(engines, si.name, shape.key)
-        self.kernel = (ph.K, ph.collectives(facts.max_dcp), ph.curve)
+        # the compiled inputs of each silicon the configurations' engines run their kernels on
+        # (Silicon.for_engine): (configuration indices or None for all, K, collectives, read
+        # curves, the KV read's source); one part unless an engine has kernel tables of its own
+        self.parts = kernel_parts(si, ph, shape, w.num_gpus, self.configs, facts.max_dcp)
         # added relative sd of each configuration by its calibration status and the shape's
         # knowledge; calibrated configurations add EXTRAPOLATION_REL_SIGMA per doubling
         # outside their calibrated range
@@ -218,12 +224,25 @@ class Query:
         ctx = w.context_tokens
         share = (np.array([effective_share(e, self.share, ctx) for e in self.facts.engines])
                  if self.share > 0 else self.no_share)
-        K, coll, curve = self.kernel
-        table = evaluate_rows(K, coll, curve, self.facts.rows, float(w.batch_size), float(ctx),
-                              float(w.output_tokens), share, self.coef,
-                              self.factors, self.noise, self.index, self.sigma, self.bounds,
-                              EXTRAPOLATION_REL_SIGMA, Z90).tolist()
-        source = self.physics.read_source
+        sizes = (float(w.batch_size), float(ctx), float(w.output_tokens))
+        if len(self.parts) == 1:
+            _, K, coll, curve, source = self.parts[0]
+            table = evaluate_rows(K, coll, curve, self.facts.rows, *sizes, share, self.coef,
+                                  self.factors, self.noise, self.index, self.sigma,
+                                  self.bounds, EXTRAPOLATION_REL_SIGMA, Z90).tolist()
+            sources = [source] * len(table)
+        else:
+            rows = np.empty((len(self.configs), N_EVAL))
+            sources = [""] * len(self.configs)
+            for idx, K, coll, curve, src in self.parts:
+                rows[idx] = evaluate_rows(
+                    K, coll, curve, np.ascontiguousarray(self.facts.rows[:, idx]), *sizes,
+                    np.ascontiguousarray(np.broadcast_to(share, (len(self.configs),))[idx]),
+                    self.coef, self.factors, self.noise, self.index[idx], self.sigma[idx],
+                    np.ascontiguousarray(self.bounds[idx]), EXTRAPOLATION_REL_SIGMA, Z90)
+                for i in idx:
+                    sources[i] = src
+            table = rows.tolist()
         # the physics prior answers when no configuration holding a sequence has calibration
         # data for this hardware; allow_extrapolation matters only when one has
         anyway = self.allow_extrapolation or not any(
@@ -233,8 +252,8 @@ class Query:
         seq = ctx + w.output_tokens
         notes = self.notes
         out = []
-        for (c, engine, dcp, calibrated, transferred, fraction), t in zip(self.fixed, table,
-                                                                          strict=True):
+        for (c, engine, dcp, calibrated, transferred, fraction), t, source in zip(
+                self.fixed, table, sources, strict=True):
             # the table's columns (engine_advisor.model.formulas.evaluate.evaluate_rows:
             # E_TOTAL ... E_DOUBLINGS, then the decode terms in DECODE_TERMS' order;
             # tests/model/test_batch.py checks both)
@@ -267,6 +286,24 @@ class Query:
                 "calibration_note": None if calibrated else notes[engine]}),
                 eligible, (int(run0), int(cap0), LIMITS[int(binds0)]) if knob else None)))
         return out
+
+
+def kernel_parts(si: Silicon, ph: Physics, shape: ModelShape, tp: int,
+                 configs: tuple[Config, ...], max_dcp: int) -> list[tuple]:
+    """A query's compiled inputs per silicon its configurations' engines run their kernels on
+    (``Silicon.for_engine``), in the order of their first configuration: (configuration
+    indices, None for all; K; collectives; read curves; the KV read's source). ``ph`` is the
+    physics on ``si``, the silicon of every engine without kernel tables of its own."""
+    by: dict[int, tuple[Silicon, list[int]]] = {}
+    for i, c in enumerate(configs):
+        own = si.for_engine(c.engine)
+        by.setdefault(id(own), (own, []))[1].append(i)
+    parts = []
+    for own, idx in by.values():
+        p = ph if own is si else physics_for(shape, own, tp)
+        parts.append((None if len(by) == 1 else np.array(idx, dtype=np.intp), p.K,
+                      p.collectives(max_dcp), p.curve, p.read_source))
+    return parts
 
 
 def uncalibrated_notes(model: CostModel, names: tuple[str, ...]) -> dict[str, str | None]:

@@ -56,15 +56,24 @@ def engine_notes(w: Workload, shape: ModelShape, d: Decision) -> list[str]:
                            best.pred.memory_flags)
     if memory:
         out.append(memory)
-    for name in dict.fromkeys(e.config.engine for e in d.ranked):
-        e = engines.get(name)
-        note = next((x.pred.calibration_note for x in d.ranked
-                     if x.config.engine == name and x.pred.calibration_note), None)
+    # one pass over the ranking: per engine in rank order, its first calibration note and
+    # whether a DCP > 1 of it is ranked (vLLM and SGLang have neither note: nothing to add)
+    notes: dict[str, list] = {}
+    for x in d.ranked:
+        c, p = x.config, x.pred
+        seen = notes.get(c.engine)
+        if seen is None:
+            seen = notes[c.engine] = [None, False]
+        if seen[0] is None and p.calibration_note:
+            seen[0] = p.calibration_note
+        if c.dcp_size > 1:
+            seen[1] = True
+    for name, (note, dcp) in notes.items():
         if note:
             out.append(f"{name} calibrated: false: {note}")
-        if e.dcp_note and any(x.config.dcp_size > 1 for x in d.ranked
-                              if x.config.engine == name):
-            out.append(f"{name} dcp > 1: {e.dcp_note}")
+        dcp_note = engines.get(name).dcp_note
+        if dcp and dcp_note:
+            out.append(f"{name} dcp > 1: {dcp_note}")
     return out
 
 

@@ -190,3 +190,19 @@ def test_bench_formats_still_need_files_and_kv_bytes(tmp_path, args, message):
     r = cli_in_process("calibrate", "import", "--format", "vllm-bench", "--out",
                        str(tmp_path / "d.csv"), *args)
     assert r.returncode == 2 and message in r.stderr
+
+
+def test_trtllm_mla_prefill_is_counted_in_its_non_absorbed_form():
+    """TensorRT-LLM's context MLA expands the latent KV per head (qk 192, v 128) whatever its
+    table's kernel_source says: counted absorbed (576, 512), its H200 rows would run at twice
+    the GPU's dense bf16 peak."""
+    from engine_advisor.calibration.silicon.physics import mla_prefill
+    n = 4
+    t = {"kernel_source": np.array(["default"] * n), "isl": np.full(n, 8192.0),
+         "num_heads": np.full(n, 16.0), "batch_size": np.full(n, 2.0),
+         "kv_cache_dtype": np.array(["bfloat16"] * n), "latency": np.full(n, 4.0)}
+    trt, other = mla_prefill(t, "trtllm")["bf16"], mla_prefill(t, "sglang")["bf16"]
+    assert (trt["qk_dim"], trt["v_dim"]) == (192, 128)
+    assert (other["qk_dim"], other["v_dim"]) == (576, 512)
+    flops = 2 * 16 * (192 + 128) * 8192**2
+    assert trt["achievable_flops"] == pytest.approx(flops / 4e-3)

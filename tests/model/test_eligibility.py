@@ -41,7 +41,8 @@ def test_eligibility_and_the_speedup_baseline():
         except NoEligibleConfiguration:
             assert not any(e.pred.eligible for e in evals)
             continue
-        rec = answer(w, q.shape, q.gpu, d, q.memory[d.best.config.engine], q.provenance, "v")
+        rec = answer(w, q.shape, q.gpu, d, q.memory[d.best.config.engine],
+                     q.provenance[d.best.config.engine], "v")
         for e in evals:
             p = e.pred
             assert p.eligible == e.eligible == (p.ineligible_reason is None), p
