@@ -31,10 +31,18 @@ def names() -> tuple[str, ...]:
     return tuple(REGISTRY)
 
 
+_DEFAULTS: list = [None, ()]      # (the registry they were read from: its id and size, names)
+
+
 def defaults() -> tuple[str, ...]:
     """The engines a workload naming none is answered with (``Engine.default_candidate``):
-    vLLM and SGLang; TensorRT-LLM, known only by its priors, where a workload names it."""
-    return tuple(n for n, e in REGISTRY.items() if e.default_candidate)
+    vLLM and SGLang; TensorRT-LLM, known only by its priors, where a workload names it. Read
+    again when an engine is added to the registry or the registry replaced (every workload's
+    query key asks)."""
+    key = (id(REGISTRY), len(REGISTRY))
+    if _DEFAULTS[0] != key:
+        _DEFAULTS[:] = key, tuple(n for n, e in REGISTRY.items() if e.default_candidate)
+    return _DEFAULTS[1]
 
 
 def effective_share(engine: str, share: float, context_tokens: float) -> float:

@@ -195,12 +195,14 @@ def static_rows(index: tuple[tuple[str, ...], np.ndarray], fraction, dcp, shape:
     return rows
 
 
-def split_by_kernels(case: Case) -> list[tuple[Case, np.ndarray | None]]:
+def split_by_kernels(case: Case, index: tuple[tuple[str, ...], np.ndarray] | None = None
+                     ) -> list[tuple[Case, np.ndarray | None]]:
     """A case's rows by the silicon their engines' kernels run on
     (``engine_advisor.model.hardware.silicon.Silicon.for_engine``): ``[(case, None)]`` when every
     engine runs on the case's silicon, else (the rows as a case on their engine's silicon, their
-    indices in the case; None: all of them)."""
-    engines, idx = engine_index(case.engine)
+    indices in the case; None: all of them). ``index``: the case's ``engine_index`` when the
+    caller has it."""
+    engines, idx = index or engine_index(case.engine)
     sis = [case.silicon.for_engine(e) for e in engines]
     if all(si is case.silicon for si in sis):
         return [(case, None)]
@@ -216,14 +218,14 @@ def split_by_kernels(case: Case) -> list[tuple[Case, np.ndarray | None]]:
     return out
 
 
-def kernel_inputs(case: Case) -> tuple:
+def kernel_inputs(case: Case, index: tuple[tuple[str, ...], np.ndarray] | None = None) -> tuple:
     """(K, collectives, read curve, rows, engine index) of a case: what
     ``engine_advisor.model.formulas.predict.predict_rows`` reads (the model's constants on its GPU
     and TP size, one column per row) and each row's ``engine_index``. A recommendation's query
     packs its own once (``engine_advisor.model.predict.query.Query``)."""
     ph = case.physics or physics_for(case.shape, case.silicon, case.tp)
     n = len(case.engine)
-    index = engine_index(case.engine)
+    index = index or engine_index(case.engine)
     gpu = case.silicon.gpu
     rows = static_rows(index, case.fraction, case.dcp, case.shape, case.tp, gpu.name,
                        gpu.memory_bytes, case.knobs, case.advise)
@@ -235,7 +237,8 @@ def kernel_inputs(case: Case) -> tuple:
 def case_features(case: Case) -> Features:
     """Features of every row of a case, in one compiled pass per silicon its engines' kernels
     run on (``split_by_kernels``; ``engine_advisor.model.formulas.rows.rows_into``)."""
-    parts = split_by_kernels(case)
+    index = engine_index(case.engine)
+    parts = split_by_kernels(case, index)
     if len(parts) > 1:
         done = [(case_features(sub), rows) for sub, rows in parts]
         n = len(case)
@@ -245,7 +248,7 @@ def case_features(case: Case) -> Features:
             X[rows], facts[:, rows] = f.X, f.facts
         return Features(X, facts[0], facts[1], facts[2] > 0.0, facts)
     case = parts[0][0]
-    K, coll, curve, rows, _ = kernel_inputs(case)
+    K, coll, curve, rows, _ = kernel_inputs(case, index)
     n = rows.shape[1]
     X = np.empty((n, 2 * N_TERMS))
     facts = np.empty((N_FACTS, n))

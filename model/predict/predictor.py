@@ -155,7 +155,8 @@ class Predictor:
         row of a case: its features times its engine's efficiencies, with ``z``-sd intervals, its
         sequences at once, KV capacity, feasibility and decode terms
         (``engine_advisor.model.formulas.predict.predict_rows``)."""
-        parts = split_by_kernels(case)
+        index = engine_index(case.engine)
+        parts = split_by_kernels(case, index)
         n = len(case)
         if rel_extra is None:
             extra = np.zeros(n)
@@ -170,7 +171,7 @@ class Predictor:
                 out[rows] = t
             return out
         case = parts[0][0]
-        K, coll, curve, rows, (engines, idx) = kernel_inputs(case)
+        K, coll, curve, rows, (engines, idx) = kernel_inputs(case, index)
         coef, factors, noise = self.stacked(engines, case.silicon.name, case.shape.key)
         return predict_rows(K, coll, curve, rows, coef, factors, noise, idx, extra, float(z))
 
