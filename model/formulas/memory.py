@@ -131,6 +131,9 @@ def memory_fit(K, rows, i, b, c, o, d, s):
     state slots, and the sequences at once, capacity and what binds with the engine's default
     knobs)."""
     mode = rows[R_MODE, i]
+    # a linear-attention state per sequence: else the units beside a request's KV pages or
+    # slots are its sliding windows' KV, and what they bind is KV (_binds)
+    stateful = rows[R_STATE, i] > 0.0
     req, slots_req = rows[R_MAX_RUNNING, i], rows[R_SLOTS, i]
     no_prefix = rows[R_NO_PREFIX, i] > 0.0
     shared = s * c
@@ -143,7 +146,7 @@ def memory_fit(K, rows, i, b, c, o, d, s):
         each = attn + fixed
         fit = min(max(np.floor((units - au * np.ceil(shared / unit)) / each), 0.0), b)
         run0, cap0 = min(fit, limit), min(cap, float(2 ** 62))
-        bind0 = _binds(mode, run0, fit, b, attn, fixed, slots, div)
+        bind0 = _binds(mode, run0, fit, b, attn, fixed, slots, div, stateful)
         if mode == PAGED:
             # the limit at what fits; fewer profiled sequences leave the pool a little more
             req, knob = max(fit, 1.0), KNOB_RUNNING
@@ -174,7 +177,7 @@ def memory_fit(K, rows, i, b, c, o, d, s):
     fit = min(max(np.floor((units - au * np.ceil(shared / unit)) / (attn + fixed)), 0.0), b)
     mem = min(fit, np.floor(slots / div)) if mode == SPLIT else fit
     run = min(fit, limit)
-    bind = _binds(mode, run, fit, b, attn, fixed, slots, div)
+    bind = _binds(mode, run, fit, b, attn, fixed, slots, div, stateful)
     cap = min(cap, float(2 ** 62))
     if run0 < 0.0:
         run0, cap0, bind0 = run, cap, bind
@@ -184,14 +187,17 @@ def memory_fit(K, rows, i, b, c, o, d, s):
 
 
 @njit(cache=True, inline="always")
-def _binds(mode, run, fit, b, attn, fixed, slots, div):
+def _binds(mode, run, fit, b, attn, fixed, slots, div, stateful):
     """What binds ``run`` of ``b`` sequences (LIMIT_*): none when all run; the memory when it
     holds no more (the pool's KV or, in vLLM's pages, the state when it takes the larger
-    share of a request's pages; SGLang's state slots); else the running-request limit."""
+    share of a request's pages; SGLang's state slots); else the running-request limit. A
+    model without linear-attention state (``stateful`` false) has only KV in its pools: its
+    sliding windows' pages and SGLang's SWA pool bind as KV."""
     if run >= b:
         return LIMIT_NONE
+    memory = LIMIT_STATE if stateful else LIMIT_KV
     if run >= fit:
-        return LIMIT_KV if mode != PAGED or attn >= fixed else LIMIT_STATE
+        return LIMIT_KV if mode != PAGED or attn >= fixed else memory
     if mode == SPLIT and run >= np.floor(slots / div):
-        return LIMIT_STATE
+        return memory
     return LIMIT_RUNNING

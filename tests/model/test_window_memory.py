@@ -134,3 +134,13 @@ def test_the_simulated_sglang_logs_both_pools(shape):
                    f"swa_layer_tokens={int(pool.capacity_tokens * 0.8)}"]
     assert not any("Mamba" in line for line in lines)
     assert any(f"#tokens: {pool.capacity_tokens}," in line for line in lines)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_what_binds_many_short_sequences_is_their_windows_kv(engine):
+    """Sequences shorter than a 4K window keep every token in their window layers' pages
+    (vLLM) or the SWA pool (SGLang): many of them are bound by that memory, which holds KV,
+    not a linear-attention state."""
+    wide = from_architecture(from_hf_config(config(window=4096), name="gpt-oss-4k"), "bf16")
+    fit = instance_fit(engine, 0.9, H200, wide, 1, 1, 100_000, 1024, 256)
+    assert 0 < fit.running < 100_000 and fit.limit == "kv"
