@@ -23,6 +23,7 @@ from engine_advisor.calibration.silicon.physics import (
     GEMM_SMALL_M,
     GQA_COLS,
     MLA_COLS,
+    MOE_COLS,
     NCCL_COLS,
     custom_all_reduce,
     gemm,
@@ -30,6 +31,7 @@ from engine_advisor.calibration.silicon.physics import (
     gqa_prefill,
     mla_decode,
     mla_prefill,
+    moe_floor,
     nccl,
 )
 from engine_advisor.calibration.silicon.tables import (
@@ -87,6 +89,7 @@ class Importer:
         car = custom_all_reduce(self.read("comm", "custom_allreduce_perf", CUSTOM_AR_COLS)[0])
         if car:
             coll["custom_all_reduce"] = car
+        moe = self.moe(spec_bw, mla_ref.version)
         kv = {k: v for k, v in mla["bf16"].items() if k != "by_heads"}
         device = str(mla_t["device"][0])
         return {
@@ -111,7 +114,18 @@ class Importer:
             "context_attention": {"mla": ctx_mla, "gqa": ctx_gqa},
             "gemm": gemms,
             "collectives": coll,
+            **({"moe_call": moe} if moe else {}),
         }
+
+    def moe(self, spec_bw: float | None, version: str) -> dict:
+        """The fused-MoE call's floor per experts' format (``moe_floor``), from the MoE table
+        of the version the attention tables came from; {} where the system has none."""
+        try:
+            t, _ = self.read("moe", "moe_perf", MOE_COLS, engine=self.engine,
+                             version=self.version or version)
+        except SiliconError:
+            return {}
+        return moe_floor(t, spec_bw)
 
 
 def build_profile(system: str, engine: str = "sglang", version: str | None = None,
@@ -158,4 +172,9 @@ def summary(p: dict) -> str:
                           f"{(c['bandwidth_Bps'] or 0) / 1e9:.0f} GB/s"
                           for n, c in by.items() if n != "kernel")
         lines.append(f"  {op}: {sizes}")
+    for d, m in (p.get("moe_call") or {}).items():
+        lines.append(f"  fused MoE {d}: floor {m['base_s'] * 1e6:.1f} us + "
+                     f"{m['per_expert_s'] * 1e9:.0f} ns per expert ({m['experts_range'][0]}-"
+                     f"{m['experts_range'][1]} experts, {m['n_shapes']} shapes, median error "
+                     f"{m['median_rel_error']:.0%})")
     return "\n".join(lines)

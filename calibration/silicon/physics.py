@@ -188,6 +188,60 @@ def gqa_prefill(t: dict) -> dict:
 # --------------------------------------------------------------------------- GEMM
 GEMM_COLS = {"kernel_source": str, "gemm_dtype": str, "m": float, "n": float, "k": float,
              "latency": float}
+MOE_COLS = {"moe_dtype": str, "num_tokens": float, "hidden_size": float, "inter_size": float,
+            "topk": float, "num_experts": float, "moe_tp_size": float, "moe_ep_size": float,
+            "latency": float}
+# the experts' formats a fused-MoE floor is fitted for, by the table's name (the names the
+# served model's shape gives its routed experts: engine_advisor.model.hardware.silicon)
+MOE_DTYPES = {"bfloat16": "bf16", "fp8_block": "fp8_block", "fp8": "fp8", "nvfp4": "nvfp4"}
+MOE_FLOOR_MAX_ERROR = 0.15    # a format whose floors the line misses by more is left out
+
+
+def moe_floor(t: dict, spec_bw: float | None) -> dict:
+    """One fused-MoE call's floor per experts' format: what a call routing one token costs
+    beyond reading its experts' weights, as ``base_s + per_expert_s x experts``. Per shape of
+    the table (experts, hidden, intermediate, top-k, no expert parallelism), the call at one
+    token at the MoE TP size where it takes least, less its ``top-k x 3 x hidden x
+    intermediate / TP`` weight bytes at the spec-sheet bandwidth; then a least-squares line over
+    the shapes' expert counts (TensorRT-LLM's kernels on B300: about 25 us at 8 experts, 55 at
+    256 with nvfp4, 90 with fp8 blocks). ``experts_range`` is the counts measured. A format
+    the line misses by more than ``MOE_FLOOR_MAX_ERROR`` in the median is left out: its
+    predictions keep the silicon's constant floor."""
+    bpe = {"bf16": 2.0, "fp8_block": 1.0, "fp8": 1.0, "nvfp4": 0.5 + 1 / 16}
+    one = (t["num_tokens"] == 1) & (t["moe_ep_size"] == 1)
+    out = {}
+    for raw, label in MOE_DTYPES.items():
+        sel = one & (t["moe_dtype"] == raw)
+        if not sel.any():
+            continue
+        floors: dict[tuple, float] = {}
+        for i in np.flatnonzero(sel):
+            key = (t["num_experts"][i], t["hidden_size"][i], t["inter_size"][i], t["topk"][i])
+            nbytes = (t["topk"][i] * 3 * t["hidden_size"][i] * t["inter_size"][i]
+                      / t["moe_tp_size"][i] * bpe[label])
+            sec = t["latency"][i] * MS - (nbytes / spec_bw if spec_bw else 0.0)
+            floors[key] = min(floors.get(key, np.inf), max(sec, 0.0))
+        if len(floors) < 3:
+            continue
+        e = np.array([k[0] for k in floors], dtype=float)
+        y = np.array(list(floors.values()))
+        # a line with both coefficients >= 0: least squares, else the least-squares line
+        # through the origin, else (no growth with the experts) the median floor
+        slope, base = np.polyfit(e, y, 1) if np.ptp(e) > 0 else (0.0, float(np.median(y)))
+        if slope < 0:
+            slope, base = 0.0, float(np.median(y))
+        elif base < 0:
+            slope, base = float(e @ y / (e @ e)), 0.0
+        slope, base = float(slope), float(base)
+        fit = base + slope * e
+        seen = y > 0          # a call the spec-sheet read of its bytes already accounts for
+        err = float(np.median(np.abs(fit - y)[seen] / y[seen])) if seen.any() else 0.0
+        if err > MOE_FLOOR_MAX_ERROR:   # not a line (B200's nvfp4 kernels step up past 256)
+            continue
+        out[label] = {"base_s": max(base, 0.0), "per_expert_s": slope,
+                      "experts_range": [int(e.min()), int(e.max())], "n_shapes": int(len(y)),
+                      "median_rel_error": err}
+    return out
 
 
 def gemm(t: dict) -> dict:

@@ -7,8 +7,8 @@ A ``Silicon`` answers, in seconds, the questions the cost model's terms ask:
 - ``weight_read_Bps``: bytes/s at which small-batch GEMMs stream their weights;
 - ``gemm_flops(dtype)`` / ``attn_flops``: achievable FLOP/s of large GEMMs and prefill attention;
 - ``all_reduce_s(bytes, n)`` / ``all_gather_s(bytes, n)``: one collective over ``n`` GPUs;
-- ``moe_call_s(expert_dtype)``: the floor of one fused-MoE call, what it costs when it reads
-  almost nothing (``MOE_CALL_S``).
+- ``moe_call_s(expert_dtype, n_experts)``: the floor of one fused-MoE call, what it costs when
+  it reads almost nothing (an engine's own measured floor, else ``MOE_CALL_S``).
 
 Each answer comes from a measured profile when one covers it (``calibration/profiles/*.json``: the
 project's own kernel measurements, or NVIDIA's per-op tables imported from aiconfigurator) and from
@@ -69,6 +69,27 @@ def _valid_curve(curve) -> bool:
         return False
 
 
+def _valid_moe(fit) -> bool:
+    try:
+        lo, hi = fit["experts_range"]
+        return (float(fit["base_s"]) >= 0 and float(fit["per_expert_s"]) >= 0
+                and 0 < int(lo) <= int(hi))
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+def _moe_format(dtype: str) -> str | None:
+    """A served model's routed-experts format ('fp8 block 128x128', 'bf16', 'nvfp4', ...) as
+    a profile's ``moe_call`` names it; None for a format no table measures (MXFP4, int4)."""
+    if "block" in dtype:
+        return "fp8_block"
+    for key, fmt in (("nvfp4", "nvfp4"), ("fp8", "fp8"), ("bf16", "bf16"),
+                     ("bfloat16", "bf16"), ("fp16", "bf16")):
+        if dtype.startswith(key):
+            return fmt
+    return None
+
+
 def _family_of_shape(shape: str) -> tuple[str, str] | None:
     """'mla-128h/bf16' -> ('mla', 'bf16'); the shapes of a ``calibrate gpu`` profile."""
     name, _, dtype = shape.partition("/")
@@ -107,6 +128,14 @@ class Silicon:
         # engines run FlashMLA / FlashInfer / TRT-LLM kernels, ours is a Triton stand-in.
         ranked = sorted(profiles, key=lambda p: (0 if p[1].get("source", {}).get("engine")
                                                  else 1, p[0]))
+        # one fused-MoE call's measured floor per experts' format, from the engine's own
+        # tables only: vLLM's and SGLang's fitted moe_fixed carry theirs over MOE_CALL_S
+        self._moe: dict[str, dict] = {}
+        for file_name, prof in sorted(own, key=lambda p: p[0]):
+            for fmt, fit in (prof.get("moe_call") or {}).items():
+                if fmt not in self._moe and _valid_moe(fit):
+                    self._moe[fmt] = fit
+                    self.sources.setdefault("moe_call", f"profile:{file_name}")
         for file_name, prof in [*sorted(own, key=lambda p: p[0]), *ranked]:
             self._absorb(file_name, prof)
         if dcp_profile is not None:
@@ -279,12 +308,18 @@ class Silicon:
                 return float(g["weight_read_Bps"])
         return float(self.gpu.hbm_bandwidth) * self.eff["hbm"]
 
-    def moe_call_s(self, expert_dtype: str) -> float:
-        """Seconds of one fused-MoE call that reads almost nothing (``MOE_CALL_S``); 0 at
-        spec-sheet peaks (the roofline counts bytes and FLOPs only)."""
+    def moe_call_s(self, expert_dtype: str, n_experts: int = 0) -> float:
+        """Seconds of one fused-MoE call that reads almost nothing: the engine's own kernels'
+        measured floor for the experts' format, ``base + per expert x n_experts`` (the count
+        clamped to the measured range), where its tables have one (``for_engine``), else
+        ``MOE_CALL_S``; 0 at spec-sheet peaks (the roofline counts bytes and FLOPs only)."""
         if self.peak:
             return 0.0
         d = expert_dtype.lower()
+        fit = self._moe.get(_moe_format(d)) if self._moe else None
+        if fit is not None:
+            lo, hi = fit["experts_range"]
+            return fit["base_s"] + fit["per_expert_s"] * min(max(n_experts, lo), hi)
         if any(k in d for k in ("int4", "awq", "gptq", "w4a16")):
             return MOE_CALL_WEIGHT_ONLY_4BIT_S
         return MOE_CALL_S.get(gpu_family(self.name), MOE_CALL_S["hopper"])

@@ -176,7 +176,7 @@ class Physics:
         K[IS_SSD] = 1.0 if shape.linear_kind == "mamba2" else 0.0     # pf_ssd, not pf_linear
         K[N_LAYERS] = shape.layer_units
         K[N_MOE_LAYERS] = shape.n_moe_layers if shape.n_experts else 0
-        K[MOE_CALLS] = K[N_MOE_LAYERS] * si.moe_call_s(expert_dtype)
+        K[MOE_CALLS] = K[N_MOE_LAYERS] * si.moe_call_s(expert_dtype, shape.n_experts)
         K[ACT] = shape.hidden_size * ACT_BYTES
         K[Q_GATHER] = heads * shape.qk_dim * ACT_BYTES
         K[O_GATHER] = heads * (shape.v_dim * ACT_BYTES + LSE_BYTES)

@@ -206,3 +206,40 @@ def test_trtllm_mla_prefill_is_counted_in_its_non_absorbed_form():
     assert (other["qk_dim"], other["v_dim"]) == (576, 512)
     flops = 2 * 16 * (192 + 128) * 8192**2
     assert trt["achievable_flops"] == pytest.approx(flops / 4e-3)
+
+
+def _moe_table(shapes, floor):
+    """moe_perf rows at one token and no expert parallelism, TP 1 and 8, each taking
+    ``floor(experts)`` beyond its experts' bytes at 8 TB/s."""
+    cols = {k: [] for k in ("moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk",
+                            "num_experts", "moe_tp_size", "moe_ep_size", "latency")}
+    for dtype, e, h, inter, k in shapes:
+        for tp in (1, 8):
+            nbytes = k * 3 * h * inter / tp * {"bfloat16": 2.0, "fp8_block": 1.0}[dtype]
+            row = (dtype, 1.0, h, inter, k, e, tp, 1.0, (floor(dtype, e) + nbytes / 8e12) * 1e3)
+            for key, v in zip(cols, row, strict=True):
+                cols[key].append(v)
+    return {k: np.array(v) for k, v in cols.items()}
+
+
+def test_the_fused_moe_floor_is_fitted_per_format_and_a_bent_one_left_out():
+    """One fused-MoE call's floor at one token, less its experts' bytes: a line in the number
+    of experts per format (``moe_floor``); a format whose floors are not a line is left out."""
+    from engine_advisor.calibration.silicon.physics import moe_floor
+    shapes = [(d, e, 4096, 1024, 8) for d in ("bfloat16", "fp8_block")
+              for e in (8, 64, 128, 256, 512)]
+
+    def floor(dtype, e):
+        if dtype == "fp8_block":
+            return 24e-6 + 0.25e-6 * e
+        return 15e-6 if e <= 256 else 100e-6         # a kernel that steps up past 256
+
+    fits = moe_floor(_moe_table(shapes, floor), 8e12)
+    assert set(fits) == {"fp8_block"}
+    f = fits["fp8_block"]
+    assert f["base_s"] == pytest.approx(24e-6, rel=1e-6)
+    assert f["per_expert_s"] == pytest.approx(0.25e-6, rel=1e-6)
+    assert f["experts_range"] == [8, 512] and f["n_shapes"] == 5
+    flat = moe_floor(_moe_table(shapes, lambda d, e: 30e-6), 8e12)
+    assert flat["bf16"]["per_expert_s"] == pytest.approx(0.0, abs=1e-15)
+    assert flat["bf16"]["base_s"] == pytest.approx(30e-6, rel=1e-6)

@@ -136,3 +136,31 @@ def test_shipped_trtllm_tables_read_fp8_mla_on_hopper_at_their_own_rate(monkeypa
         prof = json.loads((DEFAULT_PROFILES_DIR / "trtllm" / f"{gpu.lower()}.json").read_text())
         assert prof["source"]["engine"] == "trtllm" and prof["gpu_key"] == gpu
         assert silicon_for(builtin_gpu(gpu)).for_engine("trtllm").engine == "trtllm"
+
+
+def test_an_engines_own_moe_floor_replaces_the_constant_and_only_for_it(tmp_path, monkeypatch):
+    """``moe_call`` in an engine's own profile is its fused-MoE floor per experts' format
+    (clamped to the measured expert counts); the same section in a shared profile is not read:
+    vLLM's and SGLang's floors are the constant their fitted moe_fixed scales."""
+    from engine_advisor.model.hardware.silicon import MOE_CALL_S
+    d = tmp_path / "profiles"
+    (d / "trtllm").mkdir(parents=True)
+    moe = {"fp8_block": {"base_s": 20e-6, "per_expert_s": 0.25e-6, "experts_range": [8, 512],
+                         "n_shapes": 17, "median_rel_error": 0.03}}
+    for path in (d / "shared.json", d / "trtllm" / "h200.json"):
+        path.write_text(json.dumps({"kind": "gpu-profile", "gpu_key": "H200",
+                                    "attention": {"mla": {"bf16": curve(3e12)}},
+                                    "moe_call": moe}))
+    monkeypatch.setenv(PROFILES_ENV, str(d))
+    clear_profile_cache()
+    try:
+        si = silicon_for(H200)
+        trt = si.for_engine("trtllm")
+        assert trt.moe_call_s("fp8 block 128x128", 256) == pytest.approx(84e-6)
+        assert trt.moe_call_s("fp8 block 128x128", 4096) == pytest.approx(148e-6)  # clamped
+        assert trt.moe_call_s("bf16", 128) == MOE_CALL_S["hopper"]   # no fit for the format
+        assert trt.moe_call_s("mxfp4 g32", 896) == MOE_CALL_S["hopper"]
+        assert si.moe_call_s("fp8 block 128x128", 256) == MOE_CALL_S["hopper"]
+        assert trt.sources["moe_call"] == "profile:trtllm/h200.json"
+    finally:
+        clear_profile_cache()

@@ -223,18 +223,6 @@ KNOWN_MISSES = {
                              "experts through Marlin MoE kernels that dequantise in the GEMM, "
                              "slower than the bf16 rate, an efficiency only calibration on such a "
                              "checkpoint captures (its DCP-1 row is within 2x, at 1.98x)",
-    "trt-dsr1-h200-1600-c1-itl": "TensorRT-LLM's fused MoE at MoE TP 8 with fp8 block-scaled "
-                                 "experts has a per-call floor the physics prior lacks: "
-                                 "aiconfigurator-core 0.12.0's measured TensorRT-LLM table "
-                                 "(moe/trtllm/1.3.0rc20 on H200) takes 0.100 ms per call at one "
-                                 "token, where the experts' bytes take 0.011 ms and the prior's "
-                                 "floor is 0.022 ms: 58 MoE layers x ~0.07 ms = ~4 ms per step "
-                                 "(predicted 6.4 ms, published 13.8 ms; aiconfigurator's "
-                                 "TensorRT-LLM estimate at 8K is 10.7 ms). The same issue's EP 8 "
-                                 "run (11.0 ms) shows the cost of that MoE path "
-                                 "(docs/trtllm-validation.md)",
-    "trt-dsr1-h200-8192-c1-itl": "as trt-dsr1-h200-1600-c1-itl at 8K input (predicted 6.5 ms, "
-                                 "published 14.5 ms)",
     "trt-k3-gb300-tep16-c4-ttft": "not explained: four 8K prompts arriving together (with "
                                   "--ignore-eos the closed loop's rounds stay in waves) are "
                                   "prefilled by the model in ~0.25 s each (a wave's mean TTFT "
