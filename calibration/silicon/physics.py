@@ -185,9 +185,7 @@ def gqa_prefill(t: dict) -> dict:
     return out
 
 
-# --------------------------------------------------------------------------- GEMM
-GEMM_COLS = {"kernel_source": str, "gemm_dtype": str, "m": float, "n": float, "k": float,
-             "latency": float}
+# --------------------------------------------------------------------------- fused MoE
 MOE_COLS = {"moe_dtype": str, "num_tokens": float, "hidden_size": float, "inter_size": float,
             "topk": float, "num_experts": float, "moe_tp_size": float, "moe_ep_size": float,
             "latency": float}
@@ -207,7 +205,6 @@ def moe_floor(t: dict, spec_bw: float | None) -> dict:
     256 with nvfp4, 90 with fp8 blocks). ``experts_range`` is the counts measured. A format
     the line misses by more than ``MOE_FLOOR_MAX_ERROR`` in the median is left out: its
     predictions keep the silicon's constant floor."""
-    bpe = {"bf16": 2.0, "fp8_block": 1.0, "fp8": 1.0, "nvfp4": 0.5 + 1 / 16}
     one = (t["num_tokens"] == 1) & (t["moe_ep_size"] == 1)
     out = {}
     for raw, label in MOE_DTYPES.items():
@@ -218,7 +215,7 @@ def moe_floor(t: dict, spec_bw: float | None) -> dict:
         for i in np.flatnonzero(sel):
             key = (t["num_experts"][i], t["hidden_size"][i], t["inter_size"][i], t["topk"][i])
             nbytes = (t["topk"][i] * 3 * t["hidden_size"][i] * t["inter_size"][i]
-                      / t["moe_tp_size"][i] * bpe[label])
+                      / t["moe_tp_size"][i] * WEIGHT_BYTES[raw])
             sec = t["latency"][i] * MS - (nbytes / spec_bw if spec_bw else 0.0)
             floors[key] = min(floors.get(key, np.inf), max(sec, 0.0))
         if len(floors) < 3:
@@ -242,6 +239,12 @@ def moe_floor(t: dict, spec_bw: float | None) -> dict:
                       "experts_range": [int(e.min()), int(e.max())], "n_shapes": int(len(y)),
                       "median_rel_error": err}
     return out
+
+
+# --------------------------------------------------------------------------- GEMM
+GEMM_COLS = {"kernel_source": str, "gemm_dtype": str, "m": float, "n": float, "k": float,
+             "latency": float}
+
 
 
 def gemm(t: dict) -> dict:
