@@ -48,10 +48,8 @@ COMBINED = REPO / "model" / "data" / "h200_real.csv"
 # than SGLang holds), model length 262,144. vLLM was launched with --max-num-seqs 128 (its default
 # ran out of memory capturing CUDA graphs for a hybrid; run.py EXTRA_FLAGS), so those rows record
 # max_running 128; SGLang ran with its defaults (its scheduler chose 66 running requests from a
-# 330-slot state pool), so its rows leave max_running empty. In SGLang's 1,024 x 192 point one
-# request of the first attempt lost its connection (ReadError, nothing in the engine's log); the
-# point ran again at once and all 192 requests succeeded. The row keeps errors = 1 (that lost
-# request) and its times are the second attempt's (the rebuild reads a point's last attempt).
+# 330-slot state pool), so its rows leave max_running empty; that SGLang run is superseded by
+# the one below (its 1,024 x 192 point had lost one request's connection in a first attempt).
 # vllm-qwen3-next-80b-a3b-fp8 (2026-12-04 00:09-00:16 UTC): vLLM on the Gated DeltaNet hybrid,
 # `run.py all --only TAG` on the same grid, with the CuTe DSL wheels and quack-kernels 0.5.0 in
 # its folder, VLLM_USE_DEEP_GEMM=0 (run.py's engine environment) and `--gdn-prefill-backend
@@ -78,14 +76,17 @@ TAGS = ("vllm-deepseek-v2-lite", "sglang-deepseek-v2-lite", "sglang-deepseek-v2-
 # request's outputs to its context length - 2 minus the prompt (126 here: scheduler max_req_len =
 # context_len - 1, then - 1), so its three 32,640 points failed (bench/data/h200-real/superseded/)
 # and ran again at 32,512 on a fresh server with the same command (sglang-mixtral-8x7b-rerun).
-# sglang-qwen3-next-80b-a3b-fp8 (2026-12-03) ran with SGLANG_ENABLE_JIT_DEEPGEMM=0 (so that the
-# server would not spend minutes compiling DeepGEMM kernels at start-up, as vLLM's start of this
-# model did): its FP8 block GEMMs then ran SGLang's Triton kernel at an untuned default
-# configuration ("Using default W8A8 Block FP8 kernel config. Performance might be sub-optimal!" for
-# N=12288/9216 x K=2048 and N=2048 x K=4096), not SGLang's default path. Its batch prefills take ~10
-# us per prompt token more than the physics of the dense GEMMs at the kernel tables' rate: a fit on
-# them would put that on another term (SGLang's linear-attention prefill came out at 13 x its
-# physics). Its KV capacity, state slots and running limit are the engine's own and check the memory
+# sglang-qwen3-next-80b-a3b-fp8 (2026-12-04 21:29-21:40 UTC) runs SGLang's default block-FP8
+# GEMM on Hopper, DeepGEMM, compiled at first use (run.py ENGINE_ENV: no precompile of every M up
+# to 16K; 419 s to healthy, most of it compiling during the prefill CUDA-graph captures). Its
+# first run (2026-12-03, superseded/sglang-qwen3-next-80b-a3b-fp8-triton-fp8/) had
+# SGLANG_ENABLE_JIT_DEEPGEMM=0, so that its FP8 block GEMMs ran SGLang's Triton kernel at an
+# untuned default configuration ("Using default W8A8 Block FP8 kernel config. Performance might be
+# sub-optimal!" for N=12288/9216 x K=2048 and N=2048 x K=4096): its batch-1 decode step took
+# 6.2-7.7 ms against 4.8-6.4 on DeepGEMM, its prefills of 16K-260K tokens 4-8 % longer. DeepGEMM's
+# start held 0.09 GB more before the weights, so its pool has 329 state slots (330 before), 65
+# running requests and 1,154,717 KV tokens. Its KV capacity, state slots and running limit are
+# the engine's own and check the memory
 # model; its times check a model left out. vllm-nemotron-3-nano-30b-a3b (2026-12-03), shipped
 # unfitted until both engines have run a hybrid on their default kernel paths: fitted with the rest,
 # its random-weight MoE (an untuned fused-MoE configuration, its batches routed to the same few
@@ -109,7 +110,7 @@ UNFITTED_TAGS = ("vllm-qwen3-30b-a3b", "sglang-qwen3-30b-a3b", "vllm-mixtral-8x7
                  "sglang-nemotron-3-nano-30b-a3b", "vllm-qwen3-next-80b-a3b-fp8")
 UNFITTED = REPO / "model" / "data" / "h200_real_unfitted.csv"
 # unfitted folders rebuilt all the same: the hybrids, measured before rows carried max_running
-REBUILT_UNFITTED = ("sglang-qwen3-next-80b-a3b-fp8", "vllm-nemotron-3-nano-30b-a3b")
+REBUILT_UNFITTED = ("vllm-nemotron-3-nano-30b-a3b",)
 COMMAND = "python bench/real_engines/rebuild_real.py"
 HEADER = f"""\
 # Real vLLM and SGLang on one NVIDIA H200 (141 GB), measured 2026-12-01 on this workplace's GPU

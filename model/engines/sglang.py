@@ -20,12 +20,12 @@ Hybrids (``state_layout``; SGLang 0.5.16's ``mem_cache/kv_cache_configurator.py`
 (``rest``) is split into a state pool and a KV pool. The state pool takes ``rest x r / (1 +
 r)`` (``--mamba-full-memory-ratio`` r, default 0.9) in slots of one request's state (float32
 recurrent state unless the config's ``mamba_ssm_dtype`` says otherwise, bf16 convolution
-window): "Mamba Cache is allocated. max_mamba_cache_size: 330"; ``--max-mamba-cache-size N``
+window): "Mamba Cache is allocated. max_mamba_cache_size: 329"; ``--max-mamba-cache-size N``
 sets the slots instead, and ``--disable-radix-cache --max-running-requests R`` sets R. The KV
-pool takes the rest, counting only full-attention layers ("#tokens: 1152938"). At most
+pool takes the rest, counting only full-attention layers ("#tokens: 1154717"). At most
 slots // 5 requests run (three slots each for the radix cache, two ping-pong slots for the
 overlap scheduler; one with the radix cache off): "max_running_requests was reduced from the
-requested 128 to ..." (the real H200 log of Qwen3-Next-80B-A3B: 330 slots, 66 running). DCP
+requested 128 to ..." (the real H200 log of Qwen3-Next-80B-A3B: 329 slots, 65 running). DCP
 multiplies the KV tokens, not the state.
 
 Sliding-window layers beside full-attention ones (no linear layers: ``window_layout``;

@@ -257,9 +257,9 @@ def test_the_hybrid_logs():
     assert qwen_vllm.kv_cache_gib == 48.72 and qwen_vllm.weights_gib == 74.9
     qwen = parse_log("sglang", text("sglang-qwen3-next-80b-a3b-fp8.log"))
     assert (qwen.state_slots, qwen.state_pool_gib, qwen.max_running,
-            qwen.max_running_requested) == (330, 23.82, 66, None)
+            qwen.max_running_requested) == (329, 23.74, 65, None)
     assert (qwen.kv_capacity_tokens, qwen.kv_cache_gib, qwen.weights_gib) == (
-        1_152_938, 26.38, 74.97)
+        1_154_717, 26.42, 74.97)
     # the models without Mamba layers: SGLang's scheduler limit, no state pool
     llama = parse_log("sglang", text("sglang-llama-3.1-8b.log"))
     assert (llama.max_running, llama.max_running_requested, llama.state_slots) == (
@@ -275,10 +275,10 @@ def test_hybrid_metrics_and_server_info_agree_with_the_logs():
     assert nemotron.max_running is None          # vLLM's /metrics does not say it
     # SGLang: slots free + radix-cached + in use after the sweep = the pool
     qwen = parse_metrics(text("sglang-qwen3-next-80b-a3b-fp8.metrics.txt"))
-    assert (qwen.state_slots, qwen.kv_capacity_tokens) == (330, 1_152_938)
+    assert (qwen.state_slots, qwen.kv_capacity_tokens) == (329, 1_154_717)
     assert parse_metrics(text("sglang-llama-3.1-8b.metrics.txt")).state_slots is None
     info = parse_sglang_server_info(json.loads(text("sglang-qwen3-next-80b-a3b-fp8.info.json")))
-    assert (info.max_running, info.max_running_requested, info.state_slots) == (66, None, 330)
+    assert (info.max_running, info.max_running_requested, info.state_slots) == (65, None, 329)
     llama = parse_sglang_server_info(json.loads(text("sglang-llama-3.1-8b.info.json")))
     assert (llama.max_running, llama.max_running_requested, llama.state_slots) == (
         3524, None, None)
@@ -302,14 +302,14 @@ def test_the_launch_command_gives_the_running_limit(engine, command, requested, 
 
 
 def test_hybrid_facts_round_trip_through_the_manifest():
-    f = gather("sglang", log=SGLANG_QWEN3_NEXT,
+    f = gather("sglang", log=text("sglang-qwen3-next-80b-a3b-fp8.log"),
                server_info=json.loads(text("sglang-qwen3-next-80b-a3b-fp8.info.json")))
     assert f.sources["max_running"] == "server_info" and f.sources["state_pool_gib"] == "log"
     d = f.to_json()
-    assert (d["max_running"], d["state_slots"], d["state_pool_gib"]) == (66, 330, 23.82)
+    assert (d["max_running"], d["state_slots"], d["state_pool_gib"]) == (65, 329, 23.74)
     assert "max_running_requested" not in d
     back = EngineFacts.from_json(json.loads(json.dumps(d)))
-    assert (back.max_running, back.state_slots, back.state_pool_gib) == (66, 330, 23.82)
+    assert (back.max_running, back.state_slots, back.state_pool_gib) == (65, 329, 23.74)
     assert back.sources == f.sources
     v = EngineFacts.from_json(gather("vllm", log=VLLM_NEMOTRON).to_json())
     assert (v.max_running_requested, v.block_size, v.max_concurrency) == (128, 2096, 41.78)
