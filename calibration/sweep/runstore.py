@@ -33,6 +33,7 @@ from engine_advisor.calibration.errors import CalibrationError
 from engine_advisor.model.diskio import atomic_write
 from engine_advisor.model.errors import DiskError
 from engine_advisor.model.fit.dataset import (
+    SWEEP_SOURCE,
     DatasetError,
     Measurement,
     header_csv,
@@ -44,7 +45,7 @@ DATASET = "dataset.csv"
 MANIFEST = "manifest.json"
 SAMPLES = "samples.jsonl"
 EVENTS = "events.jsonl"
-SOURCE_PREFIX = "calibrate:"
+SOURCE_PREFIX = SWEEP_SOURCE
 
 
 @dataclass(frozen=True, order=True)

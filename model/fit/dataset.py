@@ -26,6 +26,8 @@ COLUMNS = ("engine", "engine_version", "gpu", "num_gpus", "dcp_size", "mem_fract
            "max_running")
 
 OptPosFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)] | None
+# the source of a row that ``calibrate run`` measured from the point's token streams
+SWEEP_SOURCE = "calibrate:"
 
 
 class Measurement(BaseModel):
@@ -89,6 +91,18 @@ class Measurement(BaseModel):
     @classmethod
     def _gpu(cls, v: str) -> str:
         return v.upper()
+
+    @property
+    def decode_step(self) -> float | None:
+        """One decode step of the whole batch, as the row states it: ``decode_step_s``, or at
+        batch 1 the engines' TPOT (the same thing there) where the row carries no token
+        streams (an imported summary, a published figure). A sweep's row without one had
+        streams that showed none (``engine_advisor.calibration.sweep.streams``: outputs that
+        arrived in a few chunks, as vLLM streamed a 260,000-token prompt's 128 tokens in three):
+        its TPOT then measures the server's front end, not a step."""
+        if self.decode_step_s is not None or self.source.startswith(SWEEP_SOURCE):
+            return self.decode_step_s
+        return self.tpot_s if self.batch_size == 1 else None
 
     @property
     def unsafe(self) -> bool:

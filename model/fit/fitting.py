@@ -103,14 +103,13 @@ def diversity_of(rho: Diversity, r: Measurement) -> float:
 
 def observations(rows: Sequence[Measurement], rho: Diversity = TRAINED) -> Observations:
     """The fitted quantities of each row (``engine_advisor.model.fit.dataset.Measurement``): total,
-    the batch's prefill (not where the batch queues), one decode step (``decode_step_s``, or at
-    batch 1 the engines' TPOT, which is the same thing there). ``rho`` gives the routing diversity
+    the batch's prefill (not where the batch queues), one decode step (``Measurement.decode_step``).
+    ``rho`` gives the routing diversity
     of random-weight rows per model."""
     Xs, ys, rs, qs = [], [], [], []
     for i, r in enumerate(rows):
         f = case_features(row_case(r, diversity_of(rho, r)))
-        step = r.decode_step_s if r.decode_step_s is not None else (
-            r.tpot_s if r.batch_size == 1 else None)
+        step = r.decode_step
         # a batch that queues: its last first token waits for running sequences to finish,
         # so the measured ``ttft_s`` is not a prefill (its total still is the whole batch)
         ttft = r.ttft_s if f.running[0] >= r.batch_size else None

@@ -74,3 +74,16 @@ def test_unreadable_file(tmp_path):
     (tmp_path / "bin.csv").write_bytes(b"\xff\xfe\x00")
     with pytest.raises(DatasetError, match="not UTF-8"):
         read_csv(tmp_path / "bin.csv")
+
+
+def test_the_decode_step_a_row_states():
+    """A batch-1 TPOT stands for the decode step only where the row has no token streams: a
+    sweep's row whose streams showed no step (vLLM sent a 260,000-token prompt's 128 tokens in
+    three chunks, a TPOT of 31 ms against 3.2 at 131,072 tokens) states none."""
+    one = ROW.model_copy(update={"batch_size": 1})
+    assert one.decode_step == 0.045                           # an imported summary's TPOT
+    assert ROW.decode_step is None                            # a batch's TPOT is not a step
+    assert one.model_copy(update={"decode_step_s": 0.04}).decode_step == 0.04
+    swept = one.model_copy(update={"source": "calibrate:vllm:dcp=1:mem=0.9:ctx=260000:batch=1"})
+    assert swept.decode_step is None
+    assert swept.model_copy(update={"decode_step_s": 0.0032}).decode_step == 0.0032
