@@ -137,8 +137,8 @@ class Entrance:
                      headers)
 
 
-async def _gather(cycle: LaneCycle, cap: int) -> bytearray:
-    """The lane's whole body, gathered in place (``LaneCycle.gather_body``)."""
+async def _gather(cycle: LaneCycle, cap: int) -> bytes:
+    """The lane's whole body (``LaneCycle.gather_body``)."""
     try:
         body = await cycle.gather_body(cap)
     except OverCap as exc:

@@ -423,7 +423,7 @@ class OnCycle:
 async def test_a_lane_entry_gets_the_whole_body_and_writes_a_response_in_one_write():
     async def answer(cycle):
         body = await cycle.gather_body(1 << 20)
-        assert isinstance(body, bytearray) and len(cycle.body) == 0     # handed over whole
+        assert isinstance(body, bytes) and len(cycle.body) == 0         # handed over whole
         cycle.respond(200, b"content-type: text/plain\r\ncontent-length: %d\r\n" % len(body),
                       bytes(body))
 

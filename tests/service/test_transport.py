@@ -53,3 +53,20 @@ def test_the_uvicorn_internals_the_protocol_uses_are_there():
     for name in ("run_asgi", "send", "receive"):
         assert callable(getattr(RequestResponseCycle, name, None)), name
     assert issubclass(HttpProtocol, HttpToolsProtocol)
+
+
+def test_a_lane_body_keeps_its_chunks_and_joins_them_once():
+    """uvicorn appends each parsed chunk with ``cycle.body += data``: the lane's body keeps
+    the chunks as they are and joins them when read (a lone chunk is not copied at all)."""
+    from engine_advisor.service.transport.cycle import Chunks
+
+    body = Chunks()
+    assert not body and len(body) == 0 and bytes(body) == b""
+    one = b"x" * 70_000
+    body += one
+    body += b""
+    assert len(body) == 70_000 and bytes(body) is one
+    body += b'{"a":1}'
+    assert body and len(body) == 70_007 and bytes(body) == one + b'{"a":1}'
+    body.clear()
+    assert len(body) == 0 and bytes(body) == b""
