@@ -45,7 +45,6 @@ DATASET = "dataset.csv"
 MANIFEST = "manifest.json"
 SAMPLES = "samples.jsonl"
 EVENTS = "events.jsonl"
-SOURCE_PREFIX = SWEEP_SOURCE
 
 
 @dataclass(frozen=True, order=True)
@@ -73,14 +72,14 @@ class PointKey:
                    int(kv["out"]), int(kv["rep"]))
 
     def source(self) -> str:
-        return SOURCE_PREFIX + self.text()
+        return SWEEP_SOURCE + self.text()
 
 
 def key_of_row(m: Measurement) -> PointKey | None:
-    if not m.source.startswith(SOURCE_PREFIX):
+    if not m.source.startswith(SWEEP_SOURCE):
         return None
     try:
-        return PointKey.parse(m.source[len(SOURCE_PREFIX):])
+        return PointKey.parse(m.source[len(SWEEP_SOURCE):])
     except (KeyError, ValueError):
         return None
 

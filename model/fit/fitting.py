@@ -103,9 +103,9 @@ def diversity_of(rho: Diversity, r: Measurement) -> float:
 
 def observations(rows: Sequence[Measurement], rho: Diversity = TRAINED) -> Observations:
     """The fitted quantities of each row (``engine_advisor.model.fit.dataset.Measurement``): total,
-    the batch's prefill (not where the batch queues), one decode step (``Measurement.decode_step``).
-    ``rho`` gives the routing diversity
-    of random-weight rows per model."""
+    the batch's prefill (not where the batch queues), one decode step
+    (``Measurement.decode_step``). ``rho`` gives the routing diversity of random-weight rows per
+    model."""
     Xs, ys, rs, qs = [], [], [], []
     for i, r in enumerate(rows):
         f = case_features(row_case(r, diversity_of(rho, r)))
