@@ -246,7 +246,6 @@ GEMM_COLS = {"kernel_source": str, "gemm_dtype": str, "m": float, "n": float, "k
              "latency": float}
 
 
-
 def gemm(t: dict) -> dict:
     out = {}
     for dtype in sorted(set(t["gemm_dtype"])):
