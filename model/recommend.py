@@ -49,7 +49,7 @@ def recommend(model: CostModel, w: Workload, version: str) -> Recommendation:
     d = decide(q, w, evals)
     # 6. presentation
     return answer(w, q.shape, q.gpu, d, q.memory[d.best.config.engine],
-                  q.provenance[d.best.config.engine], version)
+                  q.provenance[d.best.config.engine], version, q.moe_notes)
 
 
 def warm_up(model: CostModel) -> None:

@@ -140,8 +140,9 @@ def unseen_model_ratios(model: CostModel, rows: Sequence[Measurement]) -> dict:
         raise ValueError(f"the model was fitted on {sorted(seen)}: not an unseen model")
     obs = observations(rows)
     # the uncalibrated prior: each engine's (the physics, its profiled kernels' terms)
-    coef = {e: prior_vector(engine_prior(e)) for e in {r.engine for r in rows}}
-    preds = {"prior": np.array([obs.X[i] @ coef[rows[j].engine] for i, j in enumerate(obs.row)])}
+    coef = {(r.engine, r.gpu): prior_vector(engine_prior(r.engine, r.gpu)) for r in rows}
+    preds = {"prior": np.array([obs.X[i] @ coef[rows[j].engine, rows[j].gpu]
+                                for i, j in enumerate(obs.row)])}
     keys = {(r.engine, r.gpu) for r in rows}
     fitted = np.empty(len(obs.y))
     for i, j in enumerate(obs.row):

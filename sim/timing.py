@@ -28,7 +28,7 @@ class StepTimer:
         # physics priors, as the recommender predicts it (``Predictor.coefficients``)
         self.priors_only = engine not in model.engine_names
         self.model = model
-        self.coef = predictor_for(model).coefficients(engine, gpu.name, shape.key)[0]
+        self.coef = predictor_for(model).coefficients(engine, gpu.name, shape, tp)[0]
         self.coef_prefill = self.coef[:N_PREFILL].tolist()
         self.coef_decode = self.coef[N_PREFILL:].tolist()
         self.shape, self.dcp = shape, float(dcp)

@@ -30,6 +30,7 @@ from engine_advisor.model.fit.default import default_model, real_rows, unfitted_
 from engine_advisor.model.fit.rows import row_case  # noqa: E402
 from engine_advisor.model.physics.features import case_features  # noqa: E402
 from engine_advisor.model.physics.terms import TERMS  # noqa: E402
+from engine_advisor.model.predict.predictor import predictor_for  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "bench/data/h200-real/profiles"
 # kernel name -> the term whose work it does; the first pattern that matches wins
@@ -81,8 +82,10 @@ def features(engine: str, model: str, ctx: int, batch: int):
         return None
     row = rows[0].model_copy(update={"context_tokens": ctx, "batch_size": batch,
                                      "prefix_share": 0.0})
-    x = case_features(row_case(row, 1.0)).prefill[0]
-    coef = default_model().engines[f"{engine}/{row.gpu}"].coef_
+    case = row_case(row, 1.0)
+    x = case_features(case).prefill[0]
+    # the engine's coefficients for this model (its fused-MoE kernel's factor included)
+    coef = predictor_for(default_model()).coefficients(engine, row.gpu, case.shape, case.tp)[0]
     unit = {t: x[TERMS.index(t)] * 1e3 for t in TERMS}
     pred = {t: x[TERMS.index(t)] * coef[TERMS.index(t)] * 1e3 for t in TERMS}
     unit["pf_attn"] += unit["pf_mla"]

@@ -58,6 +58,31 @@ class HybridShape:
         return self.n_linear == 0 and self.n_window > 0 and self.n_full > 0 and self.window > 0
 
 
+@dataclass(frozen=True)
+class MoeShape:
+    """What an engine's fused-MoE kernel selection reads of a served model's routed experts on
+    one GPU type at one TP size (plain numbers, as ``HybridShape``)."""
+
+    n_experts: int                   # routed experts per MoE layer
+    n_shared: int                    # shared experts (an engine may fuse them in as routed)
+    intermediate: int                # one expert's intermediate size per TP rank
+    expert_dtype: str                # the checkpoint's expert weights: "bf16", "fp8 block 128x128"
+    gpu: str                         # GPU type name ("H200")
+    gpu_family: str                  # "hopper" | "blackwell" | ...
+
+
+class MoeKernel(NamedTuple):
+    """An engine's fused-MoE prefill kernel for one served model on one GPU: its time over the
+    engine's reference kernel for the same physics (the prior of ``pf_moe``, a tuned bf16
+    kernel) and why (empty when it is the reference)."""
+
+    factor: float = 1.0
+    note: str = ""
+
+
+REFERENCE_MOE = MoeKernel()
+
+
 class MemoryKnobs(NamedTuple):
     """An engine's memory knobs as launched (0 / False: the engine's default): the most
     requests running at once (vLLM ``--max-num-seqs``, SGLang ``--max-running-requests``),
@@ -204,6 +229,13 @@ class Engine:
     # Only terms no dense model has (the linear-attention families) are set this way, so that
     # a hybrid's own kernels, not its neighbours' end-to-end times, say what it costs
     kernel_priors: tuple[tuple[str, float], ...] = ()
+    # the same for kernels the engine runs on one GPU family only: (family, its (term,
+    # coefficient) pairs), over ``kernel_priors`` in that family's fits
+    family_priors: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
+    # the engine's fused-MoE prefill kernel for a model's experts (``MoeKernel``): where its
+    # kernel for those experts runs slower than the one its ``pf_moe`` prior was measured on
+    # (an untuned kernel configuration, block-scaled FP8); None: always the reference
+    moe_kernel: Callable[[MoeShape], MoeKernel] | None = None
     # engines whose memory flag is not a fraction of the whole GPU (TensorRT-LLM's is one of
     # the memory free after weights and activations): the flag's value for a fraction of the
     # whole GPU, from (fraction, GPU memory bytes, bytes per GPU in use before the KV cache);

@@ -36,7 +36,29 @@ rest / (full layers + 0.8 x window layers) / one layer's KV per token ("Use slid
 memory pool. full_layer_tokens=..., swa_layer_tokens=..."; ``#tokens`` is the full pool). A
 running request keeps at most its window in the SWA pool (the tokens behind it are freed), so
 the SWA pool admits about swa tokens / window requests at once.
+
+Fused MoE on Hopper (``moe_kernel``): SGLang runs routed experts on its Triton fused-MoE kernel
+with a configuration looked up by file name (experts, intermediate size per TP rank, GPU, dtype;
+``model/data/sglang_moe_configs.json`` lists what 0.5.16 ships, written by
+``bench/real_engines/moe_configs.py``). Its kernels' prefill on an H200
+(docs/validation.md, "Where the prefill time goes"), over the physics:
+
+- bf16 with a shipped configuration: Mixtral-8x7B 1.22-1.28 x, Qwen3-30B-A3B 1.65-1.79 x
+  (aiconfigurator-core 0.12.0's SGLang 0.5.14 tables: 1.23 and 1.37 x on the same shapes at
+  8,192 tokens): the ``pf_moe`` prior, 1.5;
+- bf16 without one ("Using default MoE kernel config"): DeepSeek-V2-Lite 2.61-2.76 x,
+  Nemotron-3-Nano 2.41-2.42 x: 1.7 x the tuned kernel;
+- block-FP8 experts (its Triton w8a8 block kernel): Qwen3-Next 2.48-2.92 x the FP8 physics,
+  with a shipped configuration: 1.8 x.
+
+With the kernel at its measured multiple, the fixed cost per fused-MoE call left for
+``pf_moe_fixed`` is 0.6 ms (what SGLang's rows free it at; 2.4 ms while the kernel was priced
+at the physics).
 """
+
+import json
+from functools import lru_cache
+from pathlib import Path
 
 from engine_advisor.model.engines.base import (
     DTYPE_BYTES,
@@ -46,6 +68,8 @@ from engine_advisor.model.engines.base import (
     EngineCapabilities,
     HybridShape,
     Metrics,
+    MoeKernel,
+    MoeShape,
     PrefixReuse,
     StateLayout,
 )
@@ -54,6 +78,42 @@ STATE_RATIO = 0.9        # --mamba-full-memory-ratio's default: state pool : KV 
 SLOTS_PER_REQUEST = 5    # radix cache (3) and overlap scheduling's ping-pong slots (2)
 DEFAULT_RUNNING = 2048   # the least max_running_requests SGLang starts with when not given
 SWA_RATIO = 0.8          # --swa-full-tokens-ratio's default: SWA pool tokens : full pool tokens
+MOE_CONFIGS = Path(__file__).resolve().parent.parent / "data" / "sglang_moe_configs.json"
+# the device names SGLang's configuration files carry, per GPU type (torch's device name)
+DEVICE_NAMES = {"H100": "NVIDIA_H100_80GB_HBM3", "H200": "NVIDIA_H200", "H20": "NVIDIA_H20",
+                "H800": "NVIDIA_H800"}
+UNTUNED_MOE = 1.7        # bf16 experts at the default configuration, over a tuned one
+BLOCK_FP8_MOE = 1.8      # block-FP8 experts (Triton w8a8 block kernel), over tuned bf16
+
+
+@lru_cache(maxsize=1)
+def _shipped() -> dict[str, frozenset[str]]:
+    doc = json.loads(MOE_CONFIGS.read_text())
+    return {device: frozenset(keys) for device, keys in doc["configs"].items()}
+
+
+def moe_kernel(m: MoeShape) -> MoeKernel:
+    """SGLang's Triton fused-MoE kernel for ``m``'s experts on a Hopper GPU (module docstring);
+    other families run other kernels (the reference)."""
+    if m.gpu_family != "hopper" or m.n_experts <= 0:
+        return MoeKernel()
+    if m.expert_dtype.startswith("fp8 block"):
+        return MoeKernel(BLOCK_FP8_MOE, "SGLang runs block-FP8 experts on its Triton w8a8 block "
+                         f"kernel, measured at {BLOCK_FP8_MOE:g} x its tuned bf16 kernel's time "
+                         "for the same physics")
+    if m.expert_dtype not in ("bf16", "fp16"):
+        return MoeKernel()
+    device = DEVICE_NAMES.get(m.gpu, f"NVIDIA_{m.gpu}")
+    shipped = _shipped().get(device, frozenset())
+    if any(f"{e},{m.intermediate},bf16" in shipped for e in (m.n_experts,
+                                                            m.n_experts + m.n_shared)):
+        return MoeKernel()
+    return MoeKernel(UNTUNED_MOE, f"SGLang 0.5.16 ships no tuned fused-MoE configuration for "
+                     f"{m.n_experts} experts of intermediate size {m.intermediate} on "
+                     f"{m.gpu} (E={m.n_experts},N={m.intermediate}): its Triton kernel runs a "
+                     f"default one, measured at {UNTUNED_MOE:g} x a tuned kernel's time "
+                     "(a configuration tuned for this shape with SGLang's fused-MoE tuning script "
+                     "removes it)")
 
 
 def window_layout(h: HybridShape) -> StateLayout:
@@ -124,4 +184,9 @@ ENGINE = Engine(
     # Gated DeltaNet kernels 4.20-4.68 x the delta rule's physics, but its Mamba2 SSD kernels
     # and conv1d 18.8-19.4 x theirs (vLLM's: 4.4-4.6 x), at 1 x 16,384 and 16 x 1,024 tokens
     kernel_priors=(("pf_linear", 4.4), ("pf_ssd", 19.1)),
+    # on Hopper its Triton fused MoE at a tuned configuration: 1.5 x its physics, 0.6 ms a
+    # call beside (module docstring; ``moe_kernel`` for experts it has no tuned configuration
+    # of). Blackwell runs other MoE kernels: the physics priors there
+    family_priors=(("hopper", (("pf_moe", 1.5), ("pf_moe_fixed", 0.6e-3))),),
+    moe_kernel=moe_kernel,
 )

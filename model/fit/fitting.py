@@ -53,6 +53,7 @@ from engine_advisor.model.fit.estimator import (
 from engine_advisor.model.fit.rows import row_case, row_shape
 from engine_advisor.model.hardware.gpus import gpu_family
 from engine_advisor.model.physics.features import case_features
+from engine_advisor.model.physics.moe import PF_MOE, moe_kernel
 from engine_advisor.model.physics.terms import PREFILL_TERMS, TERMS
 
 DCP_TERMS = ("dcp_read", "dcp_comm", "dcp_fixed")
@@ -61,13 +62,17 @@ QUANTITIES = ("total", "ttft", "step")
 DIVERSITY_GRID = (1.0, 0.5, 0.3, 0.2, 0.15, 0.1, 0.07, 0.05, 0.03, 0.02, 0.01, 0.0)
 
 
-def engine_prior(engine: str) -> dict[str, float]:
-    """The prior an engine's fits start from: the physics priors (``PRIOR``), with the terms
-    the engine's kernels were profiled on at what they measured
-    (``engine_advisor.model.engines.base.Engine.kernel_priors``); an engine no module registers
-    starts from the physics."""
+def engine_prior(engine: str, gpu: str | None = None) -> dict[str, float]:
+    """The prior an engine's fits start from on ``gpu`` (a GPU type or family; None: any): the
+    physics priors (``PRIOR``), with the terms the engine's kernels were profiled on at what
+    they measured (``engine_advisor.model.engines.base.Engine.kernel_priors``, and
+    ``family_priors`` for the kernels it runs on one GPU family only); an engine no module
+    registers starts from the physics."""
     known = engines.REGISTRY.get(engine)
-    return {**PRIOR, **dict(known.kernel_priors if known else ())}
+    if known is None:
+        return dict(PRIOR)
+    family = dict(known.family_priors).get(gpu_family(gpu), ()) if gpu else ()
+    return {**PRIOR, **dict(known.kernel_priors), **dict(family)}
 
 
 def family_key(engine: str, gpu: str) -> str:
@@ -108,7 +113,11 @@ def observations(rows: Sequence[Measurement], rho: Diversity = TRAINED) -> Obser
     model."""
     Xs, ys, rs, qs = [], [], [], []
     for i, r in enumerate(rows):
-        f = case_features(row_case(r, diversity_of(rho, r)))
+        case = row_case(r, diversity_of(rho, r))
+        f = case_features(case)
+        # the routed experts' prefill at the engine's reference kernel: a row whose experts
+        # run on a slower one (engine_advisor.model.physics.moe) counts it in its feature
+        kernel = moe_kernel(r.engine, case.shape, r.gpu, r.num_gpus).factor
         step = r.decode_step
         # a batch that queues: its last first token waits for running sequences to finish,
         # so the measured ``ttft_s`` is not a prefill (its total still is the whole batch)
@@ -116,7 +125,11 @@ def observations(rows: Sequence[Measurement], rho: Diversity = TRAINED) -> Obser
         for q, (X, val) in enumerate(((f.total, r.total_s), (f.prefill, ttft),
                                       (f.tpot, step))):
             if val is not None:
-                Xs.append(X[0])
+                x = X[0]
+                if kernel != 1.0:
+                    x = x.copy()
+                    x[PF_MOE] *= kernel
+                Xs.append(x)
                 ys.append(val)
                 rs.append(i)
                 qs.append(q)
@@ -201,7 +214,7 @@ def choose_diversity(rows: Sequence[Measurement]) -> tuple[dict[str, float], Lev
     select differently (on vLLM's H200 rows, 0 and 0.01 kept five and seven terms, 3.1 % and
     1.6 % held out), so the choice is made between selections, not between refits of one
     selection."""
-    prior = engine_prior(rows[0].engine) if rows else PRIOR
+    prior = engine_prior(rows[0].engine, rows[0].gpu) if rows else PRIOR
     first = fit_level(rows, prior, TRAINED)
     if first is None or not has_routing(rows):
         return {}, first
@@ -255,8 +268,8 @@ def fit_engine(engine: str, rows: Sequence[Measurement]) -> EngineFit:
     # decoding a batch): other families' rows would only move the choice by their own misfit
     rho, _ = choose_diversity([r for frows in by_family.values() if has_routing(frows)
                                for r in frows] or rows)
-    start = engine_prior(engine)
     for family, frows in sorted(by_family.items()):
+        start = engine_prior(engine, family)
         top = fit_level(frows, start, rho)
         if top is not None:
             _finish(top)

@@ -92,8 +92,9 @@ def _parents() -> dict[str, tuple[np.ndarray, float]]:
         erows = [r for r in rows if r.engine == engine]
         rho = choose_diversity(erows)[0] if erows else {}
         same = [r for r in erows if gpu_family(r.gpu) == gpu_family("B300") and r.gpu != "B300"]
-        lf = fit_level(same, engine_prior(engine), rho) if same else None
-        out[engine] = (lf.estimator.coef_ if lf else prior_vector(engine_prior(engine)), rho)
+        start = engine_prior(engine, "B300")
+        lf = fit_level(same, start, rho) if same else None
+        out[engine] = (lf.estimator.coef_ if lf else prior_vector(start), rho)
     return out
 
 
@@ -112,7 +113,7 @@ def judge(a: Assumption) -> Verdict:
     distance = 0.0
     for engine in sorted({r.engine for r in rows}):
         timed = [r for r in rows if r.engine == engine and trainable(r)]
-        prior, rho = parents.get(engine, (prior_vector(engine_prior(engine)), {}))
+        prior, rho = parents.get(engine, (prior_vector(engine_prior(engine, "B300")), {}))
         lf = fit_level(timed, prior, rho)
         pred = lf.estimator.predict(lf.obs.X) if lf else []
         for r, p in zip(timed, pred, strict=True):

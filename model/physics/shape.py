@@ -56,6 +56,12 @@ class ModelShape:
     # mixers and feed-forwards (2 per standard decoder layer, 1 per Nemotron-H block; 0: 2 per
     # layer): each ends in a row-parallel projection
     n_sublayers: int = 0
+    # the routed experts' checkpoint dtype ("bf16", "fp8 block 128x128"), one expert's
+    # intermediate size and the shared experts: what picks an engine's fused-MoE kernel
+    # (``engine_advisor.model.physics.moe.moe_kernel``)
+    expert_dtype: str = ""
+    expert_intermediate: int = 0
+    n_shared_experts: int = 0
     # linear-attention layers: kind, one layer's convolution and recurrent state elements, the state
     # dtype the config declares (engine_advisor.model.arch.Architecture), the chunked prefill
     # kernels' FLOPs and bytes per prompt token and the recurrent update's FLOPs per decoded token
@@ -188,6 +194,9 @@ def from_architecture(arch: Architecture, kv_dtype: str) -> ModelShape:
         attn_flops_per_ctx_token=float(arch.attn_decode_flops_per_ctx_token),
         attn_prefill_coef=quad, attn_prefill_linear=max(lin, 0.0), moe_matmul_flops=moe_flops,
         n_sublayers=arch.n_sublayers, linear_kind=arch.linear_kind,
+        expert_dtype=str(dtypes.get("routed_experts", "")) if arch.n_moe_layers else "",
+        expert_intermediate=int(arch.expert_intermediate or 0),
+        n_shared_experts=int(arch.n_shared_experts or 0),
         linear_conv_elems=float(arch.linear_conv_elems),
         linear_ssm_elems=float(arch.linear_ssm_elems), linear_ssm_dtype=arch.linear_ssm_dtype,
         linear_ssm_cache_dtype=arch.linear_ssm_cache_dtype,

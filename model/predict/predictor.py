@@ -43,6 +43,7 @@ from engine_advisor.model.physics.features import (
     static_rows,
 )
 from engine_advisor.model.physics.memory import MemoryChoice, choose_fraction
+from engine_advisor.model.physics.moe import PF_MOE, moe_kernel
 from engine_advisor.model.physics.shape import ModelShape
 from engine_advisor.model.physics.terms import TERMS
 from engine_advisor.model.workload import Config
@@ -113,16 +114,16 @@ class Predictor:
                             advise=True), index, per_config)
         return hit
 
-    def stacked(self, engines: tuple[str, ...], gpu: str, model_key: str):
+    def stacked(self, engines: tuple[str, ...], gpu: str, shape: ModelShape, tp: int):
         """(coefficients of a case's feature columns (E, 2 x terms), covariance factors F
-        (E, terms, rank) with cov = F F', relative noise (E,)) of engines on a GPU type for a
-        served model."""
-        key = (engines, gpu, model_key)
+        (E, terms, rank) with cov = F F', relative noise (E,)) of engines on ``tp`` GPUs of a
+        type for a served model."""
+        key = (engines, gpu, shape.key, tp)
         hit = self._stacks.get(key)
         if hit is None:
             if len(self._stacks) >= FACTS_CACHE_SIZE:
                 self._stacks.clear()
-            coefs = [self.coefficients(e, gpu, model_key) for e in engines]
+            coefs = [self.coefficients(e, gpu, shape, tp) for e in engines]
             factors = [_factor(c[1]) for c in coefs]
             rank = max(f.shape[1] for f in factors)
             stacked = np.zeros((len(coefs), N_TERMS, rank))
@@ -133,20 +134,28 @@ class Predictor:
             hit = self._stacks[key] = (coef, stacked, np.array([c[2] for c in coefs]))
         return hit
 
-    def coefficients(self, engine: str, gpu: str,
-                     model_key: str) -> tuple[np.ndarray, np.ndarray, float]:
-        """(coef, covariance, relative noise) of an engine on a GPU type for a served model: the
-        fitted level ``CostModel.level_for`` names (the GPU's own fit, else the engine's pooled over
-        the GPUs of its family it was measured on, ``engine_advisor.model.fit.fitting``), else the
-        physical priors."""
-        key = (engine, gpu, model_key)
+    def coefficients(self, engine: str, gpu: str, shape: ModelShape,
+                     tp: int) -> tuple[np.ndarray, np.ndarray, float]:
+        """(coef, covariance, relative noise) of an engine on ``tp`` GPUs of a type for a served
+        model: the fitted level ``CostModel.level_for`` names (the GPU's own fit, else the
+        engine's pooled over the GPUs of its family it was measured on,
+        ``engine_advisor.model.fit.fitting``), else the physical priors; ``pf_moe`` scaled by
+        the engine's fused-MoE kernel for the model's experts
+        (``engine_advisor.model.physics.moe``)."""
+        key = (engine, gpu, shape.key, tp)
         hit = self._coef.get(key)
         if hit is None:
-            level = self.model.level_for(engine, gpu, model_key)
+            level = self.model.level_for(engine, gpu, shape.key)
             k = len(TERMS)
-            hit = self._coef[key] = (self._levels[level] if level is not None
-                                     else (prior_vector(engine_prior(engine)),
-                                           np.zeros((k, k)), 0.03))
+            coef, cov, noise = (self._levels[level] if level is not None
+                                else (prior_vector(engine_prior(engine, gpu)), np.zeros((k, k)),
+                                      0.03))
+            kernel = moe_kernel(engine, shape, gpu, tp).factor
+            if kernel != 1.0:
+                scale = np.ones(k)
+                scale[PF_MOE] = kernel
+                coef, cov = coef * scale, cov * np.outer(scale, scale)
+            hit = self._coef[key] = (coef, cov, noise)
         return hit
 
     def table(self, case: Case, rel_extra: np.ndarray | None = None,
@@ -172,7 +181,7 @@ class Predictor:
             return out
         case = parts[0][0]
         K, coll, curve, rows, (engines, idx) = kernel_inputs(case, index)
-        coef, factors, noise = self.stacked(engines, case.silicon.name, case.shape.key)
+        coef, factors, noise = self.stacked(engines, case.silicon.name, case.shape, case.tp)
         return predict_rows(K, coll, curve, rows, coef, factors, noise, idx, extra, float(z))
 
     def predict(self, case: Case, rel_extra: np.ndarray | None = None,

@@ -30,6 +30,7 @@ from engine_advisor.model.hardware.gpus import gpu_family
 from engine_advisor.model.hardware.silicon import Silicon, silicon_for
 from engine_advisor.model.physics.features import Case
 from engine_advisor.model.physics.memory import MemoryChoice
+from engine_advisor.model.physics.moe import moe_kernel
 from engine_advisor.model.physics.shape import ModelShape
 from engine_advisor.model.physics.terms import DECODE_TERMS, Physics, physics_for
 from engine_advisor.model.predict.capabilities import exclusions as capability_exclusions
@@ -186,6 +187,9 @@ class Query:
         # why an engine that cannot be calibrated here is not, while the model holds no data
         # of it on any GPU (Engine.uncalibrated_note: TensorRT-LLM's priors)
         self.notes = uncalibrated_notes(model, tuple(self.memory))
+        # per engine, why its fused-MoE prefill kernel for this model's experts runs slower than
+        # its reference ("": it does not; engine_advisor.model.physics.moe)
+        self.moe_notes = {e: moe_kernel(e, shape, self.gpu, w.num_gpus).note for e in self.memory}
         self.share = w.requirements.prefix_reuse_share if w.requirements else 0.0
         self.allow_extrapolation = w.allow_extrapolation
         # why a configuration without calibration data for this hardware may not be chosen
@@ -196,7 +200,8 @@ class Query:
         facts = pred.facts(si.gpu, w.num_gpus, shape, self.configs)
         self.facts = facts
         engines, self.index = facts.engine_index
-        self.coef, self.factors, self.noise = pred.stacked(engines, si.name, shape.key)
+        self.coef, self.factors, self.noise = pred.stacked(engines, si.name, shape,
+                                                            w.num_gpus)
         # the compiled inputs of each silicon the configurations' engines run their kernels on
         # (Silicon.for_engine): (configuration indices or None for all, K, collectives, read
         # curves, the KV read's source); one part unless an engine has kernel tables of its own

@@ -125,12 +125,14 @@ def trust_reasons(w: Workload, gpu: str, weights_known: bool, best: Evaluated,
     return r
 
 
-def reasons(w: Workload, shape: ModelShape, gpu: str, d: Decision, provenance: str) -> list[str]:
+def reasons(w: Workload, shape: ModelShape, gpu: str, d: Decision, provenance: str,
+            moe_notes: dict[str, str]) -> list[str]:
     """The decision ``d`` in sentences, in order: the choice against its rival, a faster
     configuration that may not be chosen (``d.unmeasured``: no calibration data, and
     ``allow_extrapolation`` is false), where the decode step's time goes, queueing, the
     crossover, what the answer rests on (``d.prior_why``: why it is the physics prior's), a tie,
-    low confidence, and where the GPU's physics came from (``provenance``)."""
+    low confidence, and where the GPU's physics came from (``provenance``); and, per engine
+    (``moe_notes``), its fused-MoE kernel where it runs slower than its reference."""
     best, rival, speedup, cross = d.best, d.rival, d.speedup, d.crossover
     unmeasured, prior_why, confidence = d.unmeasured, d.prior_why, d.confidence
     bp = best.pred
@@ -167,6 +169,10 @@ def reasons(w: Workload, shape: ModelShape, gpu: str, d: Decision, provenance: s
                     if rival.pred.running_limit != "kv" else "") + ")")
     if cross:
         r.append(f"the best engine changes near {cross:,} context tokens")
+    for engine in dict.fromkeys(e.config.engine for e in (best, rival) if e):
+        note = moe_notes.get(engine)
+        if note:
+            r.append(f"prefill of the routed experts: {note}")
     r += trust_reasons(w, gpu, shape.weights_known, best, rival, prior_why)
     if rival and speedup is not None and rival.config.engine != best.config.engine \
             and speedup < 1.0 + TIE:

@@ -19,7 +19,8 @@ from engine_advisor.sim import engines as sim_engines
 
 ENGINE_DIR = Path(engines.__file__).parent
 OPTIONAL = {"flag_fraction", "config_flag", "config_path", "config_file", "parallel_args",
-            "dcp_gpu_families", "dcp_note", "uncalibrated_note", "kernel_priors"}
+            "dcp_gpu_families", "dcp_note", "uncalibrated_note", "kernel_priors", "moe_kernel",
+            "family_priors"}
 
 
 def test_every_engine_module_is_registered_under_its_name():

@@ -45,8 +45,11 @@ def test_the_faster_engine_is_picked_and_the_ratio_is_right(s):
     assert c["points"] >= 30
     assert c["share_right"] >= 0.90
     assert c["differing_points"] >= 5 and c["ratio_median_factor"] <= 1.15
-    # the uncalibrated prior could not tell the engines apart
-    assert s["choice_prior"]["share_right"] < c["share_right"]
+    # the prior (the physics at the engines' profiled kernel efficiencies, no end-to-end fit)
+    # picks as well since SGLang's fused MoE has its measured multiples (31 of 44 before); the
+    # fit still gets the ratio of the engines' times closer (1.03 against 1.04 x)
+    assert s["choice_prior"]["share_right"] >= 0.90
+    assert c["ratio_median_factor"] <= s["choice_prior"]["ratio_median_factor"]
 
 
 def test_the_uncalibrated_prior_holds_against_the_real_runs(s):
@@ -164,16 +167,16 @@ def _median_errors(model, rows, name: str) -> dict[str, float]:
 # Nemotron-3-Nano's rows per engine, fitted with the default model's data (held out point by
 # point) and left out (the default model): each quantity's bound. Its linear layers' prefill
 # starts from each engine's profiled SSD kernels (Engine.kernel_priors: vLLM 4.5 x the physics,
-# SGLang 19.1 x), the rest from the other models' efficiencies
+# SGLang 19.1 x), SGLang's fused MoE from its profiled kernels (1.5 x at a tuned configuration,
+# 1.7 x that at its default one, which is Nemotron's: Engine.moe_kernel), the rest from the
+# other models' efficiencies
 HYBRID_BOUNDS = {
-    # vLLM: 4.1 % (prefill), 8.8 % (decode step) fitted; left out the batch-1 decode step 16 %
-    # slow (its 52 blocks cost less per step than the 26 decoder layers they count as)
+    # vLLM: 4.1 % (prefill), 8.6 % (decode step) fitted; left out 4.9 %, and the batch-1 decode
+    # step 16 % slow (its 52 blocks cost less per step than the 26 decoder layers they count as)
     "vllm": ({"ttft": 0.10, "total": 0.10, "step": 0.10}, {"ttft": 0.10, "step": 0.20}),
-    # SGLang: 1.5 % (prefill), 4.9 % (decode step) fitted; left out its prefill is still 32 %
-    # fast in the median: its fused MoE runs at 2.4 x the physics (the default model's MoE
-    # prefill efficiency comes from models whose kernels run closer to it) and its host waits
-    # 73-128 ms per batch (docs/validation.md, kernel profiles)
-    "sglang": ({"ttft": 0.10, "total": 0.10, "step": 0.10}, {"step": 0.12, "ttft": 0.35}),
+    # SGLang: 2.1 % (prefill), 4.9 % (decode step) fitted; left out 10.6 % and 11.0 % (32 % in
+    # prefill before its fused MoE had its measured multiples)
+    "sglang": ({"ttft": 0.10, "total": 0.10, "step": 0.10}, {"step": 0.15, "ttft": 0.15}),
 }
 
 
@@ -203,15 +206,16 @@ def test_a_hybrid_holds_in_a_fit_and_left_out(engine):
 
 
 # Qwen3-Next-80B-A3B-FP8's rows per engine, fitted (held out point by point) and left out (the
-# default model), as HYBRID_BOUNDS. Fitted: 5.4 % / 1.3 % (vLLM prefill / step), 3.2 % / 1.7 %
-# (SGLang). Left out: vLLM's prefill 12 % (host time per prefilled sequence that the kernel
-# profile shows and no term has yet), SGLang's 30 % (its fused MoE at 2.5-2.9 x the physics, its
-# host gaps); SGLang's decode step 2.6 % on DeepGEMM, its default block-FP8 GEMM (22 % when its
-# Triton block-FP8 kernel ran at an untuned configuration: bench/real_engines/rebuild_real.py)
+# default model), as HYBRID_BOUNDS. Fitted: 5.8 % / 1.2 % (vLLM prefill / step), 3.1 % / 1.7 %
+# (SGLang). Left out: 5.7 % / 5.8 % (vLLM), 6.3 % / 1.1 % (SGLang): both engines run its
+# block-FP8 experts on a slower kernel than bf16 ones (Engine.moe_kernel: vLLM 1.5 x, SGLang
+# 1.8 x); before, 12 % and 30 % in prefill. SGLang's decode step is on DeepGEMM, its default
+# block-FP8 GEMM (22 % when its Triton block-FP8 kernel ran at an untuned configuration:
+# bench/real_engines/rebuild_real.py)
 QWEN3_NEXT_BOUNDS = {"vllm": ({"ttft": 0.10, "total": 0.10, "step": 0.10},
-                              {"step": 0.10, "ttft": 0.15, "total": 0.10}),
+                              {"step": 0.10, "ttft": 0.10, "total": 0.10}),
                      "sglang": ({"ttft": 0.10, "total": 0.10, "step": 0.10},
-                                {"step": 0.05, "ttft": 0.33, "total": 0.15})}
+                                {"step": 0.05, "ttft": 0.10, "total": 0.10})}
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])

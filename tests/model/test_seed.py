@@ -72,9 +72,9 @@ def test_the_seed_reproduces_kimi_k3_and_leaks_to_no_other_model():
     v3 = k3.model_copy(update={"preset": "deepseek-v3"})
     pred = predictor_for(m)
     dcp_fixed = TERMS.index("dcp_fixed")
-    assert pred.coefficients("sglang", "B300", k3.model_shape().key)[0][dcp_fixed] > \
+    assert pred.coefficients("sglang", "B300", k3.model_shape(), 8)[0][dcp_fixed] > \
         10 * PRIOR["dcp_fixed"]
-    assert pred.coefficients("sglang", "B300", v3.model_shape().key)[0][dcp_fixed] == \
+    assert pred.coefficients("sglang", "B300", v3.model_shape(), 8)[0][dcp_fixed] == \
         PRIOR["dcp_fixed"]
     assert m.calibrated_range("sglang", "B300", 8, 8, k3.model_shape().key)[0] == "calibrated"
     assert m.calibrated_range("sglang", "B300", 8, 8, v3.model_shape().key)[0] == "uncalibrated"
