@@ -11,6 +11,9 @@ Targets, all measured in the same run, in interleaved rounds:
   gRPC stack ``<stack>`` that answers every message CONTINUE, in processing mode ``<mode>``.
   Every stack in the shipped mode (grpclib only when it is installed: PyPI ``grpclib``);
   grpcio's asyncio server (the picker's stack) in every mode.
+- ``floor in serve buffered``: the same Envoy calling ``engine-advisor serve --epp-port`` whose
+  picker answers as the floor does (bench/epp_floor_serve.py), in the shipped mode: the process
+  around the gRPC server, without the picker's decisions.
 - ``picker <mode>``: the same Envoy calling ``engine-advisor serve --epp-port`` (one uvicorn
   worker), in each processing mode of tests/epp/envoy_proc.py: ``buffered`` (shipped),
   ``buffered-noreport``, ``streamed``, ``duplex`` (the Gateway API Inference Extension's
@@ -219,6 +222,15 @@ def main() -> int:
                                 "--stack", stack, "--port", str(port), "--uvloop"], log))
             wait_port(port, procs[-1], log)
             add(name, procs[-1], port, mode, log)
+        if want(f"floor in serve {SHIPPED}"):
+            epp, log = free_port(), tmp / "floor-in-serve.log"
+            procs.append(start([sys.executable, str(ROOT / "bench" / "epp_floor_serve.py"),
+                                "serve", "--port", str(free_port()), "--epp-port", str(epp),
+                                "--upstreams", str(tmp / "upstreams.yaml"),
+                                "--log-level", "warning"], log,
+                               env={"ENGINE_ADVISOR_EPP_TOKEN": TOKEN}))
+            wait_port(epp, procs[-1], log, 120.0)
+            add(f"floor in serve {SHIPPED}", procs[-1], epp, SHIPPED, log)
         pickers = [(m, 1) for m in MODES] + [(SHIPPED, 2)]
         serves: dict[int, tuple[subprocess.Popen, int, Path]] = {}
         for mode, workers in pickers:
@@ -295,8 +307,8 @@ def report(targets: list[Target], args, started: str, load_before: float,
                   if paced and rr and t is not rr else "")
         ext = f"{med(t, 'cpu_us', 1):.0f}" if t.server else ""
         floor = None
-        if t.name.startswith("picker"):
-            mode = t.name.split()[1]
+        if t.name.startswith(("picker", "floor in serve")):
+            mode = t.name.split()[-2 if t.name.endswith(" x2") else -1]
             floor = by.get(f"floor grpcio-aio {mode}")
         x = f"{med(t, 'cpu_us', 1) / med(floor, 'cpu_us', 1):.2f}" if floor else ""
         print(f"| {t.name} | {rps:.0f} | {ratio} | {p50 * 1e3:.2f} | {added} | {pp} | "
