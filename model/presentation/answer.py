@@ -19,8 +19,7 @@ from engine_advisor.model.workload import Workload
 
 
 def answer(w: Workload, shape: ModelShape, gpu: str, d: Decision, mem: MemoryChoice,
-           provenance: str, version: str,
-           moe_notes: dict[str, str] | None = None) -> Recommendation:
+           provenance: str, version: str, moe_notes: dict[str, str]) -> Recommendation:
     """The ``Recommendation`` of decision ``d``; ``mem``: the chosen engine's memory choice,
     ``provenance``: where the GPU's physics came from, ``moe_notes``: per engine, why its
     fused-MoE kernel for the model's experts runs slower than its reference."""
@@ -28,7 +27,7 @@ def answer(w: Workload, shape: ModelShape, gpu: str, d: Decision, mem: MemoryCho
     bp = best.pred
     engine = best.config.engine
     dcp = best.config.dcp_size
-    why = reasons(w, shape, gpu, d, provenance, moe_notes or {})
+    why = reasons(w, shape, gpu, d, provenance, moe_notes)
     why.append(mem.reason)
     why += engine_notes(w, shape, d)
     return make_recommendation({

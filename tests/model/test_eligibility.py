@@ -42,7 +42,7 @@ def test_eligibility_and_the_speedup_baseline():
             assert not any(e.pred.eligible for e in evals)
             continue
         rec = answer(w, q.shape, q.gpu, d, q.memory[d.best.config.engine],
-                     q.provenance[d.best.config.engine], "v")
+                     q.provenance[d.best.config.engine], "v", q.moe_notes)
         for e in evals:
             p = e.pred
             assert p.eligible == e.eligible == (p.ineligible_reason is None), p
