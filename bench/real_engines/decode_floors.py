@@ -16,17 +16,24 @@ excess is the MLA layers'.
   batch 1 and batch 8;
 - the Gated DeltaNet decode kernels (convolution update, recurrent update) at one sequence.
 
+``profiles``: decode-step kernel tables of real engines (``kernel_profile.py --decode N`` wrote
+``ctxCxB.csv`` and ``ctxCxB-outM.csv`` per point, M = 1 + N): their difference over N is one
+step's kernels, counted and timed by kind, beside the default model's terms for that step.
+
 ``trial``: the default model refitted with each MLA layer charged the per-layer fixed costs of
 ``--mla-units`` more decoder layers (a what-if: the shipped physics is unchanged), and the
 left-out medians of the H200 MoE and hybrid models' batch-1 steps, beside the shipped model's.
 
     .venv/bin/python bench/real_engines/decode_floors.py tables --systems-dir .../systems
     .venv/bin/python bench/real_engines/decode_floors.py trial --mla-units 2.65
+    .venv/bin/python bench/real_engines/decode_floors.py profiles --profiles DIR
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import re
 import sys
 from pathlib import Path
 
@@ -170,6 +177,92 @@ def trial(args) -> None:
         print(f"  {name:26} {engine:6} {r:5.2f} x | {tried[name, engine]:5.2f} x")
 
 
+# a decode kernel's kind: the first pattern that matches wins
+DECODE_KINDS = (
+    ("linear", r"selective_state|causal_conv1d|gated_delta|fused_recurrent|gdn|kda|mamba|ssd"),
+    ("moe", r"fused_moe|moe_align|count_and_sort|moe_sum|topk|router|expert"),
+    ("attention", r"flash|fmha|attention|mla|paged"),
+    ("gemm", r"nvjet|gemm|matmul|cublas|sm90_xmma|cutlass|deep_gemm|gemv|splitk"),
+)
+
+
+def decode_kind(name: str) -> str:
+    for k, pattern in DECODE_KINDS:
+        if re.search(pattern, name, re.I):
+            return k
+    return "other"
+
+
+def _kernels(path: Path) -> tuple[float, dict[str, tuple[int, float]]]:
+    lines = path.read_text().splitlines()
+    client = float(re.search(r"client ([\d.]+) s", lines[0]).group(1))
+    return client, {r["kernel"]: (int(r["calls"]), float(r["total_us"]))
+                    for r in csv.DictReader(lines[1:])}
+
+
+def step_kernels(one: Path, many: Path, steps: int) -> tuple[float, dict[str, tuple[float, float]]]:
+    """(client seconds per step, kernel -> (calls, us) per step): ``many``'s table less
+    ``one``'s, over the ``steps`` decode steps between them."""
+    c1, k1 = _kernels(one)
+    cn, kn = _kernels(many)
+    out = {}
+    for name in set(k1) | set(kn):
+        calls = (kn.get(name, (0, 0.0))[0] - k1.get(name, (0, 0.0))[0]) / steps
+        us = (kn.get(name, (0, 0.0))[1] - k1.get(name, (0, 0.0))[1]) / steps
+        if calls > 0.5 or us > 0.5:
+            out[name] = (calls, us)
+    return (cn - c1) / steps, out
+
+
+def _predicted_step(engine: str, model: str, ctx: int, batch: int) -> dict[str, float] | None:
+    """The default model's decode-step terms (ms) for one point of a shipped model."""
+    from engine_advisor.model.fit.default import default_model, real_rows, unfitted_rows
+    from engine_advisor.model.fit.rows import row_case
+    from engine_advisor.model.physics.features import case_features
+    from engine_advisor.model.physics.terms import TERMS
+    from engine_advisor.model.predict.predictor import predictor_for
+    rows = [r for r in real_rows() + unfitted_rows() if r.engine == engine and r.model == model]
+    if not rows:
+        return None
+    row = rows[0].model_copy(update={"context_tokens": ctx, "batch_size": batch,
+                                     "prefix_share": 0.0})
+    case = row_case(row, 1.0)
+    x = case_features(case).tpot[0]
+    coef = predictor_for(default_model()).coefficients(engine, row.gpu, case.shape, case.tp)[0]
+    return {t: x[i] * coef[i] * 1e3 for i, t in enumerate(TERMS) if x[i] * coef[i] > 0}
+
+
+def profiles(args) -> None:
+    root = Path(args.profiles)
+    for many in sorted(root.glob("*/ctx*-out*.csv")):
+        m = re.fullmatch(r"ctx(\d+)x(\d+)-out(\d+)", many.stem)
+        one = many.with_name(f"ctx{m.group(1)}x{m.group(2)}.csv") if m else None
+        if one is None or not one.exists():
+            continue
+        ctx, batch, out = map(int, m.groups())
+        engine, model = many.parent.name.split("-", 1)
+        step_s, kernels = step_kernels(one, many, out - 1)
+        by: dict[str, list[float]] = {}
+        for name, (calls, us) in kernels.items():
+            acc = by.setdefault(decode_kind(name), [0.0, 0.0])
+            acc[0] += calls
+            acc[1] += us
+        busy = sum(us for _, us in kernels.values())
+        launches = sum(c for c, _ in kernels.values())
+        print(f"{engine} {model}, {batch} x {ctx} tokens: a step {step_s * 1e3:.2f} ms "
+              f"(client), kernels {busy / 1e3:.2f} ms busy in {launches:.0f} launches")
+        for k in ("gemm", "moe", "attention", "linear", "other"):
+            calls, us = by.get(k, (0.0, 0.0))
+            print(f"  {k:9} {calls:6.0f} launches {us / 1e3:7.3f} ms")
+        pred = _predicted_step(engine, model, ctx, batch)
+        if pred:
+            print("  model:   " + " ".join(f"{t} {v:.3f}" for t, v in pred.items())
+                  + f" = {sum(pred.values()):.2f} ms")
+        if args.kernels:
+            for name, (calls, us) in sorted(kernels.items(), key=lambda kv: -kv[1][1]):
+                print(f"    {us:8.1f} us {calls:5.1f} x  {decode_kind(name):9} {name[:90]}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -178,8 +271,11 @@ def main(argv=None) -> int:
     t.add_argument("--system", default="h200_sxm")
     r = sub.add_parser("trial", help="refit with MLA layers charged extra layer units")
     r.add_argument("--mla-units", type=float, default=2.65)
+    p = sub.add_parser("profiles", help="decode-step kernels of kernel_profile.py --decode")
+    p.add_argument("--profiles", required=True, help="folder of ENGINE-PRESET/ tables")
+    p.add_argument("--kernels", action="store_true", help="every kernel of a step too")
     args = ap.parse_args(argv)
-    (tables if args.cmd == "tables" else trial)(args)
+    {"tables": tables, "trial": trial, "profiles": profiles}[args.cmd](args)
     return 0
 
 

@@ -62,14 +62,15 @@ def prompts(n: int, ctx: int, vocab: int, seed: int) -> list[list[int]]:
     return [[rng.randrange(100, vocab - 100) for _ in range(ctx)] for _ in range(n)]
 
 
-def batch(base: str, preset: str, ids: list[list[int]]) -> float:
-    """Send every prompt at once (one output token each); seconds until the last answer."""
+def batch(base: str, preset: str, ids: list[list[int]], output: int = 1) -> float:
+    """Send every prompt at once (``output`` tokens each, end-of-sequence ignored); seconds
+    until the last answer."""
     errors: list[BaseException] = []
 
     def one(p: list[int]) -> None:
         try:
-            post(base + "/v1/completions", {"model": preset, "prompt": p, "max_tokens": 1,
-                                            "temperature": 0.0})
+            post(base + "/v1/completions", {"model": preset, "prompt": p, "max_tokens": output,
+                                            "temperature": 0.0, "ignore_eos": True})
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
@@ -122,7 +123,7 @@ def summarise(traces: list[pathlib.Path]) -> tuple[list[tuple[str, int, float]],
 
 
 def profile_one(engine: str, preset: str, res: pathlib.Path, port: int, cmd: str | None,
-                startup_timeout: float, points: dict[int, list[int]]) -> None:
+                startup_timeout: float, points: dict[int, list[int]], decode: int = 0) -> None:
     traces = pathlib.Path("/tmp/traces") / f"{engine}-{preset}"
     traces.mkdir(parents=True, exist_ok=True)
     hybrid = bool(PRESETS[preset].get("hybrid"))
@@ -138,37 +139,42 @@ def profile_one(engine: str, preset: str, res: pathlib.Path, port: int, cmd: str
         for seed, (n, ctx) in enumerate(((1, 20000), (16, 1024), (1, 20000), (16, 1024))):
             took = batch(base, preset, prompts(n, ctx, vocab, seed))
             log(f"{tag}: warm-up {n} x {ctx}: {took:.2f} s")
-        for ctx, batches in points.items():
-            for b in batches:
-                ids = prompts(b, ctx, vocab, 1000 + ctx + b)
-                t0 = time.time()
-                if engine == "sglang":
-                    post(base + "/start_profile", {"output_dir": str(traces),
-                                                   "activities": ["GPU"],
-                                                   "with_stack": False})
+        if decode:          # and the decode steps' (their CUDA graphs are captured at start)
+            took = batch(base, preset, prompts(2, 1024, vocab, 99), 1 + decode)
+            log(f"{tag}: warm-up 2 x 1024, {1 + decode} output tokens: {took:.2f} s")
+        runs = [(ctx, b, n) for ctx, batches in points.items() for b in batches
+                for n in ((1, 1 + decode) if decode else (1,))]
+        for ctx, b, output in runs:
+            ids = prompts(b, ctx, vocab, 1000 + ctx + b)
+            t0 = time.time()
+            if engine == "sglang":
+                post(base + "/start_profile", {"output_dir": str(traces),
+                                               "activities": ["GPU"],
+                                               "with_stack": False})
+            else:
+                post(base + "/start_profile")
+            wall = batch(base, preset, ids, output)
+            post(base + "/stop_profile")
+            found = new_traces(traces, t0)
+            rows, span = summarise(found)
+            name = f"ctx{ctx}x{b}" + (f"-out{output}" if output > 1 else "")
+            said = "one output token" if output == 1 else f"{output} output tokens"
+            with open(out / f"{name}.csv", "w", newline="") as f:
+                w = csv.writer(f)
+                f.write(f"# {tag} {b} x {ctx} tokens, {said}: client {wall:.6f} s, "
+                        f"kernel span {span / 1e6:.6f} s, kernels busy "
+                        f"{sum(r[2] for r in rows) / 1e6:.6f} s\n")
+                w.writerow(["kernel", "calls", "total_us"])
+                for r in rows:
+                    w.writerow([r[0], r[1], f"{r[2]:.1f}"])
+            top = [(r[0][:40], round(r[2] / 1e3, 1)) for r in rows[:3]]
+            log(f"{tag}: {name}: client {wall:.3f} s, span {span / 1e6:.3f} s, "
+                f"{len(rows)} kernels; top (ms): {top}")
+            for i, trace in enumerate(found):       # keep small traces beside the table
+                if trace.stat().st_size < 8 << 20:
+                    trace.rename(out / f"{name}-{i}{''.join(trace.suffixes[-2:])}")
                 else:
-                    post(base + "/start_profile")
-                wall = batch(base, preset, ids)
-                post(base + "/stop_profile")
-                found = new_traces(traces, t0)
-                rows, span = summarise(found)
-                name = f"ctx{ctx}x{b}"
-                with open(out / f"{name}.csv", "w", newline="") as f:
-                    w = csv.writer(f)
-                    f.write(f"# {tag} {b} x {ctx} tokens, one output token: client {wall:.6f} s, "
-                            f"kernel span {span / 1e6:.6f} s, kernels busy "
-                            f"{sum(r[2] for r in rows) / 1e6:.6f} s\n")
-                    w.writerow(["kernel", "calls", "total_us"])
-                    for r in rows:
-                        w.writerow([r[0], r[1], f"{r[2]:.1f}"])
-                top = [(r[0][:40], round(r[2] / 1e3, 1)) for r in rows[:3]]
-                log(f"{tag}: {name}: client {wall:.3f} s, span {span / 1e6:.3f} s, "
-                    f"{len(rows)} kernels; top (ms): {top}")
-                for i, trace in enumerate(found):       # keep small traces beside the table
-                    if trace.stat().st_size < 8 << 20:
-                        trace.rename(out / f"{name}-{i}{''.join(trace.suffixes[-2:])}")
-                    else:
-                        trace.unlink()
+                    trace.unlink()
     finally:
         facts["stopped"] = stop(proc)
         (res / "logs" / f"{tag}.profile-facts.json").write_text(json.dumps(facts, indent=1))
@@ -186,6 +192,9 @@ def main() -> None:
     ap.add_argument("--res", type=pathlib.Path, default=pathlib.Path("/tmp/res"))
     ap.add_argument("--port", type=int, default=8100)
     ap.add_argument("--startup-timeout", type=float, default=420.0)
+    ap.add_argument("--decode", type=int, default=0,
+                    help="N: each point also with M = 1 + N output tokens (ctxCxB-outM.csv); "
+                         "the difference of the two tables is N decode steps")
     a = ap.parse_args()
     cmds = dict(c.split("=", 1) for c in a.engine_cmd)
     a.res.mkdir(parents=True, exist_ok=True)
@@ -196,7 +205,7 @@ def main() -> None:
             continue
         try:
             profile_one(engine, preset, a.res, a.port, cmds.get(tag), a.startup_timeout,
-                        a.points)
+                        a.points, a.decode)
         except Exception as exc:  # noqa: BLE001 - one failure must not stop the rest
             log(f"{tag}: FAILED {type(exc).__name__}: {exc}")
         archive(a.res)

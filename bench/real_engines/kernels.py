@@ -98,6 +98,8 @@ def table(profiles: Path = DATA) -> list[dict]:
     ms with the physics at coefficient 1 and the default model's ms (None where a term has none)."""
     out = []
     for path in sorted(profiles.glob("*/ctx*.csv")):
+        if "-out" in path.stem:        # a decode profile (bench/real_engines/decode_floors.py)
+            continue
         engine, model = path.parent.name.split("-", 1)
         ctx, batch = map(int, re.fullmatch(r"ctx(\d+)x(\d+)", path.stem).groups())
         per, client, _, kernels = read(path)

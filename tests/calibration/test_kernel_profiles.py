@@ -119,3 +119,32 @@ def test_sglang_fused_moe_pays_for_an_untuned_kernel_config_and_vllm_does_not():
         else:
             assert 1.15 <= min(slow + tuned) and max(slow + tuned) <= 1.8, bf16
         assert all(2.4 <= x <= 3.5 for x in ratio[(engine, fp8)]), ratio[(engine, fp8)]
+
+
+def test_a_decode_step_is_the_difference_of_two_profiles_over_the_steps(tmp_path, capsys):
+    """bench/real_engines/decode_floors.py: kernel_profile.py --decode N profiles a point with one
+    and with 1 + N output tokens; one step is their difference over N, sorted by kind."""
+    floors = _load("decode_floors")
+    folder = tmp_path / "vllm-nemotron-3-nano-30b-a3b"
+    folder.mkdir()
+    head = "# t 1 x 1024 tokens, {}: client {} s, kernel span 0.1 s, kernels busy 0.1 s\n"
+    (folder / "ctx1024x1.csv").write_text(
+        head.format("one output token", "0.050000") + "kernel,calls,total_us\n"
+        "fused_moe_kernel,46,2000.0\nnvjet_tst_128x64,100,3000.0\nrms_norm_kernel,53,100.0\n")
+    (folder / "ctx1024x1-out65.csv").write_text(
+        head.format("65 output tokens", "0.242000") + "kernel,calls,total_us\n"
+        "fused_moe_kernel,2990,80000.0\nnvjet_tst_128x64,6500,60000.0\n"
+        "rms_norm_kernel,3445,4000.0\nselective_state_update_kernel,1472,6000.0\n")
+    step_s, kernels = floors.step_kernels(folder / "ctx1024x1.csv",
+                                          folder / "ctx1024x1-out65.csv", 64)
+    assert step_s == pytest.approx(0.003)
+    assert kernels["fused_moe_kernel"] == pytest.approx((46.0, 1218.75))
+    assert kernels["selective_state_update_kernel"] == pytest.approx((23.0, 93.75))
+    assert [floors.decode_kind(k) for k in sorted(kernels)] == ["moe", "gemm", "other",
+                                                                 "linear"]
+    floors.main(["profiles", "--profiles", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "a step 3.00 ms (client), kernels 2.26 ms busy in 222 launches" in out
+    assert "model:" in out        # the default model's terms for the same step, beside them
+    # the prefill table skips decode profiles
+    assert [r["ctx"] for r in _load("kernels").table(tmp_path)] == [1024]
