@@ -20,6 +20,12 @@ excess is the MLA layers'.
 ``ctxCxB.csv`` and ``ctxCxB-outM.csv`` per point, M = 1 + N): their difference over N is one
 step's kernels, counted and timed by kind, beside the default model's terms for that step.
 
+``launches``: each shipped model's batch-1 decode step at its shortest context, less the default
+model's byte and FLOP terms (what is left is fixed cost), beside the kernels the engine launched
+per forward pass in the shipped prefill profiles (``bench/data/h200-real/profiles``, memory copies
+and sets left out): a fixed cost per launch that holds across models says the fixed costs follow
+the kernels a layer runs, not the count of its layers.
+
 ``trial``: the default model refitted with each MLA layer charged the per-layer fixed costs of
 ``--mla-units`` more decoder layers (a what-if: the shipped physics is unchanged), and the
 left-out medians of the H200 MoE and hybrid models' batch-1 steps, beside the shipped model's.
@@ -27,6 +33,7 @@ left-out medians of the H200 MoE and hybrid models' batch-1 steps, beside the sh
     .venv/bin/python bench/real_engines/decode_floors.py tables --systems-dir .../systems
     .venv/bin/python bench/real_engines/decode_floors.py trial --mla-units 2.65
     .venv/bin/python bench/real_engines/decode_floors.py profiles --profiles DIR
+    .venv/bin/python bench/real_engines/decode_floors.py launches
 """
 
 from __future__ import annotations
@@ -263,6 +270,58 @@ def profiles(args) -> None:
                 print(f"    {us:8.1f} us {calls:5.1f} x  {decode_kind(name):9} {name[:90]}")
 
 
+FIXED_TERMS = ("layer_fixed", "moe_fixed")
+PROFILES = Path(__file__).resolve().parents[2] / "bench/data/h200-real/profiles"
+
+
+def pass_launches(table: Path, passes: int) -> float:
+    """Kernel launches per forward pass of a prefill profile table (copies and sets left out)."""
+    lines = table.read_text().splitlines()
+    return sum(int(r["calls"]) for r in csv.DictReader(lines[1:])
+               if not r["kernel"].startswith(("Memset", "Memcpy"))) / passes
+
+
+def fixed_parts(engine: str) -> list[tuple[str, int, float, float]]:
+    """(model, context, measured step s, its fixed part s) of each shipped H200 model's batch-1
+    step at its shortest context: the step less the default model's other terms."""
+    from engine_advisor.model.fit.default import default_model, fitted_rows, unfitted_rows
+    from engine_advisor.model.fit.fitting import QUANTITIES, observations
+    from engine_advisor.model.fit.rows import row_shape
+    from engine_advisor.model.physics.terms import TERMS
+    model = default_model()
+    fixed = np.array([t in FIXED_TERMS for t in TERMS])
+    rows = [r for r in fitted_rows() + unfitted_rows() if r.engine == engine and r.gpu == "H200"]
+    obs = observations(rows)
+    best: dict[str, tuple] = {}
+    for i, j in enumerate(obs.row):
+        r = rows[j]
+        if QUANTITIES[obs.qty[i]] != "step" or r.batch_size > 1:
+            continue
+        if r.model not in best or r.context_tokens < best[r.model][0]:
+            em = model.engines[model.level_for(r.engine, r.gpu, row_shape(r).key)]
+            other = float((obs.X[i] * em.coef_)[~fixed].sum())
+            best[r.model] = (r.context_tokens, float(obs.y[i]), float(obs.y[i]) - other)
+    return [(name, *v) for name, v in sorted(best.items())]
+
+
+def launches(args) -> None:
+    root = Path(args.profiles)
+    print(f"{args.engine}: the batch-1 step's fixed part (the step less the default model's "
+          "byte and FLOP terms) and kernel launches per prefill pass")
+    per = []
+    for name, ctx, step, fixed in fixed_parts(args.engine):
+        table = root / f"{args.engine}-{name}" / "ctx16384x1.csv"    # two 8,192-token passes
+        n = pass_launches(table, 2) if table.exists() else None
+        us = f"{fixed / n * 1e6:5.2f} us a launch" if n else "(no profile)"
+        if n:
+            per.append(fixed / n)
+        print(f"  {name:26} {ctx:6} tokens: step {step * 1e3:5.2f} ms, fixed "
+              f"{fixed * 1e3:5.2f} ms, launches {n or 0:5.0f}  {us}")
+    if per:
+        print(f"  per launch: {min(per) * 1e6:.2f}-{max(per) * 1e6:.2f} us, median "
+              f"{float(np.median(per)) * 1e6:.2f}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -274,8 +333,12 @@ def main(argv=None) -> int:
     p = sub.add_parser("profiles", help="decode-step kernels of kernel_profile.py --decode")
     p.add_argument("--profiles", required=True, help="folder of ENGINE-PRESET/ tables")
     p.add_argument("--kernels", action="store_true", help="every kernel of a step too")
+    n = sub.add_parser("launches", help="batch-1 steps' fixed parts against kernel launches")
+    n.add_argument("--engine", default="vllm", choices=("vllm", "sglang"))
+    n.add_argument("--profiles", default=str(PROFILES), help="prefill profile tables")
     args = ap.parse_args(argv)
-    {"tables": tables, "trial": trial, "profiles": profiles}[args.cmd](args)
+    {"tables": tables, "trial": trial, "profiles": profiles,
+     "launches": launches}[args.cmd](args)
     return 0
 
 

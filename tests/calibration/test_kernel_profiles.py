@@ -148,3 +148,23 @@ def test_a_decode_step_is_the_difference_of_two_profiles_over_the_steps(tmp_path
     assert "model:" in out        # the default model's terms for the same step, beside them
     # the prefill table skips decode profiles
     assert [r["ctx"] for r in _load("kernels").table(tmp_path)] == [1024]
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_batch_1_steps_fixed_part_follows_the_kernels_it_launches(engine):
+    """decode_floors.py launches: what a batch-1 step takes beyond its bytes and FLOPs is 1.0-2.3
+    us per kernel the engine launches per forward pass, on all five profiled MoE models, where
+    per layer it spans more (1.8x on SGLang, 2.4x on vLLM: Mixtral to Qwen3-Next): the evidence
+    that a layer's fixed cost is its kernels' (docs/validation.md, "Decode steps")."""
+    floors = _load("decode_floors")
+    per_launch, per_layer = [], []
+    from engine_advisor.model.physics.shape import preset_shape
+    for name, _, _, fixed in floors.fixed_parts(engine):
+        table = PROFILES / f"{engine}-{name}" / "ctx16384x1.csv"
+        if not table.exists():
+            continue
+        per_launch.append(fixed / floors.pass_launches(table, 2))
+        per_layer.append(fixed / preset_shape(name, "bf16").layer_units)
+    assert len(per_launch) == 5
+    assert 1.0e-6 < min(per_launch) and max(per_launch) < 2.3e-6
+    assert max(per_launch) / min(per_launch) < max(per_layer) / min(per_layer)
