@@ -168,3 +168,53 @@ def test_a_batch_1_steps_fixed_part_follows_the_kernels_it_launches(engine):
     assert len(per_launch) == 5
     assert 1.0e-6 < min(per_launch) and max(per_launch) < 2.3e-6
     assert max(per_launch) / min(per_launch) < max(per_layer) / min(per_layer)
+
+
+def test_decode_floors_reads_the_floors_back_from_vllm_tables(tmp_path, capsys):
+    """decode_floors.py tables on vLLM tables in aiconfigurator's layout whose latencies come
+    from known physics: the MoE call's floor and weight-read rate, the MLA module's KV read
+    rate at batch 1 and 8, the Gated DeltaNet kernels' range."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    import silicon_fixture as fx
+
+    root = fx.make_systems(tmp_path / "systems")
+    base = root / "data" / fx.SYSTEM
+    head = {"framework": "VLLM", "version": "0.24.0", "device": fx.DEVICE}
+
+    def write(op: str, table: str, rows: list[dict]) -> None:
+        path = base / op / "vllm" / "0.24.0" / f"{table}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.Table.from_pylist([{**head, **r} for r in rows]), path)
+
+    floor, bw = 20e-6, 4e12
+    moe = []
+    for e, h, n, k in ((8, 4096, 14336, 2), (128, 2048, 768, 8), (256, 4096, 2048, 8),
+                       (512, 4096, 1024, 10)):
+        sec = floor + 3 * k * h * n * 2 / bw
+        for dist, f in (("balanced", 1.0), ("power_law_1.2", 0.9)):   # only balanced is read
+            moe.append({"op_name": "moe", "kernel_source": "triton", "moe_dtype": "bfloat16",
+                        "num_tokens": 1, "hidden_size": h, "inter_size": n, "topk": k,
+                        "num_experts": e, "moe_tp_size": 1, "moe_ep_size": 1,
+                        "distribution": dist, "latency": sec * f * 1e3})
+    write("moe", "moe_perf", moe)
+    mla = []
+    for batch, rate in ((1, 1.4e12), (8, 4.2e12)):
+        for step in (2, 1024, 131072):
+            sec = 80e-6 + batch * step * 576 * 2 / rate
+            mla.append({"op_name": "mla_generation_module", "kernel_source": "FLASH_ATTN_MLA",
+                        "model": "deepseek-ai/DeepSeek-V3", "kv_cache_dtype": "bfloat16",
+                        "gemm_type": "bfloat16", "num_heads": 16, "batch_size": batch,
+                        "step": step, "latency": sec * 1e3})
+    write("mla", "mla_generation_module_perf", mla)
+    write("linear_attention", "gdn_perf", [
+        {"op_name": "gdn", "kernel_source": k, "phase": "generation", "batch_size": 1,
+         "num_v_heads": v, "latency": us * 1e-3}
+        for k, us0 in (("causal_conv1d_update", 1.8), ("fused_recurrent_gated_delta_rule", 4.3))
+        for v, us in ((16, us0), (64, us0 + 1.0))])
+    _load("decode_floors").main(["tables", "--systems-dir", str(root), "--system", fx.SYSTEM])
+    out = capsys.readouterr().out
+    assert "line over 4 shapes: 20.0 us + bytes at 4.00 TB/s" in out
+    assert "16 heads, batch 1:" in out and "KV read 1.40 TB/s" in out
+    assert "KV read 4.20 TB/s" in out
+    assert "causal_conv1d_update: 1.8-2.8 us" in out
