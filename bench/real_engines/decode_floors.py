@@ -223,19 +223,14 @@ def step_kernels(one: Path, many: Path, steps: int) -> tuple[float, dict[str, tu
 
 def _predicted_step(engine: str, model: str, ctx: int, batch: int) -> dict[str, float] | None:
     """The default model's decode-step terms (ms) for one point of a shipped model."""
-    from engine_advisor.model.fit.default import default_model, real_rows, unfitted_rows
-    from engine_advisor.model.fit.rows import row_case
-    from engine_advisor.model.physics.features import case_features
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from kernels import point_terms  # the prefill tables' twin (bench/real_engines/kernels.py)
+
     from engine_advisor.model.physics.terms import TERMS
-    from engine_advisor.model.predict.predictor import predictor_for
-    rows = [r for r in real_rows() + unfitted_rows() if r.engine == engine and r.model == model]
-    if not rows:
+    got = point_terms(engine, model, ctx, batch, "tpot")
+    if got is None:
         return None
-    row = rows[0].model_copy(update={"context_tokens": ctx, "batch_size": batch,
-                                     "prefix_share": 0.0})
-    case = row_case(row, 1.0)
-    x = case_features(case).tpot[0]
-    coef = predictor_for(default_model()).coefficients(engine, row.gpu, case.shape, case.tp)[0]
+    x, coef = got
     return {t: x[i] * coef[i] * 1e3 for i, t in enumerate(TERMS) if x[i] * coef[i] > 0}
 
 

@@ -75,17 +75,27 @@ def read(path: Path, ssd: bool | None = None) -> tuple[dict[str, float], float, 
     return per, client, busy, kernels
 
 
-def features(engine: str, model: str, ctx: int, batch: int):
-    """The default model's prefill terms for this point: (unit-efficiency ms, predicted ms)."""
+def point_terms(engine: str, model: str, ctx: int, batch: int, part: str = "prefill"):
+    """(features, the engine's coefficients) of one point of a shipped model under the default
+    model: its prefill's terms, or one decode step's (``part`` "tpot"); None for a model the
+    shipped rows do not hold."""
     rows = [r for r in real_rows() + unfitted_rows() if r.engine == engine and r.model == model]
     if not rows:
         return None
     row = rows[0].model_copy(update={"context_tokens": ctx, "batch_size": batch,
                                      "prefix_share": 0.0})
     case = row_case(row, 1.0)
-    x = case_features(case).prefill[0]
     # the engine's coefficients for this model (its fused-MoE kernel's factor included)
     coef = predictor_for(default_model()).coefficients(engine, row.gpu, case.shape, case.tp)[0]
+    return getattr(case_features(case), part)[0], coef
+
+
+def features(engine: str, model: str, ctx: int, batch: int):
+    """The default model's prefill terms for this point: (unit-efficiency ms, predicted ms)."""
+    got = point_terms(engine, model, ctx, batch)
+    if got is None:
+        return None
+    x, coef = got
     unit = {t: x[TERMS.index(t)] * 1e3 for t in TERMS}
     pred = {t: x[TERMS.index(t)] * coef[TERMS.index(t)] * 1e3 for t in TERMS}
     unit["pf_attn"] += unit["pf_mla"]
