@@ -57,7 +57,7 @@ class StepSeconds(BaseModel):
     tp_comm: float
     dcp_comm: float
     dcp_fixed: float
-    layer_fixed: float
+    kernel_fixed: float
     moe_fixed: float
     seq_fixed: float
     step_fixed: float

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Where a decode step's fixed costs sit: the evidence behind docs/validation.md's "Decode steps".
 
-The default model prices a fused-MoE call's fixed cost (``moe_fixed``) from DeepSeek-V2-Lite,
-its only MoE model and its only MLA model, so the fit cannot tell a MoE call's cost from an MLA
-layer's. This script prints what independent measurements say, and what the fit gives if the
-excess is the MLA layers'.
+The default model prices a decode step's fixed cost per kernel the engine launches
+(``kernel_fixed``: each engine's kernels per part of a model,
+``engine_advisor.model.engines.base.DecodeKernels``) and per fused-MoE call at the silicon's
+floor (``moe_fixed``). This script prints what the engines and independent measurements say.
 
 ``tables``: aiconfigurator-core's vLLM tables on one GPU (``--systems-dir``: its
 ``aiconfigurator_core/systems``; by default the installed package's):
@@ -21,19 +21,14 @@ excess is the MLA layers'.
 step's kernels, counted and timed by kind, beside the default model's terms for that step.
 
 ``launches``: each shipped model's batch-1 decode step at its shortest context, less the default
-model's byte and FLOP terms (what is left is fixed cost), beside the kernels the engine launched
-per forward pass in the shipped prefill profiles (``bench/data/h200-real/profiles``, memory copies
-and sets left out): a fixed cost per launch that holds across models says the fixed costs follow
-the kernels a layer runs, not the count of its layers.
-
-``trial``: the default model refitted with each MLA layer charged the per-layer fixed costs of
-``--mla-units`` more decoder layers (a what-if: the shipped physics is unchanged), and the
-left-out medians of the H200 MoE and hybrid models' batch-1 steps, beside the shipped model's.
+model's byte and FLOP terms and its fused-MoE calls' floor (what is left is the kernels' fixed
+cost), over the kernels the engine's table counts for the model; and, where a decode profile of
+the model is shipped (``bench/data/h200-real/profiles``), the kernels it shows beside the
+table's count of them.
 
     .venv/bin/python bench/real_engines/decode_floors.py tables --systems-dir .../systems
-    .venv/bin/python bench/real_engines/decode_floors.py trial --mla-units 2.65
     .venv/bin/python bench/real_engines/decode_floors.py profiles --profiles DIR
-    .venv/bin/python bench/real_engines/decode_floors.py launches
+    .venv/bin/python bench/real_engines/decode_floors.py launches [--engine sglang]
 """
 
 from __future__ import annotations
@@ -123,67 +118,6 @@ def tables(args) -> None:
         print(f"  {k}: {np.min(lat) * 1e6:.1f}-{np.max(lat) * 1e6:.1f} us")
 
 
-def _left_out_step_medians(model, name: str, engine: str, rows) -> float:
-    from engine_advisor.model.fit.fitting import QUANTITIES, observations
-    from engine_advisor.model.fit.rows import row_shape
-    held = [r for r in rows if r.model == name and r.engine == engine]
-    obs = observations(held)
-    ratios = []
-    for i, j in enumerate(obs.row):
-        r = held[j]
-        if QUANTITIES[obs.qty[i]] != "step" or r.batch_size > 1:
-            continue
-        level = model.level_for(r.engine, r.gpu, row_shape(r).key)
-        ratios.append(model.engines[level].predict(obs.X[i:i + 1])[0] / obs.y[i])
-    return float(np.median(ratios))
-
-
-def trial(args) -> None:
-    from engine_advisor.model.fit.costmodel import CostModel
-    from engine_advisor.model.fit.default import fitted_rows, left_out_rows, unfitted_rows
-    from engine_advisor.model.formulas.layout import N_LAYERS
-    from engine_advisor.model.physics import shape as shape_module
-    from engine_advisor.model.physics import terms
-
-    names = ("qwen3-30b-a3b", "mixtral-8x7b", "nemotron-3-nano-30b-a3b", "qwen3-next-80b-a3b-fp8")
-
-    def medians() -> dict:
-        model = CostModel.fit(fitted_rows())
-        out = {}
-        for name in names:
-            rows = unfitted_rows() if name in ("nemotron-3-nano-30b-a3b",
-                                               "qwen3-next-80b-a3b-fp8") else left_out_rows(name)
-            for engine in ("vllm", "sglang"):
-                out[name, engine] = _left_out_step_medians(model, name, engine, rows)
-        return out
-
-    shipped = medians()
-    base_init = terms.Physics.__init__
-
-    def charged(self, shape, si, tp):          # the what-if: MLA layers' extra fixed costs
-        base_init(self, shape, si, tp)
-        if shape.attention == "mla":
-            k = list(self.K)
-            k[N_LAYERS] += args.mla_units * shape.n_full_layers
-            self.K = tuple(k)
-
-    def fresh() -> None:                         # shapes keep their Physics: drop them
-        shape_module.preset_shape.cache_clear()
-        shape_module._row_shape.cache_clear()
-
-    terms.Physics.__init__ = charged
-    fresh()
-    try:
-        tried = medians()
-    finally:
-        terms.Physics.__init__ = base_init
-        fresh()
-    print(f"batch-1 decode step, left out: predicted / measured, median "
-          f"(shipped | MLA layers +{args.mla_units} layer units)")
-    for (name, engine), r in shipped.items():
-        print(f"  {name:26} {engine:6} {r:5.2f} x | {tried[name, engine]:5.2f} x")
-
-
 # a decode kernel's kind: the first pattern that matches wins
 DECODE_KINDS = (
     ("linear", r"selective_state|causal_conv1d|gated_delta|fused_recurrent|gdn|kda|mamba|ssd"),
@@ -265,26 +199,21 @@ def profiles(args) -> None:
                 print(f"    {us:8.1f} us {calls:5.1f} x  {decode_kind(name):9} {name[:90]}")
 
 
-FIXED_TERMS = ("layer_fixed", "moe_fixed")
+FIXED_TERMS = ("kernel_fixed", "moe_fixed")
 PROFILES = Path(__file__).resolve().parents[2] / "bench/data/h200-real/profiles"
 
 
-def pass_launches(table: Path, passes: int) -> float:
-    """Kernel launches per forward pass of a prefill profile table (copies and sets left out)."""
-    lines = table.read_text().splitlines()
-    return sum(int(r["calls"]) for r in csv.DictReader(lines[1:])
-               if not r["kernel"].startswith(("Memset", "Memcpy"))) / passes
-
-
-def fixed_parts(engine: str) -> list[tuple[str, int, float, float]]:
-    """(model, context, measured step s, its fixed part s) of each shipped H200 model's batch-1
-    step at its shortest context: the step less the default model's other terms."""
+def fixed_parts(engine: str) -> list[tuple[str, int, float, float, float]]:
+    """(model, context, measured step s, its fixed part s, the fused-MoE calls' floor s) of
+    each shipped H200 model's batch-1 step at its shortest context: the step less the default
+    model's other terms, and the silicon's floor of its fused-MoE calls."""
     from engine_advisor.model.fit.default import default_model, fitted_rows, unfitted_rows
     from engine_advisor.model.fit.fitting import QUANTITIES, observations
     from engine_advisor.model.fit.rows import row_shape
     from engine_advisor.model.physics.terms import TERMS
     model = default_model()
     fixed = np.array([t in FIXED_TERMS for t in TERMS])
+    moe = TERMS.index("moe_fixed")
     rows = [r for r in fitted_rows() + unfitted_rows() if r.engine == engine and r.gpu == "H200"]
     obs = observations(rows)
     best: dict[str, tuple] = {}
@@ -294,27 +223,45 @@ def fixed_parts(engine: str) -> list[tuple[str, int, float, float]]:
             continue
         if r.model not in best or r.context_tokens < best[r.model][0]:
             em = model.engines[model.level_for(r.engine, r.gpu, row_shape(r).key)]
-            other = float((obs.X[i] * em.coef_)[~fixed].sum())
-            best[r.model] = (r.context_tokens, float(obs.y[i]), float(obs.y[i]) - other)
+            parts = obs.X[i] * em.coef_
+            # the calls at the silicon's floor (the term's physics), not at the fitted
+            # coefficient, which carries whatever the kernels' count misses
+            best[r.model] = (r.context_tokens, float(obs.y[i]),
+                             float(obs.y[i] - parts[~fixed].sum()), float(obs.X[i][moe]))
     return [(name, *v) for name, v in sorted(best.items())]
 
 
+def measured_launches(folder: Path) -> float | None:
+    """Kernels one decode step launched in a decode profile (``ctx1024x1`` and its
+    ``-out65``; memory copies and sets left out), or None without one."""
+    one, many = folder / "ctx1024x1.csv", folder / "ctx1024x1-out65.csv"
+    if not (one.exists() and many.exists()):
+        return None
+    _, kernels = step_kernels(one, many, 64)
+    return sum(c for n, (c, _) in kernels.items() if not n.startswith(("Memset", "Memcpy")))
+
+
 def launches(args) -> None:
+    from engine_advisor.model.physics.launches import decode_launches, profiled_launches
+    from engine_advisor.model.physics.shape import preset_shape
     root = Path(args.profiles)
     print(f"{args.engine}: the batch-1 step's fixed part (the step less the default model's "
-          "byte and FLOP terms) and kernel launches per prefill pass")
+          "byte and FLOP terms), the fused-MoE calls' floor in it, and the kernels the engine "
+          "launches outside those calls (its table; a decode profile's count of all kernels "
+          "beside the table's)")
     per = []
-    for name, ctx, step, fixed in fixed_parts(args.engine):
-        table = root / f"{args.engine}-{name}" / "ctx16384x1.csv"    # two 8,192-token passes
-        n = pass_launches(table, 2) if table.exists() else None
-        us = f"{fixed / n * 1e6:5.2f} us a launch" if n else "(no profile)"
-        if n:
-            per.append(fixed / n)
+    for name, ctx, step, fixed, calls in fixed_parts(args.engine):
+        shape = preset_shape(name, "bf16")
+        n = decode_launches(args.engine, shape)
+        seen = measured_launches(root / f"{args.engine}-{name}")
+        said = (f", profiled {seen:4.0f} (table {profiled_launches(args.engine, shape):4.0f})"
+                if seen else "")
+        per.append((fixed - calls) / n)
         print(f"  {name:26} {ctx:6} tokens: step {step * 1e3:5.2f} ms, fixed "
-              f"{fixed * 1e3:5.2f} ms, launches {n or 0:5.0f}  {us}")
-    if per:
-        print(f"  per launch: {min(per) * 1e6:.2f}-{max(per) * 1e6:.2f} us, median "
-              f"{float(np.median(per)) * 1e6:.2f}")
+              f"{fixed * 1e3:5.2f} ms (MoE calls {calls * 1e3:4.2f}), {n:5.0f} kernels: "
+              f"{(fixed - calls) / n * 1e6:4.2f} us each{said}")
+    print(f"  per kernel: {min(per) * 1e6:.2f}-{max(per) * 1e6:.2f} us, median "
+          f"{float(np.median(per)) * 1e6:.2f}")
 
 
 def main(argv=None) -> int:
@@ -323,17 +270,14 @@ def main(argv=None) -> int:
     t = sub.add_parser("tables", help="aiconfigurator-core's vLLM tables: the fixed costs")
     t.add_argument("--systems-dir", help="aiconfigurator_core/systems (default: installed)")
     t.add_argument("--system", default="h200_sxm")
-    r = sub.add_parser("trial", help="refit with MLA layers charged extra layer units")
-    r.add_argument("--mla-units", type=float, default=2.65)
     p = sub.add_parser("profiles", help="decode-step kernels of kernel_profile.py --decode")
     p.add_argument("--profiles", required=True, help="folder of ENGINE-PRESET/ tables")
     p.add_argument("--kernels", action="store_true", help="every kernel of a step too")
     n = sub.add_parser("launches", help="batch-1 steps' fixed parts against kernel launches")
     n.add_argument("--engine", default="vllm", choices=("vllm", "sglang"))
-    n.add_argument("--profiles", default=str(PROFILES), help="prefill profile tables")
+    n.add_argument("--profiles", default=str(PROFILES), help="decode profile tables")
     args = ap.parse_args(argv)
-    {"tables": tables, "trial": trial, "profiles": profiles,
-     "launches": launches}[args.cmd](args)
+    {"tables": tables, "profiles": profiles, "launches": launches}[args.cmd](args)
     return 0
 
 

@@ -103,13 +103,18 @@ def features(engine: str, model: str, ctx: int, batch: int):
     return unit, pred
 
 
+def prefill_tables(profiles: Path = DATA) -> list[Path]:
+    """The prefill profiles' tables, not a decode profile's: its two tables (one output token
+    and 1 + N) make N decode steps (bench/real_engines/decode_floors.py)."""
+    return [p for p in sorted(profiles.glob("*/ctx*.csv"))
+            if "-out" not in p.stem and not any(p.parent.glob(f"{p.stem}-out*.csv"))]
+
+
 def table(profiles: Path = DATA) -> list[dict]:
     """One row per profiled point: engine, model, prompts, client ms, and per term the kernels'
     ms with the physics at coefficient 1 and the default model's ms (None where a term has none)."""
     out = []
-    for path in sorted(profiles.glob("*/ctx*.csv")):
-        if "-out" in path.stem:        # a decode profile (bench/real_engines/decode_floors.py)
-            continue
+    for path in prefill_tables(profiles):
         engine, model = path.parent.name.split("-", 1)
         ctx, batch = map(int, re.fullmatch(r"ctx(\d+)x(\d+)", path.stem).groups())
         per, client, _, kernels = read(path)

@@ -99,6 +99,41 @@ class MemoryKnobs(NamedTuple):
 DEFAULT_KNOBS = MemoryKnobs()
 
 
+class DecodeKernels(NamedTuple):
+    """The kernels an engine launches in one decode step, per part of the served model: what
+    its CUDA graph replays, one launch at a time (``engine_advisor.model.physics.launches``
+    counts a model's parts). Counted from the engine's decode-step profiles
+    (``bench/real_engines/kernel_profile.py --decode``, memory sets and copies left out). A MoE
+    layer's fused-MoE call (sorting the tokens by expert, the two grouped GEMMs, the activation,
+    the weighted sum) is not counted here: its floor is ``moe_fixed``'s. The defaults are vLLM
+    0.26.0's on an H200."""
+
+    sublayer: float = 1.0        # per mixer and per feed-forward: its fused residual add and norm
+    attention: float = 8.0       # per GQA / MHA layer, full or windowed: QKV projection, RoPE
+    #                              (and QK norm), the cache write, attention, the split-KV
+    #                              combine, output projection, their split-K reductions
+    mla: float = 14.0            # per MLA layer: query and latent projections, the latent's
+    #                              norm, RoPE, the absorbed up-projections, the cache write,
+    #                              attention and its combine, output projection
+    delta_rule: float = 10.0     # per Gated DeltaNet / KDA layer: input projections and their
+    #                              split, the short convolution's update, gating, the recurrent
+    #                              update, gated norm, output projection
+    mamba2: float = 9.0          # per Mamba2 layer: input projection, convolution update, the
+    #                              selective-state update, gated norm, output projection
+    dense_mlp: float = 4.0       # per dense feed-forward: gate-up GEMM (and its split-K
+    #                              reduction), activation, down GEMM
+    moe: float = 3.0             # per MoE layer, outside its fused-MoE call: router GEMM,
+    #                              top-k, the output's zeroing
+    shared_expert: float = 6.0   # per MoE layer with shared experts: their two GEMMs (with
+    #                              split-K reductions), activation, the sum with the routed ones
+    fp8_gemm: float = 1.0        # per GEMM on block-scaled FP8 weights: quantising its input
+    step: float = 20.0           # per step: embedding, final norm, LM head, sampling, metadata
+    # not counted in the step's kernels (``moe_fixed`` prices the call): the fused-MoE call's
+    # own kernels per MoE layer, what a profile shows beside the others
+    moe_call: float = 4.0        # the two grouped GEMMs, the activation, the weighted sum
+
+
+
 @lru_cache(maxsize=1024)
 def knobs_of(knob: int, running: int, slots: int) -> MemoryKnobs:
     """The memory knobs of a planner's proposal: its code
@@ -236,6 +271,9 @@ class Engine:
     # kernel for those experts runs slower than the one its ``pf_moe`` prior was measured on
     # (an untuned kernel configuration, block-scaled FP8); None: always the reference
     moe_kernel: Callable[[MoeShape], MoeKernel] | None = None
+    # the kernels one decode step launches per part of a model (``DecodeKernels``): what the
+    # decode step's fixed cost counts (``kernel_fixed``)
+    decode_kernels: DecodeKernels = DecodeKernels()
     # engines whose memory flag is not a fraction of the whole GPU (TensorRT-LLM's is one of
     # the memory free after weights and activations): the flag's value for a fraction of the
     # whole GPU, from (fraction, GPU memory bytes, bytes per GPU in use before the KV cache);

@@ -57,6 +57,7 @@ from engine_advisor.model.engines.base import (
     DTYPE_BYTES,
     GIB,
     PAGED,
+    DecodeKernels,
     Engine,
     EngineCapabilities,
     HybridShape,
@@ -222,4 +223,9 @@ ENGINE = Engine(
     # conv1d 4.37-4.58 x theirs, at 1 x 16,384 and 16 x 1,024 prompt tokens
     kernel_priors=(("pf_linear", 4.8), ("pf_ssd", 4.5)),
     moe_kernel=moe_kernel,
+    # the kernels one decode step launches per part of a model: counted in vLLM 0.26.0's decode
+    # steps on an H200 (Llama-3.1-8B 440, Qwen3-30B-A3B 886, DeepSeek-V2-Lite 795,
+    # Nemotron-3-Nano 634 a step; the table 468, 836, 794, 626: docs/validation.md, "Decode
+    # steps"); the defaults are these counts
+    decode_kernels=DecodeKernels(),
 )

@@ -300,14 +300,17 @@ def _check_terms(p: Path, model: CostModel, doc: dict) -> None:
     """Refuse a model fitted over other cost terms than this version's (``TERMS``): its
     coefficients would be read against the wrong terms."""
     for name, est in model.engines.items():
-        if len(est.coef_) == len(TERMS):
-            continue
         theirs = (doc.get("coefficients") or {}).get(name) or {}
+        # the same count of terms is not enough: a term renamed is a term whose count means
+        # something else (``layer_fixed``, per layer, became ``kernel_fixed``, per kernel)
+        if len(est.coef_) == len(TERMS) and (not theirs or set(theirs) == set(TERMS)):
+            continue
         new = [t for t in TERMS if t not in theirs]
         gone = [t for t in theirs if t not in TERMS]
         what = "; ".join(x for x in (f"new: {', '.join(new)}" if new else "",
                                      f"removed: {', '.join(gone)}" if gone else "") if x)
-        raise ArtifactError(f"artifact {p}: fitted over {len(est.coef_)} cost terms, this "
-                            f"engine-advisor's cost model has {len(TERMS)}"
-                            + (f" ({what})" if what else "")
+        count = (f"fitted over {len(est.coef_)} cost terms, this engine-advisor's cost model "
+                 f"has {len(TERMS)}" if len(est.coef_) != len(TERMS) else
+                 "fitted over other cost terms than this engine-advisor's")
+        raise ArtifactError(f"artifact {p}: {count}" + (f" ({what})" if what else "")
                             + "; refit it from its dataset with `engine-advisor fit`")

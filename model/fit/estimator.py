@@ -58,11 +58,12 @@ PRIOR: dict[str, float] = {
                             # 0.26.0 on the real H200 rows fits 16.3 ms (with 0.37 ms per layer
                             # pass), SGLang 0.5.16's Llama-3.1-8B TTFT at 1K tokens is 68 ms
                             # where the prefill's FLOPs take ~25 ms
-    "layer_fixed": 20e-6,   # s per layer per decode step: ~10-20 kernels (norms, projections,
-                            # attention, router, collectives) at 1-2 us of launch gap and tail
-                            # each inside a CUDA-graph replay. Measured: the H200 fits of vLLM
-                            # 0.26.0 and SGLang 0.5.16 (models of 27, 32 and 64 layers) put it
-                            # at 20 us; Qwen3-30B-A3B's 48 layers, left out, agree
+    "kernel_fixed": 1.5e-6,  # s per kernel launched in a decode step
+                             # (engine_advisor.model.physics.launches): its launch, ramp-up and
+                             # tail inside a CUDA-graph replay, whatever it computes. Measured:
+                             # the fixed part of the real H200 batch-1 steps is 1.0-2.2 us per
+                             # kernel launched on five MoE models of both engines, where per
+                             # layer it spans 29-72 us
     "seq_fixed": 20e-6,     # s per running sequence per step (sampling, bookkeeping)
     "step_fixed": 1e-3,     # s per decode step (scheduler, detokenise, host sync)
     "dcp_fixed": 10e-6,     # s per attention layer per step with DCP > 1: the merge of the
@@ -72,7 +73,7 @@ PRIOR: dict[str, float] = {
 # something the terms do not describe (``departure`` is then infinite). Within it, moving a
 # count from its prior departs from physics as much as moving a physics term by the same factor.
 COUNT_CEILING: dict[str, float] = {
-    "pf_fixed": 1e-3, "pf_moe_fixed": 5e-3, "pf_batch": 0.5, "layer_fixed": 500e-6,
+    "pf_fixed": 1e-3, "pf_moe_fixed": 5e-3, "pf_batch": 0.5, "kernel_fixed": 50e-6,
     "seq_fixed": 500e-6, "step_fixed": 50e-3, "dcp_fixed": 1e-3,
 }
 # Physics coefficients cannot fall below this: faster than the silicon's achievable rate by more

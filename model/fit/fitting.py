@@ -53,7 +53,7 @@ from engine_advisor.model.fit.estimator import (
 from engine_advisor.model.fit.rows import row_case, row_shape
 from engine_advisor.model.hardware.gpus import gpu_family
 from engine_advisor.model.physics.features import case_features
-from engine_advisor.model.physics.moe import PF_MOE, moe_kernel
+from engine_advisor.model.physics.scale import term_scale
 from engine_advisor.model.physics.terms import PREFILL_TERMS, TERMS
 
 DCP_TERMS = ("dcp_read", "dcp_comm", "dcp_fixed")
@@ -115,9 +115,9 @@ def observations(rows: Sequence[Measurement], rho: Diversity = TRAINED) -> Obser
     for i, r in enumerate(rows):
         case = row_case(r, diversity_of(rho, r))
         f = case_features(case)
-        # the routed experts' prefill at the engine's reference kernel: a row whose experts
-        # run on a slower one (engine_advisor.model.physics.moe) counts it in its feature
-        kernel = moe_kernel(r.engine, case.shape, r.gpu, r.num_gpus).factor
+        # the engine's own counts and kernels for this model (engine_advisor.model.physics.scale):
+        # the kernels a decode step launches, the fused-MoE prefill kernel its experts run on
+        scale = term_scale(r.engine, case.shape, r.gpu, r.num_gpus)
         step = r.decode_step
         # a batch that queues: its last first token waits for running sequences to finish,
         # so the measured ``ttft_s`` is not a prefill (its total still is the whole batch)
@@ -125,10 +125,9 @@ def observations(rows: Sequence[Measurement], rho: Diversity = TRAINED) -> Obser
         for q, (X, val) in enumerate(((f.total, r.total_s), (f.prefill, ttft),
                                       (f.tpot, step))):
             if val is not None:
-                x = X[0]
-                if kernel != 1.0:
-                    x = x.copy()
-                    x[PF_MOE] *= kernel
+                x = X[0].copy()
+                for t, factor in scale:
+                    x[t] *= factor
                 Xs.append(x)
                 ys.append(val)
                 rs.append(i)

@@ -7,7 +7,7 @@ from __future__ import annotations
 PREFILL_TERMS = ("pf_gemm", "pf_moe", "pf_attn", "pf_mla", "pf_linear", "pf_ssd", "pf_comm",
                  "pf_fixed", "pf_moe_fixed", "pf_batch")
 DECODE_TERMS = ("gemm", "moe", "kv_read", "mla_read", "dcp_read", "state", "tp_comm", "dcp_comm",
-                "dcp_fixed", "layer_fixed", "moe_fixed", "seq_fixed", "step_fixed")
+                "dcp_fixed", "kernel_fixed", "moe_fixed", "seq_fixed", "step_fixed")
 N_PREFILL = len(PREFILL_TERMS)
 N_DECODE = len(DECODE_TERMS)
 N_TERMS = N_PREFILL + N_DECODE
@@ -40,7 +40,7 @@ N_CONSTANTS = 34
 (P_GEMM, P_MOE, P_ATTN, P_MLA, P_LINEAR, P_SSD, P_COMM, P_FIXED, P_MOE_FIXED,
  P_BATCH) = range(10)
 # Columns of the decode terms (offsets into DECODE_TERMS) that decode_into writes
-(D_GEMM, D_MOE, D_KV, D_MLA, D_DCP_READ, D_STATE, D_TP, D_DCP_COMM, D_DCP_FIXED, D_LAYER,
+(D_GEMM, D_MOE, D_KV, D_MLA, D_DCP_READ, D_STATE, D_TP, D_DCP_COMM, D_DCP_FIXED, D_KERNELS,
  D_MOE_FIXED, D_SEQ, D_STEP) = range(13)
 
 

@@ -19,8 +19,8 @@ from engine_advisor.model.formulas.layout import (
     D_DCP_FIXED,
     D_DCP_READ,
     D_GEMM,
+    D_KERNELS,
     D_KV,
-    D_LAYER,
     D_MLA,
     D_MOE,
     D_MOE_FIXED,
@@ -121,7 +121,9 @@ def decode_into(K, coll, curve, b, c, d, gemm, moe, tp_comm, state_b, out, r, at
     out[r, at + D_TP] = tp_comm
     out[r, at + D_DCP_COMM] = dcp_comm
     out[r, at + D_DCP_FIXED] = dcp_fixed
-    out[r, at + D_LAYER] = K[N_LAYERS]
+    # the step's kernels, one each: the engine's count for the model multiplies the term's
+    # coefficient (engine_advisor.model.physics.scale)
+    out[r, at + D_KERNELS] = 1.0
     # the fused-MoE calls' floor in a step, one call per MoE layer: it does not depend on how
     # many experts the batch touches (``moe``) or on how the tokens route
     out[r, at + D_MOE_FIXED] = K[MOE_CALLS]

@@ -1,9 +1,8 @@
 """Which fused-MoE prefill kernel an engine runs a served model's routed experts on
 (``engine_advisor.model.engines.base.Engine.moe_kernel``): its time over the kernel the engine's
-``pf_moe`` prior was measured on, for the same physics. The fits divide it out of each row's
-``pf_moe`` feature (``engine_advisor.model.fit.fitting.observations``) and the predictions scale
-the engine's ``pf_moe`` coefficient by it (``engine_advisor.model.predict.predictor``), so that
-one coefficient per engine holds across models whose experts run on different kernels.
+``pf_moe`` prior was measured on, for the same physics: a factor of
+``engine_advisor.model.physics.scale``, so that one coefficient per engine holds across models
+whose experts run on different kernels.
 """
 
 from __future__ import annotations
@@ -14,9 +13,6 @@ from engine_advisor.model import engines
 from engine_advisor.model.engines.base import REFERENCE_MOE, MoeKernel, MoeShape
 from engine_advisor.model.hardware.gpus import gpu_family
 from engine_advisor.model.physics.shape import ModelShape
-from engine_advisor.model.physics.terms import TERMS
-
-PF_MOE = TERMS.index("pf_moe")
 
 
 def moe_shape(shape: ModelShape, gpu: str, tp: int) -> MoeShape:

@@ -18,7 +18,11 @@ Decode step of ``B`` sequences at context ``c`` on ``tp`` GPUs with DCP ``d``:
 - ``tp_comm``: two all-reduces of ``B x hidden`` activations per layer;
 - ``dcp_comm``: per full-attention layer, gathering the queries and combining partial outputs
   (+ log-sum-exp) across the ``d`` DCP ranks;
-- ``layer_fixed`` (count: layers), ``seq_fixed`` (count: sequences), ``step_fixed`` (1);
+- ``kernel_fixed`` (count: the kernels the engine launches in the step, one for each, at the
+  launch-and-tail cost of a kernel in a CUDA-graph replay: its feature is 1 and the
+  engine's count for the model, ``engine_advisor.model.physics.launches``, scales it in
+  ``engine_advisor.model.physics.scale``), ``seq_fixed`` (count: sequences),
+  ``step_fixed`` (1);
 - ``moe_fixed``: one fused-MoE call per MoE layer at the silicon's measured floor, what the
   call costs whatever the experts' bytes (``engine_advisor.model.hardware.silicon.MOE_CALL_S``:
   sorting the tokens by expert, the grouped GEMMs' launches and tails); its coefficient carries the

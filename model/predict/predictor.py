@@ -43,7 +43,7 @@ from engine_advisor.model.physics.features import (
     static_rows,
 )
 from engine_advisor.model.physics.memory import MemoryChoice, choose_fraction
-from engine_advisor.model.physics.moe import PF_MOE, moe_kernel
+from engine_advisor.model.physics.scale import term_scale
 from engine_advisor.model.physics.shape import ModelShape
 from engine_advisor.model.physics.terms import TERMS
 from engine_advisor.model.workload import Config
@@ -139,9 +139,9 @@ class Predictor:
         """(coef, covariance, relative noise) of an engine on ``tp`` GPUs of a type for a served
         model: the fitted level ``CostModel.level_for`` names (the GPU's own fit, else the
         engine's pooled over the GPUs of its family it was measured on,
-        ``engine_advisor.model.fit.fitting``), else the physical priors; ``pf_moe`` scaled by
-        the engine's fused-MoE kernel for the model's experts
-        (``engine_advisor.model.physics.moe``)."""
+        ``engine_advisor.model.fit.fitting``), else the physical priors; scaled by the engine's
+        own counts and kernels for the model (``engine_advisor.model.physics.scale``: the kernels
+        a decode step launches, the fused-MoE prefill kernel)."""
         key = (engine, gpu, shape.key, tp)
         hit = self._coef.get(key)
         if hit is None:
@@ -150,11 +150,10 @@ class Predictor:
             coef, cov, noise = (self._levels[level] if level is not None
                                 else (prior_vector(engine_prior(engine, gpu)), np.zeros((k, k)),
                                       0.03))
-            kernel = moe_kernel(engine, shape, gpu, tp).factor
-            if kernel != 1.0:
-                scale = np.ones(k)
-                scale[PF_MOE] = kernel
-                coef, cov = coef * scale, cov * np.outer(scale, scale)
+            scale = np.ones(k)
+            for t, factor in term_scale(engine, shape, gpu, tp):
+                scale[t] = factor
+            coef, cov = coef * scale, cov * np.outer(scale, scale)
             hit = self._coef[key] = (coef, cov, noise)
         return hit
 

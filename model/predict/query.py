@@ -264,7 +264,7 @@ class Query:
             # tests/model/test_batch.py checks both)
             (total, lo, hi, pf, decode, tpot, run, cap, fits, ok, dist, binds, knob, knob_run,
              slots, run0, cap0, binds0, gemm, moe, kv, mla, dcp_read, state, tp_comm, dcp_comm,
-             dcp_fixed, layer, moe_fixed, seq_fixed, step) = t
+             dcp_fixed, kernels, moe_fixed, seq_fixed, step) = t
             # may the decision choose it (decide() chooses among these), and if not, why
             if ok <= 0.0:
                 eligible, why = False, holds_nothing(seq, engine, fraction, int(cap))
@@ -285,7 +285,7 @@ class Query:
                 "step_terms_s": {   # a literal: twice as fast as dict(zip(DECODE_TERMS, ...))
                     "gemm": gemm, "moe": moe, "kv_read": kv, "mla_read": mla,
                     "dcp_read": dcp_read, "state": state, "tp_comm": tp_comm,
-                    "dcp_comm": dcp_comm, "dcp_fixed": dcp_fixed, "layer_fixed": layer,
+                    "dcp_comm": dcp_comm, "dcp_fixed": dcp_fixed, "kernel_fixed": kernels,
                     "moe_fixed": moe_fixed, "seq_fixed": seq_fixed, "step_fixed": step},
                 "eligible": eligible, "ineligible_reason": why,
                 "calibration_note": None if calibrated else notes[engine]}),

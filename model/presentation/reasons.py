@@ -35,7 +35,7 @@ STEP_NAMES = {"gemm": "dense weights/GEMMs", "moe": "routed experts", "kv_read":
               "mla_read": "MLA latent reads", "dcp_read": "DCP attention reads",
               "state": "linear-attention state", "tp_comm": "TP all-reduce",
               "dcp_comm": "DCP collectives", "dcp_fixed": "DCP merge fixed",
-              "layer_fixed": "per-layer fixed",
+              "kernel_fixed": "kernel launches",
               "moe_fixed": "MoE-layer fixed", "seq_fixed": "per-sequence",
               "step_fixed": "per-step fixed"}
 
@@ -86,8 +86,8 @@ KV_ONLY = ("only KV bytes per token are known (no preset or config.json): weight
            "per-layer costs are not modelled, so KV capacity is an upper bound and the interval "
            "is widened")
 SAME_PRIOR = ("the prior gives both engines the same efficiencies: only their memory (KV "
-              "capacity, reserve) tells them apart here, so the choice between them is not "
-              "informed by measurements")
+              "capacity, reserve) and the kernels each launches in a decode step tell them "
+              "apart here, so the choice between them is not informed by measurements")
 
 
 def trust_reasons(w: Workload, gpu: str, weights_known: bool, best: Evaluated,

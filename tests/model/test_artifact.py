@@ -56,6 +56,18 @@ def test_a_model_fitted_over_other_cost_terms_is_refused(tmp_path, monkeypatch):
         load(path)
 
 
+def test_a_model_fitted_over_a_renamed_term_is_refused(tmp_path, monkeypatch):
+    """As many terms but one renamed (its count means something else now: ``layer_fixed``
+    per layer became ``kernel_fixed`` per kernel launched): refused, naming both."""
+    path = tmp_path / "m.json"
+    save(default_model(), path)
+    renamed = tuple("layer_fixed" if t == "kernel_fixed" else t for t in artifact.TERMS)
+    monkeypatch.setattr(artifact, "TERMS", renamed)
+    with pytest.raises(ArtifactError, match=r"\(new: layer_fixed; removed: kernel_fixed\); "
+                       r"refit it"):
+        load(path)
+
+
 def test_every_field_and_fitted_attribute_round_trips(tmp_path):
     m = default_model()
     save(m, tmp_path / "m.json")

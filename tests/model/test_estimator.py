@@ -28,7 +28,7 @@ TRUE = {**PRIOR, "gemm": 1.4, "kv_read": 1.2, "step_fixed": 3e-3, "seq_fixed": 5
 def synthetic(coef: dict[str, float], n: int = 120, noise: float = 0.0, seed: int = 0):
     """Random non-negative term features (seconds / counts of plausible size) and their times."""
     rng = np.random.default_rng(seed)
-    counts = {"pf_fixed": 10, "pf_batch": 1, "layer_fixed": 60, "seq_fixed": 64, "step_fixed": 1,
+    counts = {"pf_fixed": 10, "pf_batch": 1, "kernel_fixed": 600, "seq_fixed": 64, "step_fixed": 1,
               "dcp_fixed": 60}
     scale = np.array([counts.get(t, 1.0) for t in TERMS])
     X = rng.uniform(0.0, 1.0, (n, len(TERMS))) * scale

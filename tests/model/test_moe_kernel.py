@@ -13,7 +13,9 @@ from engine_advisor.model.fit.default import default_model, unfitted_rows
 from engine_advisor.model.fit.fitting import observations
 from engine_advisor.model.fit.rows import row_case
 from engine_advisor.model.physics.features import case_features
-from engine_advisor.model.physics.moe import PF_MOE, moe_kernel
+from engine_advisor.model.physics.moe import moe_kernel
+from engine_advisor.model.physics.launches import decode_launches
+from engine_advisor.model.physics.scale import KERNEL_FIXED, PF_MOE
 from engine_advisor.model.physics.shape import from_architecture
 from engine_advisor.model.predict.predictor import predictor_for
 from engine_advisor.model.recommend import recommend
@@ -70,7 +72,8 @@ def test_the_shipped_configuration_list_is_sglang_0_5_16s():
 
 def test_the_fit_and_the_prediction_count_the_same_kernel():
     """An SGLang row of Nemotron: its observation's pf_moe is the physics times the kernel's
-    factor, and the predictor's pf_moe coefficient for it is the engine's times the same."""
+    factor, and the predictor's pf_moe coefficient for it is the engine's times the same; its
+    decode step's kernel_fixed is the kernels SGLang launches for it, likewise."""
     row = next(r for r in unfitted_rows()
                if r.model == "nemotron-3-nano-30b-a3b" and r.engine == "sglang")
     case = row_case(row)
@@ -82,7 +85,11 @@ def test_the_fit_and_the_prediction_count_the_same_kernel():
     level = model.engines[model.level_for("sglang", "H200", case.shape.key)]
     coef = predictor_for(model).coefficients("sglang", "H200", case.shape, 1)[0]
     assert coef[PF_MOE] == pytest.approx(sglang.UNTUNED_MOE * level.coef_[PF_MOE])
-    others = np.arange(len(coef)) != PF_MOE
+    # and the decode step's kernels, the other term an engine scales (physics.scale)
+    launches = decode_launches("sglang", case.shape)
+    assert obs.X[obs.qty == 2][0][KERNEL_FIXED] == pytest.approx(launches)
+    assert coef[KERNEL_FIXED] == pytest.approx(launches * level.coef_[KERNEL_FIXED])
+    others = ~np.isin(np.arange(len(coef)), (PF_MOE, KERNEL_FIXED))
     assert np.allclose(coef[others], level.coef_[others])
 
 
