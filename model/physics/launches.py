@@ -73,7 +73,7 @@ def census(shape: ModelShape) -> Census:
 def launches(kernels: DecodeKernels, parts: Census) -> float:
     """Kernels one decode step launches outside its fused-MoE calls: each part's count times
     the kernels it launches."""
-    return float(sum(k * n for k, n in zip(kernels, parts)))     # moe_call: not a part
+    return float(sum(k * n for k, n in zip(kernels[:len(parts)], parts, strict=True)))
 
 
 def engine_kernels(engine: str) -> DecodeKernels:

@@ -13,8 +13,8 @@ from engine_advisor.model.fit.default import default_model, unfitted_rows
 from engine_advisor.model.fit.fitting import observations
 from engine_advisor.model.fit.rows import row_case
 from engine_advisor.model.physics.features import case_features
-from engine_advisor.model.physics.moe import moe_kernel
 from engine_advisor.model.physics.launches import decode_launches
+from engine_advisor.model.physics.moe import moe_kernel
 from engine_advisor.model.physics.scale import KERNEL_FIXED, PF_MOE
 from engine_advisor.model.physics.shape import from_architecture
 from engine_advisor.model.predict.predictor import predictor_for
