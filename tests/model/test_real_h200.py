@@ -171,11 +171,11 @@ def _median_errors(model, rows, name: str) -> dict[str, float]:
 # 1.7 x that at its default one, which is Nemotron's: Engine.moe_kernel), the rest from the
 # other models' efficiencies
 HYBRID_BOUNDS = {
-    # vLLM: 4.1 % (prefill), 5.0 % (decode step) fitted; left out 4.9 %, and the batch-1 decode
-    # step 13 % slow (16 % while a step's fixed cost was priced per layer, not per kernel
+    # vLLM: 4.2 % (prefill), 3.7 % (decode step) fitted; left out 4.9 %, and the batch-1 decode
+    # step 11 % slow (16 % while a step's fixed cost was priced per layer, not per kernel
     # launched: docs/validation.md, "Decode steps"; bench/real_engines/decode_floors.py)
     "vllm": ({"ttft": 0.10, "total": 0.10, "step": 0.10}, {"ttft": 0.10, "step": 0.15}),
-    # SGLang: 2.4 % (prefill), 0.9 % (decode step) fitted; left out 10.5 % and 3.9 % (32 % in
+    # SGLang: 2.4 % (prefill), 0.6 % (decode step) fitted; left out 10.6 % and 3.9 % (32 % in
     # prefill before its fused MoE had its measured multiples, 11 % in the step before its
     # fixed cost was priced per kernel)
     "sglang": ({"ttft": 0.10, "total": 0.10, "step": 0.10}, {"step": 0.10, "ttft": 0.15}),
@@ -208,8 +208,8 @@ def test_a_hybrid_holds_in_a_fit_and_left_out(engine):
 
 
 # Qwen3-Next-80B-A3B-FP8's rows per engine, fitted (held out point by point) and left out (the
-# default model), as HYBRID_BOUNDS. Fitted: 5.7 % / 1.6 % (vLLM prefill / step), 3.3 % / 1.9 %
-# (SGLang). Left out: 5.7 % / 6.3 % (vLLM), 6.3 % / 4.0 % (SGLang): both engines run its
+# default model), as HYBRID_BOUNDS. Fitted: 5.8 % / 1.6 % (vLLM prefill / step), 3.3 % / 2.0 %
+# (SGLang). Left out: 5.7 % / 5.8 % (vLLM), 6.3 % / 4.1 % (SGLang): both engines run its
 # block-FP8 experts on a slower kernel than bf16 ones (Engine.moe_kernel: vLLM 1.5 x, SGLang
 # 1.8 x); before, 12 % and 30 % in prefill. SGLang's decode step is on DeepGEMM, its default
 # block-FP8 GEMM (22 % when its Triton block-FP8 kernel ran at an untuned configuration:
