@@ -84,9 +84,11 @@ def test_plan_says_when_only_kv_bytes_are_known(client):
     assert c["confidence"] == rec["confidence"] == "prior"
     assert any(x.startswith("answered from the physics prior: no configuration is calibrated "
                             "on B300 x 8") for x in c["reasons"])
-    # vLLM and SGLang answer the same figures: the plan says the prior cannot tell them apart
+    # vLLM and SGLang answer within 0.5 % (the same efficiencies; only their memory and the
+    # kernels each launches per decode step differ): the plan says the prior cannot tell them
+    # apart
     same = [a for a in c["alternatives"] if a["dcp_size"] == c["dcp_size"]]
-    assert same and same[0]["predicted_e2e_s"] == pytest.approx(c["predicted_e2e_s"])
+    assert same and same[0]["predicted_e2e_s"] == pytest.approx(c["predicted_e2e_s"], rel=5e-3)
     assert any(x.startswith("the prior gives both engines the same efficiencies")
                for x in c["reasons"])
 
