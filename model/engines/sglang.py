@@ -190,9 +190,9 @@ ENGINE = Engine(
     # of). Blackwell runs other MoE kernels: the physics priors there
     family_priors=(("hopper", (("pf_moe", 1.5), ("pf_moe_fixed", 0.6e-3))),),
     moe_kernel=moe_kernel,
-    # the kernels one decode step launches per part of a model, from SGLang 0.5.16's profiles
-    # on an H200 (two prefill passes and one decode step each: docs/validation.md, "Decode
-    # steps"): its MLA adds its latent buffer's gather and scatter, its fused-MoE call the
-    # tokens' alignment and sorting by expert
+    # the kernels one decode step launches per part of a model, counted by hand in SGLang
+    # 0.5.16's prefill profiles on an H200 (two prefill passes and one decode step each:
+    # docs/validation.md, "Decode steps"): its MLA adds its latent buffer's gather and scatter,
+    # its fused-MoE call the tokens' alignment and sorting by expert
     decode_kernels=DecodeKernels(attention=7.0, mla=16.0, moe_call=6.0),
 )
