@@ -155,6 +155,11 @@ def step_kernels(one: Path, many: Path, steps: int) -> tuple[float, dict[str, tu
     return (cn - c1) / steps, out
 
 
+def launch_count(kernels: dict[str, tuple[float, float]]) -> float:
+    """Kernels launched in ``step_kernels``' table, memory copies and sets left out."""
+    return sum(c for n, (c, _) in kernels.items() if not n.startswith(("Memset", "Memcpy")))
+
+
 def _predicted_step(engine: str, model: str, ctx: int, batch: int) -> dict[str, float] | None:
     """The default model's decode-step terms (ms) for one point of a shipped model."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -184,9 +189,10 @@ def profiles(args) -> None:
             acc[0] += calls
             acc[1] += us
         busy = sum(us for _, us in kernels.values())
-        launches = sum(c for c, _ in kernels.values())
+        launches = launch_count(kernels)
         print(f"{engine} {model}, {batch} x {ctx} tokens: a step {step_s * 1e3:.2f} ms "
-              f"(client), kernels {busy / 1e3:.2f} ms busy in {launches:.0f} launches")
+              f"(client), kernels {busy / 1e3:.2f} ms busy in {launches:.0f} launches "
+              "(copies and sets left out)")
         for k in ("gemm", "moe", "attention", "linear", "other"):
             calls, us = by.get(k, (0.0, 0.0))
             print(f"  {k:9} {calls:6.0f} launches {us / 1e3:7.3f} ms")
@@ -237,8 +243,7 @@ def measured_launches(folder: Path) -> float | None:
     one, many = folder / "ctx1024x1.csv", folder / "ctx1024x1-out65.csv"
     if not (one.exists() and many.exists()):
         return None
-    _, kernels = step_kernels(one, many, 64)
-    return sum(c for n, (c, _) in kernels.items() if not n.startswith(("Memset", "Memcpy")))
+    return launch_count(step_kernels(one, many, 64)[1])
 
 
 def launches(args) -> None:
