@@ -117,7 +117,11 @@ class DecodeKernels(NamedTuple):
     #                              attention and its combine, output projection
     delta_rule: float = 10.0     # per Gated DeltaNet / KDA layer: input projections and their
     #                              split, the short convolution's update, gating, the recurrent
-    #                              update, gated norm, output projection
+    #                              update, gated norm, output projection. Counted on Gated
+    #                              DeltaNet; vLLM's KDA layer runs nine projections and three
+    #                              convolution updates (about 20 kernels), not profiled yet: at
+    #                              20, the seed's published vLLM Kimi-K3 time at 64K would be
+    #                              5.5 % off at the per-kernel floor, at 10 it is within 5 %
     mamba2: float = 9.0          # per Mamba2 layer: input projection, convolution update, the
     #                              selective-state update, gated norm, output projection
     dense_mlp: float = 4.0       # per dense feed-forward: gate-up GEMM (and its split-K
