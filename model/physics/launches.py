@@ -4,10 +4,10 @@ decode step's fixed cost (``kernel_fixed``) is priced per.
 A decode step at small batch reads little; what it cannot avoid is running its kernels one after
 the other. Inside a CUDA-graph replay each kernel still costs its launch, its ramp-up and its tail
 (1-2 us on an H200), whatever it computes, so a step's fixed cost follows the kernels it runs,
-not the count of its layers: a Gated DeltaNet layer with block-FP8 projections runs twice the
-kernels of a plain attention layer, a fused-MoE layer eight more than a dense feed-forward
-(``bench/real_engines/decode_floors.py launches`` shows the fixed part of the real batch-1 steps
-per launch across models whose per-layer cost spans 2.4x).
+not the count of its layers: a Qwen3-Next layer (Gated DeltaNet, block-FP8 projections, a shared
+expert) runs about twice the kernels of a Qwen3-30B-A3B layer
+(``bench/real_engines/decode_floors.py launches``: the fixed part of the real H200 batch-1 steps
+is 1.3-2.0 us per kernel on SGLang and 0.6-1.9 on vLLM, where per layer it spans 2.9x and 5.7x).
 
 ``census`` counts a model's parts (``Census``); each engine says how many kernels one part
 launches in its decode step (``engine_advisor.model.engines.base.DecodeKernels``, counted from
