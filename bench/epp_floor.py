@@ -4,8 +4,8 @@ real picker; what the picker costs above it is the decision, the rest is the gRP
 
 Stacks (``--stack``):
 
-- ``grpcio-aio``: grpcio's asyncio server (the picker's stack), the handler an async
-  generator over the request iterator, as the picker's;
+- ``grpcio-aio``: grpcio's asyncio server (the picker's stack), the handler reading and
+  writing the stream itself (grpcio's reader-writer API), as the picker's;
 - ``grpcio-sync``: grpcio's synchronous server, one thread of a pool per stream;
 - ``grpclib``: grpclib (PyPI ``grpclib``, pure Python over ``h2``) on asyncio.
 
@@ -90,10 +90,13 @@ def _identity(b: bytes) -> bytes:
 
 
 # ------------------------------------------------------------------------------ grpcio
-async def _aio_gen(request_iterator, context):
+async def _aio_rw(request_iterator, context):  # noqa: ARG001 (read through the context)
+    from grpc.aio import EOF
+
     floor = Floor()
-    async for raw in request_iterator:
-        yield floor.answer_bytes(raw)
+    read, write = context.read, context.write
+    while (raw := await read()) is not EOF:
+        await write(floor.answer_bytes(raw))
 
 
 def _sync_gen(request_iterator, context):
@@ -102,11 +105,14 @@ def _sync_gen(request_iterator, context):
         yield floor.answer_bytes(raw)
 
 
-def _handler(fn):
+def _handler(fn, raw: bool = False):
+    """``raw``: bytes in and out as they are (no (de)serializer calls: the asyncio server
+    allows it); else through ``_identity``."""
     import grpc
 
+    coder = None if raw else _identity
     handler = grpc.stream_stream_rpc_method_handler(
-        fn, request_deserializer=_identity, response_serializer=_identity)
+        fn, request_deserializer=coder, response_serializer=coder)
     return grpc.method_handlers_generic_handler(SERVICE, {"Process": handler})
 
 
@@ -115,7 +121,7 @@ async def serve_aio(port: int) -> None:
     from grpc_health.v1 import health, health_pb2_grpc
 
     server = grpc.aio.server()
-    server.add_generic_rpc_handlers([_handler(_aio_gen)])
+    server.add_generic_rpc_handlers([_handler(_aio_rw, raw=True)])
     checks = health.aio.HealthServicer()
     await checks.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(checks, server)

@@ -1,8 +1,8 @@
 """``engine-advisor serve`` with its Endpoint Picker's per-stream handler replaced by the floor's
-(bench/epp_floor.py: parse each message, answer CONTINUE): the same process, app, event loop
-and gRPC server with its options as the picker's, and none of its decisions. bench_epp.py runs
-it as ``floor in serve``: what the picker costs over it is the picker's own Python per request,
-what it costs over the standalone floor is the process around the server.
+(bench/epp_floor.py: parse each message, answer CONTINUE): the same process, app, event loop,
+gRPC server with its options and token check as the picker's, and none of its decisions.
+bench_epp.py runs it as ``floor in serve``: what the picker costs over it is the picker's own
+Python per request, what it costs over the standalone floor is the process around the server.
 
 Usage:  python bench/epp_floor_serve.py serve --epp-port PORT --upstreams FILE ...
         (the arguments of ``engine-advisor``; the gateway's token from the environment)
@@ -16,6 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from epp_floor import Floor  # noqa: E402
+from grpc.aio import EOF  # noqa: E402
 
 from engine_advisor.cli.main import main  # noqa: E402
 from engine_advisor.service.epp import server  # noqa: E402
@@ -23,8 +24,9 @@ from engine_advisor.service.epp import server  # noqa: E402
 
 async def _floor(self, requests, context):  # noqa: ARG001 (the handler's signature)
     floor = Floor()
-    async for req in requests:
-        yield floor.answer(req)
+    read, write = context.read, context.write
+    while (req := await read()) is not EOF:
+        await write(floor.answer(req).SerializeToString())
 
 
 server.Picker.process = _floor

@@ -7,7 +7,7 @@ least-loaded upstream of the best group) and then lists the fallbacks the proxy 
 in its order: ``engine_advisor.service.proxy.decision.pick`` again with the upstreams already listed
 excluded (the chosen engine's other upstreams first, the other engine's only with
 ``retries.other_engine``), ``retries.max_attempts`` endpoints at most. Listing fallbacks does not
-advance the round-robin of ties (``Upstream.picked`` is put back).
+advance the round-robin of ties (those picks take no turn).
 
 Everything else in ``engine_advisor.service.epp`` talks to the proxy through this module only.
 """
@@ -72,16 +72,15 @@ async def pick_endpoints(state: ProxyState, loaded: LoadedModel, path: str, raw:
     first = chosen.first
     listed = [first]
     retries = pools.config.retries
-    if retries.max_attempts > 1:
-        saved = [(u, u.picked) for u in pools.serving(req.model) if u is not first]
+    # as many as the attempts allow, and the model's upstreams hold
+    most = min(retries.max_attempts, len(pools.serving(req.model)))
+    if most > 1:
         engine = None if retries.other_engine else first.engine
-        while len(listed) < retries.max_attempts:
-            nxt = pick(pools, chosen.decision, req.model, listed, engine, state.seq)
+        while len(listed) < most:
+            nxt = pick(pools, chosen.decision, req.model, listed, engine, None)
             if nxt is None:
                 break
             listed.append(nxt)
-        for u, picked in saved:
-            u.picked = picked
     return Picked(listed, chosen.prompt_tokens, chosen.method)
 
 
@@ -114,8 +113,9 @@ def served(state: ProxyState, listed: list[Upstream], up: Upstream | None, statu
     a 429 or 5xx counts against ``up``'s breaker, Retry-After holds it back."""
     if up is None:
         return
-    for before in listed[:listed.index(up)] if up in listed else ():
-        before.breaker.failure()
+    if up is not listed[0] and up in listed:
+        for before in listed[:listed.index(up)]:
+            before.breaker.failure()
     if status == 429 or status >= 500:
         up.breaker.failure()
         if retry_after:

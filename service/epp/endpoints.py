@@ -48,11 +48,18 @@ class Endpoints:
         self.of: dict[int, str] = {}          # id(upstream) -> endpoint
         self.by: dict[str, object] = {}       # endpoint -> upstream
         self.literal = False                  # every URL of the generation is an IP address
+        self.version = 0                      # one more for each rebuild of the maps
+
+    def fresh(self, generation: int | None) -> bool:
+        """Whether the maps are those of ``generation``, resolved less than ``ttl_s`` ago
+        (literal addresses never need resolving again)."""
+        return generation == self.generation and (
+            self.literal or time.monotonic() - self.resolved_at < self.ttl_s)
 
     async def refresh(self, generation: int | None, upstreams: list) -> None:
+        if self.fresh(generation):
+            return
         now = time.monotonic()
-        if generation == self.generation and (self.literal or now - self.resolved_at < self.ttl_s):
-            return                            # literal addresses never need resolving again
         urls = [u.url for u in upstreams]
         found = await asyncio.to_thread(_resolve_all, urls)
         of, by = {}, {}
@@ -66,9 +73,15 @@ class Endpoints:
         self.generation, self.of, self.by = generation, of, by
         self.literal = all(_literal(url) for url in urls)
         self.resolved_at = now
+        self.version += 1
 
     def endpoint(self, upstream) -> str | None:
         return self.of.get(id(upstream))
+
+    def listed(self, upstreams: list) -> list:
+        """``upstreams`` that have an endpoint, in order."""
+        of = self.of
+        return [u for u in upstreams if id(u) in of]
 
     def upstream(self, endpoint: str):
         return self.by.get(endpoint)

@@ -41,10 +41,7 @@ import logging
 from collections.abc import Sequence
 
 from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
-from envoy.service.ext_proc.v3.external_processor_pb2 import (
-    ProcessingRequest,
-    ProcessingResponse,
-)
+from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest
 
 from engine_advisor.service.epp import decision, messages
 from engine_advisor.service.epp.endpoints import Endpoints
@@ -63,9 +60,11 @@ MODE_ERROR = ("the endpoint picker needs the whole request body before the heade
 INTERNAL = "internal error; see the server log"
 ANSWERS_KEPT = 4096
 KEPT = frozenset({":method", ":path", "authorization"})          # of the request
-RESPONSE_KEPT = frozenset({":status", "retry-after"})
-Answer = ProcessingResponse | bytes
+Answer = bytes                        # a serialized ProcessingResponse
 NOTHING: tuple[Answer, ...] = ()
+HEADERS_CONTINUE = (messages.HEADERS_CONTINUE,)
+BODY_CONTINUE = (messages.BODY_CONTINUE,)
+REQUEST_TRAILERS = (messages.REQUEST_TRAILERS,)
 
 
 def _headers(msg, kept: frozenset[str]) -> dict[str, str]:
@@ -85,9 +84,27 @@ def served_endpoint(req: ProcessingRequest) -> str | None:
     if lb is not None and messages.SERVED in lb.fields:
         return lb.fields[messages.SERVED].string_value or None
     attrs = req.attributes.get(FILTER)
-    if attrs is not None and "upstream.address" in attrs.fields:
-        return attrs.fields["upstream.address"].string_value or None
+    if attrs is not None:
+        value = attrs.fields.get("upstream.address")
+        if value is not None:
+            return value.string_value or None
     return None
+
+
+def _response_status(msg) -> tuple[int, str | None]:
+    """``:status`` (0 when missing or not a number) and ``Retry-After`` of response headers."""
+    status, retry_after = 0, None
+    for h in msg.headers.headers:
+        key = h.key
+        if key == ":status":
+            try:
+                status = int(h.raw_value or h.value)
+            except ValueError:
+                status = 0
+        elif key == "retry-after":
+            raw = h.raw_value
+            retry_after = raw.decode("latin-1") if raw else h.value
+    return status, retry_after
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -99,59 +116,73 @@ def _retry_after(value: str | None) -> float | None:
 
 class Answers:
     """Serialized answers that depend only on the upstreams they name (a decision's headers,
-    a response's ``x-engine-advisor-*``), per pools generation: built once, sent many times."""
+    a response's ``x-engine-advisor-*``), per ``stamp`` (the pools generation and the
+    endpoints' resolution): built once, sent many times."""
 
     def __init__(self, kept: int = ANSWERS_KEPT):
         self.kept = kept
-        self.generation: int | None = None
+        self.stamp: tuple | None = None
         self.saved: dict[tuple, bytes] = {}
 
-    def get(self, generation: int | None, key: tuple, build) -> bytes:
-        if generation != self.generation or len(self.saved) >= self.kept:
-            self.generation, self.saved = generation, {}
+    def get(self, stamp: tuple, key: tuple, build) -> bytes:
+        if stamp != self.stamp or len(self.saved) >= self.kept:
+            self.stamp, self.saved = stamp, {}
         out = self.saved.get(key)
         if out is None:
-            out = self.saved[key] = build().SerializeToString()
+            out = self.saved[key] = build()
         return out
 
 
 class Exchange:
-    """The state of one stream; ``on(message)`` gives the answers to send, in order."""
+    """The state of one stream; ``on(message)`` gives the answers to send, in order (or
+    None, then ``await decide()`` gives them)."""
+
+    __slots__ = ("state", "loaded", "endpoints", "answers", "counts", "last", "started",
+                 "body_mode", "response_duplex", "headers", "path", "chunks", "size",
+                 "closed", "trailers", "listed", "stamp", "holding", "probe")
 
     def __init__(self, state, loaded, endpoints: Endpoints, answers: Answers, counts):
         self.state, self.loaded, self.endpoints = state, loaded, endpoints
         self.answers, self.counts = answers, counts     # counts: engine_advisor.service.epp.shared
         self.last = 0.0              # when its last message came (the idle timeout's clock)
+        self.started = False         # its first message (the only one with protocol_config)
         self.body_mode = DUPLEX
         self.response_duplex = True
         self.headers: dict[str, str] = {}
-        self.routed = False          # a routed request whose body is still coming
+        self.path: str | None = None  # a routed request's path, while its body is coming
         self.chunks: list[bytes] = []
         self.size = 0
         self.closed = False          # an immediate response ended the exchange
-        self.listed: list = []
+        self.trailers = False        # the body ended with the request trailers
+        self.listed: list = []       # the decision's upstreams, primary first
+        self.stamp: tuple | None = None   # the decision's ``_stamp()``
         self.holding = None          # the upstream whose in-flight count this request holds
         self.probe = False           # ... as its half-open breaker's probe, not yet reported
 
-    async def on(self, req: ProcessingRequest) -> Sequence[Answer]:
-        if req.HasField("protocol_config"):
-            pc = req.protocol_config
-            mode = pc.request_body_mode
-            if mode not in (BUFFERED, DUPLEX) and not (
-                    mode == STREAMED and pc.send_body_without_waiting_for_header_response):
-                return self._error(ApiError(500, MODE_ERROR))
-            self.body_mode = mode
-            self.response_duplex = pc.response_body_mode == DUPLEX
+    def on(self, req: ProcessingRequest) -> Sequence[Answer] | None:
+        """The answers to ``req``, in order; None when they are the decision's (``decide()``:
+        the body of a routed request is complete)."""
+        if not self.started:
+            self.started = True
+            if req.HasField("protocol_config"):
+                pc = req.protocol_config
+                mode = pc.request_body_mode
+                if mode not in (BUFFERED, DUPLEX) and not (
+                        mode == STREAMED and pc.send_body_without_waiting_for_header_response):
+                    return self._error(ApiError(500, MODE_ERROR))
+                self.body_mode = mode
+                self.response_duplex = pc.response_body_mode == DUPLEX
         kind = req.WhichOneof("request")
+        if kind == "request_body":
+            return self._request_body(req.request_body)
         if kind == "request_headers":
             return self._request_headers(req.request_headers)
-        if kind == "request_body":
-            return await self._request_body(req.request_body)
         if kind == "response_headers":
-            out = self._response_headers(req)
-            if req.response_headers.end_of_stream:
+            h = req.response_headers
+            out = (self._response_headers(req, h),)
+            if h.end_of_stream:
                 self.finish()
-            return (out,)
+            return out
         if kind == "response_body":
             b = req.response_body
             if b.end_of_stream:
@@ -159,74 +190,80 @@ class Exchange:
             return (messages.streamed(b.body, b.end_of_stream, True) if self.response_duplex
                     else messages.RESPONSE_BODY_CONTINUE,)
         if kind == "request_trailers":       # the body's end when it ends without end_of_stream
-            out = await self._decide() if self.routed else NOTHING
-            return out if self.closed else (*out, messages.REQUEST_TRAILERS)
+            if self.path is None:
+                return REQUEST_TRAILERS
+            self.trailers = True
+            return None
         if kind == "response_trailers":
             self.finish()
             return (messages.RESPONSE_TRAILERS,)
         return NOTHING
 
+    async def decide(self) -> Sequence[Answer]:
+        """The answers that ``on`` left to the decision (the body is complete)."""
+        out = await self._decide()
+        return (*out, messages.REQUEST_TRAILERS) if self.trailers and not self.closed else out
+
     # ------------------------------------------------------------------ request
     def _request_headers(self, h) -> Sequence[Answer]:
-        self.headers = _headers(h, KEPT)
-        path = self.headers.get(":path", "").split("?", 1)[0]
-        self.routed = (not h.end_of_stream and self.headers.get(":method") == "POST"
-                       and path in decision.ROUTED_PATHS)
-        if self.routed and self.body_mode != BUFFERED:
-            return NOTHING               # answered with the decision, at the body's end
-        return (messages.HEADERS_CONTINUE,)
+        self.headers = headers = _headers(h, KEPT)
+        if not h.end_of_stream and headers.get(":method") == "POST":
+            path = headers.get(":path", "").split("?", 1)[0]
+            if path in decision.ROUTED_PATHS:
+                self.path = path
+                if self.body_mode != BUFFERED:
+                    return NOTHING           # answered with the decision, at the body's end
+        return HEADERS_CONTINUE
 
-    async def _request_body(self, b) -> Sequence[Answer]:
-        if not self.routed:
-            return (messages.streamed(b.body, b.end_of_stream, False)
-                    if self.body_mode == DUPLEX else messages.BODY_CONTINUE,)
-        self.chunks.append(b.body)
-        self.size += len(b.body)
+    def _request_body(self, b) -> Sequence[Answer] | None:
+        if self.path is None:
+            return ((messages.streamed(b.body, b.end_of_stream, False),)
+                    if self.body_mode == DUPLEX else BODY_CONTINUE)
+        chunk = b.body
+        self.chunks.append(chunk)
+        self.size += len(chunk)
         cap = decision.body_cap(self.state)
         if self.size > cap:
             return self._error(ApiError(413, f"request body: larger than {cap} bytes"))
         if b.end_of_stream or self.body_mode == BUFFERED:   # BUFFERED: all of it, at once
-            return await self._decide()
+            return None
         return NOTHING
 
     async def _decide(self) -> Sequence[Answer]:
-        raw = b"".join(self.chunks)
-        parts = len(self.chunks)
-        self.chunks.clear()
-        self.routed = False
-        path = self.headers[":path"].split("?", 1)[0]
+        chunks, path = self.chunks, self.path
+        raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        self.chunks, self.path = [], None
         try:
-            first = await self._decision(path, raw)
+            picked = await decision.pick_endpoints(self.state, self.loaded, path, raw,
+                                                   self.headers, self.counts)
+            endpoints = self.endpoints
+            generation = decision.generation(self.state)
+            if not endpoints.fresh(generation):
+                await endpoints.refresh(generation, decision.upstreams(self.state))
+            listed = self.listed = endpoints.listed(picked.upstreams)
+            if not listed:
+                raise ApiError(503, "no upstream has an address the gateway can use: "
+                               + ", ".join(f"{u.name} ({u.url})" for u in picked.upstreams))
         except ApiError as exc:
             return self._error(exc)
         except Exception:                # a failure of the picker: the log has the details
             log.exception("endpoint picker: the decision failed")
             return self._error(ApiError(500, INTERNAL))
-        if self.body_mode == BUFFERED:
+        self._hold(listed[0])
+        mode = self.body_mode
+        in_body = mode == BUFFERED
+        drop = "authorization" in self.headers
+        self.stamp = stamp = (generation, endpoints.version)
+        first = self.answers.get(stamp,
+                                 (in_body, drop, *map(id, listed)),
+                                 lambda: self._decided(in_body, drop))
+        if in_body:
             return (first,)
-        if self.body_mode == STREAMED:
-            return (first, *(messages.BODY_CONTINUE,) * parts)
+        if mode == STREAMED:
+            return (first, *BODY_CONTINUE * len(chunks))
         return (first, *messages.body_chunks(raw))
 
-    async def _decision(self, path: str, raw: bytes) -> Answer:
-        picked = await decision.pick_endpoints(self.state, self.loaded, path, raw,
-                                               self.headers, self.counts)
-        await self.endpoints.refresh(decision.generation(self.state),
-                                     decision.upstreams(self.state))
-        self.listed = [u for u in picked.upstreams if self.endpoints.endpoint(u)]
-        if not self.listed:
-            raise ApiError(503, "no upstream has an address the gateway can use: "
-                           + ", ".join(f"{u.name} ({u.url})" for u in picked.upstreams))
-        primary = self.listed[0]
-        self._hold(primary)
-        in_body = self.body_mode == BUFFERED
-        drop = "authorization" in self.headers
-        # the upstream (engine, name, key) and the addresses (a name may resolve anew)
-        key = (in_body, drop, id(primary), *map(self.endpoints.endpoint, self.listed))
-        return self.answers.get(decision.generation(self.state), key,
-                                lambda: self._decided(in_body, drop))
-
-    def _decided(self, in_body: bool, drop: bool) -> ProcessingResponse:
+    def _decided(self, in_body: bool, drop: bool) -> bytes:
         primary = self.listed[0]
         set_ = {"x-engine-advisor-engine": primary.engine,
                 "x-engine-advisor-upstream": primary.name}
@@ -243,29 +280,32 @@ class Exchange:
         return (messages.immediate(exc.status, exc.detail().model_dump(), exc.headers),)
 
     # ------------------------------------------------------------------ response
-    def _response_headers(self, req: ProcessingRequest) -> Answer:
-        h = _headers(req.response_headers, RESPONSE_KEPT)
+    def _response_headers(self, req: ProcessingRequest, headers) -> Answer:
         ep = served_endpoint(req)
-        up = self.endpoints.upstream(ep) if ep else None
-        if up is None and self.listed and ep is None:
-            up = self.listed[0]                # the gateway does not say: assume the primary
-        try:
-            status = int(h.get(":status", "0"))
-        except ValueError:
-            status = 0
-        if self.listed:
-            decision.served(self.state, self.listed, up, status,
-                            _retry_after(h.get("retry-after")))
+        listed = self.listed
+        if ep is not None:
+            up = self.endpoints.upstream(ep)
+        else:                            # the gateway does not say: assume the primary
+            up = listed[0] if listed else None
+        if listed:
+            status, retry_after = _response_status(headers)
+            decision.served(self.state, listed, up, status,
+                            _retry_after(retry_after) if retry_after else None)
             if up is not None:
                 self.probe = False             # the report settled the probe's breaker
         if up is None:
             return messages.RESPONSE_HEADERS_CONTINUE
         if up is not self.holding:
             self._hold(up)
-        return self.answers.get(decision.generation(self.state), ("served", id(up)),
+        return self.answers.get(self.stamp or self._stamp(), ("served", id(up)),
                                 lambda: messages.response_headers({
                                     "x-engine-advisor-engine": up.engine,
                                     "x-engine-advisor-upstream": up.name}))
+
+    def _stamp(self) -> tuple:
+        """What the answers cached for upstreams depend on besides them: the pools generation
+        and the endpoints' resolution."""
+        return decision.generation(self.state), self.endpoints.version
 
     # ------------------------------------------------------------------ in flight
     def _hold(self, up) -> None:
@@ -279,4 +319,3 @@ class Exchange:
             decision.done(self.state, self.holding, self.probe, self.counts)
             self.holding = None
             self.probe = False
-

@@ -1,7 +1,7 @@
-"""ext_proc v3 responses the picker sends (protobuf builders and constants, no state).
+"""ext_proc v3 responses the picker sends (builders and constants, no state).
 
-An answer is a ``ProcessingResponse`` or its serialized bytes (the server sends either): the
-constant answers are serialized once, here.
+Every answer is a serialized ``ProcessingResponse`` (bytes: the server sends them as they
+are); the constant answers are serialized once, here.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def mutation(set_: dict[str, str] | None = None, remove: list[str] | None = None
 
 
 def decided(in_body: bool, set_: dict[str, str], remove: list[str], destination: str
-            ) -> ProcessingResponse:
+            ) -> bytes:
     """The decision: the picked endpoints in the destination header and in dynamic metadata
     ``envoy.lb`` (the same value), the headers ``set_`` / ``remove``, and the route cache
     cleared. ``in_body``: the answer to the (BUFFERED) request body, whose header mutations
@@ -59,13 +59,15 @@ def decided(in_body: bool, set_: dict[str, str], remove: list[str], destination:
     common = CommonResponse(header_mutation=mutation({**set_, DESTINATION: destination},
                                                      remove), clear_route_cache=True)
     if in_body:
-        return ProcessingResponse(request_body=BodyResponse(response=common),
-                                  dynamic_metadata=meta)
-    return ProcessingResponse(request_headers=HeadersResponse(response=common),
-                              dynamic_metadata=meta)
+        out = ProcessingResponse(request_body=BodyResponse(response=common),
+                                 dynamic_metadata=meta)
+    else:
+        out = ProcessingResponse(request_headers=HeadersResponse(response=common),
+                                 dynamic_metadata=meta)
+    return out.SerializeToString()
 
 
-def body_chunks(body: bytes, response: bool = False) -> list[ProcessingResponse]:
+def body_chunks(body: bytes, response: bool = False) -> list[bytes]:
     """``body`` back to Envoy in FULL_DUPLEX_STREAMED chunks of at most ``CHUNK`` bytes, the
     last one ending the stream."""
     pieces = [body[i:i + CHUNK] for i in range(0, len(body), CHUNK)] or [b""]
@@ -75,23 +77,24 @@ def body_chunks(body: bytes, response: bool = False) -> list[ProcessingResponse]
     return out
 
 
-def streamed(body: bytes, end: bool, response: bool) -> ProcessingResponse:
+def streamed(body: bytes, end: bool, response: bool) -> bytes:
     common = CommonResponse(body_mutation=BodyMutation(
         streamed_response=StreamedBodyResponse(body=body, end_of_stream=end)))
     if response:
-        return ProcessingResponse(response_body=BodyResponse(response=common))
-    return ProcessingResponse(request_body=BodyResponse(response=common))
+        return ProcessingResponse(response_body=BodyResponse(response=common)
+                                  ).SerializeToString()
+    return ProcessingResponse(request_body=BodyResponse(response=common)).SerializeToString()
 
 
-def response_headers(set_: dict[str, str]) -> ProcessingResponse:
+def response_headers(set_: dict[str, str]) -> bytes:
     return ProcessingResponse(response_headers=HeadersResponse(
-        response=CommonResponse(header_mutation=mutation(set_))))
+        response=CommonResponse(header_mutation=mutation(set_)))).SerializeToString()
 
 
-def immediate(status: int, error: dict, headers: dict[str, str] | None = None
-              ) -> ProcessingResponse:
+def immediate(status: int, error: dict, headers: dict[str, str] | None = None) -> bytes:
     """Envoy answers the client itself: ``status`` with the service's error envelope."""
     return ProcessingResponse(immediate_response=ImmediateResponse(
         status=HttpStatus(code=status),
         headers=mutation({"content-type": "application/json", **(headers or {})}),
-        body=json.dumps({"error": error}).encode(), details=f"engine_advisor_{status}"))
+        body=json.dumps({"error": error}).encode(), details=f"engine_advisor_{status}")
+    ).SerializeToString()

@@ -17,6 +17,7 @@ import logging
 
 import grpc
 from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest
+from grpc.aio import EOF
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from engine_advisor.service.epp import auth, decision
@@ -26,44 +27,51 @@ from engine_advisor.service.epp.exchange import Answers, Exchange
 log = logging.getLogger("engine_advisor.epp")
 
 EXT_PROC = "envoy.service.ext_proc.v3.ExternalProcessor"
+PROCESS = f"/{EXT_PROC}/Process"
 SERVICES = ("", "liveness", "readiness", EXT_PROC)
 GRACE_S = 5.0
 SWEEP_S = 1.0
 MESSAGE_SLACK = 1 << 20        # a buffered body's message: the body cap plus this
 
 
-def _serialize(answer) -> bytes:
-    return answer if type(answer) is bytes else answer.SerializeToString()
-
-
 class Picker:
     """``Process``: one stream per HTTP request through the gateway; ``sweep()`` ends the
-    in-flight count of a stream silent for ``idle_s`` (checked every ``idle_s / 4``)."""
+    in-flight count of a stream silent for ``idle_s`` (checked every ``idle_s / 4``).
+
+    The handler reads and writes the stream itself (grpcio's reader-writer API), not as an
+    async generator over a request iterator: that costs two Python-level generators per
+    message less, and every answer is already bytes (no serializer call)."""
 
     def __init__(self, app, token: auth.TokenCheck, idle_s: float, counts):
-        self.app, self.token, self.idle_s, self.counts = app, token, idle_s, counts
+        self.token, self.idle_s, self.counts = token, idle_s, counts
+        self.proxy, self.holder = app.state.proxy, app.state.holder
         self.endpoints = Endpoints()
         self.answers = Answers()
         self.live: set[Exchange] = set()
 
-    async def process(self, requests, context):
-        if not self.token.allows(context.invocation_metadata()):
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED,
-                                "the endpoint picker takes streams from its gateway only")
-        st = self.app.state
-        ex = Exchange(st.proxy, st.holder.current, self.endpoints, self.answers, self.counts)
+    async def process(self, requests, context):   # noqa: ARG002 (read through the context)
+        ex = Exchange(self.proxy, self.holder.current, self.endpoints, self.answers,
+                      self.counts)
         clock = asyncio.get_running_loop().time
+        read, write = context.read, context.write
         self.live.add(ex)
         try:
-            async for req in requests:
+            while (req := await read()) is not EOF:
                 ex.last = clock()
-                for out in await ex.on(req):
-                    yield out
+                answers = ex.on(req)
+                if answers is None:
+                    answers = await ex.decide()
+                for out in answers:
+                    await write(out)
                 if ex.closed:
                     return
         finally:
             self.live.discard(ex)
             ex.finish()
+
+    async def refuse(self, requests, context):    # noqa: ARG002
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                            "the endpoint picker takes streams from its gateway only")
 
     async def sweep(self) -> None:
         """Every ``SWEEP_S``: the other workers' counts; every ``idle_s / 4``: idle streams."""
@@ -72,7 +80,7 @@ class Picker:
         while True:
             await asyncio.sleep(min(SWEEP_S, self.idle_s / 4))
             try:
-                decision.sync(self.app.state.proxy, self.counts)
+                decision.sync(self.proxy, self.counts)
             except Exception:             # a broken table must not end the idle sweep
                 log.exception("endpoint picker: reading the other workers' counts failed")
             now = loop.time()
@@ -86,10 +94,26 @@ class Picker:
                 ex.finish()
 
     def handler(self) -> grpc.GenericRpcHandler:
-        method = grpc.stream_stream_rpc_method_handler(
-            self.process, request_deserializer=ProcessingRequest.FromString,
-            response_serializer=_serialize)
-        return grpc.method_handlers_generic_handler(EXT_PROC, {"Process": method})
+        return _Handler(self)
+
+
+class _Handler(grpc.GenericRpcHandler):
+    """``Process`` for streams that carry the gateway's token, a refusal for the others: the
+    token is read from the metadata grpcio has already decoded to look the method up."""
+
+    def __init__(self, picker: Picker):
+        self.token = picker.token
+
+        def method(fn):
+            return grpc.stream_stream_rpc_method_handler(
+                fn, request_deserializer=ProcessingRequest.FromString)
+
+        self.process, self.refuse = method(picker.process), method(picker.refuse)
+
+    def service(self, details):
+        if details.method != PROCESS:
+            return None
+        return self.process if self.token.allows(details.invocation_metadata) else self.refuse
 
 
 MAX_STREAMS_PER_CONNECTION = 1024   # the gateway opens a connection per 16 (deploy/gateway)

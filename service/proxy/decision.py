@@ -354,9 +354,10 @@ class Decider:
 
 # ----------------------------------------------------------------------------- pick
 def pick(pools: Pools, decision: Decision, model: str | None, tried: list[Upstream],
-         engine: str | None, seq: int) -> Upstream | None:
+         engine: str | None, seq: int | None) -> Upstream | None:
     """The available upstream with the fewest requests in flight, of the best-ranked group
-    that has one; with ``engine`` set, that engine's groups first (then no others)."""
+    that has one; with ``engine`` set, that engine's groups first (then no others). ``seq``:
+    the pick's turn in the round robin of ties, or None for a look that takes no turn."""
     now = time.monotonic()
     groups = decision.ranked
     if engine is not None:
@@ -371,6 +372,7 @@ def pick(pools: Pools, decision: Decision, model: str | None, tried: list[Upstre
                     u.in_flight == best.in_flight and u.picked < best.picked):
                 best = u
         if best is not None:
-            best.picked = seq
+            if seq is not None:
+                best.picked = seq
             return best
     return None

@@ -194,9 +194,32 @@ def test_endpoints_of_names_and_literals():
     asyncio.run(eps.refresh(1, ups))
     assert eps.endpoint(ups[0]) in ("127.0.0.1:1", "[::1]:1") and eps.endpoint(ups[1]) is None
     assert eps.upstream(eps.endpoint(ups[0])) is ups[0]
-    first = eps.resolved_at
+    assert eps.listed([ups[1], ups[0]]) == [ups[0]]     # the unresolvable one is left out
+    first, version = eps.resolved_at, eps.version
+    assert not eps.fresh(1)                     # ttl 0: stale at once
     asyncio.run(eps.refresh(1, ups))            # ttl 0: names are looked up again
-    assert eps.resolved_at > first
+    assert eps.resolved_at > first and eps.version == version + 1
+
+
+def test_cached_answers_are_rebuilt_when_pools_or_endpoints_change():
+    """A decision's serialized answer is cached per upstreams named; a new pools generation
+    or a new resolution of the endpoints (the stamp) builds it again."""
+    from engine_advisor.service.epp.exchange import Answers
+
+    built = []
+
+    def build(tag):
+        return lambda: built.append(tag) or tag.encode()
+
+    answers = Answers(kept=2)
+    assert answers.get((1, 1), ("a",), build("a1")) == b"a1"
+    assert answers.get((1, 1), ("a",), build("a2")) == b"a1"       # cached
+    assert answers.get((1, 2), ("a",), build("a3")) == b"a3"       # endpoints resolved anew
+    assert answers.get((2, 2), ("a",), build("a4")) == b"a4"       # pools reloaded
+    answers.get((2, 2), ("b",), build("b1"))
+    assert answers.get((2, 2), ("c",), build("c1")) == b"c1"       # full: starts over
+    assert answers.get((2, 2), ("a",), build("a5")) == b"a5"
+    assert built == ["a1", "a3", "a4", "b1", "c1", "a5"]
 
 
 def test_literal_endpoints_are_not_parsed_again_on_every_request(monkeypatch):
