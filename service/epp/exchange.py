@@ -309,7 +309,8 @@ class Exchange:
 
     # ------------------------------------------------------------------ in flight
     def _hold(self, up) -> None:
-        self.finish()
+        if self.holding is not None:
+            self.finish()
         self.probe = decision.sent(self.state, up, self.counts)
         self.holding = up
 

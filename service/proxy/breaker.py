@@ -66,6 +66,8 @@ class CircuitBreaker:
 
     def acquire(self) -> bool:
         """A request is sent: in half-open it is the one probe (True)."""
+        if self.closed:
+            return False
         if self.state == HALF_OPEN and not self.probing:
             self.probing = True
             return True

@@ -165,8 +165,10 @@ def parse(raw: bytes, path: str, body: Any = None) -> ProxyRequest:
             raise ApiError(400, "messages: expected a non-empty list of messages",
                            param="messages")
         ids = None
-        size = sum(len(_content_text(m.get("content")).encode("utf-8", errors="replace"))
-                   for m in msgs if isinstance(m, dict))
+        size = 0
+        for m in msgs:
+            if isinstance(m, dict):
+                size += len(_content_text(m.get("content")).encode("utf-8", errors="replace"))
     else:
         if "prompt" not in body:
             raise ApiError(400, "prompt: field required", param="prompt")
