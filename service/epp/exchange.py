@@ -289,8 +289,7 @@ class Exchange:
             up = listed[0] if listed else None
         if listed:
             status, retry_after = _response_status(headers)
-            decision.served(self.state, listed, up, status,
-                            _retry_after(retry_after) if retry_after else None)
+            decision.served(self.state, listed, up, status, _retry_after(retry_after))
             if up is not None:
                 self.probe = False             # the report settled the probe's breaker
         if up is None:
