@@ -137,7 +137,6 @@ class DecodeKernels(NamedTuple):
     moe_call: float = 4.0        # the two grouped GEMMs, the activation, the weighted sum
 
 
-
 @lru_cache(maxsize=1024)
 def knobs_of(knob: int, running: int, slots: int) -> MemoryKnobs:
     """The memory knobs of a planner's proposal: its code
