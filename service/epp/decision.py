@@ -1,9 +1,11 @@
 """The picker's only bridge to the proxy: the decision ``POST /v1/route`` makes, and the live
 upstream state that decision reads (in-flight counts, circuit breakers, Retry-After).
 
-``pick_endpoints`` runs ``engine_advisor.service.proxy.decision.choose`` (client API keys, token
-counting with its cache and /tokenize, the cost model's ranking of the pools, health, breakers, the
-least-loaded upstream of the best group) and then lists the fallbacks the proxy itself would retry,
+``pick_endpoints`` runs ``engine_advisor.service.proxy.decision.choose_now`` (client API keys,
+token counting with its cache and /tokenize, the cost model's ranking of the pools, health,
+breakers, the least-loaded upstream of the best group; it returns an awaitable only where the
+decision waits for a prompt count, so a decision from an estimate or token ids costs no
+coroutine) and then lists the fallbacks the proxy itself would retry,
 in its order: ``engine_advisor.service.proxy.decision.pick`` again with the upstreams already listed
 excluded (the chosen engine's other upstreams first, the other engine's only with
 ``retries.other_engine``), ``retries.max_attempts`` endpoints at most. Listing fallbacks does not
@@ -15,16 +17,16 @@ Everything else in ``engine_advisor.service.epp`` talks to the proxy through thi
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 
 from engine_advisor.service.errors import ApiError
 from engine_advisor.service.holder import LoadedModel
 from engine_advisor.service.proxy.auth import authorize
-from engine_advisor.service.proxy.decision import choose, pick
-from engine_advisor.service.proxy.request import CHAT, COMPLETIONS, parse
+from engine_advisor.service.proxy.decision import Choice, Counting, choose_now, pick
+from engine_advisor.service.proxy.request import CHAT, COMPLETIONS, ProxyRequest, parse
 from engine_advisor.service.proxy.state import NO_POOLS, ProxyState
-from engine_advisor.service.proxy.upstreams import Upstream
+from engine_advisor.service.proxy.upstreams import Pools, Upstream
 
 ROUTED_PATHS = frozenset({CHAT, COMPLETIONS})
 RETRY_AFTER_CAP = 10      # x retries.backoff_max_s, as the proxy caps an engine's Retry-After
@@ -48,36 +50,61 @@ def _shedding(state: ProxyState, model: str | None) -> float | None:
     return None
 
 
-async def pick_endpoints(state: ProxyState, loaded: LoadedModel, path: str, raw: bytes,
-                         headers: Mapping[str, str], counts=None) -> Picked:
-    """The upstreams for one OpenAI request (``path`` one of ``ROUTED_PATHS``); raises
-    ``ApiError`` as ``POST /v1/route`` would, or 429 with Retry-After when every upstream of
-    the model asked to wait. ``counts``: the other workers' in-flight picks
+def pick_endpoints(state: ProxyState, loaded: LoadedModel, path: str, raw: bytes,
+                   headers: Mapping[str, str], counts=None) -> Picked | Awaitable[Picked]:
+    """The upstreams for one OpenAI request (``path`` one of ``ROUTED_PATHS``): a ``Picked``,
+    or, where the decision waits for a prompt count, an awaitable of it. Raises ``ApiError``
+    as ``POST /v1/route`` would, or 429 with Retry-After when every upstream of the model
+    asked to wait. ``counts``: the other workers' in-flight picks
     (``engine_advisor.service.epp.shared``) are added to the counts first."""
     pools = state.pools
     if pools is None:
         raise ApiError(503, NO_POOLS)
     if counts is not None:
         counts.sync(pools)
-    authorize(pools, headers.get("authorization", ""))
+    if pools.api_keys:
+        authorize(pools, headers.get("authorization", ""))
     req = parse(raw, path)
     try:
-        chosen = await choose(state, pools, loaded, req)
+        chosen = choose_now(state, pools, loaded, req)
     except ApiError as exc:
-        wait = _shedding(state, req.model) if exc.status == 503 else None
-        if wait is None:
-            raise
+        _shed(state, req.model, exc)
+        raise
+    if type(chosen) is Counting:
+        return _counted(state, pools, req, chosen)
+    return _listed(pools, chosen, req.model)
+
+
+async def _counted(state: ProxyState, pools: Pools, req: ProxyRequest,
+                   counting: Counting) -> Picked:
+    try:
+        chosen = await counting.count()
+    except ApiError as exc:
+        _shed(state, req.model, exc)
+        raise
+    return _listed(pools, chosen, req.model)
+
+
+def _shed(state: ProxyState, model: str | None, exc: ApiError) -> None:
+    """A 503 because every candidate is out only because it asked to wait (Retry-After)
+    becomes that 429."""
+    wait = _shedding(state, model) if exc.status == 503 else None
+    if wait is not None:
         raise ApiError(429, "every upstream asked to wait (Retry-After): " + exc.message,
                        headers={"Retry-After": str(max(1, round(wait)))}) from None
+
+
+def _listed(pools: Pools, chosen: Choice, model: str | None) -> Picked:
+    """The choice's upstream, then the fallbacks the proxy would retry, in its order."""
     first = chosen.first
     listed = [first]
     retries = pools.config.retries
     # as many as the attempts allow, and the model's upstreams hold
-    most = min(retries.max_attempts, len(pools.serving(req.model)))
+    most = min(retries.max_attempts, len(pools.serving(model)))
     if most > 1:
         engine = None if retries.other_engine else first.engine
         while len(listed) < most:
-            nxt = pick(pools, chosen.decision, req.model, listed, engine, None)
+            nxt = pick(pools, chosen.decision, model, listed, engine, None)
             if nxt is None:
                 break
             listed.append(nxt)

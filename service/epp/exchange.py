@@ -19,14 +19,16 @@ Any other request body mode gets a 500 naming the setting.
   without a body, or not ``POST /v1/chat/completions`` / ``/v1/completions``, is not routed
   (answered at once, its body passed on): the gateway's ``override_host`` fallback chooses.
 - request body: gathered up to the proxy's body cap (413 past it), then decided
-  (``decision.pick_endpoints``): the destination header, ``envoy.lb`` metadata,
+  (``decision.pick_endpoints``; without waiting unless a prompt count or the endpoints'
+  resolution is needed): the destination header, ``envoy.lb`` metadata,
   ``clear_route_cache``, ``x-engine-advisor-engine`` / ``-upstream``. An error is an
   immediate response with the service's error envelope (400, 401, 404, 413, 429, 503; 500
   for a failure of the picker itself, whose details go to the log only).
-- response headers (when the gateway sends them): the endpoint that served (``envoy.lb``
-  metadata ``x-gateway-destination-endpoint-served``, else the ``upstream.address``
-  attribute) and its status go to the breakers, the in-flight count moves to that endpoint,
-  and the client gets ``x-engine-advisor-engine`` / ``-upstream`` of the upstream that served.
+- response headers (when the gateway sends them): the endpoint that served (the
+  ``upstream.address`` attribute, else ``envoy.lb`` metadata
+  ``x-gateway-destination-endpoint-served``) and its status go to the breakers, the
+  in-flight count moves to that endpoint, and the client gets ``x-engine-advisor-engine``
+  / ``-upstream`` of the upstream that served.
 - response body / trailers: passed on (echoed in FULL_DUPLEX_STREAMED).
 
 The request's in-flight count ends with the response: at the response's end of stream or
@@ -80,14 +82,17 @@ def _headers(msg, kept: frozenset[str]) -> dict[str, str]:
 
 
 def served_endpoint(req: ProcessingRequest) -> str | None:
-    lb = req.metadata_context.filter_metadata.get(messages.LB_NAMESPACE)
-    if lb is not None and messages.SERVED in lb.fields:
-        return lb.fields[messages.SERVED].string_value or None
+    """The endpoint that served: the ``upstream.address`` attribute (what the shipped
+    configuration asks Envoy for), else the ``envoy.lb`` metadata
+    ``x-gateway-destination-endpoint-served`` (the Endpoint Picker Protocol's report)."""
     attrs = req.attributes.get(FILTER)
     if attrs is not None:
         value = attrs.fields.get("upstream.address")
-        if value is not None:
-            return value.string_value or None
+        if value is not None and value.string_value:
+            return value.string_value
+    lb = req.metadata_context.filter_metadata.get(messages.LB_NAMESPACE)
+    if lb is not None and messages.SERVED in lb.fields:
+        return lb.fields[messages.SERVED].string_value or None
     return None
 
 
@@ -139,7 +144,7 @@ class Exchange:
 
     __slots__ = ("state", "loaded", "endpoints", "answers", "counts", "last", "started",
                  "body_mode", "response_duplex", "headers", "path", "chunks", "size",
-                 "closed", "trailers", "listed", "stamp", "holding", "probe")
+                 "closed", "trailers", "listed", "stamp", "holding", "probe", "pending")
 
     def __init__(self, state, loaded, endpoints: Endpoints, answers: Answers, counts):
         self.state, self.loaded, self.endpoints = state, loaded, endpoints
@@ -158,6 +163,7 @@ class Exchange:
         self.stamp: tuple | None = None   # the decision's ``_stamp()``
         self.holding = None          # the upstream whose in-flight count this request holds
         self.probe = False           # ... as its half-open breaker's probe, not yet reported
+        self.pending = None          # the decision's coroutine when it waits (``decide()``)
 
     def on(self, req: ProcessingRequest) -> Sequence[Answer] | None:
         """The answers to ``req``, in order; None when they are the decision's (``decide()``:
@@ -193,15 +199,19 @@ class Exchange:
             if self.path is None:
                 return REQUEST_TRAILERS
             self.trailers = True
-            return None
+            return self._complete()
         if kind == "response_trailers":
             self.finish()
             return (messages.RESPONSE_TRAILERS,)
         return NOTHING
 
     async def decide(self) -> Sequence[Answer]:
-        """The answers that ``on`` left to the decision (the body is complete)."""
-        out = await self._decide()
+        """The answers that ``on`` left to the decision (it waits for a prompt count or the
+        endpoints' resolution)."""
+        pending, self.pending = self.pending, None
+        return self._ended(await pending)
+
+    def _ended(self, out: Sequence[Answer]) -> Sequence[Answer]:
         return (*out, messages.REQUEST_TRAILERS) if self.trailers and not self.closed else out
 
     # ------------------------------------------------------------------ request
@@ -226,29 +236,51 @@ class Exchange:
         if self.size > cap:
             return self._error(ApiError(413, f"request body: larger than {cap} bytes"))
         if b.end_of_stream or self.body_mode == BUFFERED:   # BUFFERED: all of it, at once
-            return None
+            return self._complete()
         return NOTHING
 
-    async def _decide(self) -> Sequence[Answer]:
+    def _complete(self) -> Sequence[Answer] | None:
+        """The body is complete: the decision's answers, or None when it waits (``pending``,
+        for ``decide()``)."""
         chunks, path = self.chunks, self.path
         raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         self.chunks, self.path = [], None
         try:
-            picked = await decision.pick_endpoints(self.state, self.loaded, path, raw,
-                                                   self.headers, self.counts)
-            endpoints = self.endpoints
+            picked = decision.pick_endpoints(self.state, self.loaded, path, raw,
+                                             self.headers, self.counts)
             generation = decision.generation(self.state)
+            if type(picked) is not decision.Picked or not self.endpoints.fresh(generation):
+                self.pending = self._wait(picked, generation, raw, len(chunks))
+                return None
+            return self._ended(self._route(picked, generation, raw, len(chunks)))
+        except ApiError as exc:
+            return self._ended(self._error(exc))
+        except Exception:                # a failure of the picker: the log has the details
+            log.exception("endpoint picker: the decision failed")
+            return self._error(ApiError(500, INTERNAL))
+
+    async def _wait(self, picked, generation, raw: bytes, chunks: int) -> Sequence[Answer]:
+        try:
+            if type(picked) is not decision.Picked:
+                picked = await picked
+            endpoints = self.endpoints
             if not endpoints.fresh(generation):
                 await endpoints.refresh(generation, decision.upstreams(self.state))
-            listed = self.listed = endpoints.listed(picked.upstreams)
-            if not listed:
-                raise ApiError(503, "no upstream has an address the gateway can use: "
-                               + ", ".join(f"{u.name} ({u.url})" for u in picked.upstreams))
+            return self._route(picked, generation, raw, chunks)
         except ApiError as exc:
             return self._error(exc)
         except Exception:                # a failure of the picker: the log has the details
             log.exception("endpoint picker: the decision failed")
             return self._error(ApiError(500, INTERNAL))
+
+    def _route(self, picked: decision.Picked, generation, raw: bytes,
+               chunks: int) -> Sequence[Answer]:
+        """The answers that route the request to ``picked``'s upstreams."""
+        endpoints = self.endpoints
+        listed = self.listed = endpoints.listed(picked.upstreams)
+        if not listed:
+            raise ApiError(503, "no upstream has an address the gateway can use: "
+                           + ", ".join(f"{u.name} ({u.url})" for u in picked.upstreams))
         self._hold(listed[0])
         mode = self.body_mode
         in_body = mode == BUFFERED
@@ -260,7 +292,7 @@ class Exchange:
         if in_body:
             return (first,)
         if mode == STREAMED:
-            return (first, *BODY_CONTINUE * len(chunks))
+            return (first, *BODY_CONTINUE * chunks)
         return (first, *messages.body_chunks(raw))
 
     def _decided(self, in_body: bool, drop: bool) -> bytes:

@@ -93,10 +93,61 @@ def _unavailable(cands: list[Upstream]) -> ApiError:
         f"{u.name}: {_why_unavailable(u, now)}" for u in cands))
 
 
+class Counting:
+    """A choice that waits for a prompt count (``choose_now``'s answer where the decision
+    depends on the count): ``await count()`` gives the ``Choice``."""
+
+    __slots__ = ("st", "pools", "loaded", "req", "cands", "now", "decision", "n", "out",
+                 "batch")
+
+    def __init__(self, st: Routing, pools: Pools, loaded: LoadedModel, req: ProxyRequest,
+                 cands: list[Upstream], now: float, decision: Decision, n: int, out: int,
+                 batch: int):
+        self.st, self.pools, self.loaded, self.req = st, pools, loaded, req
+        self.cands, self.now, self.decision = cands, now, decision
+        self.n, self.out, self.batch = n, out, batch
+
+    async def count(self) -> Choice:
+        st, req, cfg = self.st, self.req, self.pools.config
+        n, method, decision = self.n, "estimate", self.decision
+        st.counting += 1
+        try:
+            if st.tokenizer is not None:
+                if req.prompt_bytes > LOCAL_INLINE_BYTES:
+                    n = await asyncio.to_thread(local_count, st.tokenizer, req)
+                else:
+                    n = local_count(st.tokenizer, req)
+                method, decision = "tokenizer", None
+            else:
+                # the least loaded upstream with a /tokenize; one that turns out to have
+                # none (404: trtllm-serve) hands the question to the next
+                counted = None
+                for asker in sorted((u for u in self.cands if u.available(self.now)
+                                     and u.tokenize), key=lambda u: u.in_flight):
+                    counted = await upstream_count(asker, req, cfg.tokens.tokenize_timeout_s)
+                    if counted is not None or asker.tokenize:
+                        break
+                if counted is not None:
+                    n, method = counted, "upstream"
+                    decision = None
+        finally:
+            st.counting -= 1
+        return _chosen(st, self.pools, self.loaded, req, self.cands, decision, n, method,
+                       self.out, self.batch)
+
+
 async def choose(st: Routing, pools: Pools, loaded: LoadedModel, req: ProxyRequest,
                  context_tokens: int | None = None) -> Choice:
     """The request's facts (model, prompt and output tokens, the batch it would join), the
     decision for them, and its first upstream (``pick``)."""
+    got = choose_now(st, pools, loaded, req, context_tokens)
+    return await got.count() if type(got) is Counting else got
+
+
+def choose_now(st: Routing, pools: Pools, loaded: LoadedModel, req: ProxyRequest,
+               context_tokens: int | None = None) -> Choice | Counting:
+    """``choose`` up to the point where it would wait: the choice, or the ``Counting`` to
+    await where the decision depends on a prompt count (without one, nothing waits)."""
     cfg = pools.config
     if req.model is None and len(pools.models) > 1:
         raise ApiError(400, f"model: required (served: {', '.join(pools.models)})",
@@ -130,34 +181,18 @@ async def choose(st: Routing, pools: Pools, loaded: LoadedModel, req: ProxyReque
         decision, differs = st.decider.estimated(
             loaded, pools, n, lo, hi, out, batch,
             st.tokenizer is not None or cfg.tokens.upstream_tokenize)
-        if differs and st.counting >= cfg.tokens.max_concurrent:
+        if differs:
+            if st.counting < cfg.tokens.max_concurrent:
+                return Counting(st, pools, loaded, req, cands, now, decision, n, out, batch)
             # bounded: a flood of long prompts does not queue for counts (each a share of a
             # CPU-second, or a round trip); the estimate decides, as without a counter
             st.metrics.counts_skipped.inc(("busy",))
-        elif differs:
-            st.counting += 1
-            try:
-                if st.tokenizer is not None:
-                    if req.prompt_bytes > LOCAL_INLINE_BYTES:
-                        n = await asyncio.to_thread(local_count, st.tokenizer, req)
-                    else:
-                        n = local_count(st.tokenizer, req)
-                    method, decision = "tokenizer", None
-                else:
-                    # the least loaded upstream with a /tokenize; one that turns out to have
-                    # none (404: trtllm-serve) hands the question to the next
-                    counted = None
-                    for asker in sorted((u for u in cands if u.available(now) and u.tokenize),
-                                        key=lambda u: u.in_flight):
-                        counted = await upstream_count(asker, req,
-                                                       cfg.tokens.tokenize_timeout_s)
-                        if counted is not None or asker.tokenize:
-                            break
-                    if counted is not None:
-                        n, method = counted, "upstream"
-                        decision = None
-            finally:
-                st.counting -= 1
+    return _chosen(st, pools, loaded, req, cands, decision, n, method, out, batch)
+
+
+def _chosen(st: Routing, pools: Pools, loaded: LoadedModel, req: ProxyRequest,
+            cands: list[Upstream], decision: Decision | None, n: int, method: str, out: int,
+            batch: int) -> Choice:
     st.metrics.token_counts.inc((method,))
     if decision is None:
         decision = st.decider.decide(loaded, pools, n, out, batch)
@@ -376,3 +411,4 @@ def pick(pools: Pools, decision: Decision, model: str | None, tried: list[Upstre
                 best.picked = seq
             return best
     return None
+

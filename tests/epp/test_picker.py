@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from extproc import (
+    BUFFERED,
     LONG,
     POOLS,
     SHORT,
@@ -113,6 +115,39 @@ def test_errors_are_immediate_responses_with_the_service_envelope(picker):
     assert code == 429 and 25 <= int(hs["retry-after"]) <= 30
     upstream(app, "sa").not_before = 0               # one engine takes requests again
     assert mutation(exchange(stub, SHORT)[0])["x-engine-advisor-upstream"] == "sa"
+
+
+def test_a_decision_that_waits_for_a_count_is_answered_once_counted(picker, tmp_path):
+    """Where the estimate's plausible range straddles the crossover (here between 20 and 50
+    tokens, for 16 output tokens), the picker counts with the local tokenizer before it
+    answers, in every body mode, and decides as /v1/route does with that count."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    tok = tokenizers.Tokenizer(WordLevel({"[UNK]": 0, "alpha": 1}, unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    app, stub, http = picker({**POOLS, "tokens": {"upstream_tokenize": False,
+                                                  "tokenizer_file": str(tmp_path /
+                                                                        "tokenizer.json")}})
+
+    def counted() -> float:
+        line = next(x for x in http.get("/metrics").text.splitlines() if x.startswith(
+            'engine_advisor_proxy_prompt_token_counts_total{method="tokenizer"}'))
+        return float(line.split()[-1])
+
+    for words, engine in ((10, "vllm"), (60, "sglang")):
+        body = {"model": "m", "messages": [{"role": "user", "content": "alpha " * words}],
+                "max_tokens": 16}
+        routed = http.post("/v1/route", json=body).json()
+        assert (routed["prompt_tokens_method"], routed["engine"]) == ("tokenizer", engine)
+        for mode in (BUFFERED, None):
+            before = counted()
+            out = exchange(stub, body, mode=mode)
+            decided = out[1] if mode == BUFFERED else out[0]   # BUFFERED: the body's answer
+            assert mutation(decided)["x-engine-advisor-engine"] == engine
+            assert counted() == before + 1
 
 
 def test_request_without_body_is_left_to_the_gateway(picker):
