@@ -37,7 +37,7 @@ from engine_advisor.service.errors import ApiError, envelope, internal_error
 from engine_advisor.service.metrics import Metrics
 from engine_advisor.service.middleware import REQUEST_ID, body_too_large, request_id
 from engine_advisor.service.proxy.auth import authorization_of, authorize
-from engine_advisor.service.proxy.decision import choose
+from engine_advisor.service.proxy.decision import Counting, choose_now
 from engine_advisor.service.proxy.generate import GENERATE, choose_generate
 from engine_advisor.service.proxy.relay.attempts import Relay
 from engine_advisor.service.proxy.relay.writer import AsgiWriter, LaneWriter
@@ -132,7 +132,9 @@ class Entrance:
             req, chosen = await choose_generate(st, pools, loaded, body)
         else:
             req = parse(body, path)
-            chosen = await choose(st, pools, loaded, req)
+            chosen = choose_now(st, pools, loaded, req)
+            if type(chosen) is Counting:          # the decision waits for a prompt count
+                chosen = await chosen.count()
         return Relay(st, pools, req, chosen.decision, chosen.first, rid, chosen.prompt_tokens,
                      headers)
 
