@@ -254,7 +254,7 @@ class Exchange:
                 return None
             return self._ended(self._route(picked, generation, raw, len(chunks)))
         except ApiError as exc:
-            return self._ended(self._error(exc))
+            return self._error(exc)
         except Exception:                # a failure of the picker: the log has the details
             log.exception("endpoint picker: the decision failed")
             return self._error(ApiError(500, INTERNAL))

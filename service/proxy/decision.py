@@ -411,4 +411,3 @@ def pick(pools: Pools, decision: Decision, model: str | None, tried: list[Upstre
                 best.picked = seq
             return best
     return None
-

@@ -120,7 +120,7 @@ def test_errors_are_immediate_responses_with_the_service_envelope(picker):
 def test_a_decision_that_waits_for_a_count_is_answered_once_counted(picker, tmp_path):
     """Where the estimate's plausible range straddles the crossover (here between 20 and 50
     tokens, for 16 output tokens), the picker counts with the local tokenizer before it
-    answers, in every body mode, and decides as /v1/route does with that count."""
+    answers, buffered and duplex, and decides as /v1/route does with that count."""
     tokenizers = pytest.importorskip("tokenizers")
     from tokenizers.models import WordLevel
     from tokenizers.pre_tokenizers import Whitespace
