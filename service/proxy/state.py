@@ -84,21 +84,19 @@ class ProxyState:
         self._retired: list[Upstream] = []     # dropped by a reload, closed once idle
         self._lock: asyncio.Lock | None = None
         self._sighup = False
-        self._cap: tuple[int, int] | None = None     # (pools generation, body cap)
+        self._cap = self._body_cap_of(None)   # what body_cap() answers (set with pools)
 
     # ------------------------------------------------------------------ limits
     def body_cap(self) -> int:
-        """Per request: computed once per pools generation."""
-        pools = self.pools
-        key = pools.generation if pools is not None else 0
-        if self._cap is None or self._cap[0] != key:
-            if self.settings.proxy_max_body_bytes is not None:
-                cap = self.settings.proxy_max_body_bytes
-            else:
-                longest = pools.max_model_len() if pools is not None else None
-                cap = max(MIN_BODY_CAP, (longest or 0) * BYTES_PER_CONTEXT_TOKEN)
-            self._cap = (key, cap)
-        return self._cap[1]
+        """The largest request body the proxy (and picker) take: ``proxy_max_body_bytes``,
+        else what the pools' longest context needs; set when pools are installed."""
+        return self._cap
+
+    def _body_cap_of(self, pools: Pools | None) -> int:
+        if self.settings.proxy_max_body_bytes is not None:
+            return self.settings.proxy_max_body_bytes
+        longest = pools.max_model_len() if pools is not None else None
+        return max(MIN_BODY_CAP, (longest or 0) * BYTES_PER_CONTEXT_TOKEN)
 
     # ------------------------------------------------------------------ loading
     def _file_stat(self) -> tuple[int, int] | None:
@@ -125,6 +123,7 @@ class ProxyState:
     def _install(self, pools: Pools) -> None:
         previous = self.pools
         self.pools = pools
+        self._cap = self._body_cap_of(pools)
         self.observations.resize(pools.config.observations)
         if self.obs_file is not None:
             self.obs_file.resize(pools.config.observations)

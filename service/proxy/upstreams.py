@@ -306,8 +306,9 @@ class Upstream:
     idle_s: float = field(init=False, default=60.0)
     end_grace_s: float = field(init=False, default=2.0)
     lines: bytes = field(init=False, default=b"")  # its response header lines (see below)
-    _labels: tuple[tuple[str, str], int] = field(init=False, default=(("", ""), 0),
-                                                 repr=False, compare=False)
+    # ``group`` as metric label values (engine, DCP size), set with ``spec``
+    group_labels: tuple[str, str] = field(init=False, default=("", ""), repr=False,
+                                          compare=False)
     # the constant fields of its observations (engine_advisor.service.proxy.relay.observe) for one
     # pools generation
     observed: tuple[tuple | None, tuple] = field(init=False, default=(None, ()), repr=False)
@@ -315,6 +316,7 @@ class Upstream:
 
     def __post_init__(self) -> None:
         self.name = self.spec.name or ""
+        self.group_labels = (self.engine, str(self.spec.dcp_size))
         # what every response through it carries (engine and name: NAME-pattern tokens)
         self.lines = (b"x-engine-advisor-engine: %b\r\nx-engine-advisor-upstream: %b\r\n"
                       % (self.engine.encode(), self.name.encode()))
@@ -331,6 +333,7 @@ class Upstream:
     def configure(self, spec: UpstreamSpec, cfg: PoolsConfig) -> None:
         """A reload kept this upstream: take the new file's settings."""
         self.spec = spec
+        self.group_labels = (self.engine, str(spec.dcp_size))
         self.breaker.failure_threshold = cfg.breaker.failure_threshold
         self.breaker.open_s = cfg.breaker.open_s
         self.fast.limits = cfg.limits.client_limits()
@@ -356,15 +359,6 @@ class Upstream:
     @property
     def group(self) -> tuple[str, int]:
         return (self.engine, self.spec.dcp_size)
-
-    @property
-    def group_labels(self) -> tuple[str, str]:
-        """``group`` as metric label values."""
-        labels = self._labels
-        if labels[1] != self.spec.dcp_size:           # first use, or a reload changed it
-            labels = self._labels = ((self.engine, str(self.spec.dcp_size)),
-                                     self.spec.dcp_size)
-        return labels[0]
 
     def available(self, now: float) -> bool:
         return self.healthy and now >= self.not_before and (
