@@ -126,14 +126,26 @@ def test_writer_killed_at_random_times_leaves_a_loadable_model(models, tmp_path)
     a, b = _resaved(d / "old.json", tmp_path), _resaved(d / "new.json", tmp_path)
     target = tmp_path / "model.json"
     _install(d / "old.json", target)
+    # the writer's start (two loads) and one round of its loop (two saves), timed here: the
+    # kills are spread over a few rounds at this machine's current speed, so that they land
+    # at different points of the loop however loaded the machine is
+    t0 = time.perf_counter()
+    ma, _ = load(d / "old.json")
+    mb, _ = load(d / "new.json")
+    t1 = time.perf_counter()
+    save(ma, tmp_path / "round-a.json")
+    save(mb, tmp_path / "round-b.json")
+    start, cycle = t1 - t0, time.perf_counter() - t1
     rng = random.Random(20240917)
     versions = set()
-    for _ in range(10):
+    kills = 0
+    while kills < 10 or (not versions >= {a, b} and kills < 40):
         p = FORK.Process(target=_save_forever, args=(str(d), str(target)))
         p.start()
-        time.sleep(rng.uniform(0.05, 0.4))
+        time.sleep(start + rng.uniform(0.1, 2.5) * cycle)
         os.kill(p.pid, signal.SIGKILL)
         p.join(10)
+        kills += 1
         assert p.exitcode == -signal.SIGKILL
         model, _ = load(target)
         assert model.version in (old, a, b)
