@@ -253,11 +253,8 @@ class Exchange:
                 self.pending = self._wait(picked, generation, raw, len(chunks))
                 return None
             return self._ended(self._route(picked, generation, raw, len(chunks)))
-        except ApiError as exc:
-            return self._error(exc)
-        except Exception:                # a failure of the picker: the log has the details
-            log.exception("endpoint picker: the decision failed")
-            return self._error(ApiError(500, INTERNAL))
+        except Exception as exc:
+            return self._failed(exc)
 
     async def _wait(self, picked, generation, raw: bytes, chunks: int) -> Sequence[Answer]:
         try:
@@ -267,11 +264,16 @@ class Exchange:
             if not endpoints.fresh(generation):
                 await endpoints.refresh(generation, decision.upstreams(self.state))
             return self._route(picked, generation, raw, chunks)
-        except ApiError as exc:
+        except Exception as exc:
+            return self._failed(exc)
+
+    def _failed(self, exc: Exception) -> Sequence[Answer]:
+        """The answer to a decision that raised (called in its ``except``): its ``ApiError``,
+        else a 500 for a failure of the picker, whose details go to the log only."""
+        if isinstance(exc, ApiError):
             return self._error(exc)
-        except Exception:                # a failure of the picker: the log has the details
-            log.exception("endpoint picker: the decision failed")
-            return self._error(ApiError(500, INTERNAL))
+        log.exception("endpoint picker: the decision failed")
+        return self._error(ApiError(500, INTERNAL))
 
     def _route(self, picked: decision.Picked, generation, raw: bytes,
                chunks: int) -> Sequence[Answer]:
