@@ -109,7 +109,7 @@ async def measure(args) -> dict[str, list[list[float]]]:
             for i in range(3):
                 cold()
                 t0 = time.perf_counter_ns()
-                answer = ex.on(pb.ProcessingRequest.FromString(msgs[i]))
+                answer = ex.on(msgs[i])
                 if answer is None:
                     await ex.decide()
                 t[i] += time.perf_counter_ns() - t0

@@ -43,9 +43,8 @@ import logging
 from collections.abc import Sequence
 
 from envoy.extensions.filters.http.ext_proc.v3.processing_mode_pb2 import ProcessingMode
-from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest
 
-from engine_advisor.service.epp import decision, messages
+from engine_advisor.service.epp import decision, messages, wire
 from engine_advisor.service.epp.endpoints import Endpoints
 from engine_advisor.service.errors import ApiError
 
@@ -61,7 +60,10 @@ MODE_ERROR = ("the endpoint picker needs the whole request body before the heade
               "send_body_without_waiting_for_header_response: true")
 INTERNAL = "internal error; see the server log"
 ANSWERS_KEPT = 4096
-KEPT = frozenset({":method", ":path", "authorization"})          # of the request
+KEPT = frozenset({b":method", b":path", b"authorization"})        # of the request
+STATUS = frozenset({b":status", b"retry-after"})                   # of the response
+ADDRESS = (FILTER.encode(), b"upstream.address")                 # the attribute, and
+SERVED = (messages.LB_NAMESPACE.encode(), messages.SERVED.encode())  # the metadata, naming
 Answer = bytes                        # a serialized ProcessingResponse
 NOTHING: tuple[Answer, ...] = ()
 HEADERS_CONTINUE = (messages.HEADERS_CONTINUE,)
@@ -69,47 +71,19 @@ BODY_CONTINUE = (messages.BODY_CONTINUE,)
 REQUEST_TRAILERS = (messages.REQUEST_TRAILERS,)
 
 
-def _headers(msg, kept: frozenset[str]) -> dict[str, str]:
-    """The headers of an ext_proc HttpHeaders that the picker reads (``kept``; Envoy's
-    header names are lower case). The shipped Envoy configuration forwards no others."""
-    out = {}
-    for h in msg.headers.headers:
-        key = h.key
-        if key in kept:
-            raw = h.raw_value
-            out[key] = raw.decode("latin-1") if raw else h.value
-    return out
-
-
-def served_endpoint(req: ProcessingRequest) -> str | None:
+def served_endpoint(req: wire.Request) -> str | None:
     """The endpoint that served: the ``upstream.address`` attribute (what the shipped
     configuration asks Envoy for), else the ``envoy.lb`` metadata
     ``x-gateway-destination-endpoint-served`` (the Endpoint Picker Protocol's report)."""
-    attrs = req.attributes.get(FILTER)
-    if attrs is not None:
-        value = attrs.fields.get("upstream.address")
-        if value is not None and value.string_value:
-            return value.string_value
-    lb = req.metadata_context.filter_metadata.get(messages.LB_NAMESPACE)
-    if lb is not None and messages.SERVED in lb.fields:
-        return lb.fields[messages.SERVED].string_value or None
-    return None
+    return req.attribute(*ADDRESS) or req.filter_metadata(*SERVED)
 
 
-def _response_status(msg) -> tuple[int, str | None]:
-    """``:status`` (0 when missing or not a number) and ``Retry-After`` of response headers."""
-    status, retry_after = 0, None
-    for h in msg.headers.headers:
-        key = h.key
-        if key == ":status":
-            try:
-                status = int(h.raw_value or h.value)
-            except ValueError:
-                status = 0
-        elif key == "retry-after":
-            raw = h.raw_value
-            retry_after = raw.decode("latin-1") if raw else h.value
-    return status, retry_after
+def _status(value: str | None) -> int:
+    """``:status`` as a number, 0 when missing or not a number."""
+    try:
+        return int(value) if value else 0
+    except ValueError:
+        return 0
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -165,42 +139,39 @@ class Exchange:
         self.probe = False           # ... as its half-open breaker's probe, not yet reported
         self.pending = None          # the decision's coroutine when it waits (``decide()``)
 
-    def on(self, req: ProcessingRequest) -> Sequence[Answer] | None:
-        """The answers to ``req``, in order; None when they are the decision's (``decide()``:
-        the body of a routed request is complete)."""
+    def on(self, raw: bytes) -> Sequence[Answer] | None:
+        """The answers to the ``ProcessingRequest`` ``raw`` (its bytes), in order; None when
+        they are the decision's (``decide()``: the body of a routed request is complete).
+        Raises ``wire.WireError`` for bytes that are not a ProcessingRequest."""
+        req = wire.Request(raw)
         if not self.started:
             self.started = True
-            if req.HasField("protocol_config"):
-                pc = req.protocol_config
-                mode = pc.request_body_mode
-                if mode not in (BUFFERED, DUPLEX) and not (
-                        mode == STREAMED and pc.send_body_without_waiting_for_header_response):
+            modes = req.modes()
+            if modes is not None:
+                mode, response, early = modes
+                if mode not in (BUFFERED, DUPLEX) and not (mode == STREAMED and early):
                     return self._error(ApiError(500, MODE_ERROR))
                 self.body_mode = mode
-                self.response_duplex = pc.response_body_mode == DUPLEX
-        kind = req.WhichOneof("request")
-        if kind == "request_body":
-            return self._request_body(req.request_body)
-        if kind == "request_headers":
-            return self._request_headers(req.request_headers)
-        if kind == "response_headers":
-            h = req.response_headers
-            out = (self._response_headers(req, h),)
-            if h.end_of_stream:
+                self.response_duplex = response == DUPLEX
+        kind = req.kind
+        if kind == wire.REQUEST_BODY:
+            return self._request_body(req)
+        if kind == wire.REQUEST_HEADERS:
+            return self._request_headers(req)
+        if kind == wire.RESPONSE_HEADERS:
+            return self._response_headers(req)
+        if kind == wire.RESPONSE_BODY:
+            body, end = req.body()
+            if end:
                 self.finish()
-            return out
-        if kind == "response_body":
-            b = req.response_body
-            if b.end_of_stream:
-                self.finish()
-            return (messages.streamed(b.body, b.end_of_stream, True) if self.response_duplex
+            return (messages.streamed(body, end, True) if self.response_duplex
                     else messages.RESPONSE_BODY_CONTINUE,)
-        if kind == "request_trailers":       # the body's end when it ends without end_of_stream
+        if kind == wire.REQUEST_TRAILERS:    # the body's end when it ends without end_of_stream
             if self.path is None:
                 return REQUEST_TRAILERS
             self.trailers = True
             return self._complete()
-        if kind == "response_trailers":
+        if kind == wire.RESPONSE_TRAILERS:
             self.finish()
             return (messages.RESPONSE_TRAILERS,)
         return NOTHING
@@ -215,9 +186,10 @@ class Exchange:
         return (*out, messages.REQUEST_TRAILERS) if self.trailers and not self.closed else out
 
     # ------------------------------------------------------------------ request
-    def _request_headers(self, h) -> Sequence[Answer]:
-        self.headers = headers = _headers(h, KEPT)
-        if not h.end_of_stream and headers.get(":method") == "POST":
+    def _request_headers(self, req: wire.Request) -> Sequence[Answer]:
+        headers, end = req.headers(KEPT)
+        self.headers = headers
+        if not end and headers.get(":method") == "POST":
             path = headers.get(":path", "").split("?", 1)[0]
             if path in decision.ROUTED_PATHS:
                 self.path = path
@@ -225,17 +197,17 @@ class Exchange:
                     return NOTHING           # answered with the decision, at the body's end
         return HEADERS_CONTINUE
 
-    def _request_body(self, b) -> Sequence[Answer] | None:
+    def _request_body(self, req: wire.Request) -> Sequence[Answer] | None:
+        chunk, end = req.body()
         if self.path is None:
-            return ((messages.streamed(b.body, b.end_of_stream, False),)
-                    if self.body_mode == DUPLEX else BODY_CONTINUE)
-        chunk = b.body
+            return ((messages.streamed(chunk, end, False),) if self.body_mode == DUPLEX
+                    else BODY_CONTINUE)
         self.chunks.append(chunk)
         self.size += len(chunk)
         cap = decision.body_cap(self.state)
         if self.size > cap:
             return self._error(ApiError(413, f"request body: larger than {cap} bytes"))
-        if b.end_of_stream or self.body_mode == BUFFERED:   # BUFFERED: all of it, at once
+        if end or self.body_mode == BUFFERED:   # BUFFERED: all of it, at once
             return self._complete()
         return NOTHING
 
@@ -314,7 +286,15 @@ class Exchange:
         return (messages.immediate(exc.status, exc.detail().model_dump(), exc.headers),)
 
     # ------------------------------------------------------------------ response
-    def _response_headers(self, req: ProcessingRequest, headers) -> Answer:
+    def _response_headers(self, req: wire.Request) -> Sequence[Answer]:
+        headers, end = req.headers(STATUS)
+        out = (self._reported(req, headers),)
+        if end:
+            self.finish()
+        return out
+
+    def _reported(self, req: wire.Request, headers: dict[str, str]) -> Answer:
+        """The gateway's report of the response (its ``headers``: ``STATUS``)."""
         ep = served_endpoint(req)
         listed = self.listed
         if ep is not None:
@@ -322,8 +302,8 @@ class Exchange:
         else:                            # the gateway does not say: assume the primary
             up = listed[0] if listed else None
         if listed:
-            status, retry_after = _response_status(headers)
-            decision.served(self.state, listed, up, status, _retry_after(retry_after))
+            decision.served(self.state, listed, up, _status(headers.get(":status")),
+                            _retry_after(headers.get("retry-after")))
             if up is not None:
                 self.probe = False             # the report settled the probe's breaker
         if up is None:

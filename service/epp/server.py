@@ -16,11 +16,10 @@ import contextlib
 import logging
 
 import grpc
-from envoy.service.ext_proc.v3.external_processor_pb2 import ProcessingRequest
 from grpc.aio import EOF
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from engine_advisor.service.epp import auth, decision
+from engine_advisor.service.epp import auth, decision, wire
 from engine_advisor.service.epp.endpoints import Endpoints
 from engine_advisor.service.epp.exchange import Answers, Exchange
 
@@ -40,7 +39,8 @@ class Picker:
 
     The handler reads and writes the stream itself (grpcio's reader-writer API), not as an
     async generator over a request iterator: that costs two Python-level generators per
-    message less, and every answer is already bytes (no serializer call)."""
+    message less. Messages come and go as bytes: no deserializer (the exchange reads the
+    wire format) and no serializer (every answer is already serialized)."""
 
     def __init__(self, app, token: auth.TokenCheck, idle_s: float, counts):
         self.token, self.idle_s, self.counts = token, idle_s, counts
@@ -56,9 +56,13 @@ class Picker:
         read, write = context.read, context.write
         self.live.add(ex)
         try:
-            while (req := await read()) is not EOF:
+            while (raw := await read()) is not EOF:
                 ex.last = clock()
-                answers = ex.on(req)
+                try:
+                    answers = ex.on(raw)
+                except wire.WireError as exc:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                        f"not an ext_proc ProcessingRequest: {exc}")
                 if answers is None:
                     answers = await ex.decide()
                 for out in answers:
@@ -104,9 +108,8 @@ class _Handler(grpc.GenericRpcHandler):
     def __init__(self, picker: Picker):
         self.token = picker.token
 
-        def method(fn):
-            return grpc.stream_stream_rpc_method_handler(
-                fn, request_deserializer=ProcessingRequest.FromString)
+        def method(fn):       # bytes in and out: the picker reads its messages' bytes
+            return grpc.stream_stream_rpc_method_handler(fn)    # (engine_advisor.service.epp.wire)
 
         self.process, self.refuse = method(picker.process), method(picker.refuse)
 
