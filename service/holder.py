@@ -25,10 +25,11 @@ class LoadedModel:
     source: str
     loaded_at: str = field(default_factory=lambda: dt.datetime.now(dt.UTC)
                            .isoformat(timespec="seconds"))
+    # the model's version, a field (read by every routing decision's cache key)
+    version: str = field(init=False)
 
-    @property
-    def version(self) -> str:
-        return self.model.version
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "version", self.model.version)
 
 
 def load_default() -> LoadedModel:

@@ -24,30 +24,38 @@ METHODS = {"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"}
 
 
 class Counts(Collector):
-    """A counter family ``name_total{labels}``: ``inc(values)`` with one value per label."""
+    """A counter family ``name_total{labels}``: ``inc(values)`` with one value per label.
+    Each label set's count is a one-element list, its ``cell``: a caller that counts the
+    same label set on every request keeps the cell and adds to ``cell[0]`` (one object
+    touched: no key built, no lookup, no call)."""
 
     def __init__(self, name: str, documentation: str, labels: Sequence[str],
                  registry: CollectorRegistry | None = None):
         self.name, self.documentation, self.labels = name, documentation, list(labels)
-        self.values: dict[tuple[str, ...], float] = {}
+        self.values: dict[tuple[str, ...], list[float]] = {}
         if registry is not None:
             registry.register(self)
 
+    def cell(self, values: tuple[str, ...]) -> list[float]:
+        c = self.values.get(values)
+        if c is None:
+            c = self.values[values] = [0.0]
+        return c
+
     def inc(self, values: tuple[str, ...], amount: float = 1.0) -> None:
-        v = self.values
-        v[values] = v.get(values, 0.0) + amount
+        c = self.values.get(values)
+        if c is None:
+            c = self.values[values] = [0.0]
+        c[0] += amount
 
     def get(self, values: tuple[str, ...]) -> float:
-        return self.values.get(values, 0.0)
-
-    def forget(self, keep) -> None:
-        """Drop the label sets for which ``keep(values)`` is false."""
-        self.values = {k: v for k, v in self.values.items() if keep(k)}
+        c = self.values.get(values)
+        return c[0] if c is not None else 0.0
 
     def collect(self) -> Iterator[Metric]:
         family = CounterMetricFamily(self.name, self.documentation, labels=self.labels)
-        for values, n in list(self.values.items()):
-            family.add_metric(values, n)
+        for values, c in list(self.values.items()):
+            family.add_metric(values, c[0])
         yield family
 
     def describe(self) -> Iterator[Metric]:

@@ -48,6 +48,7 @@ class Endpoints:
         self.of: dict[int, str] = {}          # id(upstream) -> endpoint
         self.by: dict[str, object] = {}       # endpoint -> upstream
         self.literal = False                  # every URL of the generation is an IP address
+        self.complete = False                 # every upstream of the generation has one
         self.version = 0                      # one more for each rebuild of the maps
 
     def fresh(self, generation: int | None) -> bool:
@@ -72,14 +73,18 @@ class Endpoints:
             by.setdefault(ep, u)
         self.generation, self.of, self.by = generation, of, by
         self.literal = all(_literal(url) for url in urls)
+        self.complete = len(of) == len(upstreams)
         self.resolved_at = now
         self.version += 1
 
     def endpoint(self, upstream) -> str | None:
         return self.of.get(id(upstream))
 
-    def listed(self, upstreams: list) -> list:
-        """``upstreams`` that have an endpoint, in order."""
+    def listed(self, upstreams: list, generation: int | None = None) -> list:
+        """``upstreams`` that have an endpoint, in order: the list itself when they are of
+        the maps' ``generation`` and every upstream of it has one."""
+        if self.complete and generation == self.generation:
+            return upstreams
         of = self.of
         return [u for u in upstreams if id(u) in of]
 

@@ -96,20 +96,22 @@ def _retry_after(value: str | None) -> float | None:
 class Answers:
     """Serialized answers that depend only on the upstreams they name (a decision's headers,
     a response's ``x-engine-advisor-*``), per ``stamp`` (the pools generation and the
-    endpoints' resolution): built once, sent many times."""
+    endpoints' resolution): built once, sent many times. ``get`` gives a saved one (None
+    when it must be built), ``put`` saves one."""
 
     def __init__(self, kept: int = ANSWERS_KEPT):
         self.kept = kept
         self.stamp: tuple | None = None
         self.saved: dict[tuple, bytes] = {}
 
-    def get(self, stamp: tuple, key: tuple, build) -> bytes:
+    def get(self, stamp: tuple, key: tuple) -> bytes | None:
         if stamp != self.stamp or len(self.saved) >= self.kept:
             self.stamp, self.saved = stamp, {}
-        out = self.saved.get(key)
-        if out is None:
-            out = self.saved[key] = build()
-        return out
+        return self.saved.get(key)
+
+    def put(self, key: tuple, answer: bytes) -> bytes:
+        self.saved[key] = answer
+        return answer
 
 
 class Exchange:
@@ -251,7 +253,7 @@ class Exchange:
                chunks: int) -> Sequence[Answer]:
         """The answers that route the request to ``picked``'s upstreams."""
         endpoints = self.endpoints
-        listed = self.listed = endpoints.listed(picked.upstreams)
+        listed = self.listed = endpoints.listed(picked.upstreams, generation)
         if not listed:
             raise ApiError(503, "no upstream has an address the gateway can use: "
                            + ", ".join(f"{u.name} ({u.url})" for u in picked.upstreams))
@@ -260,9 +262,9 @@ class Exchange:
         in_body = mode == BUFFERED
         drop = "authorization" in self.headers
         self.stamp = stamp = (generation, endpoints.version)
-        first = self.answers.get(stamp,
-                                 (in_body, drop, *map(id, listed)),
-                                 lambda: self._decided(in_body, drop))
+        key = (in_body, drop, *map(id, listed))
+        first = self.answers.get(stamp, key) or self.answers.put(
+            key, self._decided(in_body, drop))
         if in_body:
             return (first,)
         if mode == STREAMED:
@@ -302,18 +304,19 @@ class Exchange:
         else:                            # the gateway does not say: assume the primary
             up = listed[0] if listed else None
         if listed:
+            wait = headers.get("retry-after")
             decision.served(self.state, listed, up, _status(headers.get(":status")),
-                            _retry_after(headers.get("retry-after")))
+                            _retry_after(wait) if wait else None)
             if up is not None:
                 self.probe = False             # the report settled the probe's breaker
         if up is None:
             return messages.RESPONSE_HEADERS_CONTINUE
         if up is not self.holding:
             self._hold(up)
-        return self.answers.get(self.stamp or self._stamp(), ("served", id(up)),
-                                lambda: messages.response_headers({
-                                    "x-engine-advisor-engine": up.engine,
-                                    "x-engine-advisor-upstream": up.name}))
+        key = ("served", id(up))
+        return self.answers.get(self.stamp or self._stamp(), key) or self.answers.put(
+            key, messages.response_headers({"x-engine-advisor-engine": up.engine,
+                                            "x-engine-advisor-upstream": up.name}))
 
     def _stamp(self) -> tuple:
         """What the answers cached for upstreams depend on besides them: the pools generation

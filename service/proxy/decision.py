@@ -193,14 +193,17 @@ def choose_now(st: Routing, pools: Pools, loaded: LoadedModel, req: ProxyRequest
 def _chosen(st: Routing, pools: Pools, loaded: LoadedModel, req: ProxyRequest,
             cands: list[Upstream], decision: Decision | None, n: int, method: str, out: int,
             batch: int) -> Choice:
-    st.metrics.token_counts.inc((method,))
+    counted = st.metrics.counted.get(method)
+    if counted is None:
+        counted = st.metrics.counted[method] = st.metrics.token_counts.cell((method,))
+    counted[0] += 1
     if decision is None:
         decision = st.decider.decide(loaded, pools, n, out, batch)
     st.seq += 1
     first = pick(pools, decision, req.model, [], None, st.seq)
     if first is None:     # every available upstream went away while we counted
         raise _unavailable(cands)
-    st.metrics.decisions.inc(first.group_labels)
+    first.decided[0] += 1                   # st.metrics.decisions, by its group
     return Choice(decision, first, n, method, out, batch)
 
 
@@ -350,8 +353,10 @@ class Decider:
         answer is remembered for these exact arguments (repeated requests of one size skip
         the bucketing too)."""
         key = (loaded.version, pools.generation, context, lo, hi, output, batch, check)
-        got = self._exact.hit(key)
+        exact = self._exact
+        got = exact.get(key)            # _Lru.hit, inline: this runs for every request
         if got is not None:
+            exact.move_to_end(key)
             self.hits += 1
             return got
         bo, bb = bucket(output, OUTPUT_STEPS), bucket(batch, BATCH_STEPS)

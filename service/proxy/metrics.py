@@ -74,6 +74,7 @@ class ProxyMetrics:
         self.token_counts = Counts(
             "engine_advisor_proxy_prompt_token_counts", "how prompt tokens were counted",
             ["method"], registry=r)
+        self.counted: dict[str, list[float]] = {}     # method -> its token_counts cell
         self.counts_skipped = Counts(
             "engine_advisor_proxy_prompt_token_counts_skipped", "prompts the decision depended "
             "on routed by their estimate: tokens.max_concurrent counts were running",

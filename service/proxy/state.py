@@ -136,6 +136,7 @@ class ProxyState:
                 u.breaker.may_open = functools.partial(may_open, pool, share)
         for u in pools.upstreams:
             u.breaker.on_change = lambda s, n=u.name: self.metrics.set_breaker(n, s)
+            u.decided = self.metrics.decisions.cell(u.group_labels)
         self._export_health(pools)
         if previous is not None:
             kept = {id(u) for u in pools.upstreams}

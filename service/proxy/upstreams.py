@@ -309,6 +309,10 @@ class Upstream:
     # ``group`` as metric label values (engine, DCP size), set with ``spec``
     group_labels: tuple[str, str] = field(init=False, default=("", ""), repr=False,
                                           compare=False)
+    # the count of decisions for its group_labels (a ``Counts`` cell, which the proxy's state
+    # sets when it installs the pools)
+    decided: list[float] = field(init=False, default_factory=lambda: [0.0], repr=False,
+                                 compare=False)
     # the constant fields of its observations (engine_advisor.service.proxy.relay.observe) for one
     # pools generation
     observed: tuple[tuple | None, tuple] = field(init=False, default=(None, ()), repr=False)

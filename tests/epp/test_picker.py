@@ -229,7 +229,12 @@ def test_endpoints_of_names_and_literals():
     asyncio.run(eps.refresh(1, ups))
     assert eps.endpoint(ups[0]) in ("127.0.0.1:1", "[::1]:1") and eps.endpoint(ups[1]) is None
     assert eps.upstream(eps.endpoint(ups[0])) is ups[0]
-    assert eps.listed([ups[1], ups[0]]) == [ups[0]]     # the unresolvable one is left out
+    assert eps.listed([ups[1], ups[0]], 1) == [ups[0]]  # the unresolvable one is left out
+    every = Endpoints()
+    asyncio.run(every.refresh(7, ups[:1]))
+    picked = [ups[0]]
+    assert every.listed(picked, 7) is picked            # all resolved: the list as it is
+    assert every.listed([ups[1], ups[0]], 8) == [ups[0]]    # another generation's: checked
     first, version = eps.resolved_at, eps.version
     assert not eps.fresh(1)                     # ttl 0: stale at once
     asyncio.run(eps.refresh(1, ups))            # ttl 0: names are looked up again
@@ -243,17 +248,17 @@ def test_cached_answers_are_rebuilt_when_pools_or_endpoints_change():
 
     built = []
 
-    def build(tag):
-        return lambda: built.append(tag) or tag.encode()
+    def get(stamp, key, tag):
+        return answers.get(stamp, key) or answers.put(key, built.append(tag) or tag.encode())
 
     answers = Answers(kept=2)
-    assert answers.get((1, 1), ("a",), build("a1")) == b"a1"
-    assert answers.get((1, 1), ("a",), build("a2")) == b"a1"       # cached
-    assert answers.get((1, 2), ("a",), build("a3")) == b"a3"       # endpoints resolved anew
-    assert answers.get((2, 2), ("a",), build("a4")) == b"a4"       # pools reloaded
-    answers.get((2, 2), ("b",), build("b1"))
-    assert answers.get((2, 2), ("c",), build("c1")) == b"c1"       # full: starts over
-    assert answers.get((2, 2), ("a",), build("a5")) == b"a5"
+    assert get((1, 1), ("a",), "a1") == b"a1"
+    assert get((1, 1), ("a",), "a2") == b"a1"       # cached
+    assert get((1, 2), ("a",), "a3") == b"a3"       # endpoints resolved anew
+    assert get((2, 2), ("a",), "a4") == b"a4"       # pools reloaded
+    get((2, 2), ("b",), "b1")
+    assert get((2, 2), ("c",), "c1") == b"c1"       # full: starts over
+    assert get((2, 2), ("a",), "a5") == b"a5"
     assert built == ["a1", "a3", "a4", "b1", "c1", "a5"]
 
 
