@@ -16,8 +16,13 @@ primary's endpoint.
   file of two upstreams of one vLLM pool (as bench_epp.py's), its decision included.
 - ``floor``: bench/epp_floor.py's ``Floor`` (parse each message, answer CONTINUE).
 
-Each message is parsed from its bytes (``ProcessingRequest.FromString``) inside the timing,
-as the gRPC server does before the handler runs.
+Each message is given as its bytes, as the gRPC server hands them over, and read inside the
+timing: the picker reads the wire format itself (engine_advisor.service.epp.wire), the floor
+decodes it (``ProcessingRequest.FromString``).
+
+``--pollute-mb``: 8 (the default) evicts the per-core caches and some of the shared one; 64
+evicts the shared last-level cache too (32 MiB on the machine of docs/gateway.md), an upper
+bound where every line a request touches comes from memory.
 
 Usage:  .venv/bin/python bench/epp_cold.py [--requests 2000] [--pollute-mb 8] [--reps 5]
 """
