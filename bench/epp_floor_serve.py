@@ -25,8 +25,8 @@ from engine_advisor.service.epp import server  # noqa: E402
 async def _floor(self, requests, context):  # noqa: ARG001 (the handler's signature)
     floor = Floor()
     read, write = context.read, context.write
-    while (req := await read()) is not EOF:
-        await write(floor.answer(req).SerializeToString())
+    while (raw := await read()) is not EOF:        # bytes, as the picker's handler gets
+        await write(floor.answer_bytes(raw))
 
 
 server.Picker.process = _floor
