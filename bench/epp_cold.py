@@ -5,7 +5,7 @@ measures through Envoy on a shared machine.
 In a gateway the picker runs between Envoy, the engines and the kernel: by the time its next
 message comes, those have evicted most of its code and data from the CPU caches. Its Python
 then costs several times what a warm micro-benchmark shows (on the 2-vCPU machine of
-docs/gateway.md, 2026-12-05: 18 us warm, 48 us cold, the floor's 4 us and 10 us). This
+docs/gateway.md, 2026-12-05: 19 us warm, 34 us cold, the floor's 4 us and 10 us). This
 script reproduces that: before each message it touches ``--pollute-mb`` MiB (every 64-byte
 line), then times the message's handling alone. The same messages go to both, shaped as the
 shipped Envoy configuration sends them (``deploy/gateway/envoy.yaml``: BUFFERED, the
