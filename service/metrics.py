@@ -43,10 +43,7 @@ class Counts(Collector):
         return c
 
     def inc(self, values: tuple[str, ...], amount: float = 1.0) -> None:
-        c = self.values.get(values)
-        if c is None:
-            c = self.values[values] = [0.0]
-        c[0] += amount
+        self.cell(values)[0] += amount
 
     def get(self, values: tuple[str, ...]) -> float:
         c = self.values.get(values)

@@ -108,8 +108,8 @@ class _Handler(grpc.GenericRpcHandler):
     def __init__(self, picker: Picker):
         self.token = picker.token
 
-        def method(fn):       # bytes in and out: the picker reads its messages' bytes
-            return grpc.stream_stream_rpc_method_handler(fn)    # (engine_advisor.service.epp.wire)
+        def method(fn):       # bytes in and out (engine_advisor.service.epp.wire reads them)
+            return grpc.stream_stream_rpc_method_handler(fn)
 
         self.process, self.refuse = method(picker.process), method(picker.refuse)
 
