@@ -80,7 +80,7 @@ class Endpoints:
     def endpoint(self, upstream) -> str | None:
         return self.of.get(id(upstream))
 
-    def listed(self, upstreams: list, generation: int | None = None) -> list:
+    def listed(self, upstreams: list, generation: int | None) -> list:
         """``upstreams`` that have an endpoint, in order: the list itself when they are of
         the maps' ``generation`` and every upstream of it has one."""
         if self.complete and generation == self.generation:
