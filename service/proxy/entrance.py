@@ -72,7 +72,7 @@ class Entrance:
 
     async def asgi(self, scope: Scope, receive: Receive, send: Send) -> None:
         scope.setdefault("state", {})
-        await self.handle(scope, AsgiWriter(receive, send), partial(read_body, receive),
+        await self.handle(scope, AsgiWriter(receive, send), partial(_read, receive),
                           receive, asyncio.current_task())
 
     async def lane(self, cycle: LaneCycle) -> None:
@@ -80,10 +80,11 @@ class Entrance:
                           cycle.receive, cycle.task)
 
     async def handle(self, scope: Scope, writer: LaneWriter | AsgiWriter,
-                     body_of: Callable[[int], Awaitable[bytes | bytearray]], receive: Receive,
-                     task: asyncio.Task) -> None:
-        """One request: ``body_of(cap)`` reads its whole body (413 over ``cap`` bytes); the
-        relay runs in ``task``."""
+                     body_of: Callable[[int, int], Awaitable[bytes | bytearray]],
+                     receive: Receive, task: asyncio.Task) -> None:
+        """One request: ``body_of(cap, declared)`` reads its whole body (413 over ``cap``
+        bytes; ``declared``: its Content-Length, 0 when it has none); the relay runs in
+        ``task``."""
         start = time.perf_counter()
         path = scope["path"]
         scope["route"] = TEMPLATES[path]
@@ -115,7 +116,7 @@ class Entrance:
             self.metrics.observe("POST", path, status, time.perf_counter() - start)
 
     async def _relay(self, scope: Scope, rid: bytes, length: bytes | None,
-                     body_of: Callable[[int], Awaitable[bytes | bytearray]]) -> Relay:
+                     body_of: Callable[[int, int], Awaitable[bytes | bytearray]]) -> Relay:
         st = self.proxy
         path, headers = scope["path"], scope["headers"]
         cap = st.body_cap()
@@ -126,7 +127,7 @@ class Entrance:
             raise ApiError(503, NO_POOLS)
         if pools.api_keys:
             authorize(pools, authorization_of(headers))
-        body = await body_of(cap)
+        body = await body_of(cap, 0 if length is None else int(length))   # checked above
         loaded = model_of(scope["app"].state)
         if path == GENERATE:
             req, chosen = await choose_generate(st, pools, loaded, body)
@@ -139,10 +140,15 @@ class Entrance:
                      headers)
 
 
-async def _gather(cycle: LaneCycle, cap: int) -> bytes:
+async def _read(receive: Receive, cap: int, declared: int) -> bytes:
+    """The ASGI path's whole body (``read_body``)."""
+    return await read_body(receive, cap)
+
+
+async def _gather(cycle: LaneCycle, cap: int, declared: int) -> bytes | bytearray:
     """The lane's whole body (``LaneCycle.gather_body``)."""
     try:
-        body = await cycle.gather_body(cap)
+        body = await cycle.gather_body(cap, declared)
     except OverCap as exc:
         raise ApiError(413, body_too_large(cap, exc.size, streamed=True)) from None
     if body is None:

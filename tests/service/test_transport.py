@@ -70,3 +70,47 @@ def test_a_lane_body_keeps_its_chunks_and_joins_them_once():
     assert body and len(body) == 70_007 and bytes(body) == one + b'{"a":1}'
     body.clear()
     assert len(body) == 0 and bytes(body) == b""
+
+
+def test_a_long_declared_body_is_copied_into_one_buffer_once_a_quarter_has_come():
+    """A body whose declared length is at least PRESIZED is copied into one buffer of that
+    length once a quarter of it has arrived; its chunks are not kept beside it."""
+    from engine_advisor.service.transport.cycle import PRESIZED, Chunks
+
+    n = 4 * PRESIZED + 12
+    data = bytes(range(256)) * (n // 256) + b"\x07" * (n % 256)
+    body = Chunks()
+    body.expect(n)
+    assert body.buf is None                                # nothing sent: no buffer
+    at = 0
+    for size in (65_536, 200_000, 3, PRESIZED):             # a quarter is in after the fourth
+        body += data[at:at + size]
+        at += size
+        assert (body.buf is not None) == (at * 4 >= n)
+    assert body.buf is not None and len(body.buf) == n and body.parts == []
+    while at < n:
+        body += data[at:at + 262_144]
+        at += 262_144
+    assert len(body) == n and bytes(body) == data
+    whole = body.whole()
+    assert type(whole) is bytearray and whole == data and whole is body.buf   # no copy
+
+    late = Chunks()                                        # a quarter already in: at once
+    late += data[:n // 2]
+    late.expect(n)
+    assert late.parts == [] and late.buf[:n // 2] == data[:n // 2]
+    late += data[n // 2:]
+    assert late.whole() == data
+
+    short = Chunks()                                       # fewer bytes than declared
+    short.expect(n)
+    short += data[:n // 2]
+    assert short.whole() == data[:n // 2] and bytes(short) == data[:n // 2]
+
+    more = Chunks()                                        # more than declared
+    more.expect(PRESIZED)
+    more += data[:PRESIZED]
+    more += b"tail"
+    assert more.whole() == data[:PRESIZED] + b"tail"
+    more.clear()
+    assert more.buf is None and more.expected == 0 and bytes(more) == b""
