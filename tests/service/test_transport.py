@@ -72,6 +72,25 @@ def test_a_lane_body_keeps_its_chunks_and_joins_them_once():
     assert len(body) == 0 and bytes(body) == b""
 
 
+def test_a_long_bodys_buffer_takes_memory_as_its_bytes_come():
+    """The buffer is not written when it is allocated (``bytearray(n)`` would write n zeros):
+    a client that declares a long body holds the memory of the bytes it sent."""
+    from engine_advisor.service.transport.cycle import _unfilled
+
+    def rss_mib() -> float:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        raise AssertionError("no VmRSS")
+
+    before = rss_mib()
+    buf = _unfilled(256 << 20)
+    assert type(buf) is bytearray and len(buf) == 256 << 20
+    assert rss_mib() - before < 64                  # not 256 MiB
+    buf[:8] = b"01234567"
+    assert bytes(buf[:8]) == b"01234567"
+
+
 def test_a_long_declared_body_is_copied_into_one_buffer_once_a_quarter_has_come():
     """A body whose declared length is at least PRESIZED is copied into one buffer of that
     length once a quarter of it has arrived; its chunks are not kept beside it."""
