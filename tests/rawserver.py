@@ -2,7 +2,7 @@
 loopback port, for upstreams that misbehave in ways no HTTP framework lets them.
 
 Subclasses write ``async def serve(reader, writer)``; ``stop()`` closes the server and
-cancels the connections still open.
+cancels the connections still open. ``read_request`` reads one request off such a connection.
 """
 
 from __future__ import annotations
@@ -47,3 +47,13 @@ class ThreadedServer:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.server.wait_closed()
+
+
+async def read_request(reader: asyncio.StreamReader) -> tuple[str, dict[str, str], bytes]:
+    """One HTTP/1.1 request with a Content-Length (or none): its request line, its header
+    fields (lower-case names) and its body."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    fields = {k.lower(): v for k, v in (ln.split(": ", 1) for ln in lines[1:] if ": " in ln)}
+    body = await reader.readexactly(int(fields.get("content-length", 0)))
+    return lines[0], fields, body

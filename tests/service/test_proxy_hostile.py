@@ -19,7 +19,7 @@ import httpx
 import pytest
 import yaml
 from proc import Proc, start_all, wait_for
-from rawserver import ThreadedServer
+from rawserver import ThreadedServer, read_request
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -132,12 +132,8 @@ class Upstream(ThreadedServer):
         posted = False          # counted in ``open``: connections of the forwarding pool
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode("latin-1").split("\r\n")
-                fields = dict(ln.split(": ", 1) for ln in lines[1:] if ": " in ln)
-                fields = {k.lower(): v for k, v in fields.items()}
-                body = await reader.readexactly(int(fields.get("content-length", 0)))
-                if lines[0].startswith("GET "):
+                line, fields, body = await read_request(reader)
+                if line.startswith("GET "):
                     writer.write(sized(b'{"ok":true}'))
                     continue
                 if not posted:

@@ -17,7 +17,7 @@ import httpx
 import pytest
 import yaml
 from proc import Proc, start_all
-from rawserver import ThreadedServer
+from rawserver import ThreadedServer, read_request
 
 from engine_advisor.service.transport.cycle import PRESIZED
 
@@ -34,12 +34,8 @@ class Recorder(ThreadedServer):
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode("latin-1").split("\r\n")
-                fields = {k.lower(): v for k, v in
-                          (ln.split(": ", 1) for ln in lines[1:] if ": " in ln)}
-                body = await reader.readexactly(int(fields.get("content-length", 0)))
-                if lines[0].startswith("POST "):
+                line, _, body = await read_request(reader)
+                if line.startswith("POST "):
                     self.bodies.append((hashlib.sha256(body).hexdigest(), len(body)))
                 out = json.dumps({"id": "x", "object": "text_completion", "model": "kimi-k3",
                                   "choices": [{"index": 0, "text": "ok",

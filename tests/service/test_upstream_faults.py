@@ -18,7 +18,7 @@ import openai
 import pytest
 import yaml
 from proc import Proc, start_all, wait_for
-from rawserver import ThreadedServer
+from rawserver import ThreadedServer, read_request
 
 from engine_advisor.model.fit.dataset import parse_csv
 
@@ -109,12 +109,8 @@ class RawUpstream(ThreadedServer):
         posted = False
         try:
             while True:
-                raw = await reader.readuntil(b"\r\n\r\n")
-                lines = raw.decode("latin-1").split("\r\n")
-                fields = {k.lower(): v for k, v in
-                          (ln.split(": ", 1) for ln in lines[1:] if ": " in ln)}
-                body = await reader.readexactly(int(fields.get("content-length", 0)))
-                if lines[0].startswith("GET "):
+                line, fields, body = await read_request(reader)
+                if line.startswith("GET "):
                     writer.write(head(JSON, b"content-length: 11\r\n") + b'{"ok":true}')
                     continue
                 if not posted:
